@@ -1,0 +1,177 @@
+/* cgrad: tensors on the CPU or a GPU, forward ops, and (later) a reverse-mode tape.
+ *
+ * Ownership, one rule:
+ *   - Every function that returns a cg_tensor* returns a new handle. Outside a scope the caller
+ *     owns it and releases it with cg_tensor_free(). Inside a scope (cg_scope_begin/end) every
+ *     handle created is owned by the innermost scope and released when it ends, unless the
+ *     caller takes it out with cg_keep().
+ *   - Views (cg_transpose, cg_reshape/cg_view of a contiguous tensor) share storage with their
+ *     base through a reference count: freeing the base never invalidates a view.
+ *
+ * Errors: a fallible function returns NULL (for tensors) or a cg_status other than CG_OK, and
+ * cg_last_error() says what went wrong (function, shapes, devices, backend error, file:line).
+ * The library never aborts on bad input or on out-of-memory; the process goes on.
+ *
+ * Devices: CG_CPU, or CG_CUDA with an index. A machine with no GPU or no driver has zero CUDA
+ * devices and everything runs on the CPU. Ops on tensors of different devices are errors. */
+#ifndef CGRAD_H
+#define CGRAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CG_MAX_DIMS 8
+
+/* ---- status and errors ---------------------------------------------------------------- */
+typedef enum cg_status {
+    CG_OK = 0,
+    CG_ERR_INVALID_ARG, /* NULL, freed tensor, bad dim or flag */
+    CG_ERR_SHAPE,       /* shapes that do not fit the op */
+    CG_ERR_DEVICE,      /* tensors on different devices, or a device that does not exist */
+    CG_ERR_OOM,         /* out of memory on a device (the cache was already released) */
+    CG_ERR_BACKEND,     /* a CUDA / cuBLAS / cuRAND / BLAS call failed */
+    CG_ERR_IO,          /* a file could not be read or written */
+} cg_status;
+
+const char *cg_last_error(void);   /* message of the last failure on this thread ("" if none) */
+cg_status cg_last_status(void);    /* status of the last failure on this thread */
+void cg_clear_error(void);
+const char *cg_status_name(cg_status s);
+
+/* ---- devices --------------------------------------------------------------------------- */
+typedef enum cg_device_type { CG_CPU = 0, CG_CUDA = 1 } cg_device_type;
+typedef struct cg_device {
+    cg_device_type type;
+    int index; /* GPU ordinal; 0 for the CPU */
+} cg_device;
+
+static inline cg_device cg_cpu(void) { cg_device d = {CG_CPU, 0}; return d; }
+static inline cg_device cg_cuda(int index) { cg_device d = {CG_CUDA, index}; return d; }
+static inline bool cg_device_equal(cg_device a, cg_device b) {
+    return a.type == b.type && (a.type == CG_CPU || a.index == b.index);
+}
+
+int cg_cuda_device_count(void);    /* 0 when there is no GPU or no driver */
+bool cg_cuda_is_available(void);
+/* Why CUDA is unavailable (e.g. "no CUDA driver"), or "" when it is available. */
+const char *cg_cuda_unavailable_reason(void);
+/* The best device present: cuda:0 when a GPU exists, else the CPU. */
+cg_device cg_default_device(void);
+/* Parses "cpu", "cuda", "cuda:N". Fails (CG_ERR_DEVICE) on anything else or a missing GPU. */
+cg_status cg_device_parse(const char *text, cg_device *out);
+/* "cpu" or "cuda:N" (PyTorch's spelling); buf of at least 16 bytes. */
+const char *cg_device_str(cg_device d, char *buf, size_t len);
+/* Hardware name: the GPU's product name, or the CPU model. */
+const char *cg_device_name(cg_device d, char *buf, size_t len);
+/* Waits until all work queued on the device has finished. */
+cg_status cg_synchronize(cg_device d);
+
+/* ---- global settings -------------------------------------------------------------------- */
+void cg_set_num_threads(int n);    /* CPU threads for kernels and OpenBLAS (torch.set_num_threads) */
+int cg_get_num_threads(void);
+void cg_manual_seed(uint64_t seed); /* seeds the CPU generator and every GPU's generator */
+void cg_set_allow_tf32(bool allow); /* GPU matmul in TF32; off by default (true fp32) */
+bool cg_get_allow_tf32(void);
+
+/* ---- caching allocator ------------------------------------------------------------------ */
+typedef struct cg_memory_stats {
+    uint64_t raw_allocs;     /* calls to the system allocator (malloc / cudaMalloc) */
+    uint64_t raw_frees;      /* calls to the system release (free / cudaFree) */
+    uint64_t cache_hits;     /* requests served from the cache */
+    size_t bytes_in_use;     /* handed out to tensors */
+    size_t bytes_cached;     /* held by the cache, free for reuse */
+} cg_memory_stats;
+cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out);
+cg_status cg_empty_cache(cg_device d); /* returns cached blocks to the system */
+
+/* ---- tensors ---------------------------------------------------------------------------- */
+typedef struct cg_tensor cg_tensor;
+
+/* CG_SHAPE(5, 10) expands to the (ndim, shape) pair the creation functions take. */
+#define CG_SHAPE(...) \
+    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+cg_tensor *cg_empty(int ndim, const int64_t *shape, cg_device d); /* contents unspecified */
+cg_tensor *cg_zeros(int ndim, const int64_t *shape, cg_device d);
+cg_tensor *cg_ones(int ndim, const int64_t *shape, cg_device d);
+cg_tensor *cg_full(int ndim, const int64_t *shape, float value, cg_device d);
+/* Copies numel floats, row-major, from host memory. */
+cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape, cg_device d);
+/* 1-D: start, start+step, ... < end (torch.arange). */
+cg_tensor *cg_arange(double start, double end, double step, cg_device d);
+cg_tensor *cg_rand(int ndim, const int64_t *shape, cg_device d);  /* U[0, 1) */
+cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d); /* N(0, 1) */
+
+void cg_tensor_free(cg_tensor *t); /* NULL is ignored */
+
+int cg_ndim(const cg_tensor *t);
+int64_t cg_size(const cg_tensor *t, int dim); /* negative dims count from the end */
+int64_t cg_numel(const cg_tensor *t);
+cg_device cg_device_of(const cg_tensor *t);
+bool cg_is_contiguous(const cg_tensor *t);
+
+/* Copies the tensor's numel floats, row-major, to host memory (waits for the device). */
+cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len);
+/* The value of a one-element tensor. */
+cg_status cg_item(const cg_tensor *t, float *out);
+/* PyTorch-style repr: tensor([...], device='cuda:0'). */
+cg_status cg_fprint(FILE *f, const cg_tensor *t);
+cg_status cg_print(const cg_tensor *t);
+
+/* ---- scopes: release everything a step creates, together --------------------------------- */
+typedef struct cg_scope cg_scope;
+cg_scope *cg_scope_begin(void);
+void cg_scope_end(cg_scope *s);        /* frees every handle created in s that was not kept */
+cg_tensor *cg_keep(cg_tensor *t);      /* moves t out of its scope: the caller now owns it */
+
+/* ---- data movement and shape ------------------------------------------------------------- */
+cg_tensor *cg_to(const cg_tensor *t, cg_device d);     /* always a new tensor on d */
+cg_tensor *cg_clone(const cg_tensor *t);               /* contiguous copy, same device */
+cg_tensor *cg_contiguous(const cg_tensor *t);          /* a view if already contiguous */
+cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src); /* same shape; devices may differ */
+cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape); /* one -1 allowed */
+cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape);    /* contiguous only */
+cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1);           /* a view */
+
+/* ---- element-wise (NumPy broadcasting) ----------------------------------------------------- */
+cg_tensor *cg_add(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_sub(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_mul(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_div(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_pow(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_add_scalar(const cg_tensor *a, float s);
+cg_tensor *cg_sub_scalar(const cg_tensor *a, float s);
+cg_tensor *cg_mul_scalar(const cg_tensor *a, float s);
+cg_tensor *cg_div_scalar(const cg_tensor *a, float s);
+cg_tensor *cg_pow_scalar(const cg_tensor *a, float exponent);
+cg_tensor *cg_neg(const cg_tensor *a);
+cg_tensor *cg_exp(const cg_tensor *a);
+cg_tensor *cg_log(const cg_tensor *a);
+cg_tensor *cg_sin(const cg_tensor *a);
+cg_tensor *cg_cos(const cg_tensor *a);
+cg_tensor *cg_sqrt(const cg_tensor *a);
+cg_tensor *cg_relu(const cg_tensor *a);
+cg_tensor *cg_tanh(const cg_tensor *a);
+cg_tensor *cg_sigmoid(const cg_tensor *a);
+
+/* ---- reductions ----------------------------------------------------------------------------- */
+cg_tensor *cg_sum(const cg_tensor *t);  /* 0-dim */
+cg_tensor *cg_mean(const cg_tensor *t); /* 0-dim */
+cg_tensor *cg_sum_dim(const cg_tensor *t, int dim, bool keepdim);
+cg_tensor *cg_mean_dim(const cg_tensor *t, int dim, bool keepdim);
+
+/* ---- linear algebra --------------------------------------------------------------------------- */
+/* (m, k) @ (k, n) -> (m, n). A transposed view (cg_transpose) is passed to BLAS as a transpose
+ * flag, with no copy. */
+cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,84 @@
+/* The element-wise op families and their scalar math, shared by the CPU backend (C) and the CUDA
+ * kernels (nvcc), so each op's formula is written once. */
+#ifndef CGRAD_ELEMENTWISE_OPS_H
+#define CGRAD_ELEMENTWISE_OPS_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define CG_HD __host__ __device__ __forceinline__
+#else
+#define CG_HD static inline
+#endif
+
+typedef enum cg_unary_op {
+    CG_UNARY_COPY,   /* y = x (strided gather: contiguous(), clone) */
+    CG_UNARY_NEG,
+    CG_UNARY_EXP,
+    CG_UNARY_LOG,
+    CG_UNARY_SIN,
+    CG_UNARY_COS,
+    CG_UNARY_SQRT,
+    CG_UNARY_RELU,
+    CG_UNARY_TANH,
+    CG_UNARY_SIGMOID,
+    CG_UNARY_ADD_SCALAR, /* y = x + alpha */
+    CG_UNARY_MUL_SCALAR, /* y = x * alpha */
+    CG_UNARY_DIV_SCALAR, /* y = x / alpha */
+    CG_UNARY_POW_SCALAR, /* y = x ^ alpha */
+    CG_UNARY_COUNT
+} cg_unary_op;
+
+typedef enum cg_binary_op {
+    CG_BINARY_ADD,
+    CG_BINARY_SUB,
+    CG_BINARY_MUL,
+    CG_BINARY_DIV,
+    CG_BINARY_POW,
+    CG_BINARY_COUNT
+} cg_binary_op;
+
+/* x^p with the exact shortcuts PyTorch takes for common exponents. */
+CG_HD float cg_powf(float x, float p) {
+    if (p == 2.0f) return x * x;
+    if (p == 1.0f) return x;
+    if (p == 0.5f) return sqrtf(x);
+    if (p == 3.0f) return x * x * x;
+    if (p == -1.0f) return 1.0f / x;
+    return powf(x, p);
+}
+
+CG_HD float cg_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+CG_HD float cg_unary_apply(cg_unary_op op, float x, float alpha) {
+    switch (op) {
+    case CG_UNARY_COPY: return x;
+    case CG_UNARY_NEG: return -x;
+    case CG_UNARY_EXP: return expf(x);
+    case CG_UNARY_LOG: return logf(x);
+    case CG_UNARY_SIN: return sinf(x);
+    case CG_UNARY_COS: return cosf(x);
+    case CG_UNARY_SQRT: return sqrtf(x);
+    case CG_UNARY_RELU: return x > 0.0f ? x : (x == x ? 0.0f : x); /* NaN propagates */
+    case CG_UNARY_TANH: return tanhf(x);
+    case CG_UNARY_SIGMOID: return cg_sigmoidf(x);
+    case CG_UNARY_ADD_SCALAR: return x + alpha;
+    case CG_UNARY_MUL_SCALAR: return x * alpha;
+    case CG_UNARY_DIV_SCALAR: return x / alpha;
+    case CG_UNARY_POW_SCALAR: return cg_powf(x, alpha);
+    default: return x;
+    }
+}
+
+CG_HD float cg_binary_apply(cg_binary_op op, float a, float b) {
+    switch (op) {
+    case CG_BINARY_ADD: return a + b;
+    case CG_BINARY_SUB: return a - b;
+    case CG_BINARY_MUL: return a * b;
+    case CG_BINARY_DIV: return a / b;
+    case CG_BINARY_POW: return cg_powf(a, b);
+    default: return a;
+    }
+}
+
+#endif

@@ -1,0 +1,122 @@
+/* Library-internal declarations: tensor layout, errors, allocator and the backend table.
+ * Nothing here is part of the public API. */
+#ifndef CGRAD_INTERNAL_H
+#define CGRAD_INTERNAL_H
+
+#include "cgrad.h"
+#include "kernels/elementwise_ops.h"
+
+/* ---- errors ------------------------------------------------------------------------------- */
+/* Records a failure for cg_last_error() and returns the status, so callers can write
+ * `return cg__fail(CG_ERR_SHAPE, "cg_add: ...")`. */
+cg_status cg__fail(cg_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Like cg__fail, for functions that return a pointer. */
+#define CG_FAIL_NULL(status, ...) (cg__fail((status), __VA_ARGS__), (void *)0)
+/* Propagates a failing status from a callee that has already recorded its message. */
+#define CG_TRY(expr)                                                                            \
+    do {                                                                                        \
+        cg_status cg__s = (expr);                                                               \
+        if (cg__s != CG_OK) return cg__s;                                                       \
+    } while (0)
+
+/* ---- storage and tensors -------------------------------------------------------------------- */
+typedef struct cg_storage {
+    cg_device device;
+    float *data;     /* device or host pointer, from the caching allocator */
+    size_t bytes;    /* size of the block as requested */
+    int refcount;    /* tensors that share it */
+} cg_storage;
+
+#define CG_TENSOR_LIVE 0x7e45011eu
+#define CG_TENSOR_DEAD 0xdeadbeefu
+
+struct cg_tensor {
+    uint32_t magic;                /* CG_TENSOR_LIVE while the handle is valid */
+    int ndim;
+    int64_t shape[CG_MAX_DIMS];
+    int64_t strides[CG_MAX_DIMS];  /* in elements; views may be non-contiguous */
+    int64_t numel;
+    int64_t offset;                /* first element, in elements from storage->data */
+    cg_device device;
+    cg_storage *storage;
+    cg_scope *scope;               /* owning scope, or NULL when the user owns it */
+    cg_tensor *scope_next;         /* intrusive list of the scope's tensors */
+    cg_tensor *scope_prev;
+};
+
+static inline float *cg__data(const cg_tensor *t) { return t->storage->data + t->offset; }
+
+/* Checks that t is a live handle; records "<fn>: argument <name> is NULL/freed" otherwise. */
+cg_status cg__check_tensor(const cg_tensor *t, const char *fn, const char *name);
+/* Checks both are live and on one device (error names both devices). */
+cg_status cg__check_same_device(const cg_tensor *a, const cg_tensor *b, const char *fn);
+/* Writes "(5, 10)" into buf. */
+const char *cg__shape_str(const cg_tensor *t, char *buf, size_t len);
+const char *cg__dims_str(int ndim, const int64_t *shape, char *buf, size_t len);
+/* Validates dims (0..8, each >= 0) for function fn. */
+cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn);
+
+/* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM. */
+cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d);
+/* A new handle sharing t's storage with the given layout. */
+cg_tensor *cg__view_new(const cg_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                        int64_t offset);
+void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+int64_t cg__numel_of(int ndim, const int64_t *shape);
+
+/* ---- caching allocator (src/allocator.c) -------------------------------------------------- */
+void *cg__alloc(cg_device d, size_t bytes); /* NULL + CG_ERR_OOM recorded on failure */
+void cg__free(cg_device d, void *ptr);
+
+/* ---- strided element-wise descriptor -------------------------------------------------------- */
+/* The output is contiguous with `shape`; input k is read at sum(index[i] * strides[k][i]).
+ * Broadcast dims have stride 0. Dims are coalesced before a backend sees them. */
+typedef struct cg_ew_layout {
+    int ndim;
+    int64_t numel;
+    int64_t shape[CG_MAX_DIMS];
+    int64_t strides[2][CG_MAX_DIMS];
+    bool contiguous[2]; /* input k is read contiguously with the output: fast path */
+} cg_ew_layout;
+
+/* ---- backend table (ggml-style): one per device type ----------------------------------------- */
+typedef struct cg_backend {
+    const char *name;
+    /* memory */
+    void *(*raw_alloc)(int index, size_t bytes); /* NULL on out-of-memory, no error recorded */
+    void (*raw_free)(int index, void *ptr);
+    cg_status (*memcpy_from_host)(cg_device d, void *dst, const void *src, size_t bytes);
+    cg_status (*memcpy_to_host)(cg_device d, void *dst, const void *src, size_t bytes);
+    cg_status (*synchronize)(int index);
+    /* creation */
+    cg_status (*fill)(cg_tensor *out, float value);
+    cg_status (*arange)(cg_tensor *out, double start, double step);
+    cg_status (*random)(cg_tensor *out, bool normal); /* U[0,1) or N(0,1) */
+    /* compute: out is contiguous and already allocated */
+    cg_status (*unary)(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay,
+                       float *out, int index);
+    cg_status (*binary)(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay,
+                        float *out, int index);
+    /* x contiguous, viewed as (outer, n, inner); out (outer, inner) = sum over n, times scale */
+    cg_status (*reduce_sum)(const float *x, int64_t outer, int64_t n, int64_t inner, float scale,
+                            float *out, int index);
+    /* row-major C(m,n) = op(A) op(B); op(A) is (m,k); lda/ldb are the row strides as stored */
+    cg_status (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, int index);
+} cg_backend;
+
+extern const cg_backend cg__cpu_backend;
+/* NULL when the library was built without CUDA. */
+const cg_backend *cg__cuda_backend(void);
+/* Backend of a device; NULL + CG_ERR_DEVICE recorded when the device does not exist. */
+const cg_backend *cg__backend_for(cg_device d);
+
+/* Peer/host/device copies between any two devices (src/copy.c). */
+cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const void *src,
+                         size_t bytes);
+
+/* ---- global state -------------------------------------------------------------------------- */
+uint64_t cg__next_seed_offset(uint64_t count, uint64_t *seed); /* CPU generator: reserve count */
+int cg__cuda_count_internal(void);
+
+#endif
