@@ -4,6 +4,9 @@
 #define CGRAD_INTERNAL_H
 
 #include "cgrad.h"
+
+#include <stdlib.h>
+#include <string.h>
 #include "kernels/elementwise_ops.h"
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -65,8 +68,10 @@ void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 int64_t cg__numel_of(int ndim, const int64_t *shape);
 
 /* ---- caching allocator (src/allocator.c) -------------------------------------------------- */
+/* Blocks are cached by rounded size and reused on the same device (one stream per device keeps
+ * reuse ordered). `bytes` given to cg__free must be the size given to cg__alloc. */
 void *cg__alloc(cg_device d, size_t bytes); /* NULL + CG_ERR_OOM recorded on failure */
-void cg__free(cg_device d, void *ptr);
+void cg__free(cg_device d, void *ptr, size_t bytes);
 
 /* ---- strided element-wise descriptor -------------------------------------------------------- */
 /* The output is contiguous with `shape`; input k is read at sum(index[i] * strides[k][i]).
@@ -78,6 +83,16 @@ typedef struct cg_ew_layout {
     int64_t strides[2][CG_MAX_DIMS];
     bool contiguous[2]; /* input k is read contiguously with the output: fast path */
 } cg_ew_layout;
+
+/* Layout of out(ndim, shape) = f(a[, b]) with broadcasting; b may be NULL. Fails with a message
+ * naming fn and both shapes when they do not broadcast. */
+cg_status cg__ew_layout(const cg_tensor *a, const cg_tensor *b, int ndim, const int64_t *shape,
+                        cg_ew_layout *lay);
+/* Broadcast shape of a and b (NumPy rules), or a CG_ERR_SHAPE naming fn and both shapes. */
+cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char *fn, int *ndim,
+                              int64_t *shape);
+/* out (contiguous, same shape as x) = op(x, alpha), on x's device. */
+cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out);
 
 /* ---- backend table (ggml-style): one per device type ----------------------------------------- */
 typedef struct cg_backend {
@@ -111,12 +126,23 @@ const cg_backend *cg__cuda_backend(void);
 /* Backend of a device; NULL + CG_ERR_DEVICE recorded when the device does not exist. */
 const cg_backend *cg__backend_for(cg_device d);
 
-/* Peer/host/device copies between any two devices (src/copy.c). */
+/* GPU-to-GPU copy, peer-to-peer where the GPUs allow it (src/cuda; fails in CPU-only builds). */
+cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void *src, size_t bytes);
+/* Byte copies between any two devices (src/ops_copy.c). */
 cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const void *src,
                          size_t bytes);
 
-/* ---- global state -------------------------------------------------------------------------- */
-uint64_t cg__next_seed_offset(uint64_t count, uint64_t *seed); /* CPU generator: reserve count */
-int cg__cuda_count_internal(void);
+/* ---- global state (src/device.c) ------------------------------------------------------------ */
+/* The seed of cg_manual_seed and a counter that changes with each call, so a backend's
+ * generator knows when to re-seed. */
+uint64_t cg__seed(void);
+uint64_t cg__seed_generation(void);
+/* CPU generator: reserves `count` counter values and returns the first. */
+uint64_t cg__cpu_rng_reserve(uint64_t count);
+
+/* CUDA runtime facts (src/cuda/cuda_device.c; stubs in a CPU-only build). */
+int cg__cuda_probe(void);                 /* device count, 0 when no GPU/driver; cached */
+const char *cg__cuda_reason(void);        /* why there is no GPU, or "" */
+cg_status cg__cuda_device_name(int index, char *buf, size_t len);
 
 #endif

@@ -1,0 +1,16 @@
+/* CPU backend entry points (the files of src/cpu), gathered into cg__cpu_backend. */
+#ifndef CGRAD_CPU_H
+#define CGRAD_CPU_H
+
+#include "internal.h"
+
+/* Work below this many elements runs on one thread: forking costs more than it saves. */
+#define CG_CPU_PARALLEL_GRAIN 32768
+
+cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index);
+cg_status cg__cpu_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out, int index);
+cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out, int index);
+cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float *c, int64_t ldc, int index);
+
+#endif

@@ -1,0 +1,50 @@
+/* CPU sum over the middle axis of (outer, n, inner), accumulated in double. Long single sums are
+ * split into a fixed number of blocks, so the result does not depend on the thread count. */
+#include "cpu/cpu.h"
+
+#define SUM_BLOCKS 64
+#define INNER_TILE 256
+
+static double sum_contiguous(const float *x, int64_t n) {
+    double partial[SUM_BLOCKS] = {0};
+    int64_t block = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
+    for (int b = 0; b < SUM_BLOCKS; b++) {
+        int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
+        double acc = 0;
+        for (int64_t i = lo; i < hi; i++) acc += x[i];
+        partial[b] = acc;
+    }
+    double total = 0;
+    for (int b = 0; b < SUM_BLOCKS; b++) total += partial[b];
+    return total;
+}
+
+cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out, int index) {
+    if (inner == 1) {
+        if (outer == 1) {
+            out[0] = (float)(sum_contiguous(x, n) * scale);
+            return CG_OK;
+        }
+#pragma omp parallel for if (outer * n > CG_CPU_PARALLEL_GRAIN)
+        for (int64_t o = 0; o < outer; o++) {
+            double acc = 0;
+            for (int64_t i = 0; i < n; i++) acc += x[o * n + i];
+            out[o] = (float)(acc * scale);
+        }
+        return CG_OK;
+    }
+    int64_t tiles = (inner + INNER_TILE - 1) / INNER_TILE;
+#pragma omp parallel for if (outer * n * inner > CG_CPU_PARALLEL_GRAIN)
+    for (int64_t t = 0; t < outer * tiles; t++) {
+        int64_t o = t / tiles, j0 = (t % tiles) * INNER_TILE;
+        int64_t width = inner - j0 < INNER_TILE ? inner - j0 : INNER_TILE;
+        double acc[INNER_TILE] = {0};
+        for (int64_t i = 0; i < n; i++) {
+            const float *row = x + (o * n + i) * inner + j0;
+            for (int64_t j = 0; j < width; j++) acc[j] += row[j];
+        }
+        for (int64_t j = 0; j < width; j++) out[o * inner + j0 + j] = (float)(acc[j] * scale);
+    }
+    return CG_OK;
+}

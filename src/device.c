@@ -1,0 +1,123 @@
+/* Devices and global settings: device discovery, names, parsing, threads, seed, TF32. */
+#include "internal.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdatomic.h>
+
+/* OpenBLAS's own thread control; declared in its cblas.h on Debian, repeated for other builds. */
+void openblas_set_num_threads(int num_threads);
+
+static uint64_t global_seed = 0x2545F4914F6CDD1DULL;
+static atomic_uint_fast64_t seed_generation = 1;
+static atomic_uint_fast64_t cpu_rng_counter = 0;
+static bool allow_tf32 = false;
+
+#ifndef CGRAD_HAVE_CUDA
+int cg__cuda_probe(void) { return 0; }
+const char *cg__cuda_reason(void) { return "cgrad was built without CUDA"; }
+cg_status cg__cuda_device_name(int index, char *buf, size_t len) {
+    return cg__fail(CG_ERR_DEVICE, "cuda:%d: cgrad was built without CUDA", index);
+}
+const cg_backend *cg__cuda_backend(void) { return NULL; }
+cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void *src, size_t bytes) {
+    return cg__fail(CG_ERR_DEVICE, "cuda:%d -> cuda:%d: cgrad was built without CUDA", src_index, dst_index);
+}
+#endif
+
+int cg_cuda_device_count(void) { return cg__cuda_probe(); }
+bool cg_cuda_is_available(void) { return cg__cuda_probe() > 0; }
+const char *cg_cuda_unavailable_reason(void) { return cg__cuda_probe() > 0 ? "" : cg__cuda_reason(); }
+cg_device cg_default_device(void) { return cg_cuda_is_available() ? cg_cuda(0) : cg_cpu(); }
+
+const cg_backend *cg__backend_for(cg_device d) {
+    char name[16];
+    if (d.type == CG_CPU) return &cg__cpu_backend;
+    if (d.type != CG_CUDA)
+        return CG_FAIL_NULL(CG_ERR_DEVICE, "unknown device type %d", (int)d.type);
+    int count = cg__cuda_probe();
+    if (d.index < 0 || d.index >= count) {
+        if (count == 0)
+            return CG_FAIL_NULL(CG_ERR_DEVICE, "device %s requested but no GPU is usable: %s",
+                                cg_device_str(d, name, sizeof name), cg__cuda_reason());
+        return CG_FAIL_NULL(CG_ERR_DEVICE, "device %s does not exist: %d CUDA device(s), cuda:0..cuda:%d",
+                            cg_device_str(d, name, sizeof name), count, count - 1);
+    }
+    return cg__cuda_backend();
+}
+
+cg_status cg_device_parse(const char *text, cg_device *out) {
+    if (!text || !out) return cg__fail(CG_ERR_INVALID_ARG, "cg_device_parse: NULL argument");
+    cg_device d;
+    if (strcmp(text, "cpu") == 0) {
+        d = cg_cpu();
+    } else if (strcmp(text, "cuda") == 0) {
+        d = cg_cuda(0);
+    } else if (strncmp(text, "cuda:", 5) == 0 && text[5] >= '0' && text[5] <= '9') {
+        char *end;
+        long index = strtol(text + 5, &end, 10);
+        if (*end != '\0' || index > 1 << 20)
+            return cg__fail(CG_ERR_DEVICE, "cg_device_parse: bad device '%s' (expected cpu, cuda or cuda:N)", text);
+        d = cg_cuda((int)index);
+    } else {
+        return cg__fail(CG_ERR_DEVICE, "cg_device_parse: bad device '%s' (expected cpu, cuda or cuda:N)", text);
+    }
+    if (!cg__backend_for(d)) return cg_last_status();
+    *out = d;
+    return CG_OK;
+}
+
+const char *cg_device_str(cg_device d, char *buf, size_t len) {
+    if (d.type == CG_CPU) snprintf(buf, len, "cpu");
+    else snprintf(buf, len, "cuda:%d", d.index);
+    return buf;
+}
+
+/* The CPU model from /proc/cpuinfo, or "cpu". */
+static void cpu_model_name(char *buf, size_t len) {
+    snprintf(buf, len, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            colon += 1 + (colon[1] == ' ');
+            colon[strcspn(colon, "\n")] = '\0';
+            snprintf(buf, len, "%s", colon);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+const char *cg_device_name(cg_device d, char *buf, size_t len) {
+    if (d.type == CG_CPU) cpu_model_name(buf, len);
+    else if (cg__cuda_device_name(d.index, buf, len) != CG_OK) snprintf(buf, len, "unavailable");
+    return buf;
+}
+
+cg_status cg_synchronize(cg_device d) {
+    const cg_backend *be = cg__backend_for(d);
+    if (!be) return cg_last_status();
+    return be->synchronize(d.index);
+}
+
+void cg_set_num_threads(int n) {
+    if (n < 1) n = 1;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+int cg_get_num_threads(void) { return omp_get_max_threads(); }
+
+void cg_manual_seed(uint64_t seed) {
+    global_seed = seed;
+    atomic_store(&cpu_rng_counter, 0);
+    atomic_fetch_add(&seed_generation, 1);
+}
+uint64_t cg__seed(void) { return global_seed; }
+uint64_t cg__seed_generation(void) { return atomic_load(&seed_generation); }
+uint64_t cg__cpu_rng_reserve(uint64_t count) { return atomic_fetch_add(&cpu_rng_counter, count); }
+
+void cg_set_allow_tf32(bool allow) { allow_tf32 = allow; }
+bool cg_get_allow_tf32(void) { return allow_tf32; }

@@ -1,0 +1,124 @@
+/* Data movement and shape: cg_to, clone, contiguous, copy_, reshape, view, transpose. */
+#include "internal.h"
+
+cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const void *src, size_t bytes) {
+    if (bytes == 0) return CG_OK;
+    if (dst_dev.type == CG_CPU && src_dev.type == CG_CPU) {
+        memcpy(dst, src, bytes);
+        return CG_OK;
+    }
+    if (src_dev.type == CG_CPU) return cg__backend_for(dst_dev)->memcpy_from_host(dst_dev, dst, src, bytes);
+    if (dst_dev.type == CG_CPU) return cg__backend_for(src_dev)->memcpy_to_host(src_dev, dst, src, bytes);
+    return cg__cuda_copy_peer(dst_dev.index, dst, src_dev.index, src, bytes);
+}
+
+cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out) {
+    if (out->numel == 0) return CG_OK;
+    cg_ew_layout lay;
+    CG_TRY(cg__ew_layout(x, NULL, out->ndim, out->shape, &lay));
+    return cg__backend_for(x->device)->unary(op, alpha, cg__data(x), &lay, cg__data(out), x->device.index);
+}
+
+/* A contiguous copy of t on its own device. */
+static cg_tensor *copy_contiguous(const cg_tensor *t) {
+    cg_tensor *out = cg__tensor_new(t->ndim, t->shape, t->device);
+    if (!out) return NULL;
+    if (cg__unary_into(CG_UNARY_COPY, 0.0f, t, out) != CG_OK) {
+        cg_tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+cg_tensor *cg_clone(const cg_tensor *t) {
+    if (cg__check_tensor(t, "cg_clone", "t") != CG_OK) return NULL;
+    return copy_contiguous(t);
+}
+
+cg_tensor *cg_contiguous(const cg_tensor *t) {
+    if (cg__check_tensor(t, "cg_contiguous", "t") != CG_OK) return NULL;
+    if (cg_is_contiguous(t)) return cg__view_new(t, t->ndim, t->shape, NULL, t->offset);
+    return copy_contiguous(t);
+}
+
+cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
+    if (cg__check_tensor(t, "cg_to", "t") != CG_OK || !cg__backend_for(d)) return NULL;
+    cg_tensor *out = cg__tensor_new(t->ndim, t->shape, d);
+    if (!out) return NULL;
+    if (cg_copy_(out, t) != CG_OK) {
+        cg_tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
+    CG_TRY(cg__check_tensor(dst, "cg_copy_", "dst"));
+    CG_TRY(cg__check_tensor(src, "cg_copy_", "src"));
+    char sd[160], ss[160];
+    if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, (size_t)dst->ndim * sizeof(int64_t)) != 0)
+        return cg__fail(CG_ERR_SHAPE, "cg_copy_: destination shape %s differs from source shape %s",
+                        cg__shape_str(dst, sd, sizeof sd), cg__shape_str(src, ss, sizeof ss));
+    if (!cg_is_contiguous(dst))
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_copy_: destination must be contiguous");
+    if (cg_device_equal(dst->device, src->device)) return cg__unary_into(CG_UNARY_COPY, 0.0f, src, dst);
+    cg_tensor *c = cg_contiguous(src);
+    if (!c) return cg_last_status();
+    cg_status s = cg__copy_bytes(dst->device, cg__data(dst), c->device, cg__data(c), (size_t)c->numel * sizeof(float));
+    cg_tensor_free(c);
+    return s;
+}
+
+/* Resolves one -1 in shape against numel; fails if the sizes do not match. */
+static cg_status infer_shape(const cg_tensor *t, int ndim, const int64_t *shape, int64_t *out, const char *fn) {
+    CG_TRY(cg__check_tensor(t, fn, "t"));
+    if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && !shape))
+        return cg__fail(CG_ERR_SHAPE, "%s: %d dims requested, cgrad supports 0 to %d", fn, ndim, CG_MAX_DIMS);
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < ndim; i++) {
+        out[i] = shape[i];
+        if (shape[i] == -1 && infer < 0) infer = i;
+        else if (shape[i] < 0) return cg__fail(CG_ERR_SHAPE, "%s: invalid size %lld in the new shape", fn, (long long)shape[i]);
+        else known *= shape[i];
+    }
+    if (infer >= 0 && known > 0 && t->numel % known == 0) out[infer] = t->numel / known;
+    char a[160], b[160];
+    if (cg__numel_of(ndim, out) != t->numel || (infer >= 0 && known == 0))
+        return cg__fail(CG_ERR_SHAPE, "%s: shape %s is invalid for a tensor of shape %s (%lld elements)", fn,
+                        cg__dims_str(ndim, shape, a, sizeof a), cg__shape_str(t, b, sizeof b), (long long)t->numel);
+    return CG_OK;
+}
+
+cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
+    int64_t resolved[CG_MAX_DIMS];
+    if (infer_shape(t, ndim, shape, resolved, "cg_view") != CG_OK) return NULL;
+    if (!cg_is_contiguous(t))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor is not contiguous (use cg_reshape, which copies)");
+    return cg__view_new(t, ndim, resolved, NULL, t->offset);
+}
+
+cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
+    int64_t resolved[CG_MAX_DIMS];
+    if (infer_shape(t, ndim, shape, resolved, "cg_reshape") != CG_OK) return NULL;
+    if (cg_is_contiguous(t)) return cg__view_new(t, ndim, resolved, NULL, t->offset);
+    cg_tensor *c = copy_contiguous(t);
+    if (!c) return NULL;
+    cg_tensor *v = cg__view_new(c, ndim, resolved, NULL, 0);
+    cg_tensor_free(c);
+    return v;
+}
+
+cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
+    if (cg__check_tensor(t, "cg_transpose", "t") != CG_OK) return NULL;
+    int d0 = dim0 < 0 ? dim0 + t->ndim : dim0, d1 = dim1 < 0 ? dim1 + t->ndim : dim1;
+    if (d0 < 0 || d0 >= t->ndim || d1 < 0 || d1 >= t->ndim)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_transpose: dims (%d, %d) out of range for a %d-dim tensor",
+                            dim0, dim1, t->ndim);
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    memcpy(strides, t->strides, sizeof strides);
+    shape[d0] = t->shape[d1], shape[d1] = t->shape[d0];
+    strides[d0] = t->strides[d1], strides[d1] = t->strides[d0];
+    return cg__view_new(t, t->ndim, shape, strides, t->offset);
+}

@@ -1,0 +1,44 @@
+/* Reductions front-end: sum and mean over all elements or along one dim. */
+#include "internal.h"
+
+/* x viewed as (outer, n, inner) reduced over n into out (outer, inner). */
+static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const char *fn) {
+    if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
+    int d = dim < 0 ? dim + t->ndim : dim;
+    if (!all && (d < 0 || d >= t->ndim))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, t->ndim);
+    int64_t outer = 1, n = t->numel, inner = 1;
+    int ndim = 0;
+    int64_t shape[CG_MAX_DIMS];
+    if (!all) {
+        outer = cg__numel_of(d, t->shape);
+        n = t->shape[d];
+        inner = cg__numel_of(t->ndim - d - 1, t->shape + d + 1);
+        for (int i = 0; i < t->ndim; i++)
+            if (i != d) shape[ndim++] = t->shape[i];
+            else if (keepdim) shape[ndim++] = 1;
+    }
+    cg_tensor *out = cg__tensor_new(ndim, shape, t->device);
+    if (!out) return NULL;
+    const cg_backend *be = cg__backend_for(t->device);
+    cg_status s = CG_OK;
+    if (n == 0) {
+        s = be->fill(out, mean ? NAN : 0.0f); /* as PyTorch: empty sum 0, empty mean NaN */
+    } else if (out->numel > 0) {
+        cg_tensor *c = cg_contiguous(t);
+        s = c ? be->reduce_sum(cg__data(c), outer, n, inner, mean ? 1.0f / (float)n : 1.0f, cg__data(out),
+                               t->device.index)
+              : cg_last_status();
+        cg_tensor_free(c);
+    }
+    if (s != CG_OK) {
+        cg_tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+cg_tensor *cg_sum(const cg_tensor *t) { return reduce(t, 0, true, false, false, "cg_sum"); }
+cg_tensor *cg_mean(const cg_tensor *t) { return reduce(t, 0, true, false, true, "cg_mean"); }
+cg_tensor *cg_sum_dim(const cg_tensor *t, int dim, bool keepdim) { return reduce(t, dim, false, keepdim, false, "cg_sum_dim"); }
+cg_tensor *cg_mean_dim(const cg_tensor *t, int dim, bool keepdim) { return reduce(t, dim, false, keepdim, true, "cg_mean_dim"); }

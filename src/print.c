@@ -1,0 +1,151 @@
+/* PyTorch-style repr: tensor([[ 0.1234, -1.5000], ...], device='cuda:0'). */
+#include "internal.h"
+
+#define SUMMARY_THRESHOLD 1000 /* more elements than this: show 3 at each end of every dim */
+#define EDGE_ITEMS 3
+#define LINE_WIDTH 80
+
+typedef struct print_format {
+    bool integers;   /* every finite value is whole: "2." */
+    bool scientific; /* "1.2345e+08" */
+    int width;       /* common width of every element */
+} print_format;
+
+static bool shown(int64_t i, int64_t size, bool summarize) {
+    return !summarize || size <= 2 * EDGE_ITEMS || i < EDGE_ITEMS || i >= size - EDGE_ITEMS;
+}
+
+static int format_value(char *buf, size_t len, float v, const print_format *f) {
+    if (isnan(v)) return snprintf(buf, len, "nan");
+    if (isinf(v)) return snprintf(buf, len, v > 0 ? "inf" : "-inf");
+    if (f->scientific) return snprintf(buf, len, "%.4e", (double)v);
+    if (f->integers) return snprintf(buf, len, "%.0f.", (double)v);
+    return snprintf(buf, len, "%.4f", (double)v);
+}
+
+/* Chooses the format from the values that will be shown, as PyTorch does. */
+static void choose_format(const float *x, int64_t n, print_format *f) {
+    double max_abs = 0, min_abs = INFINITY;
+    f->integers = true;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) continue;
+        double a = fabs((double)x[i]);
+        if (a > max_abs) max_abs = a;
+        if (a > 0 && a < min_abs) min_abs = a;
+        if (x[i] != floorf(x[i])) f->integers = false;
+    }
+    f->scientific = max_abs > 0 && (max_abs >= 1e8 || (!f->integers && (min_abs < 1e-4 || max_abs / min_abs > 1000)));
+    if (f->integers && max_abs < 1e8) f->scientific = false;
+    f->width = 1;
+    char buf[64];
+    for (int64_t i = 0; i < n; i++) {
+        int w = format_value(buf, sizeof buf, x[i], f);
+        if (w > f->width) f->width = w;
+    }
+}
+
+typedef struct printer {
+    FILE *f;
+    const float *data;
+    const int64_t *shape;
+    int ndim;
+    bool summarize;
+    print_format fmt;
+    int indent; /* columns taken by "tensor(" */
+} printer;
+
+static void print_dim(const printer *p, int dim, int64_t offset, int64_t stride_rest) {
+    int64_t size = p->shape[dim], inner = stride_rest / (size ? size : 1);
+    fputc('[', p->f);
+    if (dim == p->ndim - 1) {
+        int per_line = (LINE_WIDTH - p->indent - dim) / (p->fmt.width + 2);
+        if (per_line < 1) per_line = 1;
+        int on_line = 0;
+        for (int64_t i = 0; i < size; i++) {
+            if (!shown(i, size, p->summarize)) {
+                fputs(" ...,", p->f);
+                i = size - EDGE_ITEMS - 1;
+                continue;
+            }
+            if (on_line == per_line) {
+                fprintf(p->f, "\n%*s", p->indent + dim + 1, "");
+                on_line = 0;
+            }
+            char buf[64];
+            format_value(buf, sizeof buf, p->data[offset + i], &p->fmt);
+            fprintf(p->f, "%s%*s%s", on_line ? " " : "", p->fmt.width, buf, i + 1 < size ? "," : "");
+            on_line++;
+        }
+    } else {
+        for (int64_t i = 0; i < size; i++) {
+            if (!shown(i, size, p->summarize)) {
+                fprintf(p->f, "...,\n%*s", p->indent + dim + 1, "");
+                i = size - EDGE_ITEMS - 1;
+                continue;
+            }
+            print_dim(p, dim + 1, offset + i * inner, inner);
+            if (i + 1 < size) {
+                fputc(',', p->f);
+                for (int nl = 0; nl < p->ndim - dim - 1; nl++) fputc('\n', p->f);
+                fprintf(p->f, "%*s", p->indent + dim + 1, "");
+            }
+        }
+    }
+    fputc(']', p->f);
+}
+
+/* Gathers the shown elements (all, or the summarized edges) for choosing the format. */
+static int64_t gather_shown(const float *x, const int64_t *shape, int ndim, int dim, int64_t offset, int64_t rest,
+                            bool summarize, float *out) {
+    if (dim == ndim) {
+        out[0] = x[offset];
+        return 1;
+    }
+    int64_t size = shape[dim], inner = rest / (size ? size : 1), n = 0;
+    for (int64_t i = 0; i < size; i++)
+        if (shown(i, size, summarize))
+            n += gather_shown(x, shape, ndim, dim + 1, offset + i * inner, inner, summarize, out + n);
+    return n;
+}
+
+cg_status cg_fprint(FILE *f, const cg_tensor *t) {
+    CG_TRY(cg__check_tensor(t, "cg_fprint", "t"));
+    if (!f) return cg__fail(CG_ERR_INVALID_ARG, "cg_fprint: FILE is NULL");
+    float *host = malloc((size_t)(t->numel ? t->numel : 1) * 2 * sizeof(float));
+    if (!host) return cg__fail(CG_ERR_OOM, "cg_fprint: out of host memory");
+    cg_status s = cg_to_host(t, host, (size_t)t->numel);
+    if (s != CG_OK) {
+        free(host);
+        return s;
+    }
+    printer p = {.f = f, .data = host, .shape = t->shape, .ndim = t->ndim,
+                 .summarize = t->numel > SUMMARY_THRESHOLD, .indent = 7};
+    fputs("tensor(", f);
+    if (t->numel == 0) {
+        fputs("[]", f);
+        if (t->ndim != 1) {
+            char buf[160];
+            fprintf(f, ", size=%s", cg__shape_str(t, buf, sizeof buf));
+        }
+    } else {
+        float *sample = host + t->numel;
+        int64_t n = gather_shown(host, t->shape, t->ndim, 0, 0, t->numel, p.summarize, sample);
+        choose_format(sample, n, &p.fmt);
+        if (t->ndim == 0) {
+            char buf[64];
+            format_value(buf, sizeof buf, host[0], &p.fmt);
+            fputs(buf, f);
+        } else {
+            print_dim(&p, 0, 0, t->numel);
+        }
+    }
+    if (t->device.type != CG_CPU) {
+        char buf[16];
+        fprintf(f, ", device='%s'", cg_device_str(t->device, buf, sizeof buf));
+    }
+    fputs(")\n", f);
+    free(host);
+    return CG_OK;
+}
+
+cg_status cg_print(const cg_tensor *t) { return cg_fprint(stdout, t); }
