@@ -1,0 +1,33 @@
+/* Launchers of the CUDA kernels (the .cu files of kernels/), callable from C. Each takes the stream to run on,
+ * queues work without synchronising, and returns the launch's cudaError_t. */
+#ifndef CGRAD_KERNELS_H
+#define CGRAD_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* elementwise.cu: out (contiguous, lay->numel) = op(inputs read through lay) */
+cudaError_t cg_launch_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out,
+                            cudaStream_t stream);
+cudaError_t cg_launch_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out,
+                             cudaStream_t stream);
+cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream);
+cudaError_t cg_launch_arange(float *out, int64_t n, double start, double step, cudaStream_t stream);
+/* Maps cuRAND's (0, 1] onto [0, 1) (1 becomes 0), as torch.rand's range. */
+cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream);
+
+/* reduce.cu: partial (outer, chunks, inner) = sums of x (outer, n, inner) over n in chunks of chunk_len,
+ * times scale. Deterministic: a fixed order for given shapes. */
+cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64_t n, int64_t inner, int64_t chunks,
+                                 int64_t chunk_len, float scale, float *partial, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

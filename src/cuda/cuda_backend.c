@@ -1,0 +1,187 @@
+/* CUDA backend: device memory, creation, element-wise, reductions and GEMM, all queued on the
+ * device's stream. Nothing here synchronises unless the caller needs a host-visible result. */
+#include "cuda/cuda_internal.h"
+
+#include <limits.h>
+
+static void *cuda_raw_alloc(int index, size_t bytes) {
+    void *ptr = NULL;
+    if (cudaSetDevice(index) != cudaSuccess || cudaMalloc(&ptr, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out-of-memory is reported by the allocator, and recoverable */
+        return NULL;
+    }
+    return ptr;
+}
+
+static void cuda_raw_free(int index, void *ptr) {
+    if (cudaSetDevice(index) == cudaSuccess) (void)cudaFree(ptr);
+}
+
+static cg_status cuda_from_host(cg_device d, void *dst, const void *src, size_t bytes) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(d.index, &ctx));
+    /* From pageable memory this returns once src has been staged, so the caller may reuse it. */
+    CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    return CG_OK;
+}
+
+static cg_status cuda_to_host(cg_device d, void *dst, const void *src, size_t bytes) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(d.index, &ctx));
+    CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    CG_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    return CG_OK;
+}
+
+static cg_status cuda_synchronize(int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    return CG_OK;
+}
+
+static cg_status cuda_fill(cg_tensor *out, float value) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(out->device.index, &ctx));
+    if (out->numel > 0) CG_CUDA_CHECK(cg_launch_fill(cg__data(out), out->numel, value, ctx->stream));
+    return CG_OK;
+}
+
+static cg_status cuda_arange(cg_tensor *out, double start, double step) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(out->device.index, &ctx));
+    if (out->numel > 0) CG_CUDA_CHECK(cg_launch_arange(cg__data(out), out->numel, start, step, ctx->stream));
+    return CG_OK;
+}
+
+/* cuRAND's Philox generator, re-seeded whenever cg_manual_seed() was called since last use. */
+static cg_status cuda_random(cg_tensor *out, bool normal) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(out->device.index, &ctx));
+    if (ctx->seed_generation != cg__seed_generation()) {
+        CG_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->curand, cg__seed()));
+        CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, 0));
+        ctx->seed_generation = cg__seed_generation();
+    }
+    float *y = cg__data(out);
+    size_t n = (size_t)out->numel;
+    if (n == 0) return CG_OK;
+    if (!normal) {
+        CG_CURAND_CHECK(curandGenerateUniform(ctx->curand, y, n));
+        CG_CUDA_CHECK(cg_launch_uniform_fixup(y, (int64_t)n, ctx->stream));
+        return CG_OK;
+    }
+    /* cuRAND draws normals in pairs: an odd last element comes from the scratch buffer. */
+    size_t even = n & ~(size_t)1;
+    if (even) CG_CURAND_CHECK(curandGenerateNormal(ctx->curand, y, even, 0.0f, 1.0f));
+    if (n != even) {
+        CG_CURAND_CHECK(curandGenerateNormal(ctx->curand, ctx->scratch, 2, 0.0f, 1.0f));
+        CG_CUDA_CHECK(cudaMemcpyAsync(y + even, ctx->scratch, sizeof(float), cudaMemcpyDeviceToDevice, ctx->stream));
+    }
+    return CG_OK;
+}
+
+static cg_status cuda_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cg_launch_unary(op, alpha, x, lay, out, ctx->stream));
+    return CG_OK;
+}
+
+static cg_status cuda_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out,
+                             int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cg_launch_binary(op, a, b, lay, out, ctx->stream));
+    return CG_OK;
+}
+
+/* Chunks per output so that one pass has enough parallel work; depends only on the shape. */
+static int64_t chunks_for(int64_t outer, int64_t n, int64_t inner) {
+    int64_t chunks;
+    if (inner == 1) {
+        chunks = (n + 4095) / 4096;                /* about 16 elements per thread */
+        int64_t limit = outer >= 1024 ? 1 : 1024 / outer;
+        if (chunks > limit) chunks = limit;
+    } else {
+        int64_t want = (65536 + outer * inner - 1) / (outer * inner);
+        chunks = want < (n + 31) / 32 ? want : (n + 31) / 32; /* at least 32 rows per chunk */
+    }
+    return chunks < 1 ? 1 : chunks;
+}
+
+/* Sums over n in passes: each pass shrinks n to its chunk count, until one chunk is left. */
+static cg_status cuda_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out,
+                                 int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    cg_device d = cg_cuda(index);
+    const float *src = x;
+    float *scratch = NULL;
+    size_t scratch_bytes = 0;
+    cg_status s = CG_OK;
+    for (;;) {
+        int64_t chunks = chunks_for(outer, n, inner), chunk_len = (n + chunks - 1) / chunks;
+        chunks = (n + chunk_len - 1) / chunk_len;
+        bool last = chunks == 1;
+        float *dst = out;
+        size_t bytes = 0;
+        if (!last) {
+            bytes = (size_t)(outer * chunks * inner) * sizeof(float);
+            dst = cg__alloc(d, bytes);
+            if (!dst) {
+                s = cg_last_status();
+                break;
+            }
+        }
+        cudaError_t e = cg_launch_sum_chunks(src, outer, n, inner, chunks, chunk_len, last ? scale : 1.0f, dst, ctx->stream);
+        /* Stream order makes it safe to recycle the previous pass's buffer right after launch. */
+        if (scratch) cg__free(d, scratch, scratch_bytes);
+        scratch = last ? NULL : dst, scratch_bytes = bytes;
+        if (e != cudaSuccess) {
+            s = cg__cuda_error(e, "cg_launch_sum_chunks", __FILE__, __LINE__);
+            break;
+        }
+        if (last) break;
+        src = dst, n = chunks;
+    }
+    if (scratch) cg__free(d, scratch, scratch_bytes);
+    return s;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float *c, int64_t ldc, int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
+        return cg__fail(CG_ERR_SHAPE, "cuda gemm: dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int", (long long)m,
+                        (long long)n, (long long)k);
+    cublasMath_t math = cg_get_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    if (math != ctx->cublas_math) {
+        CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, math));
+        ctx->cublas_math = math;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    CG_CUBLAS_CHECK(cublasSgemm(ctx->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                (int)n, (int)m, (int)k, &one, b, (int)ldb, a, (int)lda, &zero, c, (int)ldc));
+    return CG_OK;
+}
+
+static const cg_backend cuda_backend = {
+    .name = "cuda",
+    .raw_alloc = cuda_raw_alloc,
+    .raw_free = cuda_raw_free,
+    .memcpy_from_host = cuda_from_host,
+    .memcpy_to_host = cuda_to_host,
+    .synchronize = cuda_synchronize,
+    .fill = cuda_fill,
+    .arange = cuda_arange,
+    .random = cuda_random,
+    .unary = cuda_unary,
+    .binary = cuda_binary,
+    .reduce_sum = cuda_reduce_sum,
+    .gemm = cuda_gemm,
+};
+
+const cg_backend *cg__cuda_backend(void) { return &cuda_backend; }

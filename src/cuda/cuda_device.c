@@ -1,0 +1,133 @@
+/* CUDA devices: discovery (no GPU and no driver both mean "zero devices"), per-device contexts
+ * created on first use, peer copies. */
+#include "cuda/cuda_internal.h"
+
+#include <pthread.h>
+
+#define CG_MAX_CUDA 64
+
+static int device_count;
+static char no_gpu_reason[256];
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+
+static cg_cuda_context *contexts[CG_MAX_CUDA];
+static pthread_mutex_t context_lock = PTHREAD_MUTEX_INITIALIZER;
+
+cg_status cg__cuda_error(cudaError_t e, const char *call, const char *file, int line) {
+    cg_status s = e == cudaErrorMemoryAllocation ? CG_ERR_OOM : CG_ERR_BACKEND;
+    cg_status r = cg__fail(s, "%s failed at %s:%d: %s (%s)", call, file, line, cudaGetErrorString(e), cudaGetErrorName(e));
+    if (s == CG_ERR_OOM) (void)cudaGetLastError(); /* out-of-memory is recoverable: clear it */
+    return r;
+}
+
+static void probe(void) {
+    cudaError_t e = cudaGetDeviceCount(&device_count);
+    if (e != cudaSuccess) {
+        device_count = 0;
+        snprintf(no_gpu_reason, sizeof no_gpu_reason, "%s (%s)",
+                 e == cudaErrorNoDevice ? "no CUDA device"
+                 : e == cudaErrorInsufficientDriver ? "no usable CUDA driver"
+                                                    : "CUDA unavailable",
+                 cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        if (!getenv("CGRAD_QUIET")) fprintf(stderr, "cgrad: %s; running on the CPU\n", no_gpu_reason);
+    } else if (device_count == 0) {
+        snprintf(no_gpu_reason, sizeof no_gpu_reason, "no CUDA device");
+    }
+    if (device_count > CG_MAX_CUDA) device_count = CG_MAX_CUDA;
+}
+
+int cg__cuda_probe(void) {
+    pthread_once(&probe_once, probe);
+    return device_count;
+}
+
+const char *cg__cuda_reason(void) {
+    cg__cuda_probe();
+    return no_gpu_reason;
+}
+
+cg_status cg__cuda_device_name(int index, char *buf, size_t len) {
+    if (index < 0 || index >= cg__cuda_probe())
+        return cg__fail(CG_ERR_DEVICE, "cuda:%d does not exist (%d CUDA devices)", index, cg__cuda_probe());
+    struct cudaDeviceProp prop;
+    CG_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+    snprintf(buf, len, "%s", prop.name);
+    return CG_OK;
+}
+
+static cg_status context_create(int index, cg_cuda_context **out) {
+    cg_cuda_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return cg__fail(CG_ERR_OOM, "out of host memory for the cuda:%d context", index);
+    ctx->index = index;
+    *out = ctx;
+    CG_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    CG_CUBLAS_CHECK(cublasCreate(&ctx->cublas));
+    CG_CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
+    ctx->cublas_math = CUBLAS_DEFAULT_MATH; /* true fp32 (PyTorch's default) */
+    CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, ctx->cublas_math));
+    CG_CURAND_CHECK(curandCreateGenerator(&ctx->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    CG_CURAND_CHECK(curandSetStream(ctx->curand, ctx->stream));
+    CG_CUDA_CHECK(cudaMalloc((void **)&ctx->scratch, 64 * sizeof(float)));
+    return CG_OK;
+}
+
+cg_status cg__cuda_enter(int index, cg_cuda_context **ctx) {
+    if (index < 0 || index >= cg__cuda_probe())
+        return cg__fail(CG_ERR_DEVICE, "cuda:%d does not exist (%d CUDA devices)", index, cg__cuda_probe());
+    CG_CUDA_CHECK(cudaSetDevice(index));
+    if (contexts[index]) {
+        *ctx = contexts[index];
+        return CG_OK;
+    }
+    pthread_mutex_lock(&context_lock);
+    cg_status s = CG_OK;
+    if (!contexts[index]) {
+        cg_cuda_context *created = NULL;
+        s = context_create(index, &created);
+        if (s == CG_OK) contexts[index] = created;
+        /* A half-made context is kept out of the table; its handles leak only on this failure. */
+        else free(created);
+    }
+    pthread_mutex_unlock(&context_lock);
+    *ctx = contexts[index];
+    return s;
+}
+
+/* Lets dst read src's memory directly, once per pair, where the hardware allows. */
+static void enable_peer(int dst, int src) {
+    static bool tried[CG_MAX_CUDA][CG_MAX_CUDA];
+    if (tried[dst][src]) return;
+    tried[dst][src] = true;
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, dst, src) == cudaSuccess && can && cudaSetDevice(dst) == cudaSuccess)
+        (void)cudaDeviceEnablePeerAccess(src, 0);
+    (void)cudaGetLastError(); /* "already enabled" is not an error for us */
+}
+
+/* Orders the copy after the work queued on both devices, and both devices' later work after it. */
+cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void *src, size_t bytes) {
+    cg_cuda_context *dctx, *sctx;
+    CG_TRY(cg__cuda_enter(dst_index, &dctx));
+    CG_TRY(cg__cuda_enter(src_index, &sctx));
+    if (dst_index == src_index) {
+        CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, sctx->stream));
+        return CG_OK;
+    }
+    pthread_mutex_lock(&context_lock);
+    enable_peer(dst_index, src_index);
+    pthread_mutex_unlock(&context_lock);
+    cudaEvent_t dst_ready, copied;
+    CG_CUDA_CHECK(cudaSetDevice(dst_index));
+    CG_CUDA_CHECK(cudaEventCreateWithFlags(&dst_ready, cudaEventDisableTiming));
+    CG_CUDA_CHECK(cudaEventRecord(dst_ready, dctx->stream));
+    CG_CUDA_CHECK(cudaSetDevice(src_index));
+    CG_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+    CG_CUDA_CHECK(cudaStreamWaitEvent(sctx->stream, dst_ready, 0));
+    CG_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_index, src, src_index, bytes, sctx->stream));
+    CG_CUDA_CHECK(cudaEventRecord(copied, sctx->stream));
+    CG_CUDA_CHECK(cudaStreamWaitEvent(dctx->stream, copied, 0));
+    CG_CUDA_CHECK(cudaEventDestroy(dst_ready));
+    CG_CUDA_CHECK(cudaEventDestroy(copied));
+    return CG_OK;
+}
