@@ -1,0 +1,173 @@
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "example_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- flags ---------------------------------------------------------------------------------- */
+static void usage(FILE *f, const char *prog, const char *about, const eu_flag *flags, int nflags) {
+    char dev[32];
+    fprintf(f, "usage: %s [flags]\n%s\n\nflags:\n", prog, about);
+    for (int i = 0; i < nflags; i++) {
+        const eu_flag *fl = &flags[i];
+        switch (fl->kind) {
+        case EU_INT:
+            fprintf(f, "  %s N\n      %s (default %d)\n", fl->name, fl->help, *(int *)fl->value);
+            break;
+        case EU_SIZE:
+            fprintf(f, "  %s N\n      %s (default %lld)\n", fl->name, fl->help,
+                    (long long)*(int64_t *)fl->value);
+            break;
+        case EU_DEVICE:
+            fprintf(f, "  %s cpu|cuda|cuda:N\n      %s (default %s)\n", fl->name, fl->help,
+                    cg_device_str(*(cg_device *)fl->value, dev, sizeof dev));
+            break;
+        }
+    }
+    fprintf(f, "  --help\n      print this message\n");
+}
+
+/* Parses "16000", "1e7", "10M" into an integer; false on anything else or on overflow. */
+static int parse_integer(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno == ERANGE) return 0;
+    switch (*end) {
+    case 'k': case 'K': v *= 1e3; end++; break;
+    case 'm': case 'M': v *= 1e6; end++; break;
+    case 'g': case 'G': v *= 1e9; end++; break;
+    default: break;
+    }
+    if (*end != '\0' || !isfinite(v) || v != floor(v) || fabs(v) > 9.0e18) return 0;
+    *out = (int64_t)v;
+    return 1;
+}
+
+void eu_parse_flags(int argc, char **argv, const char *about, eu_flag *flags, int nflags) {
+    const char *prog = argc > 0 ? argv[0] : "program";
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout, prog, about, flags, nflags);
+            exit(0);
+        }
+        /* "--name=value" or "--name value" */
+        const char *eq = strchr(arg, '=');
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        eu_flag *fl = NULL;
+        for (int k = 0; k < nflags; k++)
+            if (strlen(flags[k].name) == name_len && strncmp(flags[k].name, arg, name_len) == 0)
+                fl = &flags[k];
+        if (!fl) {
+            fprintf(stderr, "%s: unknown flag '%s'\n\n", prog, arg);
+            usage(stderr, prog, about, flags, nflags);
+            exit(2);
+        }
+        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val) {
+            fprintf(stderr, "%s: flag %s needs a value\n\n", prog, fl->name);
+            usage(stderr, prog, about, flags, nflags);
+            exit(2);
+        }
+        int64_t n = 0;
+        switch (fl->kind) {
+        case EU_INT:
+        case EU_SIZE:
+            if (!parse_integer(val, &n) || n < fl->min || (fl->kind == EU_INT && n > 2147483647)) {
+                fprintf(stderr, "%s: bad value '%s' for %s: expected an integer >= %lld\n\n", prog,
+                        val, fl->name, (long long)fl->min);
+                usage(stderr, prog, about, flags, nflags);
+                exit(2);
+            }
+            if (fl->kind == EU_INT) *(int *)fl->value = (int)n;
+            else *(int64_t *)fl->value = n;
+            break;
+        case EU_DEVICE:
+            if (cg_device_parse(val, (cg_device *)fl->value) != CG_OK) {
+                fprintf(stderr, "%s: bad value '%s' for %s: %s\n\n", prog, val, fl->name,
+                        cg_last_error());
+                usage(stderr, prog, about, flags, nflags);
+                exit(2);
+            }
+            break;
+        }
+    }
+}
+
+/* ---- errors --------------------------------------------------------------------------------- */
+cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int line) {
+    if (!t) {
+        fprintf(stderr, "%s:%d: %s failed: %s\n", file, line, expr, cg_last_error());
+        exit(1);
+    }
+    return t;
+}
+
+void eu_check_status(cg_status s, const char *expr, const char *file, int line) {
+    if (s != CG_OK) {
+        fprintf(stderr, "%s:%d: %s failed (%s): %s\n", file, line, expr, cg_status_name(s),
+                cg_last_error());
+        exit(1);
+    }
+}
+
+void eu_expect(int ok, const char *what) {
+    if (!ok) {
+        fprintf(stderr, "check failed: %s\n", what);
+        exit(1);
+    }
+}
+
+/* ---- clock and timing ---------------------------------------------------------------------- */
+double eu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double eu_time_median(cg_device d, int warmup, int runs, eu_run_fn fn, void *ctx) {
+    if (runs < 1) runs = 1;
+    /* Warm-up: first calls pay for CUDA context/cuBLAS handles, the allocator cache, page faults. */
+    for (int i = 0; i < warmup; i++) {
+        if (fn(ctx) != 0) { fprintf(stderr, "timed run failed: %s\n", cg_last_error()); exit(1); }
+        CHECK_OK(cg_synchronize(d));
+    }
+    double *t = malloc((size_t)runs * sizeof *t);
+    if (!t) { fprintf(stderr, "out of host memory\n"); exit(1); }
+    CHECK_OK(cg_synchronize(d)); /* start from an idle device */
+    for (int i = 0; i < runs; i++) {
+        double t0 = eu_now();
+        if (fn(ctx) != 0) { fprintf(stderr, "timed run failed: %s\n", cg_last_error()); exit(1); }
+        CHECK_OK(cg_synchronize(d)); /* GPU ops are asynchronous: wait before reading the clock */
+        t[i] = eu_now() - t0;
+    }
+    qsort(t, (size_t)runs, sizeof *t, cmp_double);
+    double median = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
+    free(t);
+    return median;
+}
+
+const char *eu_fmt_seconds(double s, char *buf, size_t len) {
+    if (s >= 1.0) snprintf(buf, len, "%.3f s", s);
+    else if (s >= 1e-3) snprintf(buf, len, "%.3f ms", 1e3 * s);
+    else snprintf(buf, len, "%.1f us", 1e6 * s);
+    return buf;
+}
+
+const char *eu_device_desc(cg_device d, char *buf, size_t len) {
+    char s[32], name[128] = "";
+    cg_device_str(d, s, sizeof s);
+    if (!cg_device_name(d, name, sizeof name)) name[0] = '\0';
+    snprintf(buf, len, "%s (%s)", s, name[0] ? name : "unknown");
+    return buf;
+}

@@ -1,0 +1,53 @@
+/* Helpers shared by the example and benchmark programs: flags, error checks, a clock, timing.
+ * Not part of the library; kept small on purpose so each program still reads like its seed. */
+#ifndef CGRAD_EXAMPLE_UTIL_H
+#define CGRAD_EXAMPLE_UTIL_H
+
+#include <stdint.h>
+
+#include "cgrad.h"
+
+/* ---- flags ---------------------------------------------------------------------------------- */
+typedef enum eu_flag_kind {
+    EU_INT,    /* int, written as 16 or 1e3; value must be >= min */
+    EU_SIZE,   /* int64_t, written as 16000, 1e7 or 10M (k/M/G = 10^3/10^6/10^9); >= min */
+    EU_DEVICE, /* cg_device: cpu | cuda | cuda:N (cg_device_parse: a missing GPU is an error) */
+} eu_flag_kind;
+
+typedef struct eu_flag {
+    const char *name; /* "--size"; given as "--size 16000" or "--size=16000" */
+    eu_flag_kind kind;
+    void *value;      /* int*, int64_t* or cg_device*; holds the default on entry */
+    int64_t min;      /* smallest accepted value (EU_INT, EU_SIZE) */
+    const char *help;
+} eu_flag;
+
+/* Parses argv into the flags. `--help`/`-h` prints the usage and exits 0; an unknown flag, a
+ * missing or bad value prints the error and the usage to stderr and exits 2. */
+void eu_parse_flags(int argc, char **argv, const char *about, eu_flag *flags, int nflags);
+
+/* ---- errors: any cgrad failure ends the program with cg_last_error() and exit code 1 ------- */
+cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int line);
+void eu_check_status(cg_status s, const char *expr, const char *file, int line);
+#define CHECK(expr) eu_check_tensor((expr), #expr, __FILE__, __LINE__)
+#define CHECK_OK(expr) eu_check_status((expr), #expr, __FILE__, __LINE__)
+/* Prints "check failed: <what>" and exits 1 when ok is false (a wrong result, not an API error). */
+void eu_expect(int ok, const char *what);
+
+/* ---- clock and timing ---------------------------------------------------------------------- */
+double eu_now(void); /* seconds on a monotonic clock */
+
+/* One timed run; returns 0 on success (or exits through CHECK). */
+typedef int (*eu_run_fn)(void *ctx);
+
+/* Runs fn `warmup` times, then `runs` times, each run followed by cg_synchronize(d) so queued GPU
+ * work is inside the measurement; returns the median of the runs in seconds. Exits 1 on failure. */
+double eu_time_median(cg_device d, int warmup, int runs, eu_run_fn fn, void *ctx);
+
+/* "5.512 s", "158.2 ms" or "41.3 us"; buf of at least 32 bytes. */
+const char *eu_fmt_seconds(double s, char *buf, size_t len);
+
+/* "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu (AMD EPYC ...)"; buf of at least 160 bytes. */
+const char *eu_device_desc(cg_device d, char *buf, size_t len);
+
+#endif
