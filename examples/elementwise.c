@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
     char desc[192];
     int gpu = device.type == CG_CUDA;
     if (!gpu && !cg_cuda_is_available())
-        printf("no GPU (%s): timing the CPU only\n", cg_cuda_unavailable_reason());
+        printf("no GPU: %s. Timing the CPU only.\n", cg_cuda_unavailable_reason());
     printf("cpu: %s, %d threads\n", eu_device_desc(cg_cpu(), desc, sizeof desc),
            cg_get_num_threads());
     if (gpu) printf("gpu: %s\n", eu_device_desc(device, desc, sizeof desc));

@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
 
     if (device.type != CG_CUDA) {
         if (!cg_cuda_is_available())
-            printf("no GPU (%s): timed the CPU only\n", cg_cuda_unavailable_reason());
+            printf("no GPU: %s. Timed the CPU only.\n", cg_cuda_unavailable_reason());
         else
             printf("--device cpu: timed the CPU only\n");
         return 0;

@@ -19,7 +19,7 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv, "torch.tensor([1., 2., 3.]).to(device) * 2", flags, 1);
     if (device.type == CG_CPU && !cg_cuda_is_available())
-        printf("no GPU (%s): running on the CPU\n", cg_cuda_unavailable_reason());
+        printf("no GPU: %s. Running on the CPU.\n", cg_cuda_unavailable_reason());
 
     /* Define a tensor (on the CPU, as torch.tensor does) */
     const float data[] = {1.0f, 2.0f, 3.0f};
