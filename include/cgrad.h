@@ -171,7 +171,36 @@ cg_tensor *cg_mean_dim(const cg_tensor *t, int dim, bool keepdim);
  * flag, with no copy. */
 cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
 
+/* ---- autograd ---------------------------------------------------------------------------------
+ * Ops on tensors that require gradients record a tape as they run (unless grad mode is off).
+ * cg_backward(loss) walks it in reverse and accumulates (+=) into .grad of every leaf that
+ * requires grad; the tape's saved values are released as it goes (backward twice through the
+ * same graph is an error, as in PyTorch without retain_graph). */
+cg_status cg_set_requires_grad(cg_tensor *t, bool requires_grad); /* leaves only */
+bool cg_requires_grad(const cg_tensor *t);
+bool cg_is_leaf(const cg_tensor *t);
+/* The accumulated gradient (borrowed: owned by t), or NULL when none has been produced since the
+ * last zero_grad. */
+cg_tensor *cg_grad(const cg_tensor *t);
+/* Sets t's gradient to none (PyTorch's zero_grad(set_to_none=True) for one tensor). */
+cg_status cg_zero_grad(cg_tensor *t);
+cg_status cg_backward(cg_tensor *loss); /* loss must have one element */
+cg_status cg_backward_with(cg_tensor *output, const cg_tensor *grad_output);
+/* Grad mode: off for evaluation and optimizer updates. Returns the previous mode. */
+bool cg_set_grad_enabled(bool enabled);
+bool cg_is_grad_enabled(void);
+cg_tensor *cg_detach(const cg_tensor *t); /* a view with no history */
+
+/* ---- functional NN ops ---------------------------------------------------------------------------- */
+/* y = x W^T + b: x (N, in), weight (out, in), bias (out) or NULL -> (N, out) (F.linear). */
+cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias);
+typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM } cg_reduction;
+/* MSELoss: mean (or sum) of (input - target)^2; shapes must match. */
+cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
+
 #ifdef __cplusplus
 }
 #endif
+
+#include "cgrad/nn.h"
 #endif

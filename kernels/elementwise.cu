@@ -110,9 +110,7 @@ extern "C" cudaError_t cg_launch_unary(cg_unary_op op, float alpha, const float 
                                        float *out, cudaStream_t stream) {
     switch (op) {
 #define CASE(OP) case OP: return launch_unary<OP>(alpha, x, lay, out, stream);
-        CASE(CG_UNARY_COPY) CASE(CG_UNARY_NEG) CASE(CG_UNARY_EXP) CASE(CG_UNARY_LOG) CASE(CG_UNARY_SIN)
-        CASE(CG_UNARY_COS) CASE(CG_UNARY_SQRT) CASE(CG_UNARY_RELU) CASE(CG_UNARY_TANH) CASE(CG_UNARY_SIGMOID)
-        CASE(CG_UNARY_ADD_SCALAR) CASE(CG_UNARY_MUL_SCALAR) CASE(CG_UNARY_DIV_SCALAR) CASE(CG_UNARY_POW_SCALAR)
+        CG_UNARY_OPS(CASE)
 #undef CASE
     default: return cudaErrorInvalidValue;
     }
@@ -122,7 +120,7 @@ extern "C" cudaError_t cg_launch_binary(cg_binary_op op, const float *a, const f
                                         float *out, cudaStream_t stream) {
     switch (op) {
 #define CASE(OP) case OP: return launch_binary<OP>(a, b, lay, out, stream);
-        CASE(CG_BINARY_ADD) CASE(CG_BINARY_SUB) CASE(CG_BINARY_MUL) CASE(CG_BINARY_DIV) CASE(CG_BINARY_POW)
+        CG_BINARY_OPS(CASE)
 #undef CASE
     default: return cudaErrorInvalidValue;
     }

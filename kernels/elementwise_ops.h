@@ -11,32 +11,27 @@
 #define CG_HD static inline
 #endif
 
-typedef enum cg_unary_op {
-    CG_UNARY_COPY,   /* y = x (strided gather: contiguous(), clone) */
-    CG_UNARY_NEG,
-    CG_UNARY_EXP,
-    CG_UNARY_LOG,
-    CG_UNARY_SIN,
-    CG_UNARY_COS,
-    CG_UNARY_SQRT,
-    CG_UNARY_RELU,
-    CG_UNARY_TANH,
-    CG_UNARY_SIGMOID,
-    CG_UNARY_ADD_SCALAR, /* y = x + alpha */
-    CG_UNARY_MUL_SCALAR, /* y = x * alpha */
-    CG_UNARY_DIV_SCALAR, /* y = x / alpha */
-    CG_UNARY_POW_SCALAR, /* y = x ^ alpha */
-    CG_UNARY_COUNT
-} cg_unary_op;
+/* X-macro lists: the enums and every backend's dispatch switch come from these, so adding an op
+ * here (and its formula below) is all a backend needs. */
+#define CG_UNARY_OPS(X)                                                                             \
+    X(CG_UNARY_COPY)       /* y = x (strided gather: contiguous(), clone) */                        \
+    X(CG_UNARY_NEG) X(CG_UNARY_EXP) X(CG_UNARY_LOG) X(CG_UNARY_SIN) X(CG_UNARY_COS)                 \
+    X(CG_UNARY_SQRT) X(CG_UNARY_RELU) X(CG_UNARY_TANH) X(CG_UNARY_SIGMOID)                          \
+    X(CG_UNARY_ADD_SCALAR) /* y = x + alpha */                                                      \
+    X(CG_UNARY_MUL_SCALAR) /* y = x * alpha */                                                      \
+    X(CG_UNARY_DIV_SCALAR) /* y = x / alpha */                                                      \
+    X(CG_UNARY_POW_SCALAR) /* y = x ^ alpha */
 
-typedef enum cg_binary_op {
-    CG_BINARY_ADD,
-    CG_BINARY_SUB,
-    CG_BINARY_MUL,
-    CG_BINARY_DIV,
-    CG_BINARY_POW,
-    CG_BINARY_COUNT
-} cg_binary_op;
+#define CG_BINARY_OPS(X)                                                                            \
+    X(CG_BINARY_ADD) X(CG_BINARY_SUB) X(CG_BINARY_MUL) X(CG_BINARY_DIV) X(CG_BINARY_POW)            \
+    X(CG_BINARY_RELU_BACKWARD)    /* a = grad, b = x: grad where x > 0 */                           \
+    X(CG_BINARY_TANH_BACKWARD)    /* a = grad, b = y = tanh(x): grad * (1 - y^2) */                 \
+    X(CG_BINARY_SIGMOID_BACKWARD) /* a = grad, b = y = sigmoid(x): grad * y * (1 - y) */
+
+#define CG_ENUM_ENTRY(name) name,
+typedef enum cg_unary_op { CG_UNARY_OPS(CG_ENUM_ENTRY) CG_UNARY_COUNT } cg_unary_op;
+typedef enum cg_binary_op { CG_BINARY_OPS(CG_ENUM_ENTRY) CG_BINARY_COUNT } cg_binary_op;
+#undef CG_ENUM_ENTRY
 
 /* x^p with the exact shortcuts PyTorch takes for common exponents. */
 CG_HD float cg_powf(float x, float p) {
@@ -77,6 +72,9 @@ CG_HD float cg_binary_apply(cg_binary_op op, float a, float b) {
     case CG_BINARY_MUL: return a * b;
     case CG_BINARY_DIV: return a / b;
     case CG_BINARY_POW: return cg_powf(a, b);
+    case CG_BINARY_RELU_BACKWARD: return b > 0.0f ? a : 0.0f;
+    case CG_BINARY_TANH_BACKWARD: return a * (1.0f - b * b);
+    case CG_BINARY_SIGMOID_BACKWARD: return a * b * (1.0f - b);
     default: return a;
     }
 }

@@ -43,6 +43,11 @@ struct cg_tensor {
     cg_device device;
     cg_storage *storage;
     cg_scope *scope;               /* owning scope, or NULL when the user owns it */
+    /* autograd */
+    bool requires_grad;
+    bool grad_defined;             /* grad holds a value produced since the last zero_grad */
+    cg_tensor *grad;               /* owned; for parameters a view into the gradient buffer */
+    struct cg_node *grad_fn;       /* the op that produced this tensor (one reference), or NULL */
     cg_tensor *scope_next;         /* intrusive list of the scope's tensors */
     cg_tensor *scope_prev;
 };
@@ -91,6 +96,11 @@ cg_status cg__ew_layout(const cg_tensor *a, const cg_tensor *b, int ndim, const 
 /* Broadcast shape of a and b (NumPy rules), or a CG_ERR_SHAPE naming fn and both shapes. */
 cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char *fn, int *ndim,
                               int64_t *shape);
+/* The recorded (autograd-aware) element-wise ops behind the public functions; fn names the caller. */
+cg_tensor *cg__unary_op(cg_unary_op op, float alpha, const cg_tensor *x, const char *fn);
+cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn);
+/* dst += src in place (same shape, same device); not recorded. */
+cg_status cg__add_(cg_tensor *dst, const cg_tensor *src);
 /* out (contiguous, same shape as x) = op(x, alpha), on x's device. */
 cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out);
 
@@ -131,6 +141,49 @@ cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void
 /* Byte copies between any two devices (src/ops_copy.c). */
 cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const void *src,
                          size_t bytes);
+
+/* ---- autograd (src/autograd.c) --------------------------------------------------------------
+ * A node is one recorded op. Its backward receives the gradient of the op's output and returns
+ * the gradient of each input (NULL where that input needs none); the engine sums gradients that
+ * meet at a tensor and reduces broadcast gradients to the input's shape. */
+#define CG_NODE_MAX_INPUTS 3
+#define CG_NODE_MAX_SAVED 3
+
+typedef struct cg_node cg_node;
+typedef cg_status (*cg_backward_fn)(cg_node *node, const cg_tensor *grad_out, cg_tensor **grad_in);
+
+struct cg_node {
+    int refcount;                            /* output tensor + consumer nodes */
+    const char *name;                        /* op name, for error messages */
+    cg_backward_fn backward;
+    int ninputs;
+    cg_node *next[CG_NODE_MAX_INPUTS];       /* producer of input k (a reference), or NULL */
+    cg_tensor *leaf[CG_NODE_MAX_INPUTS];     /* input k when it is a leaf requiring grad */
+    bool needs_grad[CG_NODE_MAX_INPUTS];
+    int in_ndim[CG_NODE_MAX_INPUTS];
+    int64_t in_shape[CG_NODE_MAX_INPUTS][CG_MAX_DIMS];
+    cg_device in_device[CG_NODE_MAX_INPUTS];
+    cg_tensor *saved[CG_NODE_MAX_SAVED];     /* owned handles (views), released after backward */
+    float scalar;                            /* op parameters */
+    int dim;
+    bool flag;
+    bool released;                           /* saved values freed by a backward pass */
+    /* bookkeeping */
+    cg_node *link;                           /* free list / release chain */
+    uint64_t epoch;
+    int pending;
+    cg_tensor *grad_accum;
+};
+
+/* True when grad mode is on and any of the inputs requires grad. */
+bool cg__should_record(int n, const cg_tensor *const *inputs);
+/* Records out = op(inputs): out gets a new node holding `saved` (views taken here; NULL entries
+ * allowed). Returns NULL (error recorded) when out of memory. */
+cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, int ninputs,
+                    const cg_tensor *const *inputs, int nsaved, const cg_tensor *const *saved);
+void cg__node_unref(cg_node *n);
+/* g summed over the dims that were broadcast from shape (ndim, shape); a new tensor. */
+cg_tensor *cg__sum_to(const cg_tensor *g, int ndim, const int64_t *shape);
 
 /* ---- global state (src/device.c) ------------------------------------------------------------ */
 /* The seed of cg_manual_seed and a counter that changes with each call, so a backend's

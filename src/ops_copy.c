@@ -12,12 +12,40 @@ cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const 
     return cg__cuda_copy_peer(dst_dev.index, dst, src_dev.index, src, bytes);
 }
 
+/* ---- autograd for data movement and shape ------------------------------------------------------ */
+typedef enum movement_kind { MOVE_IDENTITY, MOVE_RESHAPE, MOVE_TRANSPOSE, MOVE_DEVICE } movement_kind;
+
+/* The gradient goes back unchanged in value: reshaped, transposed back, or moved back. */
+static cg_status movement_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    switch ((movement_kind)n->dim) {
+    case MOVE_IDENTITY: grad_in[0] = cg__view_new(g, g->ndim, g->shape, g->strides, g->offset); break;
+    case MOVE_RESHAPE: grad_in[0] = cg_reshape(g, n->in_ndim[0], n->in_shape[0]); break;
+    case MOVE_TRANSPOSE: grad_in[0] = cg_transpose(g, (int)n->scalar, n->flag); break;
+    case MOVE_DEVICE: grad_in[0] = cg_to(g, n->in_device[0]); break;
+    }
+    return grad_in[0] ? CG_OK : cg_last_status();
+}
+
+/* Records out as a movement of t when t requires grad; frees out and returns NULL on failure. */
+static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, movement_kind kind, const char *fn, int d0, int d1) {
+    if (!out || !cg__should_record(1, &t)) return out;
+    cg_node *node = cg__record(out, fn, movement_backward, 1, &t, 0, NULL);
+    if (!node) {
+        cg_tensor_free(out);
+        return NULL;
+    }
+    node->dim = (int)kind, node->scalar = (float)d0, node->flag = d1;
+    return out;
+}
+
 cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out) {
     if (out->numel == 0) return CG_OK;
     cg_ew_layout lay;
     CG_TRY(cg__ew_layout(x, NULL, out->ndim, out->shape, &lay));
     return cg__backend_for(x->device)->unary(op, alpha, cg__data(x), &lay, cg__data(out), x->device.index);
 }
+
+static cg_status copy_between(cg_tensor *dst, const cg_tensor *src);
 
 /* A contiguous copy of t on its own device. */
 static cg_tensor *copy_contiguous(const cg_tensor *t) {
@@ -32,24 +60,24 @@ static cg_tensor *copy_contiguous(const cg_tensor *t) {
 
 cg_tensor *cg_clone(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_clone", "t") != CG_OK) return NULL;
-    return copy_contiguous(t);
+    return recorded(copy_contiguous(t), t, MOVE_IDENTITY, "cg_clone", 0, 0);
 }
 
 cg_tensor *cg_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_contiguous", "t") != CG_OK) return NULL;
-    if (cg_is_contiguous(t)) return cg__view_new(t, t->ndim, t->shape, NULL, t->offset);
-    return copy_contiguous(t);
+    cg_tensor *out = cg_is_contiguous(t) ? cg__view_new(t, t->ndim, t->shape, NULL, t->offset) : copy_contiguous(t);
+    return recorded(out, t, MOVE_IDENTITY, "cg_contiguous", 0, 0);
 }
 
 cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
     if (cg__check_tensor(t, "cg_to", "t") != CG_OK || !cg__backend_for(d)) return NULL;
     cg_tensor *out = cg__tensor_new(t->ndim, t->shape, d);
     if (!out) return NULL;
-    if (cg_copy_(out, t) != CG_OK) {
+    if (copy_between(out, t) != CG_OK) {
         cg_tensor_free(out);
         return NULL;
     }
-    return out;
+    return recorded(out, t, MOVE_DEVICE, "cg_to", 0, 0);
 }
 
 cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
@@ -61,8 +89,13 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
                         cg__shape_str(dst, sd, sizeof sd), cg__shape_str(src, ss, sizeof ss));
     if (!cg_is_contiguous(dst))
         return cg__fail(CG_ERR_INVALID_ARG, "cg_copy_: destination must be contiguous");
+    return copy_between(dst, src);
+}
+
+/* dst (contiguous) = src, on any two devices; not recorded. */
+static cg_status copy_between(cg_tensor *dst, const cg_tensor *src) {
     if (cg_device_equal(dst->device, src->device)) return cg__unary_into(CG_UNARY_COPY, 0.0f, src, dst);
-    cg_tensor *c = cg_contiguous(src);
+    cg_tensor *c = cg_is_contiguous(src) ? cg__view_new(src, src->ndim, src->shape, NULL, src->offset) : copy_contiguous(src);
     if (!c) return cg_last_status();
     cg_status s = cg__copy_bytes(dst->device, cg__data(dst), c->device, cg__data(c), (size_t)c->numel * sizeof(float));
     cg_tensor_free(c);
@@ -95,18 +128,21 @@ cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
     if (infer_shape(t, ndim, shape, resolved, "cg_view") != CG_OK) return NULL;
     if (!cg_is_contiguous(t))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor is not contiguous (use cg_reshape, which copies)");
-    return cg__view_new(t, ndim, resolved, NULL, t->offset);
+    return recorded(cg__view_new(t, ndim, resolved, NULL, t->offset), t, MOVE_RESHAPE, "cg_view", 0, 0);
 }
 
 cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
     int64_t resolved[CG_MAX_DIMS];
     if (infer_shape(t, ndim, shape, resolved, "cg_reshape") != CG_OK) return NULL;
-    if (cg_is_contiguous(t)) return cg__view_new(t, ndim, resolved, NULL, t->offset);
-    cg_tensor *c = copy_contiguous(t);
-    if (!c) return NULL;
-    cg_tensor *v = cg__view_new(c, ndim, resolved, NULL, 0);
-    cg_tensor_free(c);
-    return v;
+    cg_tensor *v;
+    if (cg_is_contiguous(t)) {
+        v = cg__view_new(t, ndim, resolved, NULL, t->offset);
+    } else {
+        cg_tensor *c = copy_contiguous(t);
+        v = c ? cg__view_new(c, ndim, resolved, NULL, 0) : NULL;
+        cg_tensor_free(c);
+    }
+    return recorded(v, t, MOVE_RESHAPE, "cg_reshape", 0, 0);
 }
 
 cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
@@ -120,5 +156,5 @@ cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     memcpy(strides, t->strides, sizeof strides);
     shape[d0] = t->shape[d1], shape[d1] = t->shape[d0];
     strides[d0] = t->strides[d1], strides[d1] = t->strides[d0];
-    return cg__view_new(t, t->ndim, shape, strides, t->offset);
+    return recorded(cg__view_new(t, t->ndim, shape, strides, t->offset), t, MOVE_TRANSPOSE, "cg_transpose", d0, d1);
 }

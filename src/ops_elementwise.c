@@ -55,7 +55,105 @@ cg_status cg__ew_layout(const cg_tensor *a, const cg_tensor *b, int ndim, const 
     return CG_OK;
 }
 
-static cg_tensor *unary(cg_unary_op op, float alpha, const cg_tensor *x, const char *fn) {
+/* ---- backward ------------------------------------------------------------------------------- */
+/* Binary ops save (a, b); unary ops save x in saved[0] and their output y in saved[1], as needed.
+ * Gradients are computed with the ops themselves (the engine runs them with grad mode off). */
+static cg_tensor *view_of(const cg_tensor *g) { return cg__view_new(g, g->ndim, g->shape, g->strides, g->offset); }
+
+static cg_tensor *mul_free(cg_tensor *a, const cg_tensor *b) { /* a * b, freeing a */
+    cg_tensor *r = a ? cg_mul(a, b) : NULL;
+    cg_tensor_free(a);
+    return r;
+}
+
+static cg_tensor *scale_free(cg_tensor *a, float s) { /* a * s, freeing a */
+    cg_tensor *r = a ? cg_mul_scalar(a, s) : NULL;
+    cg_tensor_free(a);
+    return r;
+}
+
+static cg_status binary_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_tensor *a = n->saved[0], *b = n->saved[1];
+    bool ga = n->needs_grad[0], gb = n->needs_grad[1];
+    switch ((cg_binary_op)n->dim) {
+    case CG_BINARY_ADD:
+        if (ga) grad_in[0] = view_of(g);
+        if (gb) grad_in[1] = view_of(g);
+        break;
+    case CG_BINARY_SUB:
+        if (ga) grad_in[0] = view_of(g);
+        if (gb) grad_in[1] = cg_neg(g);
+        break;
+    case CG_BINARY_MUL:
+        if (ga) grad_in[0] = cg_mul(g, b);
+        if (gb) grad_in[1] = cg_mul(g, a);
+        break;
+    case CG_BINARY_DIV: /* d/da = 1/b, d/db = -a/b^2 */
+        if (ga) grad_in[0] = cg_div(g, b);
+        if (gb) {
+            cg_tensor *b2 = cg_mul(b, b);
+            grad_in[1] = scale_free(mul_free(b2 ? cg_div(a, b2) : NULL, g), -1.0f);
+            cg_tensor_free(b2);
+        }
+        break;
+    case CG_BINARY_POW: /* d/da = b a^(b-1), d/db = a^b log(a) */
+        if (ga) {
+            cg_tensor *bm1 = cg_add_scalar(b, -1.0f), *p = bm1 ? cg_pow(a, bm1) : NULL;
+            grad_in[0] = mul_free(mul_free(p, b), g);
+            cg_tensor_free(bm1);
+        }
+        if (gb) {
+            cg_tensor *la = cg_log(a);
+            grad_in[1] = mul_free(mul_free(la ? cg_pow(a, b) : NULL, la), g);
+            cg_tensor_free(la);
+        }
+        break;
+    default:
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: no backward", n->name);
+    }
+    for (int k = 0; k < 2; k++)
+        if (n->needs_grad[k] && !grad_in[k]) return cg_last_status();
+    return CG_OK;
+}
+
+static cg_status unary_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_tensor *x = n->saved[0], *y = n->saved[1];
+    float alpha = n->scalar;
+    cg_tensor *r = NULL;
+    switch ((cg_unary_op)n->dim) {
+    case CG_UNARY_COPY: case CG_UNARY_ADD_SCALAR: r = view_of(g); break;
+    case CG_UNARY_NEG: r = cg_neg(g); break;
+    case CG_UNARY_MUL_SCALAR: r = cg_mul_scalar(g, alpha); break;
+    case CG_UNARY_DIV_SCALAR: r = cg_div_scalar(g, alpha); break;
+    case CG_UNARY_EXP: r = cg_mul(g, y); break;
+    case CG_UNARY_LOG: r = cg_div(g, x); break;
+    case CG_UNARY_SIN: r = mul_free(cg_cos(x), g); break;
+    case CG_UNARY_COS: r = scale_free(mul_free(cg_sin(x), g), -1.0f); break;
+    case CG_UNARY_SQRT: r = scale_free(cg_div(g, y), 0.5f); break;
+    case CG_UNARY_RELU: r = cg__binary_op(CG_BINARY_RELU_BACKWARD, g, x, "relu_backward"); break;
+    case CG_UNARY_TANH: r = cg__binary_op(CG_BINARY_TANH_BACKWARD, g, y, "tanh_backward"); break;
+    case CG_UNARY_SIGMOID: r = cg__binary_op(CG_BINARY_SIGMOID_BACKWARD, g, y, "sigmoid_backward"); break;
+    case CG_UNARY_POW_SCALAR: { /* alpha x^(alpha-1) */
+        cg_tensor *p = cg_pow_scalar(x, alpha - 1.0f), *s = p ? cg_mul_scalar(p, alpha) : NULL;
+        r = mul_free(s, g);
+        cg_tensor_free(p);
+        break;
+    }
+    default: return cg__fail(CG_ERR_INVALID_ARG, "%s: no backward", n->name);
+    }
+    grad_in[0] = r;
+    return r ? CG_OK : cg_last_status();
+}
+
+/* Which values each unary op's backward reads: its input x, its output y. */
+static void unary_saves(cg_unary_op op, bool *save_x, bool *save_y) {
+    *save_x = op == CG_UNARY_LOG || op == CG_UNARY_SIN || op == CG_UNARY_COS || op == CG_UNARY_RELU ||
+              op == CG_UNARY_POW_SCALAR;
+    *save_y = op == CG_UNARY_EXP || op == CG_UNARY_SQRT || op == CG_UNARY_TANH || op == CG_UNARY_SIGMOID;
+}
+
+/* ---- forward ------------------------------------------------------------------------------------ */
+cg_tensor *cg__unary_op(cg_unary_op op, float alpha, const cg_tensor *x, const char *fn) {
     if (cg__check_tensor(x, fn, "a") != CG_OK) return NULL;
     cg_tensor *out = cg__tensor_new(x->ndim, x->shape, x->device);
     if (!out) return NULL;
@@ -63,45 +161,78 @@ static cg_tensor *unary(cg_unary_op op, float alpha, const cg_tensor *x, const c
         cg_tensor_free(out);
         return NULL;
     }
+    if (cg__should_record(1, &x)) {
+        bool save_x, save_y;
+        unary_saves(op, &save_x, &save_y);
+        const cg_tensor *saved[2] = {save_x ? x : NULL, save_y ? out : NULL};
+        cg_node *node = cg__record(out, fn, unary_backward, 1, &x, 2, saved);
+        if (!node) {
+            cg_tensor_free(out);
+            return NULL;
+        }
+        node->dim = (int)op, node->scalar = alpha;
+    }
     return out;
 }
 
-static cg_tensor *binary(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn) {
+/* out = op(a, b) into an existing contiguous tensor of the broadcast shape. */
+static cg_status binary_into(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, cg_tensor *out) {
+    if (out->numel == 0) return CG_OK;
+    cg_ew_layout lay;
+    CG_TRY(cg__ew_layout(a, b, out->ndim, out->shape, &lay));
+    return cg__backend_for(a->device)->binary(op, cg__data(a), cg__data(b), &lay, cg__data(out), a->device.index);
+}
+
+cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn) {
     int ndim;
     int64_t shape[CG_MAX_DIMS];
     if (cg__check_same_device(a, b, fn) != CG_OK || cg__broadcast_shape(a, b, fn, &ndim, shape) != CG_OK)
         return NULL;
     cg_tensor *out = cg__tensor_new(ndim, shape, a->device);
     if (!out) return NULL;
-    if (out->numel == 0) return out;
-    cg_ew_layout lay;
-    cg_status s = cg__ew_layout(a, b, ndim, shape, &lay);
-    if (s == CG_OK)
-        s = cg__backend_for(a->device)->binary(op, cg__data(a), cg__data(b), &lay, cg__data(out), a->device.index);
-    if (s != CG_OK) {
+    if (binary_into(op, a, b, out) != CG_OK) {
         cg_tensor_free(out);
         return NULL;
+    }
+    const cg_tensor *inputs[2] = {a, b};
+    if (cg__should_record(2, inputs)) {
+        bool saves = op != CG_BINARY_ADD && op != CG_BINARY_SUB;
+        cg_node *node = cg__record(out, fn, binary_backward, 2, inputs, saves ? 2 : 0, inputs);
+        if (!node) {
+            cg_tensor_free(out);
+            return NULL;
+        }
+        node->dim = (int)op;
     }
     return out;
 }
 
-cg_tensor *cg_add(const cg_tensor *a, const cg_tensor *b) { return binary(CG_BINARY_ADD, a, b, "cg_add"); }
-cg_tensor *cg_sub(const cg_tensor *a, const cg_tensor *b) { return binary(CG_BINARY_SUB, a, b, "cg_sub"); }
-cg_tensor *cg_mul(const cg_tensor *a, const cg_tensor *b) { return binary(CG_BINARY_MUL, a, b, "cg_mul"); }
-cg_tensor *cg_div(const cg_tensor *a, const cg_tensor *b) { return binary(CG_BINARY_DIV, a, b, "cg_div"); }
-cg_tensor *cg_pow(const cg_tensor *a, const cg_tensor *b) { return binary(CG_BINARY_POW, a, b, "cg_pow"); }
+cg_status cg__add_(cg_tensor *dst, const cg_tensor *src) {
+    CG_TRY(cg__check_same_device(dst, src, "add_"));
+    return binary_into(CG_BINARY_ADD, dst, src, dst);
+}
 
-cg_tensor *cg_add_scalar(const cg_tensor *a, float s) { return unary(CG_UNARY_ADD_SCALAR, s, a, "cg_add_scalar"); }
-cg_tensor *cg_sub_scalar(const cg_tensor *a, float s) { return unary(CG_UNARY_ADD_SCALAR, -s, a, "cg_sub_scalar"); }
-cg_tensor *cg_mul_scalar(const cg_tensor *a, float s) { return unary(CG_UNARY_MUL_SCALAR, s, a, "cg_mul_scalar"); }
-cg_tensor *cg_div_scalar(const cg_tensor *a, float s) { return unary(CG_UNARY_DIV_SCALAR, s, a, "cg_div_scalar"); }
-cg_tensor *cg_pow_scalar(const cg_tensor *a, float p) { return unary(CG_UNARY_POW_SCALAR, p, a, "cg_pow_scalar"); }
-cg_tensor *cg_neg(const cg_tensor *a) { return unary(CG_UNARY_NEG, 0.0f, a, "cg_neg"); }
-cg_tensor *cg_exp(const cg_tensor *a) { return unary(CG_UNARY_EXP, 0.0f, a, "cg_exp"); }
-cg_tensor *cg_log(const cg_tensor *a) { return unary(CG_UNARY_LOG, 0.0f, a, "cg_log"); }
-cg_tensor *cg_sin(const cg_tensor *a) { return unary(CG_UNARY_SIN, 0.0f, a, "cg_sin"); }
-cg_tensor *cg_cos(const cg_tensor *a) { return unary(CG_UNARY_COS, 0.0f, a, "cg_cos"); }
-cg_tensor *cg_sqrt(const cg_tensor *a) { return unary(CG_UNARY_SQRT, 0.0f, a, "cg_sqrt"); }
-cg_tensor *cg_relu(const cg_tensor *a) { return unary(CG_UNARY_RELU, 0.0f, a, "cg_relu"); }
-cg_tensor *cg_tanh(const cg_tensor *a) { return unary(CG_UNARY_TANH, 0.0f, a, "cg_tanh"); }
-cg_tensor *cg_sigmoid(const cg_tensor *a) { return unary(CG_UNARY_SIGMOID, 0.0f, a, "cg_sigmoid"); }
+cg_tensor *cg_add(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op(CG_BINARY_ADD, a, b, "cg_add"); }
+cg_tensor *cg_sub(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op(CG_BINARY_SUB, a, b, "cg_sub"); }
+cg_tensor *cg_mul(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op(CG_BINARY_MUL, a, b, "cg_mul"); }
+cg_tensor *cg_div(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op(CG_BINARY_DIV, a, b, "cg_div"); }
+cg_tensor *cg_pow(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op(CG_BINARY_POW, a, b, "cg_pow"); }
+
+#define UNARY(name, op, alpha) \
+    cg_tensor *name(const cg_tensor *a) { return cg__unary_op(op, alpha, a, #name); }
+#define UNARY_SCALAR(name, op, alpha) \
+    cg_tensor *name(const cg_tensor *a, float s) { return cg__unary_op(op, alpha, a, #name); }
+UNARY_SCALAR(cg_add_scalar, CG_UNARY_ADD_SCALAR, s)
+UNARY_SCALAR(cg_sub_scalar, CG_UNARY_ADD_SCALAR, -s)
+UNARY_SCALAR(cg_mul_scalar, CG_UNARY_MUL_SCALAR, s)
+UNARY_SCALAR(cg_div_scalar, CG_UNARY_DIV_SCALAR, s)
+UNARY_SCALAR(cg_pow_scalar, CG_UNARY_POW_SCALAR, s)
+UNARY(cg_neg, CG_UNARY_NEG, 0.0f)
+UNARY(cg_exp, CG_UNARY_EXP, 0.0f)
+UNARY(cg_log, CG_UNARY_LOG, 0.0f)
+UNARY(cg_sin, CG_UNARY_SIN, 0.0f)
+UNARY(cg_cos, CG_UNARY_COS, 0.0f)
+UNARY(cg_sqrt, CG_UNARY_SQRT, 0.0f)
+UNARY(cg_relu, CG_UNARY_RELU, 0.0f)
+UNARY(cg_tanh, CG_UNARY_TANH, 0.0f)
+UNARY(cg_sigmoid, CG_UNARY_SIGMOID, 0.0f)

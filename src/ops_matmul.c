@@ -1,4 +1,4 @@
-/* matmul front-end: (m, k) @ (k, n) -> (m, n) through the device's GEMM. */
+/* Linear algebra front-end: matmul (m, k) @ (k, n) -> (m, n), and linear y = x W^T + b. */
 #include "internal.h"
 
 /* How a 2-D operand is handed to GEMM: row-major as stored, or a transposed view of a row-major
@@ -17,41 +17,119 @@ static cg_status operand_of(const cg_tensor *t, gemm_operand *op) {
     } else if (t->strides[0] == 1 && (t->strides[1] >= t->shape[0] || t->shape[1] == 1)) {
         op->trans = true, op->ld = t->shape[1] == 1 ? t->shape[0] : t->strides[1];
     } else {
-        op->copy = cg_contiguous(t);
+        op->copy = cg__tensor_new(2, t->shape, t->device);
         if (!op->copy) return cg_last_status();
+        CG_TRY(cg__unary_into(CG_UNARY_COPY, 0.0f, t, op->copy));
         op->t = op->copy, op->trans = false, op->ld = t->shape[1];
     }
     if (op->ld < 1) op->ld = 1;
     return CG_OK;
 }
 
-cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
-    if (cg__check_same_device(a, b, "cg_matmul") != CG_OK) return NULL;
-    char sa[160], sb[160];
-    if (a->ndim != 2 || b->ndim != 2)
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_matmul: expected 2-D tensors, got %s and %s",
-                            cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb));
-    if (a->shape[1] != b->shape[0])
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_matmul: shapes %s and %s cannot be multiplied (%lld != %lld)",
-                            cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb),
-                            (long long)a->shape[1], (long long)b->shape[0]);
+/* out (m, n) = a (m, k) @ b (k, n); a and b may be transposed views. Not recorded. */
+static cg_status gemm_into(const cg_tensor *a, const cg_tensor *b, cg_tensor *out) {
     int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
-    cg_tensor *out = cg__tensor_new(2, (int64_t[]){m, n}, a->device);
-    if (!out) return NULL;
-    if (out->numel == 0) return out;
     const cg_backend *be = cg__backend_for(a->device);
-    if (k == 0) return be->fill(out, 0.0f) == CG_OK ? out : (cg_tensor_free(out), NULL);
-    gemm_operand oa, ob;
+    if (out->numel == 0) return CG_OK;
+    if (k == 0) return be->fill(out, 0.0f);
+    gemm_operand oa, ob = {0};
     cg_status s = operand_of(a, &oa);
-    if (s == CG_OK && (s = operand_of(b, &ob)) == CG_OK) {
+    if (s == CG_OK && (s = operand_of(b, &ob)) == CG_OK)
         s = be->gemm(oa.trans, ob.trans, m, n, k, cg__data(oa.t), oa.ld, cg__data(ob.t), ob.ld, cg__data(out), n,
                      a->device.index);
-        cg_tensor_free(ob.copy);
-    }
     cg_tensor_free(oa.copy);
-    if (s != CG_OK) {
-        cg_tensor_free(out);
-        return NULL;
+    cg_tensor_free(ob.copy);
+    return s;
+}
+
+/* A transposed view of a 2-D tensor that no scope or tape sees. */
+static cg_tensor *transposed(const cg_tensor *t) {
+    int64_t shape[2] = {t->shape[1], t->shape[0]}, strides[2] = {t->strides[1], t->strides[0]};
+    cg_tensor *v = cg__view_new(t, 2, shape, strides, t->offset);
+    return v ? cg_keep(v) : NULL;
+}
+
+/* C = A B: dA = g B^T, dB = A^T g. */
+static cg_status matmul_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_tensor *a = n->saved[0], *b = n->saved[1];
+    if (n->needs_grad[0]) {
+        cg_tensor *bt = transposed(b);
+        grad_in[0] = bt ? cg_matmul(g, bt) : NULL;
+        cg_tensor_free(bt);
+        if (!grad_in[0]) return cg_last_status();
     }
-    return out;
+    if (n->needs_grad[1]) {
+        cg_tensor *at = transposed(a);
+        grad_in[1] = at ? cg_matmul(at, g) : NULL;
+        cg_tensor_free(at);
+        if (!grad_in[1]) return cg_last_status();
+    }
+    return CG_OK;
+}
+
+static cg_status check_matmul_shapes(const cg_tensor *a, const cg_tensor *b, const char *fn) {
+    char sa[160], sb[160];
+    if (a->ndim != 2 || b->ndim != 2)
+        return cg__fail(CG_ERR_SHAPE, "%s: expected 2-D tensors, got %s and %s", fn, cg__shape_str(a, sa, sizeof sa),
+                        cg__shape_str(b, sb, sizeof sb));
+    if (a->shape[1] != b->shape[0])
+        return cg__fail(CG_ERR_SHAPE, "%s: shapes %s and %s cannot be multiplied (%lld != %lld)", fn,
+                        cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb), (long long)a->shape[1],
+                        (long long)b->shape[0]);
+    return CG_OK;
+}
+
+/* Frees out and returns NULL unless s is CG_OK. */
+static cg_tensor *finish(cg_tensor *out, cg_status s) {
+    if (s == CG_OK) return out;
+    cg_tensor_free(out);
+    return NULL;
+}
+
+cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
+    if (cg__check_same_device(a, b, "cg_matmul") != CG_OK || check_matmul_shapes(a, b, "cg_matmul") != CG_OK)
+        return NULL;
+    cg_tensor *out = cg__tensor_new(2, (int64_t[]){a->shape[0], b->shape[1]}, a->device);
+    if (!out) return NULL;
+    cg_status s = gemm_into(a, b, out);
+    const cg_tensor *inputs[2] = {a, b};
+    if (s == CG_OK && cg__should_record(2, inputs) && !cg__record(out, "cg_matmul", matmul_backward, 2, inputs, 2, inputs))
+        s = cg_last_status();
+    return finish(out, s);
+}
+
+/* y = x W^T + b: dx = g W, dW = g^T x, db = sum of g over the batch. */
+static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_tensor *x = n->saved[0], *w = n->saved[1];
+    if (n->needs_grad[0] && !(grad_in[0] = cg_matmul(g, w))) return cg_last_status();
+    if (n->needs_grad[1]) {
+        cg_tensor *gt = transposed(g);
+        grad_in[1] = gt ? cg_matmul(gt, x) : NULL;
+        cg_tensor_free(gt);
+        if (!grad_in[1]) return cg_last_status();
+    }
+    if (n->ninputs == 3 && n->needs_grad[2] && !(grad_in[2] = cg_sum_dim(g, 0, false))) return cg_last_status();
+    return CG_OK;
+}
+
+cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias) {
+    char sx[160], sw[160], sb[160];
+    if (cg__check_same_device(x, weight, "cg_linear") != CG_OK) return NULL;
+    if (bias && cg__check_same_device(x, bias, "cg_linear") != CG_OK) return NULL;
+    if (x->ndim != 2 || weight->ndim != 2 || x->shape[1] != weight->shape[1] ||
+        (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0])))
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_linear: input %s, weight %s and bias %s do not fit (expected (N, in), (out, in), (out,))",
+                            cg__shape_str(x, sx, sizeof sx), cg__shape_str(weight, sw, sizeof sw),
+                            bias ? cg__shape_str(bias, sb, sizeof sb) : "none");
+    cg_tensor *out = cg__tensor_new(2, (int64_t[]){x->shape[0], weight->shape[0]}, x->device);
+    cg_tensor *wt = out ? transposed(weight) : NULL;
+    cg_status s = wt ? gemm_into(x, wt, out) : cg_last_status();
+    cg_tensor_free(wt);
+    if (s == CG_OK && bias) s = cg__add_(out, bias);
+    const cg_tensor *inputs[3] = {x, weight, bias};
+    int ninputs = bias ? 3 : 2;
+    if (s == CG_OK && cg__should_record(ninputs, inputs) &&
+        !cg__record(out, "cg_linear", linear_backward, ninputs, inputs, 2, inputs))
+        s = cg_last_status();
+    return finish(out, s);
 }

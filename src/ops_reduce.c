@@ -1,6 +1,28 @@
 /* Reductions front-end: sum and mean over all elements or along one dim. */
 #include "internal.h"
 
+/* The gradient of a sum spreads g back over the reduced dim (times 1/n for a mean): a broadcast
+ * copy of g, viewed with the reduced dim kept as size 1. */
+static cg_status reduce_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    int ndim = n->in_ndim[0];
+    const int64_t *in_shape = n->in_shape[0];
+    int64_t kept[CG_MAX_DIMS];
+    memcpy(kept, in_shape, sizeof kept);
+    int kept_ndim = ndim;
+    if (n->dim < 0) kept_ndim = 0; /* all elements: g is 0-dim and broadcasts anywhere */
+    else kept[n->dim] = 1;
+    cg_tensor *gk = cg_reshape(g, kept_ndim, kept);
+    cg_tensor *out = gk ? cg__tensor_new(ndim, in_shape, g->device) : NULL;
+    cg_status s = out ? cg__unary_into(CG_UNARY_MUL_SCALAR, n->scalar, gk, out) : cg_last_status();
+    cg_tensor_free(gk);
+    if (s != CG_OK) {
+        cg_tensor_free(out);
+        return s;
+    }
+    grad_in[0] = out;
+    return CG_OK;
+}
+
 /* x viewed as (outer, n, inner) reduced over n into out (outer, inner). */
 static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const char *fn) {
     if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
@@ -30,6 +52,11 @@ static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bo
                                t->device.index)
               : cg_last_status();
         cg_tensor_free(c);
+    }
+    if (s == CG_OK && cg__should_record(1, &t)) {
+        cg_node *node = cg__record(out, fn, reduce_backward, 1, &t, 0, NULL);
+        if (node) node->dim = all ? -1 : d, node->scalar = mean ? 1.0f / (float)n : 1.0f;
+        else s = cg_last_status();
     }
     if (s != CG_OK) {
         cg_tensor_free(out);

@@ -231,6 +231,8 @@ cg_tensor *cg__view_new(const cg_tensor *base, int ndim, const int64_t *shape, c
 void cg_tensor_free(cg_tensor *t) {
     if (!t || t->magic != CG_TENSOR_LIVE) return;
     scope_unlink(t);
+    cg__node_unref(t->grad_fn);
+    cg_tensor_free(t->grad);
     storage_release(t->storage);
     handle_release(t);
 }

@@ -55,9 +55,7 @@ ALWAYS_INLINE void binary_loop(cg_binary_op op, const float *a, const float *b, 
 cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index) {
     switch (op) {
 #define CASE(OP) case OP: unary_loop(OP, alpha, x, lay, out); break;
-        CASE(CG_UNARY_COPY) CASE(CG_UNARY_NEG) CASE(CG_UNARY_EXP) CASE(CG_UNARY_LOG) CASE(CG_UNARY_SIN)
-        CASE(CG_UNARY_COS) CASE(CG_UNARY_SQRT) CASE(CG_UNARY_RELU) CASE(CG_UNARY_TANH) CASE(CG_UNARY_SIGMOID)
-        CASE(CG_UNARY_ADD_SCALAR) CASE(CG_UNARY_MUL_SCALAR) CASE(CG_UNARY_DIV_SCALAR) CASE(CG_UNARY_POW_SCALAR)
+        CG_UNARY_OPS(CASE)
 #undef CASE
     default: return cg__fail(CG_ERR_INVALID_ARG, "cpu: unknown unary op %d", (int)op);
     }
@@ -67,7 +65,7 @@ cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew
 cg_status cg__cpu_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out, int index) {
     switch (op) {
 #define CASE(OP) case OP: binary_loop(OP, a, b, lay, out); break;
-        CASE(CG_BINARY_ADD) CASE(CG_BINARY_SUB) CASE(CG_BINARY_MUL) CASE(CG_BINARY_DIV) CASE(CG_BINARY_POW)
+        CG_BINARY_OPS(CASE)
 #undef CASE
     default: return cg__fail(CG_ERR_INVALID_ARG, "cpu: unknown binary op %d", (int)op);
     }

@@ -1,0 +1,323 @@
+/* Reverse-mode autograd: recording nodes as ops run, and the backward engine. */
+#include "internal.h"
+
+#include <pthread.h>
+
+static _Thread_local bool grad_enabled = true;
+
+bool cg_set_grad_enabled(bool enabled) {
+    bool previous = grad_enabled;
+    grad_enabled = enabled;
+    return previous;
+}
+bool cg_is_grad_enabled(void) { return grad_enabled; }
+
+/* ---- node pool: nodes are recycled, so a steady-state step allocates none ---------------------- */
+static pthread_mutex_t node_lock = PTHREAD_MUTEX_INITIALIZER;
+static cg_node *free_nodes;
+
+static cg_node *node_alloc(void) {
+    pthread_mutex_lock(&node_lock);
+    cg_node *n = free_nodes;
+    if (n) free_nodes = n->link;
+    pthread_mutex_unlock(&node_lock);
+    if (!n && !(n = malloc(sizeof *n))) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for an autograd node");
+    memset(n, 0, sizeof *n);
+    n->refcount = 1;
+    return n;
+}
+
+static void node_release_saved(cg_node *n) {
+    for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
+        cg_tensor_free(n->saved[i]);
+        n->saved[i] = NULL;
+    }
+    n->released = true;
+}
+
+/* Drops one reference; a node that reaches zero drops its producers in turn, iteratively, since
+ * graphs can be deep. */
+void cg__node_unref(cg_node *n) {
+    if (!n || --n->refcount > 0) return;
+    n->link = NULL;
+    cg_node *chain = n;
+    while (chain) {
+        cg_node *cur = chain;
+        chain = cur->link;
+        node_release_saved(cur);
+        cg_tensor_free(cur->grad_accum);
+        for (int k = 0; k < cur->ninputs; k++) {
+            cg_node *p = cur->next[k];
+            if (p && --p->refcount == 0) {
+                p->link = chain;
+                chain = p;
+            }
+        }
+        pthread_mutex_lock(&node_lock);
+        cur->link = free_nodes;
+        free_nodes = cur;
+        pthread_mutex_unlock(&node_lock);
+    }
+}
+
+/* ---- recording ------------------------------------------------------------------------------------ */
+bool cg__should_record(int n, const cg_tensor *const *inputs) {
+    if (!grad_enabled) return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && inputs[i]->requires_grad) return true;
+    return false;
+}
+
+/* A handle on t's data that belongs to the node, not to any scope. */
+static cg_tensor *saved_view(const cg_tensor *t) {
+    cg_tensor *v = cg__view_new(t, t->ndim, t->shape, t->strides, t->offset);
+    return v ? cg_keep(v) : NULL;
+}
+
+cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, int ninputs,
+                    const cg_tensor *const *inputs, int nsaved, const cg_tensor *const *saved) {
+    cg_node *n = node_alloc();
+    if (!n) return NULL;
+    n->name = name;
+    n->backward = backward;
+    n->ninputs = ninputs;
+    for (int k = 0; k < ninputs; k++) {
+        const cg_tensor *in = inputs[k];
+        if (!in) continue;
+        n->in_ndim[k] = in->ndim;
+        memcpy(n->in_shape[k], in->shape, sizeof in->shape);
+        n->in_device[k] = in->device;
+        n->needs_grad[k] = in->requires_grad;
+        if (in->grad_fn) {
+            n->next[k] = in->grad_fn;
+            in->grad_fn->refcount++;
+        } else if (in->requires_grad) {
+            n->leaf[k] = (cg_tensor *)in;
+        }
+    }
+    for (int i = 0; i < nsaved; i++) {
+        if (!saved[i]) continue;
+        if (!(n->saved[i] = saved_view(saved[i]))) {
+            cg__node_unref(n);
+            return NULL;
+        }
+    }
+    out->grad_fn = n;
+    out->requires_grad = true;
+    return n;
+}
+
+/* ---- tensor-level API -------------------------------------------------------------------------------- */
+cg_status cg_set_requires_grad(cg_tensor *t, bool requires_grad) {
+    CG_TRY(cg__check_tensor(t, "cg_set_requires_grad", "t"));
+    if (t->grad_fn)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_set_requires_grad: only leaf tensors can change requires_grad "
+                                            "(this one was produced by %s; use cg_detach)", t->grad_fn->name);
+    t->requires_grad = requires_grad;
+    return CG_OK;
+}
+
+bool cg_requires_grad(const cg_tensor *t) { return cg__check_tensor(t, "cg_requires_grad", "t") == CG_OK && t->requires_grad; }
+bool cg_is_leaf(const cg_tensor *t) { return cg__check_tensor(t, "cg_is_leaf", "t") == CG_OK && !t->grad_fn; }
+
+cg_tensor *cg_grad(const cg_tensor *t) {
+    if (cg__check_tensor(t, "cg_grad", "t") != CG_OK) return NULL;
+    return t->grad_defined ? t->grad : NULL;
+}
+
+cg_status cg_zero_grad(cg_tensor *t) {
+    CG_TRY(cg__check_tensor(t, "cg_zero_grad", "t"));
+    t->grad_defined = false;
+    return CG_OK;
+}
+
+cg_tensor *cg_detach(const cg_tensor *t) {
+    if (cg__check_tensor(t, "cg_detach", "t") != CG_OK) return NULL;
+    return cg__view_new(t, t->ndim, t->shape, t->strides, t->offset);
+}
+
+/* ---- gradient plumbing ----------------------------------------------------------------------------- */
+cg_tensor *cg__sum_to(const cg_tensor *g, int ndim, const int64_t *shape) {
+    cg_tensor *cur = cg__view_new(g, g->ndim, g->shape, g->strides, g->offset);
+    while (cur && cur->ndim > ndim) { /* leading broadcast dims */
+        cg_tensor *next = cg_sum_dim(cur, 0, false);
+        cg_tensor_free(cur);
+        cur = next;
+    }
+    for (int i = 0; cur && i < ndim; i++) {
+        if (shape[i] != 1 || cur->shape[i] == 1) continue;
+        cg_tensor *next = cg_sum_dim(cur, i, true);
+        cg_tensor_free(cur);
+        cur = next;
+    }
+    return cur;
+}
+
+static bool same_shape(const cg_tensor *t, int ndim, const int64_t *shape) {
+    return t->ndim == ndim && memcmp(t->shape, shape, (size_t)ndim * sizeof *shape) == 0;
+}
+
+/* leaf.grad += g (or = g when the leaf has no gradient since the last zero_grad). Takes g. */
+static cg_status accumulate_leaf(cg_tensor *leaf, cg_tensor *g) {
+    cg_status s = cg__check_tensor(leaf, "cg_backward", "leaf");
+    if (s != CG_OK) {
+        cg_tensor_free(g);
+        return cg__fail(s, "cg_backward: a leaf tensor used by the graph was freed before backward");
+    }
+    if (!leaf->grad) {
+        leaf->grad = cg__tensor_new(leaf->ndim, leaf->shape, leaf->device);
+        if (!leaf->grad) {
+            cg_tensor_free(g);
+            return cg_last_status();
+        }
+        cg_keep(leaf->grad);
+    }
+    s = leaf->grad_defined ? cg__add_(leaf->grad, g) : cg_copy_(leaf->grad, g);
+    cg_tensor_free(g);
+    if (s == CG_OK) leaf->grad_defined = true;
+    return s;
+}
+
+/* *acc = *acc + g, out of place: gradients handed between nodes may share storage. Takes g. */
+static cg_status accumulate_node(cg_tensor **acc, cg_tensor *g) {
+    if (!*acc) {
+        *acc = g;
+        return CG_OK;
+    }
+    cg_tensor *sum = cg_add(*acc, g);
+    cg_tensor_free(g);
+    if (!sum) return cg_last_status();
+    cg_tensor_free(*acc);
+    *acc = sum;
+    return CG_OK;
+}
+
+/* ---- the engine ---------------------------------------------------------------------------------- */
+typedef struct node_stack {
+    cg_node **items;
+    size_t count, capacity;
+} node_stack;
+
+static _Thread_local node_stack pending_stack, ready_stack; /* kept between calls: no steady-state malloc */
+static uint64_t backward_epoch;
+
+static cg_status push(node_stack *st, cg_node *n) {
+    if (st->count == st->capacity) {
+        size_t capacity = st->capacity ? 2 * st->capacity : 256;
+        cg_node **grown = realloc(st->items, capacity * sizeof *grown);
+        if (!grown) return cg__fail(CG_ERR_OOM, "cg_backward: out of host memory");
+        st->items = grown, st->capacity = capacity;
+    }
+    st->items[st->count++] = n;
+    return CG_OK;
+}
+
+/* Counts, for each node reachable from root, how many consumers will send it a gradient. */
+static cg_status count_dependencies(cg_node *root, uint64_t epoch) {
+    node_stack *st = &pending_stack;
+    st->count = 0;
+    root->epoch = epoch, root->pending = 0;
+    CG_TRY(push(st, root));
+    while (st->count) {
+        cg_node *n = st->items[--st->count];
+        for (int k = 0; k < n->ninputs; k++) {
+            cg_node *p = n->next[k];
+            if (!p) continue;
+            if (p->epoch != epoch) {
+                p->epoch = epoch, p->pending = 0;
+                CG_TRY(push(st, p));
+            }
+            p->pending++;
+        }
+    }
+    return CG_OK;
+}
+
+/* Runs one node's backward and routes each input gradient to its producer or leaf. */
+static cg_status run_node(cg_node *n) {
+    cg_tensor *grad_in[CG_NODE_MAX_INPUTS] = {0};
+    cg_status s = CG_OK;
+    if (n->grad_accum) {
+        if (n->released)
+            s = cg__fail(CG_ERR_INVALID_ARG, "cg_backward: trying to backward through the graph a second time "
+                                             "(%s's saved values were already freed by an earlier backward)", n->name);
+        else
+            s = n->backward(n, n->grad_accum, grad_in);
+    }
+    cg_tensor_free(n->grad_accum);
+    n->grad_accum = NULL;
+    for (int k = 0; k < n->ninputs; k++) {
+        cg_tensor *g = grad_in[k];
+        if (g && s == CG_OK && !same_shape(g, n->in_ndim[k], n->in_shape[k])) {
+            cg_tensor *reduced = cg__sum_to(g, n->in_ndim[k], n->in_shape[k]);
+            cg_tensor_free(g);
+            g = reduced;
+            if (!g) s = cg_last_status();
+        }
+        if (g && s == CG_OK) {
+            if (n->next[k]) s = accumulate_node(&n->next[k]->grad_accum, g);
+            else if (n->leaf[k]) s = accumulate_leaf(n->leaf[k], g);
+            else cg_tensor_free(g);
+        } else {
+            cg_tensor_free(g);
+        }
+        cg_node *p = n->next[k];
+        if (p && --p->pending == 0) {
+            cg_status ps = push(&ready_stack, p);
+            if (s == CG_OK) s = ps;
+        }
+    }
+    node_release_saved(n);
+    return s;
+}
+
+static cg_status backward_from(cg_tensor *out, cg_tensor *grad) {
+    if (!out->grad_fn) return accumulate_leaf(out, grad);
+    cg_node *root = out->grad_fn;
+    if (root->released) {
+        cg_tensor_free(grad);
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_backward: trying to backward through the graph a second time "
+                                            "(its saved values were freed by the first backward)");
+    }
+    cg_status s = count_dependencies(root, ++backward_epoch);
+    root->grad_accum = grad;
+    ready_stack.count = 0;
+    if (s == CG_OK) s = push(&ready_stack, root);
+    /* After a failure keep draining, so every node drops its pending gradient. */
+    while (ready_stack.count) {
+        cg_status ns = run_node(ready_stack.items[--ready_stack.count]);
+        if (s == CG_OK) s = ns;
+    }
+    return s;
+}
+
+cg_status cg_backward_with(cg_tensor *output, const cg_tensor *grad_output) {
+    CG_TRY(cg__check_tensor(output, "cg_backward", "output"));
+    if (!output->requires_grad)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_backward: the tensor does not require grad and has no grad_fn");
+    cg_tensor *grad;
+    char so[160], sg[160];
+    bool previous = cg_set_grad_enabled(false);
+    if (!grad_output) {
+        if (output->numel != 1) {
+            cg_set_grad_enabled(previous);
+            return cg__fail(CG_ERR_SHAPE, "cg_backward: grad can be implicitly created only for one-element outputs, "
+                                          "got shape %s (pass grad_output with cg_backward_with)",
+                            cg__shape_str(output, so, sizeof so));
+        }
+        grad = cg_ones(output->ndim, output->shape, output->device);
+    } else {
+        cg_status s = cg__check_same_device(output, grad_output, "cg_backward_with");
+        if (s == CG_OK && !same_shape(grad_output, output->ndim, output->shape))
+            s = cg__fail(CG_ERR_SHAPE, "cg_backward_with: grad_output shape %s differs from output shape %s",
+                         cg__shape_str(grad_output, sg, sizeof sg), cg__shape_str(output, so, sizeof so));
+        grad = s == CG_OK ? cg__view_new(grad_output, grad_output->ndim, grad_output->shape, grad_output->strides,
+                                         grad_output->offset)
+                          : NULL;
+    }
+    cg_status s = grad ? backward_from(output, grad) : cg_last_status();
+    cg_set_grad_enabled(previous);
+    return s;
+}
+
+cg_status cg_backward(cg_tensor *loss) { return cg_backward_with(loss, NULL); }
