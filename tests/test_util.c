@@ -1,0 +1,353 @@
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- seed and generator (splitmix64) --------------------------------------------------------- */
+static uint64_t g_seed;
+static uint64_t g_state;
+static char g_context[256];
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void cg_test_init_seed(void) {
+    const char *env = getenv("CG_TEST_SEED");
+    if (env && env[0]) {
+        g_seed = strtoull(env, NULL, 0);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t s = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
+                     ((uint64_t)getpid() << 32);
+        g_seed = splitmix64(&s) % 1000000000000ull; /* short enough to retype */
+    }
+    g_state = g_seed;
+    printf("cg_test: seed %llu (CG_TEST_SEED=%llu repeats this run)\n", (unsigned long long)g_seed,
+           (unsigned long long)g_seed);
+    fflush(stdout);
+    cg_manual_seed(g_seed);
+}
+
+uint64_t cg_test_seed(void) { return g_seed; }
+
+int cg_test_setup(void **state) {
+    (void)state;
+    g_context[0] = '\0';
+    cg_clear_error();
+    return 0;
+}
+
+uint64_t cg_test_rand_u64(void) { return splitmix64(&g_state); }
+
+double cg_test_uniform(double lo, double hi) {
+    double u = (double)(cg_test_rand_u64() >> 11) * 0x1.0p-53; /* [0, 1) */
+    double x = lo + (hi - lo) * u;
+    return x < hi ? x : lo;
+}
+
+int64_t cg_test_randint(int64_t lo, int64_t hi) {
+    return lo + (int64_t)(cg_test_rand_u64() % (uint64_t)(hi - lo));
+}
+
+void *cg_test_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) fail_msg("test harness: out of host memory (%zu bytes)", bytes);
+    return p;
+}
+
+double *cg_test_doubles(size_t n) { return cg_test_malloc(n * sizeof(double)); }
+
+/* A float in [lo, hi): rounding to float may reach hi, so redraw then. */
+static float uniform_float(double lo, double hi) {
+    for (;;) {
+        float f = (float)cg_test_uniform(lo, hi);
+        if (f >= (float)lo && (double)f < hi) return f;
+    }
+}
+
+float *cg_test_uniform_buf(size_t n, double lo, double hi) {
+    float *p = cg_test_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = uniform_float(lo, hi);
+    return p;
+}
+
+float *cg_test_away_buf(size_t n, double lo, double hi, double kink, double gap) {
+    float *p = cg_test_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float f;
+        do {
+            f = uniform_float(lo, hi);
+        } while (fabs((double)f - kink) < gap);
+        p[i] = f;
+    }
+    return p;
+}
+
+float *cg_test_signed_buf(size_t n, double lo_mag, double hi_mag) {
+    float *p = cg_test_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float f = uniform_float(lo_mag, hi_mag);
+        p[i] = (cg_test_rand_u64() >> 63) ? -f : f;
+    }
+    return p;
+}
+
+float *cg_test_nan_buf(size_t n) {
+    float *p = cg_test_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+/* ---- tensors --------------------------------------------------------------------------------- */
+cg_tensor *cg_test_ok_at(cg_tensor *t, const char *expr, const char *file, int line) {
+    if (!t) {
+        print_error("%s%s%s returned NULL: [%s] %s\n", g_context[0] ? g_context : "",
+                    g_context[0] ? ": " : "", expr, cg_status_name(cg_last_status()),
+                    cg_last_error());
+        _fail(file, line);
+    }
+    return t;
+}
+
+void cg_test_status_ok_at(cg_status s, const char *expr, const char *file, int line) {
+    if (s != CG_OK) {
+        print_error("%s%s%s returned %s: %s\n", g_context[0] ? g_context : "",
+                    g_context[0] ? ": " : "", expr, cg_status_name(s), cg_last_error());
+        _fail(file, line);
+    }
+}
+
+cg_tensor *cg_test_tensor_at(const float *data, int ndim, const int64_t *shape, const char *file,
+                             int line) {
+    return cg_test_ok_at(cg_from_data(data, ndim, shape, cg_test_device()), "cg_from_data", file,
+                         line);
+}
+
+float *cg_test_read_at(const cg_tensor *t, const char *file, int line) {
+    if (!t) {
+        print_error("cg_test_read: NULL tensor\n");
+        _fail(file, line);
+    }
+    int64_t n = cg_numel(t);
+    if (n < 0) {
+        print_error("cg_test_read: cg_numel returned %lld\n", (long long)n);
+        _fail(file, line);
+    }
+    float *buf = cg_test_nan_buf((size_t)n);
+    cg_status s = cg_to_host(t, buf, (size_t)n);
+    if (s != CG_OK) {
+        free(buf);
+        print_error("%s%scg_to_host failed: [%s] %s\n", g_context[0] ? g_context : "",
+                    g_context[0] ? ": " : "", cg_status_name(s), cg_last_error());
+        _fail(file, line);
+    }
+    return buf;
+}
+
+void cg_test_poison_cache(cg_device d, size_t numel) {
+    /* The cache may hold several free blocks of this size: take NaN-filled blocks until the
+     * allocator has to ask the system for one (the cache of that size is then exhausted), and
+     * release them all, so whichever block the next allocation gets is NaN. */
+    enum { MAX_BLOCKS = 64 };
+    cg_tensor *blocks[MAX_BLOCKS];
+    int64_t n = (int64_t)(numel ? numel : 1);
+    int count = 0;
+    cg_memory_stats before, now;
+    if (cg_memory_stats_get(d, &before) != CG_OK)
+        fail_msg("cg_test_poison_cache: cg_memory_stats_get failed: %s", cg_last_error());
+    while (count < MAX_BLOCKS) {
+        cg_tensor *p = cg_full(1, &n, NAN, d);
+        if (!p) fail_msg("cg_test_poison_cache: cg_full failed: %s", cg_last_error());
+        blocks[count++] = p;
+        if (cg_memory_stats_get(d, &now) != CG_OK || now.raw_allocs != before.raw_allocs) break;
+    }
+    if (cg_synchronize(d) != CG_OK)
+        fail_msg("cg_test_poison_cache: cg_synchronize failed: %s", cg_last_error());
+    while (count > 0) cg_tensor_free(blocks[--count]);
+}
+
+static void format_shape(char *buf, size_t len, int ndim, const int64_t *shape) {
+    size_t o = (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < len) snprintf(buf + o, len - o, ")");
+}
+
+void cg_test_assert_shape_at(const cg_tensor *t, int ndim, const int64_t *shape, const char *file,
+                             int line) {
+    if (!t) {
+        print_error("assert_shape: NULL tensor\n");
+        _fail(file, line);
+    }
+    int nd = cg_ndim(t);
+    int64_t got[CG_MAX_DIMS] = {0};
+    bool ok = nd == ndim;
+    int64_t numel = 1;
+    for (int i = 0; i < nd && i < CG_MAX_DIMS; i++) got[i] = cg_size(t, i);
+    for (int i = 0; ok && i < ndim; i++) {
+        ok = got[i] == shape[i];
+        numel *= shape[i];
+    }
+    if (ok && cg_numel(t) != numel) ok = false;
+    if (!ok) {
+        char want[160], have[160];
+        format_shape(want, sizeof want, ndim, shape);
+        format_shape(have, sizeof have, nd < 0 ? 0 : (nd > CG_MAX_DIMS ? CG_MAX_DIMS : nd), got);
+        print_error("%s%sshape %s (numel %lld), expected %s\n", g_context[0] ? g_context : "",
+                    g_context[0] ? ": " : "", have, (long long)cg_numel(t), want);
+        _fail(file, line);
+    }
+}
+
+/* ---- comparisons ----------------------------------------------------------------------------- */
+void cg_test_context(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_context, sizeof g_context, fmt, ap);
+    va_end(ap);
+}
+
+size_t cg_test_count_bad(const float *out, const double *ref, size_t n, double rtol,
+                         size_t *worst_out) {
+    double maxref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double a = fabs(ref[i]);
+        if (!(a <= maxref)) maxref = a; /* a NaN reference propagates and fails below */
+    }
+    double atol = 1e-6 * maxref;
+    size_t bad = 0, worst = 0;
+    double worst_excess = -1.0; /* err / allowed of the worst element out of tolerance */
+    for (size_t i = 0; i < n; i++) {
+        double o = (double)out[i];
+        double err = fabs(o - ref[i]);
+        double allowed = atol + rtol * fabs(ref[i]);
+        bool ok = err <= allowed && isfinite(o); /* NaN in out or ref never passes */
+        if (ok) continue;
+        double excess = (allowed > 0 && !isnan(err)) ? err / allowed : INFINITY;
+        if (bad++ == 0 || excess > worst_excess) {
+            worst_excess = excess;
+            worst = i;
+        }
+    }
+    if (worst_out) *worst_out = worst;
+    return bad;
+}
+
+void cg_test_assert_close_at(const float *out, const double *ref, size_t n, double rtol,
+                             const char *file, int line) {
+    size_t worst = 0;
+    size_t bad = cg_test_count_bad(out, ref, n, rtol, &worst);
+    double maxref = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs(ref[i]) <= maxref)) maxref = fabs(ref[i]);
+    double atol = 1e-6 * maxref;
+    if (bad) {
+        double allowed = atol + rtol * fabs(ref[worst]);
+        print_error("%s%s%zu of %zu elements out of tolerance (rtol %g, atol %g); worst at [%zu]: "
+                    "got %.9g, expected %.17g, |diff| %.3g > allowed %.3g\n",
+                    g_context[0] ? g_context : "", g_context[0] ? ": " : "", bad, n, rtol, atol,
+                    worst, (double)out[worst], ref[worst], fabs((double)out[worst] - ref[worst]),
+                    allowed);
+        size_t first = 0;
+        while (first < n && isfinite((double)out[first]) &&
+               fabs((double)out[first] - ref[first]) <= atol + rtol * fabs(ref[first]))
+            first++;
+        if (first < n && first != worst)
+            print_error("  first bad at [%zu]: got %.9g, expected %.17g\n", first,
+                        (double)out[first], ref[first]);
+        _fail(file, line);
+    }
+}
+
+void cg_test_assert_tensor_close_at(const cg_tensor *t, const double *ref, size_t n, double rtol,
+                                    const char *file, int line) {
+    if (!t) {
+        print_error("%s%sassert_tensor_close: NULL tensor: %s\n", g_context[0] ? g_context : "",
+                    g_context[0] ? ": " : "", cg_last_error());
+        _fail(file, line);
+    }
+    if (cg_numel(t) != (int64_t)n) {
+        print_error("%s%snumel %lld, expected %zu\n", g_context[0] ? g_context : "",
+                    g_context[0] ? ": " : "", (long long)cg_numel(t), n);
+        _fail(file, line);
+    }
+    float *out = cg_test_read_at(t, file, line);
+    cg_test_assert_close_at(out, ref, n, rtol, file, line);
+    free(out);
+}
+
+void cg_test_assert_tensor_bits_at(const cg_tensor *t, const float *expected, size_t n,
+                                   const char *file, int line) {
+    if (!t || cg_numel(t) != (int64_t)n) {
+        print_error("%s%sassert_tensor_bits: %s tensor, numel %lld, expected %zu\n",
+                    g_context[0] ? g_context : "", g_context[0] ? ": " : "", t ? "a" : "NULL",
+                    t ? (long long)cg_numel(t) : -1LL, n);
+        _fail(file, line);
+    }
+    float *out = cg_test_read_at(t, file, line);
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&out[i], &expected[i], sizeof(float)) != 0) {
+            print_error("%s%sbits differ at [%zu]: got %.9g, expected %.9g\n",
+                        g_context[0] ? g_context : "", g_context[0] ? ": " : "", i,
+                        (double)out[i], (double)expected[i]);
+            free(out);
+            _fail(file, line);
+        }
+    }
+    free(out);
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+static bool contains_all(const char *hay, va_list ap, const char **missing) {
+    const char *s;
+    while ((s = va_arg(ap, const char *)) != NULL) {
+        if (!hay || !strstr(hay, s)) {
+            *missing = s;
+            return false;
+        }
+    }
+    return true;
+}
+
+void cg_test_assert_error_at(const char *file, int line, cg_status expected, ...) {
+    cg_status got = cg_last_status();
+    const char *msg = cg_last_error();
+    if (got != expected) {
+        print_error("%s%sexpected status %s, got %s (message: \"%s\")\n",
+                    g_context[0] ? g_context : "", g_context[0] ? ": " : "",
+                    cg_status_name(expected), cg_status_name(got), msg ? msg : "(null)");
+        _fail(file, line);
+    }
+    va_list ap;
+    va_start(ap, expected);
+    const char *missing = NULL;
+    bool ok = contains_all(msg, ap, &missing);
+    va_end(ap);
+    if (!ok) {
+        print_error("%s%serror message \"%s\" does not mention \"%s\"\n",
+                    g_context[0] ? g_context : "", g_context[0] ? ": " : "", msg ? msg : "(null)",
+                    missing);
+        _fail(file, line);
+    }
+}
+
+void cg_test_assert_contains_at(const char *file, int line, const char *hay, ...) {
+    va_list ap;
+    va_start(ap, hay);
+    const char *missing = NULL;
+    bool ok = contains_all(hay, ap, &missing);
+    va_end(ap);
+    if (!ok) {
+        print_error("%s%s\"%s\" does not contain \"%s\"\n", g_context[0] ? g_context : "",
+                    g_context[0] ? ": " : "", hay ? hay : "(null)", missing);
+        _fail(file, line);
+    }
+}
