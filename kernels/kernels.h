@@ -27,6 +27,10 @@ cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream);
 cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64_t n, int64_t inner, int64_t chunks,
                                  int64_t chunk_len, float scale, float *partial, cudaStream_t stream);
 
+/* optim.cu: the SGD update over n contiguous parameters (momentum_buf NULL when momentum is 0). */
+cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
+                          cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -104,6 +104,12 @@ cg_status cg__add_(cg_tensor *dst, const cg_tensor *src);
 /* out (contiguous, same shape as x) = op(x, alpha), on x's device. */
 cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out);
 
+/* One SGD step's settings. first: the momentum buffer is uninitialised (PyTorch: buf = g). */
+typedef struct cg_sgd_args {
+    float lr, momentum, dampening, weight_decay;
+    bool nesterov, first;
+} cg_sgd_args;
+
 /* ---- backend table (ggml-style): one per device type ----------------------------------------- */
 typedef struct cg_backend {
     const char *name;
@@ -125,6 +131,9 @@ typedef struct cg_backend {
     /* x contiguous, viewed as (outer, n, inner); out (outer, inner) = sum over n, times scale */
     cg_status (*reduce_sum)(const float *x, int64_t outer, int64_t n, int64_t inner, float scale,
                             float *out, int index);
+    /* fused torch.optim.SGD update of n contiguous parameters (see cg_sgd_args) */
+    cg_status (*sgd_step)(float *param, const float *grad, float *momentum_buf, int64_t n,
+                          const struct cg_sgd_args *args, int index);
     /* row-major C(m,n) = op(A) op(B); op(A) is (m,k); lda/ldb are the row strides as stored */
     cg_status (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, int index);
@@ -135,6 +144,10 @@ extern const cg_backend cg__cpu_backend;
 const cg_backend *cg__cuda_backend(void);
 /* Backend of a device; NULL + CG_ERR_DEVICE recorded when the device does not exist. */
 const cg_backend *cg__backend_for(cg_device d);
+
+/* Points t at base's storage from element `offset`, contiguous with t's shape, on base's device;
+ * t's previous storage is released. Used to pack parameters into one buffer. */
+void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset);
 
 /* GPU-to-GPU copy, peer-to-peer where the GPUs allow it (src/cuda; fails in CPU-only builds). */
 cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void *src, size_t bytes);

@@ -228,6 +228,15 @@ cg_tensor *cg__view_new(const cg_tensor *base, int ndim, const int64_t *shape, c
     return t;
 }
 
+void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset) {
+    base->storage->refcount++;
+    storage_release(t->storage);
+    t->storage = base->storage;
+    t->offset = offset;
+    t->device = base->device;
+    cg__contiguous_strides(t->ndim, t->shape, t->strides);
+}
+
 void cg_tensor_free(cg_tensor *t) {
     if (!t || t->magic != CG_TENSOR_LIVE) return;
     scope_unlink(t);

@@ -13,4 +13,7 @@ cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t i
 cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float *c, int64_t ldc, int index);
 
+cg_status cg__cpu_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
+                           int index);
+
 #endif

@@ -68,4 +68,5 @@ const cg_backend cg__cpu_backend = {
     .binary = cg__cpu_binary,
     .reduce_sum = cg__cpu_reduce_sum,
     .gemm = cg__cpu_gemm,
+    .sgd_step = cg__cpu_sgd_step,
 };

@@ -168,6 +168,14 @@ static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     return CG_OK;
 }
 
+static cg_status cuda_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
+                               int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (n > 0) CG_CUDA_CHECK(cg_launch_sgd(param, grad, momentum_buf, n, args, ctx->stream));
+    return CG_OK;
+}
+
 static const cg_backend cuda_backend = {
     .name = "cuda",
     .raw_alloc = cuda_raw_alloc,
@@ -182,6 +190,7 @@ static const cg_backend cuda_backend = {
     .binary = cuda_binary,
     .reduce_sum = cuda_reduce_sum,
     .gemm = cuda_gemm,
+    .sgd_step = cuda_sgd_step,
 };
 
 const cg_backend *cg__cuda_backend(void) { return &cuda_backend; }

@@ -1,0 +1,57 @@
+/* nn.Linear: y = x W^T + b, weight (out, in) and bias (out) drawn from U(-1/sqrt(in), 1/sqrt(in))
+ * (kaiming_uniform with a = sqrt(5) reduces to that bound, as does PyTorch's bias init). */
+#include "nn/module.h"
+
+enum { IN_FEATURES, OUT_FEATURES, HAS_BIAS };
+
+static cg_tensor *linear_forward(cg_module *m, const cg_tensor *x) {
+    return cg_linear(x, m->own[0], m->config[HAS_BIAS] ? m->own[1] : NULL);
+}
+
+static cg_module *linear_create(int64_t in, int64_t out, bool bias, cg_device d);
+
+static cg_module *linear_shell(const cg_module *m, cg_device d) {
+    return linear_create(m->config[IN_FEATURES], m->config[OUT_FEATURES], m->config[HAS_BIAS], d);
+}
+
+static const cg_module_ops linear_ops = {"Linear", linear_forward, linear_shell};
+
+static cg_module *linear_create(int64_t in, int64_t out, bool bias, cg_device d) {
+    cg_module *m = cg__module_new(&linear_ops, d, 0);
+    if (!m) return NULL;
+    m->config[IN_FEATURES] = in, m->config[OUT_FEATURES] = out, m->config[HAS_BIAS] = bias;
+    if (!cg__module_add_param(m, "weight", 2, (int64_t[]){out, in}) ||
+        (bias && !cg__module_add_param(m, "bias", 1, (int64_t[]){out})) || cg__module_pack(m, d) != CG_OK) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* p = U(-bound, bound) = (2 U[0,1) - 1) bound, drawn in place. */
+static cg_status init_uniform(cg_tensor *p, float bound) {
+    bool previous = cg_set_grad_enabled(false);
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *u = cg_rand(p->ndim, p->shape, p->device);
+    cg_tensor *v = u ? cg_add_scalar(cg_mul_scalar(u, 2.0f * bound), -bound) : NULL;
+    cg_status s = v ? cg_copy_(p, v) : cg_last_status();
+    cg_scope_end(scope);
+    cg_set_grad_enabled(previous);
+    return s;
+}
+
+cg_module *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, cg_device d) {
+    if (in_features <= 0 || out_features <= 0)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_linear_new: in_features (%lld) and out_features (%lld) must be positive",
+                            (long long)in_features, (long long)out_features);
+    if (!cg__backend_for(d)) return NULL;
+    cg_module *m = linear_create(in_features, out_features, bias, d);
+    if (!m) return NULL;
+    float bound = 1.0f / sqrtf((float)in_features);
+    for (int i = 0; i < m->nown; i++)
+        if (init_uniform(m->own[i], bound) != CG_OK) {
+            cg_module_free(m);
+            return NULL;
+        }
+    return m;
+}

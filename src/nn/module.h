@@ -1,0 +1,51 @@
+/* Module internals shared by the module types (src/nn) and the optimizers (src/optim). */
+#ifndef CGRAD_NN_MODULE_H
+#define CGRAD_NN_MODULE_H
+
+#include "internal.h"
+
+#define CG_MODULE_MAX_OWN_PARAMS 4
+#define CG_PARAM_ALIGN 16 /* floats: every parameter starts 64-byte aligned in the flat buffers */
+
+typedef struct cg_module_ops {
+    const char *type;
+    cg_tensor *(*forward)(cg_module *m, const cg_tensor *x);
+    /* A module of the same type and configuration, children included, whose parameters have the
+     * right shapes on device d but unspecified values. */
+    cg_module *(*shell)(const cg_module *m, cg_device d);
+} cg_module_ops;
+
+/* One parameter of a module tree, in state_dict order. */
+typedef struct cg_param_entry {
+    char name[64];
+    cg_tensor *tensor;
+    int64_t offset; /* in the flat buffers, in elements */
+} cg_param_entry;
+
+struct cg_module {
+    const cg_module_ops *ops;
+    cg_device device;
+    bool training;
+    int64_t config[4];                     /* type-specific settings, e.g. Linear's sizes */
+    int nown;                              /* parameters owned directly */
+    const char *own_names[CG_MODULE_MAX_OWN_PARAMS];
+    cg_tensor *own[CG_MODULE_MAX_OWN_PARAMS];
+    int nchildren;
+    cg_module **children;
+    /* set on a module that is not inside another: the whole tree's parameters */
+    cg_module *parent;
+    int nparams;
+    cg_param_entry *params;
+    cg_tensor *flat_data;                  /* (total,) every parameter, packed */
+    cg_tensor *flat_grad;                  /* (total,) their gradients, same layout */
+};
+
+/* A module with no parameters yet; NULL on out-of-memory. */
+cg_module *cg__module_new(const cg_module_ops *ops, cg_device d, int nchildren);
+/* Registers an owned parameter (a new leaf tensor requiring grad) of the given shape. */
+cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const int64_t *shape);
+/* Packs the tree's parameters into fresh flat buffers on d (moving them there) and makes m its
+ * root; children lose their own buffers. Frees nothing on failure but leaves m unchanged. */
+cg_status cg__module_pack(cg_module *m, cg_device d);
+
+#endif

@@ -1,0 +1,74 @@
+/* nn.Sequential: children applied in order; their parameters packed into the container's buffers. */
+#include "nn/module.h"
+
+/* Intermediate outputs are freed as soon as the next child has consumed them: the tape keeps what
+ * backward needs, so a forward outside a scope leaks nothing but its result. */
+static cg_tensor *sequential_forward(cg_module *m, const cg_tensor *x) {
+    const cg_tensor *cur = x;
+    cg_tensor *owned = NULL;
+    for (int c = 0; c < m->nchildren; c++) {
+        cg_module *child = m->children[c];
+        cg_tensor *next = child->ops->forward(child, cur);
+        cg_tensor_free(owned);
+        if (!next) return NULL;
+        cur = owned = next;
+    }
+    return owned ? owned : cg__view_new(x, x->ndim, x->shape, x->strides, x->offset);
+}
+
+static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_device d);
+
+static cg_module *sequential_shell(const cg_module *m, cg_device d) {
+    cg_module *shells[64];
+    if (m->nchildren > 64) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "Sequential: more than 64 children");
+    for (int c = 0; c < m->nchildren; c++) {
+        if (!(shells[c] = m->children[c]->ops->shell(m->children[c], d))) {
+            while (c--) cg_module_free(shells[c]);
+            return NULL;
+        }
+    }
+    return sequential_assemble(m->nchildren, shells, d);
+}
+
+static const cg_module_ops sequential_ops = {"Sequential", sequential_forward, sequential_shell};
+
+static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_device d) {
+    cg_module *m = cg__module_new(&sequential_ops, d, n);
+    if (!m) {
+        for (int c = 0; c < n; c++) cg_module_free(modules[c]);
+        return NULL;
+    }
+    for (int c = 0; c < n; c++) m->children[c] = modules[c];
+    if (cg__module_pack(m, d) != CG_OK) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Parameterless children (activations) may come from any device; the rest must agree. */
+static bool has_params(const cg_module *m) {
+    if (m->nown) return true;
+    for (int c = 0; c < m->nchildren; c++)
+        if (has_params(m->children[c])) return true;
+    return false;
+}
+
+cg_module *cg_sequential_new(int n, cg_module *const *modules) {
+    if (n < 0 || (n > 0 && !modules)) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sequential_new: bad module list");
+    cg_device d = cg_cpu();
+    bool found = false;
+    for (int c = 0; c < n; c++) {
+        const cg_module *child = modules[c];
+        const char *problem = !child ? "is NULL" : child->parent ? "already belongs to another module" : NULL;
+        if (problem) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sequential_new: module %d %s", c, problem);
+        if (!has_params(child)) continue;
+        if (found && !cg_device_equal(d, child->device)) {
+            char a[16], b[16];
+            return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_sequential_new: module %d is on %s, earlier ones on %s", c,
+                                cg_device_str(child->device, a, sizeof a), cg_device_str(d, b, sizeof b));
+        }
+        d = child->device, found = true;
+    }
+    return sequential_assemble(n, modules, d);
+}
