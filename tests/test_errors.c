@@ -319,6 +319,18 @@ static void test_numel_overflow(void **state) {
         fail_msg("cg_zeros((2^62, 4)) succeeded, with numel %lld", numel);
     }
     assert_int_not_equal(cg_last_status(), CG_OK);
+    /* reshaping an empty tensor to (2^40, 2^40): 2^80 elements, not 0 */
+    cg_test_context("cg_reshape((0,) -> (2^40, 2^40))");
+    cg_tensor *e = CG_TEST_OK(cg_empty(CG_SHAPE(0), d));
+    cg_clear_error();
+    t = cg_reshape(e, CG_SHAPE(INT64_C(1) << 40, INT64_C(1) << 40));
+    cg_tensor_free(e);
+    if (t) {
+        long long numel = (long long)cg_numel(t);
+        cg_tensor_free(t);
+        fail_msg("cg_reshape((0,) -> (2^40, 2^40)) succeeded, with numel %lld", numel);
+    }
+    assert_int_equal(cg_last_status(), CG_ERR_SHAPE);
 }
 
 /* A creation function's error names the function the caller called, not a helper it uses. */
