@@ -15,7 +15,13 @@ typedef struct handle_slot {
     struct handle_slot *next_free;
 } handle_slot;
 
+typedef struct handle_chunk {
+    struct handle_chunk *next; /* every chunk stays reachable (and leak checkers quiet) */
+    handle_slot slots[HANDLE_CHUNK];
+} handle_chunk;
+
 static pthread_mutex_t handle_lock = PTHREAD_MUTEX_INITIALIZER;
+static handle_chunk *chunks;
 static handle_slot *free_head, *free_tail;
 static size_t free_count;
 
@@ -31,12 +37,14 @@ static void handle_push_free(handle_slot *slot) {
 static cg_tensor *handle_alloc(void) {
     pthread_mutex_lock(&handle_lock);
     if (free_count <= HANDLE_QUARANTINE) {
-        handle_slot *chunk = calloc(HANDLE_CHUNK, sizeof *chunk);
+        handle_chunk *chunk = calloc(1, sizeof *chunk);
         if (!chunk) {
             pthread_mutex_unlock(&handle_lock);
             return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for tensor handles");
         }
-        for (int i = 0; i < HANDLE_CHUNK; i++) handle_push_free(&chunk[i]);
+        chunk->next = chunks;
+        chunks = chunk;
+        for (int i = 0; i < HANDLE_CHUNK; i++) handle_push_free(&chunk->slots[i]);
     }
     handle_slot *slot = free_head;
     free_head = slot->next_free;
