@@ -203,4 +203,5 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
 #endif
 
 #include "cgrad/nn.h"
+#include "cgrad/models.h"
 #endif
