@@ -175,11 +175,16 @@ cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn) {
     if (ndim < 0 || ndim > CG_MAX_DIMS)
         return cg__fail(CG_ERR_SHAPE, "%s: %d dims requested, cgrad supports 0 to %d", fn, ndim, CG_MAX_DIMS);
     if (ndim > 0 && !shape) return cg__fail(CG_ERR_INVALID_ARG, "%s: shape is NULL", fn);
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 0) {
-            char buf[160];
+    char buf[160];
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
             return cg__fail(CG_ERR_SHAPE, "%s: negative size in shape %s", fn, cg__dims_str(ndim, shape, buf, sizeof buf));
-        }
+        if (shape[i] > 0 && numel > INT64_MAX / shape[i])
+            return cg__fail(CG_ERR_SHAPE, "%s: shape %s has more elements than fit in 64 bits", fn,
+                            cg__dims_str(ndim, shape, buf, sizeof buf));
+        numel *= shape[i];
+    }
     return CG_OK;
 }
 
@@ -298,12 +303,13 @@ static cg_tensor *finish(cg_tensor *t, cg_status s) {
 
 cg_tensor *cg_empty(int ndim, const int64_t *shape, cg_device d) { return created(ndim, shape, d, "cg_empty"); }
 
-cg_tensor *cg_full(int ndim, const int64_t *shape, float value, cg_device d) {
-    cg_tensor *t = created(ndim, shape, d, "cg_full");
+static cg_tensor *filled(int ndim, const int64_t *shape, float value, cg_device d, const char *fn) {
+    cg_tensor *t = created(ndim, shape, d, fn);
     return t ? finish(t, cg__backend_for(d)->fill(t, value)) : NULL;
 }
-cg_tensor *cg_zeros(int ndim, const int64_t *shape, cg_device d) { return cg_full(ndim, shape, 0.0f, d); }
-cg_tensor *cg_ones(int ndim, const int64_t *shape, cg_device d) { return cg_full(ndim, shape, 1.0f, d); }
+cg_tensor *cg_full(int ndim, const int64_t *shape, float value, cg_device d) { return filled(ndim, shape, value, d, "cg_full"); }
+cg_tensor *cg_zeros(int ndim, const int64_t *shape, cg_device d) { return filled(ndim, shape, 0.0f, d, "cg_zeros"); }
+cg_tensor *cg_ones(int ndim, const int64_t *shape, cg_device d) { return filled(ndim, shape, 1.0f, d, "cg_ones"); }
 
 cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape, cg_device d) {
     cg_tensor *t = created(ndim, shape, d, "cg_from_data");
