@@ -4,6 +4,7 @@
 #define CGRAD_ELEMENTWISE_OPS_H
 
 #include <math.h>
+#include <stdbool.h>
 
 #ifdef __CUDACC__
 #define CG_HD __host__ __device__ __forceinline__
@@ -43,6 +44,33 @@ CG_HD float cg_powf(float x, float p) {
     return powf(x, p);
 }
 
+/* sin/cos of float x, as accurate as sinf/cosf: for large |x| (where sinf falls back to its slow
+ * Payne-Hanek reduction) x is reduced by pi/2 in double, exactly enough for |x| < 2^24 (k < 2^24,
+ * pi/2 split in two doubles), and the float kernel then runs on |r| <= pi/4. No fast-math. */
+#define CG_TRIG_FAST_LIMIT 105615.0f
+#define CG_TRIG_REDUCE_LIMIT 16777216.0f
+
+CG_HD float cg_trig_reduced(float x, bool want_cos) {
+    double xd = (double)x;
+    double k = rint(xd * 0.63661977236758134308);
+    double r = fma(-k, 1.5707963267948965580e+00, xd);
+    r = fma(-k, 6.1232339957367658e-17, r);
+    float rf = (float)r;
+    int quadrant = ((int)(long long)k + (want_cos ? 1 : 0)) & 3;
+    float v = (quadrant & 1) ? cosf(rf) : sinf(rf);
+    return (quadrant & 2) ? -v : v;
+}
+
+CG_HD float cg_sinf(float x) {
+    float a = fabsf(x);
+    return (a < CG_TRIG_FAST_LIMIT || !(a < CG_TRIG_REDUCE_LIMIT)) ? sinf(x) : cg_trig_reduced(x, false);
+}
+
+CG_HD float cg_cosf(float x) {
+    float a = fabsf(x);
+    return (a < CG_TRIG_FAST_LIMIT || !(a < CG_TRIG_REDUCE_LIMIT)) ? cosf(x) : cg_trig_reduced(x, true);
+}
+
 CG_HD float cg_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 CG_HD float cg_unary_apply(cg_unary_op op, float x, float alpha) {
@@ -51,8 +79,8 @@ CG_HD float cg_unary_apply(cg_unary_op op, float x, float alpha) {
     case CG_UNARY_NEG: return -x;
     case CG_UNARY_EXP: return expf(x);
     case CG_UNARY_LOG: return logf(x);
-    case CG_UNARY_SIN: return sinf(x);
-    case CG_UNARY_COS: return cosf(x);
+    case CG_UNARY_SIN: return cg_sinf(x);
+    case CG_UNARY_COS: return cg_cosf(x);
     case CG_UNARY_SQRT: return sqrtf(x);
     case CG_UNARY_RELU: return x > 0.0f ? x : (x == x ? 0.0f : x); /* NaN propagates */
     case CG_UNARY_TANH: return tanhf(x);

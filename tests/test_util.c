@@ -125,10 +125,9 @@ void cg_test_status_ok_at(cg_status s, const char *expr, const char *file, int l
     }
 }
 
-cg_tensor *cg_test_tensor_at(const float *data, int ndim, const int64_t *shape, const char *file,
-                             int line) {
-    return cg_test_ok_at(cg_from_data(data, ndim, shape, cg_test_device()), "cg_from_data", file,
-                         line);
+cg_tensor *cg_test_tensor_at(const float *data, int ndim, const int64_t *shape, cg_device d,
+                             const char *file, int line) {
+    return cg_test_ok_at(cg_from_data(data, ndim, shape, d), "cg_from_data", file, line);
 }
 
 float *cg_test_read_at(const cg_tensor *t, const char *file, int line) {

@@ -95,11 +95,14 @@ cg_tensor *cg_test_ok_at(cg_tensor *t, const char *expr, const char *file, int l
 void cg_test_status_ok_at(cg_status s, const char *expr, const char *file, int line);
 #define CG_TEST_STATUS_OK(...) cg_test_status_ok_at((__VA_ARGS__), #__VA_ARGS__, __FILE__, __LINE__)
 
-/* A tensor on the device under test holding data (row-major). */
-cg_tensor *cg_test_tensor_at(const float *data, int ndim, const int64_t *shape, const char *file,
-                             int line);
-/* variadic so that a compound-literal shape, (int64_t[]){2, 3}, can be passed as is */
-#define cg_test_tensor(data, ndim, ...) cg_test_tensor_at((data), (ndim), (__VA_ARGS__), __FILE__, __LINE__)
+/* A tensor on device d holding data (row-major). */
+cg_tensor *cg_test_tensor_at(const float *data, int ndim, const int64_t *shape, cg_device d,
+                             const char *file, int line);
+/* On the device under test. The device is read in the test's own file: only test targets carry
+ * the CG_TEST_DEVICE_* definition, not this shared helper library. Variadic so that a
+ * compound-literal shape, (int64_t[]){2, 3}, can be passed as is. */
+#define cg_test_tensor(data, ndim, ...) \
+    cg_test_tensor_at((data), (ndim), (__VA_ARGS__), cg_test_device(), __FILE__, __LINE__)
 
 /* Reads t back into a new buffer that was filled with NaN first, so an element the op never
  * wrote stays NaN and fails any closeness check. */
