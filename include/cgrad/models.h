@@ -1,7 +1,35 @@
-/* Reusable model definitions built on the public API (models/). */
+/* Reusable model definitions built on the public API (models/).
+ *
+ * Each constructor returns a module the caller frees with cg_module_free(), or NULL with
+ * cg_last_error() set. Parameter names follow the PyTorch model the constructor mirrors, so a
+ * state_dict written by PyTorch maps one to one. */
 #ifndef CGRAD_MODELS_H
 #define CGRAD_MODELS_H
 
 #include "cgrad/nn.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The activation put between the layers of an MLP. */
+typedef enum cg_activation {
+    CG_ACT_RELU = 0, /* nn.ReLU */
+    CG_ACT_TANH,     /* nn.Tanh */
+    CG_ACT_SIGMOID,  /* nn.Sigmoid */
+} cg_activation;
+
+/* Linear regression y = x W^T + b: nn.Linear(in_features, out_features) on d.
+ * x (N, in_features) -> y (N, out_features); parameters "weight" (out, in) and "bias" (out). */
+cg_module *cg_linear_regression_new(int64_t in_features, int64_t out_features, cg_device d);
+
+/* A multi-layer perceptron on d: for sizes {s0, s1, ..., s(n-1)},
+ *   nn.Sequential(Linear(s0, s1), act, Linear(s1, s2), act, ..., Linear(s(n-2), s(n-1)))
+ * with the activation between layers and none after the last. x (N, s0) -> (N, s(n-1)).
+ * Parameters "0.weight", "0.bias", "2.weight", ... as in PyTorch. n_sizes >= 2, every size > 0. */
+cg_module *cg_mlp_new(int n_sizes, const int64_t *sizes, cg_activation act, cg_device d);
+
+#ifdef __cplusplus
+}
+#endif
 #endif
