@@ -45,8 +45,10 @@ cg_module *cg_mlp_new(int n_sizes, const int64_t *sizes, cg_activation act, cg_d
             return NULL;
         }
     }
-    /* Takes ownership of the modules, and frees them itself if it fails. */
+    /* Takes ownership of the modules; on failure they are still ours to free. */
     cg_module *mlp = cg_sequential_new(nmodules, modules);
+    if (!mlp)
+        for (int i = 0; i < nmodules; i++) cg_module_free(modules[i]);
     free(modules);
     return mlp;
 }

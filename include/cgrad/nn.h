@@ -37,7 +37,8 @@ cg_module *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
 cg_module *cg_relu_new(void);
 cg_module *cg_tanh_new(void);
 cg_module *cg_sigmoid_new(void);
-/* nn.Sequential: takes ownership of the n modules, which must be on one device. */
+/* nn.Sequential: takes ownership of the n modules, which must be on one device. On failure
+ * (NULL returned) the caller still owns them. */
 cg_module *cg_sequential_new(int n, cg_module *const *modules);
 
 /* ---- optimizers ------------------------------------------------------------------------------- */

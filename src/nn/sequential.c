@@ -19,27 +19,26 @@ static cg_tensor *sequential_forward(cg_module *m, const cg_tensor *x) {
 static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_device d);
 
 static cg_module *sequential_shell(const cg_module *m, cg_device d) {
-    cg_module *shells[64];
-    if (m->nchildren > 64) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "Sequential: more than 64 children");
-    for (int c = 0; c < m->nchildren; c++) {
-        if (!(shells[c] = m->children[c]->ops->shell(m->children[c], d))) {
-            while (c--) cg_module_free(shells[c]);
-            return NULL;
-        }
-    }
-    return sequential_assemble(m->nchildren, shells, d);
+    cg_module **shells = calloc((size_t)m->nchildren + 1, sizeof *shells);
+    if (!shells) return CG_FAIL_NULL(CG_ERR_OOM, "Sequential: out of host memory");
+    int made = 0;
+    while (made < m->nchildren && (shells[made] = m->children[made]->ops->shell(m->children[made], d))) made++;
+    cg_module *copy = made == m->nchildren ? sequential_assemble(made, shells, d) : NULL;
+    if (!copy)
+        while (made--) cg_module_free(shells[made]);
+    free(shells);
+    return copy;
 }
 
 static const cg_module_ops sequential_ops = {"Sequential", sequential_forward, sequential_shell};
 
+/* On failure the children stay the caller's (and unchanged: packing moves nothing on failure). */
 static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_device d) {
     cg_module *m = cg__module_new(&sequential_ops, d, n);
-    if (!m) {
-        for (int c = 0; c < n; c++) cg_module_free(modules[c]);
-        return NULL;
-    }
+    if (!m) return NULL;
     for (int c = 0; c < n; c++) m->children[c] = modules[c];
     if (cg__module_pack(m, d) != CG_OK) {
+        m->nchildren = 0;
         cg_module_free(m);
         return NULL;
     }
