@@ -175,6 +175,7 @@ static cg_status accumulate_leaf(cg_tensor *leaf, cg_tensor *g) {
     s = leaf->grad_defined ? cg__add_(leaf->grad, g) : cg_copy_(leaf->grad, g);
     cg_tensor_free(g);
     if (s == CG_OK) leaf->grad_defined = true;
+    if (s == CG_OK && leaf->grad_hook) leaf->grad_hook(leaf->grad_hook_ctx, leaf);
     return s;
 }
 
@@ -200,6 +201,31 @@ typedef struct node_stack {
 
 static _Thread_local node_stack pending_stack, ready_stack; /* kept between calls: no steady-state malloc */
 static uint64_t backward_epoch;
+
+#define MAX_BACKWARD_CALLBACKS 16
+typedef struct backward_callback {
+    cg_status (*fn)(void *ctx);
+    void *ctx;
+} backward_callback;
+static _Thread_local backward_callback callbacks[MAX_BACKWARD_CALLBACKS];
+static _Thread_local int ncallbacks;
+
+cg_status cg__queue_backward_callback(cg_status (*fn)(void *ctx), void *ctx) {
+    if (ncallbacks == MAX_BACKWARD_CALLBACKS)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_backward: more than %d end-of-backward callbacks", MAX_BACKWARD_CALLBACKS);
+    callbacks[ncallbacks++] = (backward_callback){fn, ctx};
+    return CG_OK;
+}
+
+/* Every queued callback runs, even after a failure (they complete communication others wait on). */
+static cg_status run_callbacks(cg_status s) {
+    for (int i = 0; i < ncallbacks; i++) {
+        cg_status cs = callbacks[i].fn(callbacks[i].ctx);
+        if (s == CG_OK) s = cs;
+    }
+    ncallbacks = 0;
+    return s;
+}
 
 static cg_status push(node_stack *st, cg_node *n) {
     if (st->count == st->capacity) {
@@ -288,7 +314,7 @@ static cg_status backward_from(cg_tensor *out, cg_tensor *grad) {
         cg_status ns = run_node(ready_stack.items[--ready_stack.count]);
         if (s == CG_OK) s = ns;
     }
-    return s;
+    return run_callbacks(s);
 }
 
 cg_status cg_backward_with(cg_tensor *output, const cg_tensor *grad_output) {

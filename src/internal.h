@@ -48,6 +48,9 @@ struct cg_tensor {
     bool grad_defined;             /* grad holds a value produced since the last zero_grad */
     cg_tensor *grad;               /* owned; for parameters a view into the gradient buffer */
     struct cg_node *grad_fn;       /* the op that produced this tensor (one reference), or NULL */
+    /* called after each backward accumulation into grad (data parallelism's bucket readiness) */
+    void (*grad_hook)(void *ctx, cg_tensor *t);
+    void *grad_hook_ctx;
     cg_tensor *scope_next;         /* intrusive list of the scope's tensors */
     cg_tensor *scope_prev;
 };
@@ -195,6 +198,9 @@ bool cg__should_record(int n, const cg_tensor *const *inputs);
 cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, int ninputs,
                     const cg_tensor *const *inputs, int nsaved, const cg_tensor *const *saved);
 void cg__node_unref(cg_node *n);
+/* Runs fn(ctx) once the current backward pass has finished (from inside a node's backward), e.g.
+ * to wait for gradient all-reduces; its failure becomes backward's. */
+cg_status cg__queue_backward_callback(cg_status (*fn)(void *ctx), void *ctx);
 /* g summed over the dims that were broadcast from shape (ndim, shape); a new tensor. */
 cg_tensor *cg__sum_to(const cg_tensor *g, int ndim, const int64_t *shape);
 

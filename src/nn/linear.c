@@ -14,7 +14,7 @@ static cg_module *linear_shell(const cg_module *m, cg_device d) {
     return linear_create(m->config[IN_FEATURES], m->config[OUT_FEATURES], m->config[HAS_BIAS], d);
 }
 
-static const cg_module_ops linear_ops = {"Linear", linear_forward, linear_shell};
+static const cg_module_ops linear_ops = {.type = "Linear", .forward = linear_forward, .shell = linear_shell};
 
 static cg_module *linear_create(int64_t in, int64_t out, bool bias, cg_device d) {
     cg_module *m = cg__module_new(&linear_ops, d, 0);

@@ -135,6 +135,7 @@ cg_tensor *cg_module_forward(cg_module *m, const cg_tensor *x) {
 
 void cg_module_free(cg_module *m) {
     if (!m) return;
+    if (m->ops->destroy) m->ops->destroy(m);
     for (int c = 0; c < m->nchildren; c++) cg_module_free(m->children[c]);
     for (int i = 0; i < m->nown; i++) cg_tensor_free(m->own[i]);
     drop_buffers(m);
@@ -145,6 +146,7 @@ void cg_module_free(cg_module *m) {
 cg_status cg_module_to(cg_module *m, cg_device d) {
     CG_TRY(check_module(m, "cg_module_to"));
     if (!param_root(m, "cg_module_to") || !cg__backend_for(d)) return cg_last_status();
+    if (!m->ops->shell) return cg__fail(CG_ERR_INVALID_ARG, "cg_module_to: a %s cannot be moved", m->ops->type);
     if (cg_device_equal(d, m->device) && m->flat_data) return CG_OK;
     return cg__module_pack(m, d);
 }
@@ -154,6 +156,7 @@ cg_device cg_module_device(const cg_module *m) { return m ? m->device : cg_cpu()
 cg_module *cg_module_clone(const cg_module *m, cg_device d) {
     if (check_module(m, "cg_module_clone") != CG_OK || !param_root(m, "cg_module_clone") || !cg__backend_for(d))
         return NULL;
+    if (!m->ops->shell) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_clone: a %s cannot be cloned", m->ops->type);
     cg_module *copy = m->ops->shell(m, d);
     if (!copy) return NULL;
     cg_status s = cg__module_pack(copy, d);

@@ -12,7 +12,8 @@ typedef struct cg_module_ops {
     cg_tensor *(*forward)(cg_module *m, const cg_tensor *x);
     /* A module of the same type and configuration, children included, whose parameters have the
      * right shapes on device d but unspecified values. */
-    cg_module *(*shell)(const cg_module *m, cg_device d);
+    cg_module *(*shell)(const cg_module *m, cg_device d); /* NULL: cannot be cloned or moved */
+    void (*destroy)(cg_module *m);                        /* frees `state`; may be NULL */
 } cg_module_ops;
 
 /* One parameter of a module tree, in state_dict order. */
@@ -38,6 +39,11 @@ struct cg_module {
     cg_param_entry *params;
     cg_tensor *flat_data;                  /* (total,) every parameter, packed */
     cg_tensor *flat_grad;                  /* (total,) their gradients, same layout */
+    /* Data parallelism: the identical copies of the parameters an optimizer must step (each a
+     * packed root); NULL means the module itself. */
+    int nreplicas;
+    cg_module **replicas;
+    void *state;                           /* type-specific, freed by ops->destroy */
 };
 
 /* A module with no parameters yet; NULL on out-of-memory. */

@@ -30,7 +30,7 @@ static cg_module *sequential_shell(const cg_module *m, cg_device d) {
     return copy;
 }
 
-static const cg_module_ops sequential_ops = {"Sequential", sequential_forward, sequential_shell};
+static const cg_module_ops sequential_ops = {.type = "Sequential", .forward = sequential_forward, .shell = sequential_shell};
 
 /* On failure the children stay the caller's (and unchanged: packing moves nothing on failure). */
 static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_device d) {
