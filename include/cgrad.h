@@ -204,4 +204,5 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
 
 #include "cgrad/nn.h"
 #include "cgrad/models.h"
+#include "cgrad/parallel.h"
 #endif

@@ -162,7 +162,7 @@ cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const 
  * A node is one recorded op. Its backward receives the gradient of the op's output and returns
  * the gradient of each input (NULL where that input needs none); the engine sums gradients that
  * meet at a tensor and reduces broadcast gradients to the input's shape. */
-#define CG_NODE_MAX_INPUTS 3
+#define CG_NODE_MAX_INPUTS 16 /* a data-parallel gather takes one input per GPU */
 #define CG_NODE_MAX_SAVED 3
 
 typedef struct cg_node cg_node;
@@ -180,6 +180,7 @@ struct cg_node {
     int64_t in_shape[CG_NODE_MAX_INPUTS][CG_MAX_DIMS];
     cg_device in_device[CG_NODE_MAX_INPUTS];
     cg_tensor *saved[CG_NODE_MAX_SAVED];     /* owned handles (views), released after backward */
+    void *ctx;                               /* op-specific context, not owned */
     float scalar;                            /* op parameters */
     int dim;
     bool flag;
@@ -203,6 +204,24 @@ void cg__node_unref(cg_node *n);
 cg_status cg__queue_backward_callback(cg_status (*fn)(void *ctx), void *ctx);
 /* g summed over the dims that were broadcast from shape (ndim, shape); a new tensor. */
 cg_tensor *cg__sum_to(const cg_tensor *g, int ndim, const int64_t *shape);
+
+/* ---- NCCL (src/cuda/cuda_nccl.c; without NCCL every call fails with a clear message) ------------ */
+/* Communicators for the GPUs this process drives: all ranks of a one-process group, or the one
+ * rank of an MPI process. Collectives are in place and grouped over the local devices. */
+typedef struct cg_nccl cg_nccl;
+#define CG_NCCL_ID_BYTES 128
+cg_status cg__nccl_unique_id(unsigned char id[CG_NCCL_ID_BYTES]);
+/* id NULL: a fresh one (one-process group). Gives up after CGRAD_NCCL_TIMEOUT seconds (default
+ * 60), aborting the communicators, so a failed start-up never hangs. */
+cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int nlocal, const int *devices,
+                       cg_nccl **out);
+/* Sums (or averages) bufs[i] (count floats on the i-th local device). side_stream: on a stream of
+ * its own that first waits for the work queued so far, so later compute overlaps it; join with
+ * cg__nccl_join. Otherwise on each device's compute stream. */
+cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, bool side_stream);
+cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int root);
+cg_status cg__nccl_join(cg_nccl *c); /* compute streams wait for the side streams' collectives */
+void cg__nccl_free(cg_nccl *c);
 
 /* ---- global state (src/device.c) ------------------------------------------------------------ */
 /* The seed of cg_manual_seed and a counter that changes with each call, so a backend's

@@ -122,14 +122,10 @@ static const cg_module *param_root(const cg_module *m, const char *fn) {
     return m;
 }
 
+/* Devices are checked by the ops themselves (an input on the wrong device fails in the first op
+ * that meets a parameter, naming both devices); wrappers like DataParallel accept any device. */
 cg_tensor *cg_module_forward(cg_module *m, const cg_tensor *x) {
     if (check_module(m, "cg_module_forward") != CG_OK || cg__check_tensor(x, "cg_module_forward", "x") != CG_OK) return NULL;
-    bool has_params = m->nown > 0 || m->nparams > 0; /* activations follow their input */
-    if (has_params && !cg_device_equal(x->device, m->device)) {
-        char dx[16], dm[16];
-        return CG_FAIL_NULL(CG_ERR_DEVICE, "%s forward: input is on %s but the module's parameters are on %s",
-                            m->ops->type, cg_device_str(x->device, dx, sizeof dx), cg_device_str(m->device, dm, sizeof dm));
-    }
     return m->ops->forward(m, x);
 }
 

@@ -18,7 +18,7 @@ typedef struct cg_module_ops {
 
 /* One parameter of a module tree, in state_dict order. */
 typedef struct cg_param_entry {
-    char name[64];
+    char name[96];
     cg_tensor *tensor;
     int64_t offset; /* in the flat buffers, in elements */
 } cg_param_entry;

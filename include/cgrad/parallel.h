@@ -1,0 +1,56 @@
+/* Data parallelism: one process driving several GPUs (nn.DataParallel's surface, with DDP's
+ * efficiency), and several processes launched by mpirun (DistributedDataParallel).
+ *
+ * Both wrap a module and return a module: forward, parameters (named "module.<name>") and
+ * optimizers work on the wrapper. Replicas are made once and kept identical: after backward every
+ * replica holds the combined gradient, and an optimizer built on the wrapper steps each of them,
+ * so parameters are never re-copied. The wrapper owns the module it wraps. */
+#ifndef CGRAD_PARALLEL_H
+#define CGRAD_PARALLEL_H
+
+#include "cgrad/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- one process, several GPUs ------------------------------------------------------------------ */
+/* device_ids: ndevices GPU ordinals, or NULL/0 for every GPU. output_device: where forward gathers
+ * its output, or -1 for device_ids[0]. The module's parameters must be on cuda:device_ids[0].
+ * Forward splits the batch along dim 0 as torch.chunk does (chunks of ceil(B / n) rows, so a small
+ * batch may use fewer GPUs), runs the replicas concurrently and gathers the output. Backward sums
+ * the replicas' gradients with NCCL (the full-batch gradient, as PyTorch's DataParallel). */
+cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *device_ids, int output_device);
+/* Forward on input already split per device: shards[i] on the i-th device of the list (n <= the
+ * number of devices), so no step copies the batch. */
+cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor *const *shards);
+/* torch.chunk's split of `batch` rows over n devices: fills sizes[0..k) and returns k. */
+int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes);
+/* The i-th device of a data-parallel module's list. */
+cg_device cg_data_parallel_device(const cg_module *dp, int i);
+
+/* ---- several processes (mpirun), one device each --------------------------------------------------- */
+typedef struct cg_dist cg_dist;
+
+/* MPI_Init, then one device per rank: cuda:(local rank % GPUs on the host) when GPUs exist (an NCCL
+ * communicator bootstrapped over MPI), else the CPU (MPI_Allreduce). CGRAD_DIST_DEVICE=cpu forces
+ * CPU ranks. NULL (with cg_last_error) when MPI or NCCL fail to start; NCCL start-up gives up
+ * after CGRAD_NCCL_TIMEOUT seconds (default 60) and aborts the communicator instead of hanging. */
+cg_dist *cg_dist_init(int *argc, char ***argv);
+int cg_dist_rank(const cg_dist *dist);
+int cg_dist_world_size(const cg_dist *dist);
+cg_device cg_dist_device(const cg_dist *dist);
+/* Sum over ranks of a host value (for reporting, e.g. a loss). */
+cg_status cg_dist_allreduce_host(cg_dist *dist, double *values, int n);
+void cg_dist_finalize(cg_dist *dist); /* tears down NCCL, then MPI_Finalize */
+
+/* DistributedDataParallel: parameters are broadcast from rank 0, then backward averages the
+ * gradients over ranks in buckets of bucket_bytes (0: 25 MB), each launched as soon as all its
+ * gradients are ready, so communication overlaps the rest of the backward pass. Every rank's local
+ * batch must have the same size (an uneven one is an error). */
+cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,170 @@
+/* NCCL communicators and collectives for data parallelism. Start-up is non-blocking and bounded
+ * by a timeout, after which the communicators are aborted: a missing peer never hangs the caller. */
+#include "cuda/cuda_internal.h"
+
+#include <nccl.h>
+#include <time.h>
+
+#define CG_NCCL_MAX_LOCAL 64
+
+#define CG_NCCL_CHECK(call)                                                                            \
+    do {                                                                                               \
+        ncclResult_t cg__r = (call);                                                                   \
+        if (cg__r != ncclSuccess && cg__r != ncclInProgress)                                           \
+            return cg__fail(CG_ERR_BACKEND, "%s failed at %s:%d: %s (%s)", #call, __FILE__, __LINE__,  \
+                            ncclGetErrorString(cg__r), ncclGetLastError(NULL));                        \
+    } while (0)
+
+struct cg_nccl {
+    int nlocal;
+    int devices[CG_NCCL_MAX_LOCAL];
+    ncclComm_t comms[CG_NCCL_MAX_LOCAL];
+    cudaStream_t side[CG_NCCL_MAX_LOCAL];      /* collectives that overlap compute */
+    cudaEvent_t compute_ready[CG_NCCL_MAX_LOCAL];
+    cudaEvent_t side_done[CG_NCCL_MAX_LOCAL];
+    double timeout_s;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Waits until no communicator is still in progress; aborts them all after the timeout. */
+static cg_status wait_ready(cg_nccl *c, const char *what) {
+    double start = now_s();
+    for (;;) {
+        bool pending = false;
+        for (int i = 0; i < c->nlocal; i++) {
+            ncclResult_t state;
+            ncclResult_t r = ncclCommGetAsyncError(c->comms[i], &state);
+            if (r != ncclSuccess) state = r;
+            if (state == ncclInProgress) {
+                pending = true;
+            } else if (state != ncclSuccess) {
+                return cg__fail(CG_ERR_BACKEND, "NCCL %s failed on cuda:%d: %s (%s)", what, c->devices[i],
+                                ncclGetErrorString(state), ncclGetLastError(c->comms[i]));
+            }
+        }
+        if (!pending) return CG_OK;
+        if (now_s() - start > c->timeout_s) {
+            for (int i = 0; i < c->nlocal; i++) (void)ncclCommAbort(c->comms[i]);
+            c->nlocal = 0;
+            return cg__fail(CG_ERR_BACKEND, "NCCL %s did not complete within %.0f s (a peer never joined?); "
+                            "communicators aborted (CGRAD_NCCL_TIMEOUT sets the limit)", what, c->timeout_s);
+        }
+        struct timespec nap = {0, 200000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+cg_status cg__nccl_unique_id(unsigned char id[CG_NCCL_ID_BYTES]) {
+    ncclUniqueId uid;
+    CG_NCCL_CHECK(ncclGetUniqueId(&uid));
+    memcpy(id, uid.internal, CG_NCCL_ID_BYTES);
+    return CG_OK;
+}
+
+cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int nlocal, const int *devices,
+                       cg_nccl **out) {
+    if (nlocal < 1 || nlocal > CG_NCCL_MAX_LOCAL)
+        return cg__fail(CG_ERR_INVALID_ARG, "NCCL: %d local devices (1 to %d supported)", nlocal, CG_NCCL_MAX_LOCAL);
+    ncclUniqueId uid;
+    if (id) memcpy(uid.internal, id, CG_NCCL_ID_BYTES);
+    else CG_NCCL_CHECK(ncclGetUniqueId(&uid));
+    cg_nccl *c = calloc(1, sizeof *c);
+    if (!c) return cg__fail(CG_ERR_OOM, "NCCL: out of host memory");
+    const char *limit = getenv("CGRAD_NCCL_TIMEOUT");
+    c->timeout_s = limit && atof(limit) > 0 ? atof(limit) : 60.0;
+    for (int i = 0; i < nlocal; i++) {
+        cg_cuda_context *ctx;
+        c->devices[i] = devices[i];
+        cg_status s = cg__cuda_enter(devices[i], &ctx);
+        if (s == CG_OK && cudaStreamCreateWithFlags(&c->side[i], cudaStreamNonBlocking) == cudaSuccess &&
+            cudaEventCreateWithFlags(&c->compute_ready[i], cudaEventDisableTiming) == cudaSuccess &&
+            cudaEventCreateWithFlags(&c->side_done[i], cudaEventDisableTiming) == cudaSuccess)
+            continue;
+        cg__nccl_free(c);
+        return s != CG_OK ? s : cg__fail(CG_ERR_BACKEND, "NCCL: could not create streams/events on cuda:%d", devices[i]);
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < nlocal && (r == ncclSuccess || r == ncclInProgress); i++) {
+        cudaSetDevice(devices[i]);
+        r = ncclCommInitRankConfig(&c->comms[i], nranks, uid, first_rank + i, &config);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess || r == ncclInProgress) r = end;
+    c->nlocal = nlocal;
+    cg_status s = (r == ncclSuccess || r == ncclInProgress)
+                      ? wait_ready(c, "communicator start-up")
+                      : cg__fail(CG_ERR_BACKEND, "NCCL communicator start-up failed: %s (%s)", ncclGetErrorString(r),
+                                 ncclGetLastError(NULL));
+    if (s != CG_OK) {
+        cg__nccl_free(c);
+        return s;
+    }
+    *out = c;
+    return CG_OK;
+}
+
+/* Launches fn on every local communicator as one group, on the compute or the side streams. */
+static cg_status grouped(cg_nccl *c, float *const *bufs, int64_t count, bool side_stream, int op, int root,
+                         const char *what) {
+    for (int i = 0; side_stream && i < c->nlocal; i++) {
+        cg_cuda_context *ctx;
+        CG_TRY(cg__cuda_enter(c->devices[i], &ctx));
+        CG_CUDA_CHECK(cudaEventRecord(c->compute_ready[i], ctx->stream));
+        CG_CUDA_CHECK(cudaStreamWaitEvent(c->side[i], c->compute_ready[i], 0));
+    }
+    CG_NCCL_CHECK(ncclGroupStart());
+    for (int i = 0; i < c->nlocal; i++) {
+        cg_cuda_context *ctx;
+        CG_TRY(cg__cuda_enter(c->devices[i], &ctx));
+        cudaStream_t stream = side_stream ? c->side[i] : ctx->stream;
+        if (op < 0)
+            CG_NCCL_CHECK(ncclBroadcast(bufs[i], bufs[i], (size_t)count, ncclFloat, root, c->comms[i], stream));
+        else
+            CG_NCCL_CHECK(ncclAllReduce(bufs[i], bufs[i], (size_t)count, ncclFloat, (ncclRedOp_t)op, c->comms[i], stream));
+    }
+    ncclResult_t r = ncclGroupEnd();
+    if (r == ncclInProgress) return wait_ready(c, what);
+    CG_NCCL_CHECK(r);
+    return CG_OK;
+}
+
+cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, bool side_stream) {
+    if (count == 0) return CG_OK;
+    return grouped(c, bufs, count, side_stream, average ? ncclAvg : ncclSum, 0, "all-reduce");
+}
+
+cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int root) {
+    if (count == 0) return CG_OK;
+    return grouped(c, bufs, count, false, -1, root, "broadcast");
+}
+
+cg_status cg__nccl_join(cg_nccl *c) {
+    for (int i = 0; i < c->nlocal; i++) {
+        cg_cuda_context *ctx;
+        CG_TRY(cg__cuda_enter(c->devices[i], &ctx));
+        CG_CUDA_CHECK(cudaEventRecord(c->side_done[i], c->side[i]));
+        CG_CUDA_CHECK(cudaStreamWaitEvent(ctx->stream, c->side_done[i], 0));
+    }
+    return CG_OK;
+}
+
+void cg__nccl_free(cg_nccl *c) {
+    if (!c) return;
+    for (int i = 0; i < CG_NCCL_MAX_LOCAL; i++) {
+        if (i < c->nlocal && c->comms[i]) (void)ncclCommDestroy(c->comms[i]);
+        if (c->side[i]) {
+            cudaSetDevice(c->devices[i]);
+            (void)cudaStreamDestroy(c->side[i]);
+            (void)cudaEventDestroy(c->compute_ready[i]);
+            (void)cudaEventDestroy(c->side_done[i]);
+        }
+    }
+    free(c);
+}

@@ -1,0 +1,254 @@
+/* nn.DataParallel in one process: replicas made once and kept identical, the batch split as
+ * torch.chunk does, replica gradients summed with NCCL at the end of backward. */
+#include "nn/module.h"
+
+typedef struct dp_state {
+    int n;                                  /* devices in the list */
+    int devices[CG_NODE_MAX_INPUTS];
+    cg_device output;
+    cg_nccl *nccl;                          /* NULL for a single device */
+    float *grad_bufs[CG_NODE_MAX_INPUTS];   /* each replica's flat gradient buffer */
+} dp_state;
+
+int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes) {
+    if (batch <= 0 || n <= 0 || !sizes) return 0;
+    int64_t chunk = (batch + n - 1) / n;
+    int k = 0;
+    for (int64_t start = 0; start < batch; start += chunk) sizes[k++] = batch - start < chunk ? batch - start : chunk;
+    return k;
+}
+
+cg_device cg_data_parallel_device(const cg_module *dp, int i) {
+    const dp_state *st = dp ? dp->state : NULL;
+    return st && i >= 0 && i < st->n ? cg_cuda(st->devices[i]) : cg_cpu();
+}
+
+/* ---- gradient synchronisation ----------------------------------------------------------------------- */
+/* Every replica ends backward holding the sum of all replicas' gradients (the full-batch gradient);
+ * a parameter counts as having a gradient when any replica produced one. */
+static cg_status dp_sync_gradients(void *ctx) {
+    cg_module *dp = ctx;
+    dp_state *st = dp->state;
+    if (st->n > 1) CG_TRY(cg__nccl_allreduce(st->nccl, st->grad_bufs, dp->replicas[0]->flat_grad->numel, false, false));
+    for (int i = 0; i < dp->nparams; i++) {
+        bool any = false;
+        for (int r = 0; r < st->n; r++) any |= dp->replicas[r]->params[i].tensor->grad_defined;
+        for (int r = 0; r < st->n; r++) dp->replicas[r]->params[i].tensor->grad_defined = any;
+    }
+    return CG_OK;
+}
+
+/* Replicas after the first start each backward from zero, so gradients accumulated over several
+ * backward calls (no zero_grad between) are counted once after the sum, as in PyTorch. */
+static cg_status dp_begin_backward(cg_module *dp) {
+    dp_state *st = dp->state;
+    for (int r = 1; r < st->n; r++) {
+        cg_module *m = dp->replicas[r];
+        for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = false;
+        CG_TRY(cg__backend_for(m->device)->fill(m->flat_grad, 0.0f));
+    }
+    return cg__queue_backward_callback(dp_sync_gradients, dp);
+}
+
+/* A view of rows [start, start + rows) of t that no scope or tape sees. */
+static cg_tensor *rows_of(const cg_tensor *t, int64_t start, int64_t rows) {
+    int64_t shape[CG_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[0] = rows;
+    cg_tensor *v = cg__view_new(t, t->ndim, shape, t->strides, t->offset + start * t->strides[0]);
+    return v ? cg_keep(v) : NULL;
+}
+
+/* ---- gather: out = cat(y_0, ..., y_k-1) on the output device ------------------------------------- */
+/* Backward sends each replica its rows of the gradient. */
+static cg_status gather_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
+    CG_TRY(dp_begin_backward(node->ctx));
+    int64_t start = 0;
+    for (int k = 0; k < node->ninputs; k++) {
+        int64_t rows = node->in_shape[k][0];
+        cg_tensor *v = rows_of(g, start, rows);
+        if (!v) return cg_last_status();
+        grad_in[k] = cg_device_equal(v->device, node->in_device[k]) ? v : cg_to(v, node->in_device[k]);
+        if (grad_in[k] != v) cg_tensor_free(v);
+        if (!grad_in[k]) return cg_last_status();
+        start += rows;
+    }
+    return CG_OK;
+}
+
+static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
+    dp_state *st = dp->state;
+    const cg_tensor *first = ys[0];
+    int64_t shape[CG_MAX_DIMS] = {0};
+    for (int d = 1; d < first->ndim; d++) shape[d] = first->shape[d];
+    for (int i = 0; i < k; i++) {
+        char a[160], b[160];
+        if (ys[i]->ndim != ys[0]->ndim || ys[i]->ndim < 1 ||
+            memcmp(ys[i]->shape + 1, ys[0]->shape + 1, (size_t)(ys[0]->ndim - 1) * sizeof(int64_t)))
+            return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: replica outputs %s and %s cannot be gathered along dim 0",
+                                cg__shape_str(ys[0], a, sizeof a), cg__shape_str(ys[i], b, sizeof b));
+        shape[0] += ys[i]->shape[0];
+    }
+    cg_tensor *out = cg__tensor_new(ys[0]->ndim, shape, st->output);
+    if (!out) return NULL;
+    int64_t row = out->shape[0] ? out->numel / out->shape[0] : 0, start = 0;
+    cg_status s = CG_OK;
+    for (int i = 0; i < k && s == CG_OK; i++) {
+        cg_tensor *c = cg_contiguous(ys[i]);
+        s = c ? cg__copy_bytes(st->output, cg__data(out) + start * row, c->device, cg__data(c),
+                               (size_t)c->numel * sizeof(float))
+              : cg_last_status();
+        cg_tensor_free(c);
+        start += ys[i]->shape[0];
+    }
+    const cg_tensor *const *inputs = (const cg_tensor *const *)ys;
+    if (s == CG_OK && cg__should_record(k, inputs)) {
+        cg_node *node = cg__record(out, "DataParallel.gather", gather_backward, k, inputs, 0, NULL);
+        if (node) node->ctx = dp;
+        else s = cg_last_status();
+    }
+    if (s != CG_OK) {
+        cg_tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---- forward ---------------------------------------------------------------------------------------- */
+static cg_tensor *run_replicas(cg_module *dp, int k, const cg_tensor *const *shards) {
+    cg_tensor *ys[CG_NODE_MAX_INPUTS] = {0};
+    cg_tensor *out = NULL;
+    int done = 0;
+    while (done < k && (ys[done] = cg_module_forward(dp->replicas[done], shards[done]))) done++;
+    if (done == k) out = dp_gather(dp, k, ys);
+    for (int i = 0; i < done; i++) cg_tensor_free(ys[i]); /* the tape keeps what backward needs */
+    return out;
+}
+
+static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x) {
+    dp_state *st = dp->state;
+    if (x->ndim < 1 || x->shape[0] == 0)
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: the input needs a non-empty batch dimension");
+    if (x->requires_grad && cg_is_grad_enabled())
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "DataParallel: an input that requires grad is not supported "
+                                                "(detach it, or pass per-device shards)");
+    int64_t sizes[CG_NODE_MAX_INPUTS];
+    int k = cg_data_parallel_chunks(x->shape[0], st->n, sizes);
+    cg_tensor *shards[CG_NODE_MAX_INPUTS] = {0};
+    int made = 0;
+    for (int64_t start = 0; made < k; start += sizes[made++]) {
+        cg_tensor *rows = rows_of(x, start, sizes[made]);
+        cg_device d = cg_cuda(st->devices[made]);
+        shards[made] = rows && !cg_device_equal(rows->device, d) ? cg_to(rows, d) : rows;
+        if (shards[made] != rows) cg_tensor_free(rows);
+        if (!shards[made]) break;
+    }
+    cg_tensor *out = made == k ? run_replicas(dp, k, (const cg_tensor *const *)shards) : NULL;
+    for (int i = 0; i < made; i++) cg_tensor_free(shards[i]);
+    return out;
+}
+
+cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor *const *shards) {
+    if (!dp || dp->ops->forward != dp_forward)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_data_parallel_forward_shards: not a DataParallel module");
+    dp_state *st = dp->state;
+    if (n < 1 || n > st->n || !shards)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_data_parallel_forward_shards: %d shards for %d devices", n, st->n);
+    for (int i = 0; i < n; i++) {
+        char a[16], b[16];
+        if (cg__check_tensor(shards[i], "cg_data_parallel_forward_shards", "shards[i]") != CG_OK) return NULL;
+        if (!cg_device_equal(shards[i]->device, cg_cuda(st->devices[i])))
+            return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_data_parallel_forward_shards: shard %d is on %s, expected %s", i,
+                                cg_device_str(shards[i]->device, a, sizeof a), cg_device_str(cg_cuda(st->devices[i]), b, sizeof b));
+    }
+    return run_replicas(dp, n, shards);
+}
+
+/* ---- construction -------------------------------------------------------------------------------------- */
+static void dp_destroy(cg_module *dp) {
+    dp_state *st = dp->state;
+    for (int r = 0; r < dp->nreplicas; r++) cg_module_free(dp->replicas[r]);
+    free(dp->replicas);
+    dp->replicas = NULL, dp->nreplicas = 0;
+    if (st) cg__nccl_free(st->nccl);
+    free(st);
+}
+
+static const cg_module_ops dp_ops = {.type = "DataParallel", .forward = dp_forward, .destroy = dp_destroy};
+
+/* Checks the device list (defaulting to every GPU) and the module's placement, as PyTorch does. */
+static cg_status check_devices(const cg_module *m, int n, const int *ids, int output_device, dp_state *st) {
+    int count = cg_cuda_device_count();
+    if (count == 0) return cg__fail(CG_ERR_DEVICE, "DataParallel needs CUDA devices, but %s", cg_cuda_unavailable_reason());
+    if (n <= 0 || !ids) n = count, ids = NULL;
+    if (n > CG_NODE_MAX_INPUTS) return cg__fail(CG_ERR_INVALID_ARG, "DataParallel: %d devices (at most %d)", n, CG_NODE_MAX_INPUTS);
+    for (int i = 0; i < n; i++) {
+        int id = ids ? ids[i] : i;
+        if (id < 0 || id >= count)
+            return cg__fail(CG_ERR_DEVICE, "DataParallel: device_ids[%d] = %d is out of range (%d CUDA devices)", i, id, count);
+        for (int j = 0; j < i; j++)
+            if (st->devices[j] == id) return cg__fail(CG_ERR_DEVICE, "DataParallel: device %d is listed twice", id);
+        st->devices[i] = id;
+    }
+    st->n = n;
+    char a[16], b[16];
+    if (!cg_device_equal(m->device, cg_cuda(st->devices[0])))
+        return cg__fail(CG_ERR_DEVICE, "DataParallel: the module must have its parameters on %s (device_ids[0]) but found them on %s",
+                        cg_device_str(cg_cuda(st->devices[0]), a, sizeof a), cg_device_str(m->device, b, sizeof b));
+    if (output_device >= count)
+        return cg__fail(CG_ERR_DEVICE, "DataParallel: output_device %d is out of range (%d CUDA devices)", output_device, count);
+    st->output = cg_cuda(output_device < 0 ? st->devices[0] : output_device);
+    return CG_OK;
+}
+
+/* The wrapper lists the first replica's parameters as "module.<name>", as PyTorch's state_dict. */
+static cg_status alias_params(cg_module *dp, const cg_module *m) {
+    dp->params = calloc((size_t)(m->nparams ? m->nparams : 1), sizeof *dp->params);
+    if (!dp->params) return cg__fail(CG_ERR_OOM, "DataParallel: out of host memory");
+    for (int i = 0; i < m->nparams; i++) {
+        dp->params[i] = m->params[i];
+        int len = snprintf(dp->params[i].name, sizeof dp->params[i].name, "module.%s", m->params[i].name);
+        if (len >= (int)sizeof dp->params[i].name)
+            return cg__fail(CG_ERR_INVALID_ARG, "DataParallel: parameter name module.%s is too long", m->params[i].name);
+    }
+    dp->nparams = m->nparams;
+    return CG_OK;
+}
+
+cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *device_ids, int output_device) {
+    if (!module) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_data_parallel_new: module is NULL");
+    if (module->parent)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_data_parallel_new: the %s already belongs to a %s", module->ops->type,
+                            module->parent->ops->type);
+    dp_state *st = calloc(1, sizeof *st);
+    if (!st) return CG_FAIL_NULL(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
+    if (check_devices(module, ndevices, device_ids, output_device, st) != CG_OK) {
+        free(st);
+        return NULL;
+    }
+    cg_module *dp = cg__module_new(&dp_ops, module->device, 0);
+    if (!dp) {
+        free(st);
+        return NULL;
+    }
+    dp->state = st;
+    dp->replicas = calloc((size_t)st->n, sizeof *dp->replicas);
+    cg_status s = dp->replicas ? alias_params(dp, module) : cg__fail(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
+    for (int r = 0; r < st->n && s == CG_OK; r++) {
+        cg_module *replica = r == 0 ? module : cg_module_clone(module, cg_cuda(st->devices[r]));
+        if (!replica) {
+            s = cg_last_status();
+            break;
+        }
+        dp->replicas[dp->nreplicas++] = replica;
+        replica->parent = dp;
+        st->grad_bufs[r] = cg__data(replica->flat_grad);
+    }
+    if (s == CG_OK && st->n > 1) s = cg__nccl_new(NULL, st->n, 0, st->n, st->devices, &st->nccl);
+    if (s != CG_OK) {
+        if (dp->nreplicas > 0) dp->replicas[0] = NULL, module->parent = NULL; /* the caller keeps its module */
+        cg_module_free(dp);
+        return NULL;
+    }
+    return dp;
+}

@@ -1,0 +1,307 @@
+/* DistributedDataParallel over MPI processes: NCCL (bootstrapped over MPI) between GPU ranks,
+ * MPI_Allreduce between CPU ranks, gradients averaged in buckets launched as soon as they are
+ * complete during backward. MPI errors are returned, never fatal. */
+#include "nn/module.h"
+
+#ifdef CGRAD_HAVE_MPI
+#include <mpi.h>
+
+struct cg_dist {
+    int rank, world, local_rank;
+    cg_device device;
+    cg_nccl *nccl; /* GPU ranks */
+    bool owns_mpi; /* we called MPI_Init */
+};
+
+static cg_status mpi_error(int code, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", code);
+    return cg__fail(CG_ERR_BACKEND, "%s failed: %s", what, msg);
+}
+#define CG_MPI_CHECK(call)                                 \
+    do {                                                   \
+        int cg__rc = (call);                               \
+        if (cg__rc != MPI_SUCCESS) return mpi_error(cg__rc, #call); \
+    } while (0)
+
+static cg_status dist_start(cg_dist *d, int *argc, char ***argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        int provided;
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return cg__fail(CG_ERR_BACKEND, "cg_dist_init: MPI_Init failed (started outside mpirun?)");
+        d->owns_mpi = true;
+    }
+    CG_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    CG_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank));
+    CG_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &d->world));
+    MPI_Comm local;
+    CG_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local));
+    int rc = MPI_Comm_rank(local, &d->local_rank);
+    MPI_Comm_free(&local);
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Comm_rank(local)");
+    const char *forced = getenv("CGRAD_DIST_DEVICE");
+    int gpus = forced && strcmp(forced, "cpu") == 0 ? 0 : cg_cuda_device_count();
+    d->device = gpus > 0 ? cg_cuda(d->local_rank % gpus) : cg_cpu();
+    /* Every rank must agree on the kind of device, or the collectives would not match. */
+    int kinds[2] = {d->device.type == CG_CUDA, -(d->device.type == CG_CUDA)};
+    CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, kinds, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (kinds[0] != -kinds[1])
+        return cg__fail(CG_ERR_DEVICE, "cg_dist_init: some ranks have GPUs and some do not; set CGRAD_DIST_DEVICE=cpu");
+    if (d->device.type != CG_CUDA) return CG_OK;
+    unsigned char id[CG_NCCL_ID_BYTES] = {0};
+    int ok = d->rank != 0 || cg__nccl_unique_id(id) == CG_OK;
+    CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (!ok) return cg__fail(CG_ERR_BACKEND, "cg_dist_init: rank 0 could not create an NCCL id");
+    CG_MPI_CHECK(MPI_Bcast(id, CG_NCCL_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD));
+    int index = d->device.index;
+    return cg__nccl_new(id, d->world, d->rank, 1, &index, &d->nccl);
+}
+
+cg_dist *cg_dist_init(int *argc, char ***argv) {
+    cg_dist *d = calloc(1, sizeof *d);
+    if (!d) return CG_FAIL_NULL(CG_ERR_OOM, "cg_dist_init: out of host memory");
+    if (dist_start(d, argc, argv) != CG_OK) {
+        /* keep MPI up: the caller reports the error and may still need to finalize */
+        cg__nccl_free(d->nccl);
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+int cg_dist_rank(const cg_dist *d) { return d ? d->rank : -1; }
+int cg_dist_world_size(const cg_dist *d) { return d ? d->world : -1; }
+cg_device cg_dist_device(const cg_dist *d) { return d ? d->device : cg_cpu(); }
+
+cg_status cg_dist_allreduce_host(cg_dist *d, double *values, int n) {
+    if (!d || (!values && n > 0)) return cg__fail(CG_ERR_INVALID_ARG, "cg_dist_allreduce_host: NULL argument");
+    CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    return CG_OK;
+}
+
+void cg_dist_finalize(cg_dist *d) {
+    if (!d) return;
+    cg__nccl_free(d->nccl);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (d->owns_mpi && !finalized) MPI_Finalize();
+    free(d);
+}
+
+/* ---- DDP module -------------------------------------------------------------------------------- */
+typedef struct ddp_bucket {
+    int64_t begin, end; /* range of the flat gradient buffer */
+    int params;         /* parameters in it */
+    int ready;          /* of those, ready in this backward */
+    bool launched;
+} ddp_bucket;
+
+typedef struct ddp_param_hook {
+    struct ddp_state *st;
+    int index;
+    int bucket;
+    bool ready;
+} ddp_param_hook;
+
+typedef struct ddp_state {
+    cg_dist *dist;
+    cg_module *module;
+    int nbuckets;
+    ddp_bucket *buckets;
+    ddp_param_hook *hooks; /* per parameter */
+    bool in_backward;
+    cg_status failure;     /* first failure inside a hook, reported at the end of backward */
+} ddp_state;
+
+/* Averages one bucket across ranks: NCCL on a side stream (overlapping the rest of backward), or
+ * MPI on the CPU, where the gradients are already final when the hook runs. */
+static cg_status launch_bucket(ddp_state *st, ddp_bucket *b) {
+    b->launched = true;
+    cg_module *m = st->module;
+    float *data = cg__data(m->flat_grad) + b->begin;
+    int64_t count = b->end - b->begin;
+    if (st->dist->world == 1 || count == 0) return CG_OK;
+    if (m->device.type == CG_CUDA) return cg__nccl_allreduce(st->dist->nccl, &data, count, true, true);
+    if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: a bucket of %lld floats is too large for MPI", (long long)count);
+    CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    float scale = 1.0f / (float)st->dist->world;
+    for (int64_t i = 0; i < count; i++) data[i] *= scale;
+    return CG_OK;
+}
+
+static void grad_ready(void *ctx, cg_tensor *t) {
+    ddp_param_hook *h = ctx;
+    ddp_state *st = h->st;
+    if (!st->in_backward) return;
+    if (h->ready) { /* used twice in one forward: its bucket may already be on its way */
+        if (st->buckets[h->bucket].launched && st->failure == CG_OK)
+            st->failure = cg__fail(CG_ERR_INVALID_ARG, "DistributedDataParallel: parameter %s got a second gradient after "
+                                   "its bucket was averaged (a parameter used twice in one forward is not supported)",
+                                   st->module->params[h->index].name);
+        return;
+    }
+    h->ready = true;
+    ddp_bucket *b = &st->buckets[h->bucket];
+    if (++b->ready == b->params && st->failure == CG_OK) st->failure = launch_bucket(st, b);
+}
+
+/* End of backward: buckets with parameters that got no gradient go now (their zeros count), the
+ * compute stream waits for the averages, and every parameter holds the averaged gradient. */
+static cg_status ddp_finish_backward(void *ctx) {
+    ddp_state *st = ctx;
+    cg_module *m = st->module;
+    st->in_backward = false;
+    cg_status s = st->failure;
+    for (int b = st->nbuckets - 1; b >= 0; b--)
+        if (!st->buckets[b].launched && s == CG_OK) s = launch_bucket(st, &st->buckets[b]);
+    if (m->device.type == CG_CUDA && st->dist->world > 1) {
+        cg_status js = cg__nccl_join(st->dist->nccl);
+        if (s == CG_OK) s = js;
+    }
+    for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = true;
+    return s;
+}
+
+/* The wrapper's output is a view of the module's output whose backward arms the buckets. */
+static cg_status ddp_output_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
+    ddp_state *st = node->ctx;
+    st->in_backward = true;
+    st->failure = CG_OK;
+    for (int b = 0; b < st->nbuckets; b++) st->buckets[b].ready = 0, st->buckets[b].launched = false;
+    for (int i = 0; i < st->module->nparams; i++) st->hooks[i].ready = false;
+    CG_TRY(cg__queue_backward_callback(ddp_finish_backward, st));
+    grad_in[0] = cg__view_new(g, g->ndim, g->shape, g->strides, g->offset);
+    return grad_in[0] ? CG_OK : cg_last_status();
+}
+
+static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
+    ddp_state *st = ddp->state;
+    if (!cg_is_grad_enabled()) return cg_module_forward(st->module, x); /* evaluation: purely local */
+    /* Averaging assumes equal local batches: a different size would silently mis-weight a rank. */
+    int64_t sizes[2] = {x->ndim ? x->shape[0] : 1, x->ndim ? -x->shape[0] : -1};
+    int rc = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) return (mpi_error(rc, "DDP batch-size check"), NULL);
+    if (sizes[0] != -sizes[1])
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "DistributedDataParallel: local batch sizes differ across ranks (from %lld to "
+                                          "%lld rows; this rank has %lld): every rank needs the same batch size",
+                            (long long)-sizes[1], (long long)sizes[0], (long long)(x->ndim ? x->shape[0] : 1));
+    cg_tensor *y = cg_module_forward(st->module, x);
+    if (!y || !y->requires_grad) return y;
+    cg_tensor *out = cg__view_new(y, y->ndim, y->shape, y->strides, y->offset);
+    const cg_tensor *inputs[1] = {y};
+    cg_node *node = out ? cg__record(out, "DistributedDataParallel", ddp_output_backward, 1, inputs, 0, NULL) : NULL;
+    cg_tensor_free(y);
+    if (!node) {
+        cg_tensor_free(out);
+        return NULL;
+    }
+    node->ctx = st;
+    return out;
+}
+
+static void ddp_destroy(cg_module *ddp) {
+    ddp_state *st = ddp->state;
+    if (!st) return;
+    cg_module_free(st->module);
+    free(st->buckets);
+    free(st->hooks);
+    free(st);
+    free(ddp->replicas);
+    ddp->replicas = NULL, ddp->nreplicas = 0;
+}
+
+static const cg_module_ops ddp_ops = {.type = "DistributedDataParallel", .forward = ddp_forward, .destroy = ddp_destroy};
+
+/* Buckets in reverse parameter order (the order backward produces gradients), each a contiguous
+ * range of the flat buffer of at least bucket_bytes (the last may be smaller). */
+static cg_status make_buckets(ddp_state *st, size_t bucket_bytes) {
+    cg_module *m = st->module;
+    st->buckets = calloc((size_t)m->nparams + 1, sizeof *st->buckets);
+    st->hooks = calloc((size_t)m->nparams, sizeof *st->hooks);
+    if (!st->buckets || !st->hooks) return cg__fail(CG_ERR_OOM, "DDP: out of host memory");
+    int64_t limit = (int64_t)(bucket_bytes / sizeof(float));
+    for (int i = m->nparams - 1; i >= 0; i--) {
+        int64_t end = i + 1 < m->nparams ? m->params[i + 1].offset : m->flat_grad->numel;
+        ddp_bucket *b = &st->buckets[st->nbuckets];
+        if (b->params == 0) b->end = end;
+        b->begin = m->params[i].offset;
+        b->params++;
+        st->hooks[i] = (ddp_param_hook){st, i, st->nbuckets, false};
+        cg_tensor *p = m->params[i].tensor;
+        p->grad_hook = grad_ready, p->grad_hook_ctx = &st->hooks[i];
+        if (b->end - b->begin >= limit) st->nbuckets++;
+    }
+    if (m->nparams > 0 && st->buckets[st->nbuckets].params > 0) st->nbuckets++;
+    return CG_OK;
+}
+
+/* Rank 0's parameters everywhere, so replicas start identical (as DDP's constructor). */
+static cg_status broadcast_parameters(ddp_state *st) {
+    cg_module *m = st->module;
+    float *data = cg__data(m->flat_data);
+    int64_t count = m->flat_data->numel;
+    if (st->dist->world == 1) return CG_OK;
+    if (m->device.type == CG_CUDA) return cg__nccl_broadcast(st->dist->nccl, &data, count, 0);
+    if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: %lld parameters are too many for one MPI call", (long long)count);
+    CG_MPI_CHECK(MPI_Bcast(data, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD));
+    return CG_OK;
+}
+
+cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
+    char a[16], b[16];
+    if (!module || !dist) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: NULL argument");
+    if (module->parent || !module->flat_data)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: the module must be a model of its own (not inside another)");
+    if (!cg_device_equal(module->device, dist->device))
+        return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_ddp_new: the module is on %s but this rank's device is %s",
+                            cg_device_str(module->device, a, sizeof a), cg_device_str(dist->device, b, sizeof b));
+    cg_module *ddp = cg__module_new(&ddp_ops, module->device, 0);
+    ddp_state *st = ddp ? calloc(1, sizeof *st) : NULL;
+    if (!st) {
+        free(ddp);
+        return CG_FAIL_NULL(CG_ERR_OOM, "cg_ddp_new: out of host memory");
+    }
+    ddp->state = st;
+    st->dist = dist, st->module = module;
+    cg_status s = make_buckets(st, bucket_bytes ? bucket_bytes : 25u << 20);
+    if (s == CG_OK) s = broadcast_parameters(st);
+    if (s == CG_OK && !(ddp->replicas = calloc(1, sizeof *ddp->replicas))) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
+    if (s == CG_OK) {
+        ddp->replicas[0] = module, ddp->nreplicas = 1;
+        ddp->params = calloc((size_t)module->nparams + 1, sizeof *ddp->params);
+        if (!ddp->params) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
+    }
+    for (int i = 0; s == CG_OK && i < module->nparams; i++) {
+        ddp->params[i] = module->params[i];
+        snprintf(ddp->params[i].name, sizeof ddp->params[i].name, "module.%.80s", module->params[i].name);
+    }
+    if (s != CG_OK) {
+        for (int i = 0; i < module->nparams; i++) module->params[i].tensor->grad_hook = NULL;
+        st->module = NULL; /* the caller keeps its module */
+        cg_module_free(ddp);
+        return NULL;
+    }
+    ddp->nparams = module->nparams;
+    module->parent = ddp;
+    return ddp;
+}
+
+#else /* no MPI */
+
+cg_dist *cg_dist_init(int *argc, char ***argv) {
+    return CG_FAIL_NULL(CG_ERR_BACKEND, "cg_dist_init: cgrad was built without MPI (install libopenmpi-dev and rebuild)");
+}
+int cg_dist_rank(const cg_dist *d) { return -1; }
+int cg_dist_world_size(const cg_dist *d) { return -1; }
+cg_device cg_dist_device(const cg_dist *d) { return cg_cpu(); }
+cg_status cg_dist_allreduce_host(cg_dist *d, double *values, int n) {
+    return cg__fail(CG_ERR_BACKEND, "cgrad was built without MPI");
+}
+void cg_dist_finalize(cg_dist *d) {}
+cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
+    return CG_FAIL_NULL(CG_ERR_BACKEND, "cg_ddp_new: cgrad was built without MPI");
+}
+#endif
