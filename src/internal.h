@@ -182,8 +182,7 @@ struct cg_node {
     cg_tensor *saved[CG_NODE_MAX_SAVED];     /* owned handles (views), released after backward */
     void *ctx;                               /* op-specific context, not owned */
     float scalar;                            /* op parameters */
-    int dim;
-    bool flag;
+    int dim, dim2;
     bool released;                           /* saved values freed by a backward pass */
     /* bookkeeping */
     cg_node *link;                           /* free list / release chain */

@@ -20,7 +20,7 @@ static cg_status movement_backward(cg_node *n, const cg_tensor *g, cg_tensor **g
     switch ((movement_kind)n->dim) {
     case MOVE_IDENTITY: grad_in[0] = cg__view_new(g, g->ndim, g->shape, g->strides, g->offset); break;
     case MOVE_RESHAPE: grad_in[0] = cg_reshape(g, n->in_ndim[0], n->in_shape[0]); break;
-    case MOVE_TRANSPOSE: grad_in[0] = cg_transpose(g, (int)n->scalar, n->flag); break;
+    case MOVE_TRANSPOSE: grad_in[0] = cg_transpose(g, n->dim2 / CG_MAX_DIMS, n->dim2 % CG_MAX_DIMS); break;
     case MOVE_DEVICE: grad_in[0] = cg_to(g, n->in_device[0]); break;
     }
     return grad_in[0] ? CG_OK : cg_last_status();
@@ -34,7 +34,7 @@ static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, movement_kind kin
         cg_tensor_free(out);
         return NULL;
     }
-    node->dim = (int)kind, node->scalar = (float)d0, node->flag = d1;
+    node->dim = (int)kind, node->dim2 = d0 * CG_MAX_DIMS + d1; /* the transposed pair */
     return out;
 }
 
