@@ -149,6 +149,34 @@ static cg_status cuda_reduce_sum(const float *x, int64_t outer, int64_t n, int64
     return s;
 }
 
+/* Skinny shapes (one side of at most 16, the other operand large) go to kernels of our own that
+ * read the large operand once; cuBLAS is far from the memory floor there. */
+#define SKINNY_MAX 16
+#define SKINNY_MIN_ELEMENTS (1 << 20)
+
+static bool aligned4(const float *p, int64_t ld) { return ((uintptr_t)p & 15) == 0 && ld % 4 == 0; }
+
+/* Runs a skinny GEMM if the shape suits one; *done says whether it did. */
+static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                             const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, bool *done) {
+    *done = false;
+    bool nt = !trans_a && trans_b && n <= SKINNY_MAX && m * k >= SKINNY_MIN_ELEMENTS && k % 4 == 0;
+    bool tn = trans_a && !trans_b && m <= SKINNY_MAX && k * n >= SKINNY_MIN_ELEMENTS && n % 4 == 0;
+    if (!(nt && aligned4(a, lda) && aligned4(b, ldb)) && !(tn && aligned4(b, ldb) && ((uintptr_t)c & 15) == 0))
+        return CG_OK;
+    cg_device d = cg_cuda(ctx->index);
+    int64_t chunks = nt ? 0 : cg_skinny_tn_chunks(k, n);
+    size_t bytes = (size_t)(nt ? cg_skinny_nt_scratch(m, k, (int)n) : chunks * m * n) * sizeof(float);
+    float *scratch = cg__alloc(d, bytes);
+    if (!scratch) return cg_last_status();
+    cudaError_t e = nt ? cg_launch_skinny_nt((int)n, a, lda, b, ldb, m, k, c, ldc, scratch, ctx->stream)
+                       : cg_launch_skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc, chunks, scratch, ctx->stream);
+    cg__free(d, scratch, bytes); /* stream order makes the reuse safe */
+    if (e != cudaSuccess) return cg__cuda_error(e, nt ? "cg_launch_skinny_nt" : "cg_launch_skinny_tn", __FILE__, __LINE__);
+    *done = true;
+    return CG_OK;
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
 static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                            const float *b, int64_t ldb, float *c, int64_t ldc, int index) {
@@ -157,6 +185,9 @@ static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
         return cg__fail(CG_ERR_SHAPE, "cuda gemm: dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int", (long long)m,
                         (long long)n, (long long)k);
+    bool done;
+    CG_TRY(skinny_gemm(ctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, &done));
+    if (done) return CG_OK;
     cublasMath_t math = cg_get_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     if (math != ctx->cublas_math) {
         CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, math));
