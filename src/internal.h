@@ -28,6 +28,7 @@ typedef struct cg_storage {
     float *data;     /* device or host pointer, from the caching allocator */
     size_t bytes;    /* size of the block as requested */
     int refcount;    /* tensors that share it */
+    struct cg_storage *next_free;
 } cg_storage;
 
 #define CG_TENSOR_LIVE 0x7e45011eu
@@ -113,6 +114,17 @@ typedef struct cg_sgd_args {
     bool nesterov, first;
 } cg_sgd_args;
 
+/* One Adam/AdamW step's settings for a run of parameters at the same step count t, with the
+ * scalars PyTorch computes in double (1 - beta, lr / (1 - beta1^t), sqrt(1 - beta2^t), 1 - lr*wd)
+ * rounded to float once on the host; see kernels/adam_math.h. */
+typedef struct cg_adam_args {
+    float one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
+    float step_size;          /* lr / (1 - beta1^t) */
+    float bias_correction2_sqrt; /* sqrt(1 - beta2^t) */
+    float decay_factor;       /* AdamW: 1 - lr * weight_decay */
+    bool decoupled;           /* AdamW (p *= decay_factor) rather than Adam (g += wd p) */
+} cg_adam_args;
+
 /* ---- backend table (ggml-style): one per device type ----------------------------------------- */
 typedef struct cg_backend {
     const char *name;
@@ -140,6 +152,25 @@ typedef struct cg_backend {
     /* row-major C(m,n) = op(A) op(B); op(A) is (m,k); lda/ldb are the row strides as stored */
     cg_status (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, int index);
+    /* classification (cross-entropy, argmax) and Adam */
+    /* logits (n, c), targets (n) class indices as floats: lse (n) = log-sum-exp of each row,
+     * row_loss (n) = lse - logits[target]; NaN for a target that is not an integer in [0, c) */
+    cg_status (*cross_entropy_forward)(const float *logits, const float *targets, int64_t n, int64_t c, float *lse,
+                                       float *row_loss, int index);
+    /* grad (n, c) = (softmax(logits) - onehot(targets)) * (g[0] * scale); g: one float on the device */
+    cg_status (*cross_entropy_backward)(const float *logits, const float *targets, const float *lse, const float *g,
+                                        float scale, int64_t n, int64_t c, float *grad, int index);
+    /* x contiguous (outer, n, inner): out (outer, inner) = index (as float) of the first maximum over n, NaN
+     * counting as the maximum (torch.argmax); with targets (outer, inner), out = 1 where it equals the target
+     * and 0 elsewhere */
+    cg_status (*argmax)(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
+                        int index);
+    /* dst (n, row_len) = src[rows[i]] for each i: rows of a device-resident data set (loader batches) */
+    cg_status (*gather_rows)(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst,
+                             int index);
+    /* fused torch.optim.Adam / AdamW update of n contiguous parameters (see cg_adam_args) */
+    cg_status (*adam_step)(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
+                           const struct cg_adam_args *args, int index);
 } cg_backend;
 
 extern const cg_backend cg__cpu_backend;

@@ -62,12 +62,26 @@ static void handle_release(cg_tensor *t) {
 }
 
 /* ---- storage --------------------------------------------------------------------------------- */
+/* Records are recycled through a free list, so a steady-state step allocates none. */
+static pthread_mutex_t storage_lock = PTHREAD_MUTEX_INITIALIZER;
+static cg_storage *free_storages;
+
+static void storage_recycle(cg_storage *s) {
+    pthread_mutex_lock(&storage_lock);
+    s->next_free = free_storages;
+    free_storages = s;
+    pthread_mutex_unlock(&storage_lock);
+}
+
 static cg_storage *storage_new(cg_device d, size_t bytes) {
-    cg_storage *s = malloc(sizeof *s);
-    if (!s) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for a storage record");
+    pthread_mutex_lock(&storage_lock);
+    cg_storage *s = free_storages;
+    if (s) free_storages = s->next_free;
+    pthread_mutex_unlock(&storage_lock);
+    if (!s && !(s = malloc(sizeof *s))) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for a storage record");
     s->data = cg__alloc(d, bytes);
     if (!s->data) {
-        free(s);
+        storage_recycle(s);
         return NULL;
     }
     s->device = d;
@@ -79,7 +93,7 @@ static cg_storage *storage_new(cg_device d, size_t bytes) {
 static void storage_release(cg_storage *s) {
     if (!s || --s->refcount > 0) return;
     cg__free(s->device, s->data, s->bytes);
-    free(s);
+    storage_recycle(s);
 }
 
 /* ---- scopes ------------------------------------------------------------------------------------ */
