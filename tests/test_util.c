@@ -350,3 +350,51 @@ void cg_test_assert_contains_at(const char *file, int line, const char *hay, ...
         _fail(file, line);
     }
 }
+
+/* ---- whole-tensor relative error ----------------------------------------------------------------- */
+double cg_test_rel_l2(const float *out, const double *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double o = (double)out[i];
+        if (!isfinite(o) || !isfinite(ref[i])) return INFINITY;
+        num += (o - ref[i]) * (o - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+void cg_test_assert_rel_l2_at(const float *out, const double *ref, size_t n, double tol,
+                              const char *file, int line) {
+    double rel = cg_test_rel_l2(out, ref, n);
+    if (rel <= tol) return;
+    size_t worst = 0;
+    double worst_err = -1.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)out[i] - ref[i]);
+        if (isnan(err)) err = INFINITY;
+        if (err > worst_err) worst_err = err, worst = i;
+        norm += ref[i] * ref[i];
+    }
+    print_error("%s%s||out - ref|| / ||ref|| = %.3g > %.3g over %zu elements (||ref|| %.6g); worst at "
+                "[%zu]: got %.9g, expected %.17g\n",
+                g_context[0] ? g_context : "", g_context[0] ? ": " : "", rel, tol, n, sqrt(norm), worst,
+                n ? (double)out[worst] : 0.0, n ? ref[worst] : 0.0);
+    _fail(file, line);
+}
+
+void cg_test_assert_tensor_rel_l2_at(const cg_tensor *t, const double *ref, size_t n, double tol,
+                                     const char *file, int line) {
+    if (!t) {
+        print_error("%s%sassert_tensor_rel_l2: NULL tensor: %s\n", g_context[0] ? g_context : "",
+                    g_context[0] ? ": " : "", cg_last_error());
+        _fail(file, line);
+    }
+    if (cg_numel(t) != (int64_t)n) {
+        print_error("%s%snumel %lld, expected %zu\n", g_context[0] ? g_context : "",
+                    g_context[0] ? ": " : "", (long long)cg_numel(t), n);
+        _fail(file, line);
+    }
+    float *out = cg_test_read_at(t, file, line);
+    cg_test_assert_rel_l2_at(out, ref, n, tol, file, line);
+    free(out);
+}

@@ -155,4 +155,19 @@ void cg_test_assert_contains_at(const char *file, int line, const char *hay, ...
 #define cg_test_assert_contains(hay, ...) \
     cg_test_assert_contains_at(__FILE__, __LINE__, (hay), __VA_ARGS__, (const char *)NULL)
 
+/* ---- whole-tensor relative error (appended for the autograd / nn / fixture tests) ------------- */
+/* ||out - ref||_2 / ||ref||_2, accumulated in double; +inf when out holds a NaN or Inf (or ref
+ * does), and ||out||_2 itself when ref is all zeros (so an exact zero reference needs zero). */
+double cg_test_rel_l2(const float *out, const double *ref, size_t n);
+/* Fails unless cg_test_rel_l2(out, ref, n) <= tol; reports the error and the worst element. */
+void cg_test_assert_rel_l2_at(const float *out, const double *ref, size_t n, double tol,
+                              const char *file, int line);
+#define cg_test_assert_rel_l2(out, ref, n, tol) \
+    cg_test_assert_rel_l2_at((out), (ref), (n), (tol), __FILE__, __LINE__)
+/* Same on a tensor (numel must equal n), read back NaN-poisoned. */
+void cg_test_assert_tensor_rel_l2_at(const cg_tensor *t, const double *ref, size_t n, double tol,
+                                     const char *file, int line);
+#define cg_test_assert_tensor_rel_l2(t, ref, n, tol) \
+    cg_test_assert_tensor_rel_l2_at((t), (ref), (n), (tol), __FILE__, __LINE__)
+
 #endif
