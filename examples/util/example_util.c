@@ -26,6 +26,9 @@ static void usage(FILE *f, const char *prog, const char *about, const eu_flag *f
             fprintf(f, "  %s cpu|cuda|cuda:N\n      %s (default %s)\n", fl->name, fl->help,
                     cg_device_str(*(cg_device *)fl->value, dev, sizeof dev));
             break;
+        case EU_FLOAT:
+            fprintf(f, "  %s X\n      %s (default %g)\n", fl->name, fl->help, (double)*(float *)fl->value);
+            break;
         }
     }
     fprintf(f, "  --help\n      print this message\n");
@@ -95,6 +98,20 @@ void eu_parse_flags(int argc, char **argv, const char *about, eu_flag *flags, in
                 exit(2);
             }
             break;
+        case EU_FLOAT: {
+            char *end;
+            errno = 0;
+            double v = strtod(val, &end);
+            if (end == val || *end != '\0' || errno == ERANGE || !isfinite(v) || v < (double)fl->min ||
+                fabs(v) > 3.0e38) {
+                fprintf(stderr, "%s: bad value '%s' for %s: expected a number >= %lld\n\n", prog, val,
+                        fl->name, (long long)fl->min);
+                usage(stderr, prog, about, flags, nflags);
+                exit(2);
+            }
+            *(float *)fl->value = (float)v;
+            break;
+        }
         }
     }
 }
@@ -151,10 +168,15 @@ double eu_time_median(cg_device d, int warmup, int runs, eu_run_fn fn, void *ctx
         CHECK_OK(cg_synchronize(d)); /* GPU ops are asynchronous: wait before reading the clock */
         t[i] = eu_now() - t0;
     }
-    qsort(t, (size_t)runs, sizeof *t, cmp_double);
-    double median = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
+    double median = eu_median(t, runs);
     free(t);
     return median;
+}
+
+double eu_median(double *v, int n) {
+    if (n < 1) return 0.0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 const char *eu_fmt_seconds(double s, char *buf, size_t len) {

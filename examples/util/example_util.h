@@ -12,13 +12,14 @@ typedef enum eu_flag_kind {
     EU_INT,    /* int, written as 16 or 1e3; value must be >= min */
     EU_SIZE,   /* int64_t, written as 16000, 1e7 or 10M (k/M/G = 10^3/10^6/10^9); >= min */
     EU_DEVICE, /* cg_device: cpu | cuda | cuda:N (cg_device_parse: a missing GPU is an error) */
+    EU_FLOAT,  /* float, written as 0.05 or 1e-3; value must be >= min */
 } eu_flag_kind;
 
 typedef struct eu_flag {
     const char *name; /* "--size"; given as "--size 16000" or "--size=16000" */
     eu_flag_kind kind;
-    void *value;      /* int*, int64_t* or cg_device*; holds the default on entry */
-    int64_t min;      /* smallest accepted value (EU_INT, EU_SIZE) */
+    void *value;      /* int*, int64_t*, cg_device* or float*; holds the default on entry */
+    int64_t min;      /* smallest accepted value (EU_INT, EU_SIZE, EU_FLOAT) */
     const char *help;
 } eu_flag;
 
@@ -43,6 +44,9 @@ typedef int (*eu_run_fn)(void *ctx);
 /* Runs fn `warmup` times, then `runs` times, each run followed by cg_synchronize(d) so queued GPU
  * work is inside the measurement; returns the median of the runs in seconds. Exits 1 on failure. */
 double eu_time_median(cg_device d, int warmup, int runs, eu_run_fn fn, void *ctx);
+
+/* The median of v[0..n) (sorts v in place); 0 when n < 1. */
+double eu_median(double *v, int n);
 
 /* "5.512 s", "158.2 ms" or "41.3 us"; buf of at least 32 bytes. */
 const char *eu_fmt_seconds(double s, char *buf, size_t len);
