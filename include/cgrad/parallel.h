@@ -34,8 +34,10 @@ typedef struct cg_dist cg_dist;
 
 /* MPI_Init, then one device per rank: cuda:(local rank % GPUs on the host) when GPUs exist (an NCCL
  * communicator bootstrapped over MPI), else the CPU (MPI_Allreduce). CGRAD_DIST_DEVICE=cpu forces
- * CPU ranks. NULL (with cg_last_error) when MPI or NCCL fail to start; NCCL start-up gives up
- * after CGRAD_NCCL_TIMEOUT seconds (default 60) and aborts the communicator instead of hanging. */
+ * CPU ranks. NULL (with cg_last_error) when NCCL fails to start: start-up gives up after
+ * CGRAD_NCCL_TIMEOUT seconds (default 60) and aborts the communicator instead of hanging. Later MPI
+ * errors are returned; a failing MPI_Init itself ends the process under OpenMPI 4 (its default
+ * error handler runs before ours can be installed). */
 cg_dist *cg_dist_init(int *argc, char ***argv);
 int cg_dist_rank(const cg_dist *dist);
 int cg_dist_world_size(const cg_dist *dist);

@@ -43,8 +43,11 @@ static cg_status wait_ready(cg_nccl *c, const char *what) {
             if (state == ncclInProgress) {
                 pending = true;
             } else if (state != ncclSuccess) {
-                return cg__fail(CG_ERR_BACKEND, "NCCL %s failed on cuda:%d: %s (%s)", what, c->devices[i],
-                                ncclGetErrorString(state), ncclGetLastError(c->comms[i]));
+                cg_status s = cg__fail(CG_ERR_BACKEND, "NCCL %s failed on cuda:%d: %s (%s)", what, c->devices[i],
+                                       ncclGetErrorString(state), ncclGetLastError(c->comms[i]));
+                for (int j = 0; j < c->nlocal; j++) (void)ncclCommAbort(c->comms[j]); /* the others too */
+                c->nlocal = 0;
+                return s;
             }
         }
         if (!pending) return CG_OK;

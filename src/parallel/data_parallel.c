@@ -8,6 +8,7 @@ typedef struct dp_state {
     cg_device output;
     cg_nccl *nccl;                          /* NULL for a single device */
     float *grad_bufs[CG_NODE_MAX_INPUTS];   /* each replica's flat gradient buffer */
+    bool in_backward;                       /* begun by the first gather of a backward pass */
 } dp_state;
 
 int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes) {
@@ -29,6 +30,7 @@ cg_device cg_data_parallel_device(const cg_module *dp, int i) {
 static cg_status dp_sync_gradients(void *ctx) {
     cg_module *dp = ctx;
     dp_state *st = dp->state;
+    st->in_backward = false;
     if (st->n > 1) CG_TRY(cg__nccl_allreduce(st->nccl, st->grad_bufs, dp->replicas[0]->flat_grad->numel, false, false));
     for (int i = 0; i < dp->nparams; i++) {
         bool any = false;
@@ -39,9 +41,12 @@ static cg_status dp_sync_gradients(void *ctx) {
 }
 
 /* Replicas after the first start each backward from zero, so gradients accumulated over several
- * backward calls (no zero_grad between) are counted once after the sum, as in PyTorch. */
+ * backward calls (no zero_grad between) are counted once after the sum, as in PyTorch. Done once
+ * per backward pass, however many forwards it goes through. */
 static cg_status dp_begin_backward(cg_module *dp) {
     dp_state *st = dp->state;
+    if (st->in_backward) return CG_OK;
+    st->in_backward = true;
     for (int r = 1; r < st->n; r++) {
         cg_module *m = dp->replicas[r];
         for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = false;

@@ -168,11 +168,13 @@ static cg_status ddp_finish_backward(void *ctx) {
 /* The wrapper's output is a view of the module's output whose backward arms the buckets. */
 static cg_status ddp_output_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
     ddp_state *st = node->ctx;
-    st->in_backward = true;
-    st->failure = CG_OK;
-    for (int b = 0; b < st->nbuckets; b++) st->buckets[b].ready = 0, st->buckets[b].launched = false;
-    for (int i = 0; i < st->module->nparams; i++) st->hooks[i].ready = false;
-    CG_TRY(cg__queue_backward_callback(ddp_finish_backward, st));
+    if (!st->in_backward) { /* once per backward pass, however many forwards it goes through */
+        st->in_backward = true;
+        st->failure = CG_OK;
+        for (int b = 0; b < st->nbuckets; b++) st->buckets[b].ready = 0, st->buckets[b].launched = false;
+        for (int i = 0; i < st->module->nparams; i++) st->hooks[i].ready = false;
+        CG_TRY(cg__queue_backward_callback(ddp_finish_backward, st));
+    }
     grad_in[0] = cg__view_new(g, g->ndim, g->shape, g->strides, g->offset);
     return grad_in[0] ? CG_OK : cg_last_status();
 }
