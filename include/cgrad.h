@@ -171,6 +171,17 @@ cg_tensor *cg_mean_dim(const cg_tensor *t, int dim, bool keepdim);
  * flag, with no copy. */
 cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
 
+/* ---- CUDA graphs: record a step's device work once, replay it with one launch --------------------
+ * cg_graph_capture runs fn(ctx) once with device d's work recorded instead of executed (host code
+ * in fn runs normally; it must not read device results back, e.g. no cg_item). Each replay then
+ * performs that work again on the same memory: tensors fn created and kept (cg_keep) hold the
+ * latest replay's values. Memory the captured work freed stays reserved until cg_graph_free.
+ * Free kept tensors only after the graph. On the CPU, replay simply calls fn(ctx) again. */
+typedef struct cg_graph cg_graph;
+cg_graph *cg_graph_capture(cg_device d, cg_status (*fn)(void *ctx), void *ctx);
+cg_status cg_graph_replay(cg_graph *g);
+void cg_graph_free(cg_graph *g);
+
 /* ---- autograd ---------------------------------------------------------------------------------
  * Ops on tensors that require gradients record a tape as they run (unless grad mode is off).
  * cg_backward(loss) walks it in reverse and accumulates (+=) into .grad of every leaf that
@@ -197,6 +208,19 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
 typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM } cg_reduction;
 /* MSELoss: mean (or sum) of (input - target)^2; shapes must match. */
 cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
+/* nn.CrossEntropyLoss (class-index targets, mean reduction): logits (N, C), targets (N) holding class
+ * indices 0..C-1 as floats -> 0-dim mean over rows of logsumexp(logits[i]) - logits[i][targets[i]].
+ * Log-sum-exp from the row maximum, so logits of any magnitude are safe; deterministic (no atomics).
+ * Gradient: (softmax(logits) - onehot(targets)) / N. A target that is not an integer in [0, C) is an
+ * error on the CPU and makes the loss NaN on a GPU (checking there would wait for the device).
+ * N = 0 gives NaN, as PyTorch. Targets must not require grad. */
+cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets);
+/* torch.argmax(t, dim, keepdim): the index (as a float) of the first maximum along dim; NaN counts as
+ * the maximum. Not recorded on the tape. */
+cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim);
+/* The number of rows of logits (N, C) whose argmax equals the target (N), N <= 2^24. Waits for the
+ * device (the count is a host value). */
+cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct);
 
 #ifdef __cplusplus
 }
@@ -205,4 +229,5 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
 #include "cgrad/nn.h"
 #include "cgrad/models.h"
 #include "cgrad/parallel.h"
+#include "cgrad/data.h"
 #endif

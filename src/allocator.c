@@ -16,10 +16,16 @@ typedef struct cached_block {
     size_t size; /* rounded */
 } cached_block;
 
+typedef struct block_list {
+    cached_block *blocks;
+    size_t count, capacity;
+} block_list;
+
 typedef struct device_pool {
     pthread_mutex_t lock;
-    cached_block *blocks; /* free blocks, unordered */
-    size_t count, capacity;
+    block_list cache;     /* free blocks, unordered */
+    block_list *private;  /* while a CUDA graph is captured: blocks freed during the capture, which
+                             the graph's replays keep using, so nobody else may take them */
     cg_memory_stats stats;
 } device_pool;
 
@@ -46,12 +52,35 @@ static size_t round_size(size_t bytes) {
 
 /* Returns every cached block of the pool to the system. Caller holds the lock. */
 static void release_cache(device_pool *pool, const cg_backend *be, int index) {
-    for (size_t i = 0; i < pool->count; i++) {
-        be->raw_free(index, pool->blocks[i].ptr);
+    for (size_t i = 0; i < pool->cache.count; i++) {
+        be->raw_free(index, pool->cache.blocks[i].ptr);
         pool->stats.raw_frees++;
     }
-    pool->count = 0;
+    pool->cache.count = 0;
     pool->stats.bytes_cached = 0;
+}
+
+/* Takes a block of exactly `size` out of the list, or returns NULL. */
+static void *list_take(block_list *list, size_t size) {
+    for (size_t i = 0; i < list->count; i++)
+        if (list->blocks[i].size == size) {
+            void *ptr = list->blocks[i].ptr;
+            list->blocks[i] = list->blocks[--list->count];
+            return ptr;
+        }
+    return NULL;
+}
+
+static bool list_push(block_list *list, void *ptr, size_t size) {
+    if (list->count == list->capacity) {
+        size_t capacity = list->capacity ? 2 * list->capacity : 64;
+        cached_block *grown = realloc(list->blocks, capacity * sizeof *grown);
+        if (!grown) return false;
+        list->blocks = grown;
+        list->capacity = capacity;
+    }
+    list->blocks[list->count++] = (cached_block){ptr, size};
+    return true;
 }
 
 void *cg__alloc(cg_device d, size_t bytes) {
@@ -61,18 +90,14 @@ void *cg__alloc(cg_device d, size_t bytes) {
     size_t size = round_size(bytes);
     void *ptr = NULL;
     pthread_mutex_lock(&pool->lock);
-    for (size_t i = 0; i < pool->count; i++) {
-        if (pool->blocks[i].size == size) {
-            ptr = pool->blocks[i].ptr;
-            pool->blocks[i] = pool->blocks[--pool->count];
-            pool->stats.bytes_cached -= size;
-            pool->stats.cache_hits++;
-            break;
-        }
-    }
-    if (!ptr) {
+    if (pool->private && (ptr = list_take(pool->private, size))) {
+        pool->stats.cache_hits++;
+    } else if ((ptr = list_take(&pool->cache, size))) {
+        pool->stats.bytes_cached -= size;
+        pool->stats.cache_hits++;
+    } else {
         ptr = be->raw_alloc(d.index, size);
-        if (!ptr && pool->count > 0) {
+        if (!ptr && pool->cache.count > 0) {
             release_cache(pool, be, d.index);
             ptr = be->raw_alloc(d.index, size);
         }
@@ -93,23 +118,52 @@ void cg__free(cg_device d, void *ptr, size_t bytes) {
     if (!ptr || !pool) return;
     size_t size = round_size(bytes);
     pthread_mutex_lock(&pool->lock);
-    if (pool->count == pool->capacity) {
-        size_t capacity = pool->capacity ? 2 * pool->capacity : 64;
-        cached_block *grown = realloc(pool->blocks, capacity * sizeof *grown);
-        if (!grown) { /* cannot cache it: give it back to the system instead */
-            pool->stats.bytes_in_use -= size;
-            pool->stats.raw_frees++;
-            pthread_mutex_unlock(&pool->lock);
-            cg__backend_for(d)->raw_free(d.index, ptr);
-            return;
-        }
-        pool->blocks = grown;
-        pool->capacity = capacity;
-    }
-    pool->blocks[pool->count++] = (cached_block){ptr, size};
     pool->stats.bytes_in_use -= size;
+    if (pool->private && list_push(pool->private, ptr, size)) {
+        pthread_mutex_unlock(&pool->lock);
+        return;
+    }
+    if (!list_push(&pool->cache, ptr, size)) { /* cannot cache it: give it back to the system instead */
+        pool->stats.raw_frees++;
+        pthread_mutex_unlock(&pool->lock);
+        cg__backend_for(d)->raw_free(d.index, ptr);
+        return;
+    }
     pool->stats.bytes_cached += size;
     pthread_mutex_unlock(&pool->lock);
+}
+
+void *cg__alloc_capture_begin(cg_device d) {
+    device_pool *pool = pool_for(d);
+    block_list *private = calloc(1, sizeof *private);
+    if (!private) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory starting a graph capture");
+    pthread_mutex_lock(&pool->lock);
+    pool->private = private;
+    pthread_mutex_unlock(&pool->lock);
+    return private;
+}
+
+void cg__alloc_capture_end(cg_device d) {
+    device_pool *pool = pool_for(d);
+    pthread_mutex_lock(&pool->lock);
+    pool->private = NULL;
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void cg__alloc_release_private(cg_device d, void *blocks) {
+    block_list *private = blocks;
+    if (!private) return;
+    for (size_t i = 0; i < private->count; i++) {
+        void *ptr = private->blocks[i].ptr;
+        size_t size = private->blocks[i].size;
+        device_pool *pool = pool_for(d);
+        pthread_mutex_lock(&pool->lock);
+        pool->stats.bytes_in_use += size; /* cg__free takes it off again */
+        pthread_mutex_unlock(&pool->lock);
+        cg__free(d, ptr, size);
+    }
+    free(private->blocks);
+    free(private);
 }
 
 cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out) {

@@ -81,6 +81,11 @@ int64_t cg__numel_of(int ndim, const int64_t *shape);
  * reuse ordered). `bytes` given to cg__free must be the size given to cg__alloc. */
 void *cg__alloc(cg_device d, size_t bytes); /* NULL + CG_ERR_OOM recorded on failure */
 void cg__free(cg_device d, void *ptr, size_t bytes);
+/* CUDA graph capture: blocks freed on d between begin and end are set aside for the graph (its
+ * replays reuse them) and returned to the cache by cg__alloc_release_private. */
+void *cg__alloc_capture_begin(cg_device d);
+void cg__alloc_capture_end(cg_device d);
+void cg__alloc_release_private(cg_device d, void *blocks);
 
 /* ---- strided element-wise descriptor -------------------------------------------------------- */
 /* The output is contiguous with `shape`; input k is read at sum(index[i] * strides[k][i]).
@@ -146,6 +151,12 @@ typedef struct cg_backend {
     /* x contiguous, viewed as (outer, n, inner); out (outer, inner) = sum over n, times scale */
     cg_status (*reduce_sum)(const float *x, int64_t outer, int64_t n, int64_t inner, float scale,
                             float *out, int index);
+    /* graph capture of the device's stream (NULL on the CPU); capture_end always ends the
+     * capture and instantiates it only when keep is true */
+    cg_status (*capture_begin)(int index);
+    cg_status (*capture_end)(int index, bool keep, void **exec);
+    cg_status (*graph_launch)(int index, void *exec);
+    void (*graph_destroy)(void *exec);
     /* fused torch.optim.SGD update of n contiguous parameters (see cg_sgd_args) */
     cg_status (*sgd_step)(float *param, const float *grad, float *momentum_buf, int64_t n,
                           const struct cg_sgd_args *args, int index);
@@ -153,13 +164,14 @@ typedef struct cg_backend {
     cg_status (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, int index);
     /* classification (cross-entropy, argmax) and Adam */
-    /* logits (n, c), targets (n) class indices as floats: lse (n) = log-sum-exp of each row,
-     * row_loss (n) = lse - logits[target]; NaN for a target that is not an integer in [0, c) */
-    cg_status (*cross_entropy_forward)(const float *logits, const float *targets, int64_t n, int64_t c, float *lse,
+    /* logits (n, c), targets (n) class indices as floats: logp (n, c) = log_softmax of each row, computed as
+     * (x - max) - log(sum exp(x - max)); row_loss (n) = -logp[target], NaN for a target that is not an integer
+     * in [0, c) */
+    cg_status (*cross_entropy_forward)(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
                                        float *row_loss, int index);
-    /* grad (n, c) = (softmax(logits) - onehot(targets)) * (g[0] * scale); g: one float on the device */
-    cg_status (*cross_entropy_backward)(const float *logits, const float *targets, const float *lse, const float *g,
-                                        float scale, int64_t n, int64_t c, float *grad, int index);
+    /* grad (n, c) = (exp(logp) - onehot(targets)) * (g[0] * scale); g: one float on the device */
+    cg_status (*cross_entropy_backward)(const float *logp, const float *targets, const float *g, float scale, int64_t n,
+                                        int64_t c, float *grad, int index);
     /* x contiguous (outer, n, inner): out (outer, inner) = index (as float) of the first maximum over n, NaN
      * counting as the maximum (torch.argmax); with targets (outer, inner), out = 1 where it equals the target
      * and 0 elsewhere */

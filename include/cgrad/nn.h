@@ -60,6 +60,32 @@ cg_status cg_optimizer_zero_grad(cg_optimizer *opt);
 cg_status cg_optimizer_step(cg_optimizer *opt);
 void cg_optimizer_free(cg_optimizer *opt);
 
+/* torch.optim.Adam / AdamW (amsgrad off). Hyperparameters are doubles, as PyTorch's Python floats
+ * are: the scalars derived from them (1 - beta2, the bias corrections) are computed in double and
+ * rounded to float once. Start from the defaults, since a zeroed struct would mean betas of 0:
+ *     cg_adam_options o = cg_adam_defaults(); o.lr = 3e-4;
+ * Adam adds weight_decay * p to the gradient (L2); AdamW decays p by (1 - lr * weight_decay) before
+ * the update (decoupled). A parameter's step count (for the bias corrections) advances only on steps
+ * where it has a gradient. */
+typedef struct cg_adam_options {
+    double lr;           /* 1e-3 */
+    double beta1, beta2; /* 0.9, 0.999 */
+    double eps;          /* 1e-8 */
+    double weight_decay; /* Adam 0, AdamW 1e-2 */
+} cg_adam_options;
+cg_adam_options cg_adam_defaults(void);  /* lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0 */
+cg_adam_options cg_adamw_defaults(void); /* the same with weight_decay 1e-2 */
+cg_optimizer *cg_adam_new(cg_module *m, cg_adam_options options);
+cg_optimizer *cg_adamw_new(cg_module *m, cg_adam_options options);
+
+/* The learning rate of the next step(s), for schedules: set it before cg_optimizer_step. */
+cg_status cg_optimizer_set_lr(cg_optimizer *opt, double lr);
+double cg_optimizer_get_lr(const cg_optimizer *opt); /* NaN for NULL */
+/* StepLR (closed form): base_lr * gamma^floor(epoch / step_size). */
+double cg_lr_step(double base_lr, int64_t epoch, int64_t step_size, double gamma);
+/* CosineAnnealingLR (closed form): eta_min + (base_lr - eta_min) * (1 + cos(pi * t / t_max)) / 2. */
+double cg_lr_cosine(double base_lr, int64_t t, int64_t t_max, double eta_min);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,4 +16,15 @@ cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 cg_status cg__cpu_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
                            int index);
 
+/* classification (cross-entropy, argmax), the loader's row gather (cpu_classify.c) and Adam (cpu_adam.c) */
+cg_status cg__cpu_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
+                                        float *row_loss, int index);
+cg_status cg__cpu_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale, int64_t n,
+                                         int64_t c, float *grad, int index);
+cg_status cg__cpu_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
+                         int index);
+cg_status cg__cpu_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst, int index);
+cg_status cg__cpu_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
+                            const cg_adam_args *args, int index);
+
 #endif

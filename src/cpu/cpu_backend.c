@@ -69,4 +69,9 @@ const cg_backend cg__cpu_backend = {
     .reduce_sum = cg__cpu_reduce_sum,
     .gemm = cg__cpu_gemm,
     .sgd_step = cg__cpu_sgd_step,
+    .cross_entropy_forward = cg__cpu_cross_entropy_forward,
+    .cross_entropy_backward = cg__cpu_cross_entropy_backward,
+    .argmax = cg__cpu_argmax,
+    .gather_rows = cg__cpu_gather_rows,
+    .adam_step = cg__cpu_adam_step,
 };

@@ -222,6 +222,15 @@ static const cg_backend cuda_backend = {
     .reduce_sum = cuda_reduce_sum,
     .gemm = cuda_gemm,
     .sgd_step = cuda_sgd_step,
+    .capture_begin = cg__cuda_capture_begin,
+    .capture_end = cg__cuda_capture_end,
+    .graph_launch = cg__cuda_graph_launch,
+    .graph_destroy = cg__cuda_graph_destroy,
+    .cross_entropy_forward = cg__cuda_cross_entropy_forward,
+    .cross_entropy_backward = cg__cuda_cross_entropy_backward,
+    .argmax = cg__cuda_argmax,
+    .gather_rows = cg__cuda_gather_rows,
+    .adam_step = cg__cuda_adam_step,
 };
 
 const cg_backend *cg__cuda_backend(void) { return &cuda_backend; }

@@ -64,6 +64,9 @@ static cg_status context_create(int index, cg_cuda_context **out) {
     CG_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     CG_CUBLAS_CHECK(cublasCreate(&ctx->cublas));
     CG_CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
+    /* A workspace of our own, so cuBLAS allocates nothing while a graph is being captured. */
+    CG_CUDA_CHECK(cudaMalloc(&ctx->cublas_workspace, CG_CUBLAS_WORKSPACE));
+    CG_CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, ctx->cublas_workspace, CG_CUBLAS_WORKSPACE));
     ctx->cublas_math = CUBLAS_DEFAULT_MATH; /* true fp32 (PyTorch's default) */
     CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, ctx->cublas_math));
     CG_CURAND_CHECK(curandCreateGenerator(&ctx->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));

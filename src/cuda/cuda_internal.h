@@ -33,17 +33,37 @@
 
 cg_status cg__cuda_error(cudaError_t e, const char *call, const char *file, int line);
 
+#define CG_CUBLAS_WORKSPACE (32u << 20)
+
 typedef struct cg_cuda_context {
     int index;
     cudaStream_t stream;       /* every op of this device runs here, in order */
     cublasHandle_t cublas;
+    void *cublas_workspace;    /* CG_CUBLAS_WORKSPACE bytes */
     cublasMath_t cublas_math;  /* the math mode last set on the handle */
     curandGenerator_t curand;
     uint64_t seed_generation;  /* cg__seed_generation() when curand was last seeded */
     float *scratch;            /* 64 floats for odd-sized normal draws */
 } cg_cuda_context;
 
+/* Graph capture (cuda_graph.c), entries of the backend table. */
+cg_status cg__cuda_capture_begin(int index);
+cg_status cg__cuda_capture_end(int index, bool keep, void **exec);
+cg_status cg__cuda_graph_launch(int index, void *exec);
+void cg__cuda_graph_destroy(void *exec);
+
 /* Makes `index` the current device and returns its context, created on first use. */
 cg_status cg__cuda_enter(int index, cg_cuda_context **ctx);
+
+/* classification (cross-entropy, argmax), the loader's row gather and Adam (cuda_classify.c) */
+cg_status cg__cuda_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
+                                         float *row_loss, int index);
+cg_status cg__cuda_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale, int64_t n,
+                                          int64_t c, float *grad, int index);
+cg_status cg__cuda_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
+                          int index);
+cg_status cg__cuda_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst, int index);
+cg_status cg__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
+                             const cg_adam_args *args, int index);
 
 #endif

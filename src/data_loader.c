@@ -1,0 +1,246 @@
+/* Data sets resident on a device, and the loader that yields (shuffled) batches from them. */
+#include "internal.h"
+
+#include "cgrad/data.h"
+
+struct cg_dataset {
+    cg_device device;
+    int64_t n, height, width;
+    int num_classes;
+    cg_tensor *images; /* (N, H, W) normalised pixels, on device */
+    cg_tensor *labels; /* (N) class indices as floats, on device */
+};
+
+struct cg_loader {
+    const cg_dataset *ds;
+    cg_loader_options o;
+    int64_t epoch, position;
+    int64_t perm_epoch; /* the epoch perm_dev holds the permutation of; -1 for none */
+    int32_t *perm_host; /* (N) */
+    int32_t *perm_dev;  /* (N) on the data set's device, from the caching allocator */
+};
+
+/* ---- data sets -------------------------------------------------------------------------------------- */
+cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mean, float std, cg_device d) {
+    const char *fn = "cg_dataset_new";
+    if (!images || !labels || !images->data || !labels->data)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: images or labels is NULL or empty", fn);
+    char si[160], sl[160];
+    cg__dims_str(images->ndim, images->dims, si, sizeof si);
+    cg__dims_str(labels->ndim, labels->dims, sl, sizeof sl);
+    if (images->ndim != 3 || labels->ndim != 1 || images->dims[0] != labels->dims[0])
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected images (N, H, W) and labels (N), got images %s and labels %s", fn,
+                            si, sl);
+    if (!(std > 0) || !isfinite(mean) || !isfinite(std))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: normalisation needs a finite mean and std > 0 (got %g, %g)", fn,
+                            (double)mean, (double)std);
+    if (!cg__backend_for(d)) return NULL;
+    int64_t n = images->dims[0], pixels = images->count;
+    if (n > INT32_MAX) return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: %lld samples; the loader indexes at most 2^31 - 1", fn, (long long)n);
+    cg_dataset *ds = calloc(1, sizeof *ds);
+    float *host = malloc((size_t)(pixels > n ? pixels : n) * sizeof(float));
+    if (!ds || !host) {
+        free(ds), free(host);
+        return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory for %lld floats", fn, (long long)pixels);
+    }
+    ds->device = d, ds->n = n, ds->height = images->dims[1], ds->width = images->dims[2];
+    /* torchvision: ToTensor divides by 255 in float, Normalize subtracts the mean and divides by std */
+    const uint8_t *px = images->data;
+#pragma omp parallel for if (pixels > 1 << 20)
+    for (int64_t i = 0; i < pixels; i++) host[i] = ((float)px[i] / 255.0f - mean) / std;
+    cg_status s = CG_OK;
+    ds->images = cg_from_data(host, 3, images->dims, d);
+    if (!ds->images) s = cg_last_status();
+    int max_label = 0;
+    for (int64_t i = 0; i < n; i++) {
+        host[i] = (float)labels->data[i];
+        if (labels->data[i] > max_label) max_label = labels->data[i];
+    }
+    ds->num_classes = max_label + 1;
+    if (s == CG_OK && !(ds->labels = cg_from_data(host, 1, &n, d))) s = cg_last_status();
+    free(host);
+    if (s != CG_OK) {
+        cg_dataset_free(ds);
+        return NULL;
+    }
+    cg_keep(ds->images), cg_keep(ds->labels); /* owned by the data set, not by a scope */
+    return ds;
+}
+
+cg_dataset *cg_dataset_load_idx(const char *images_path, const char *labels_path, float mean, float std, cg_device d) {
+    cg_idx images, labels;
+    if (cg_idx_load(images_path, 3, &images) != CG_OK) return NULL;
+    if (cg_idx_load(labels_path, 1, &labels) != CG_OK) {
+        cg_idx_free(&images);
+        return NULL;
+    }
+    cg_dataset *ds = NULL;
+    if (images.dims[0] != labels.dims[0])
+        cg__fail(CG_ERR_SHAPE, "cg_dataset_load_idx: %s holds %lld images but %s holds %lld labels", images_path,
+                 (long long)images.dims[0], labels_path, (long long)labels.dims[0]);
+    else
+        ds = cg_dataset_new(&images, &labels, mean, std, d);
+    cg_idx_free(&images);
+    cg_idx_free(&labels);
+    return ds;
+}
+
+/* dir/name.gz, or dir/name when only the uncompressed file exists. */
+static void data_path(char *buf, size_t len, const char *dir, const char *name) {
+    snprintf(buf, len, "%s/%s.gz", dir, name);
+    FILE *f = fopen(buf, "rb");
+    if (f) {
+        fclose(f);
+        return;
+    }
+    snprintf(buf, len, "%s/%s", dir, name);
+    if ((f = fopen(buf, "rb"))) fclose(f);
+    else snprintf(buf, len, "%s/%s.gz", dir, name); /* neither: report the usual name */
+}
+
+cg_dataset *cg_fashion_mnist_load(const char *dir, bool train, cg_device d) {
+    if (!dir) dir = getenv("CGRAD_FASHION_MNIST_DIR");
+    if (!dir || !dir[0]) dir = CG_FASHION_MNIST_DIR;
+    char images[4096], labels[4096];
+    data_path(images, sizeof images, dir, train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte");
+    data_path(labels, sizeof labels, dir, train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte");
+    return cg_dataset_load_idx(images, labels, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, d);
+}
+
+void cg_dataset_free(cg_dataset *ds) {
+    if (!ds) return;
+    cg_tensor_free(ds->images);
+    cg_tensor_free(ds->labels);
+    free(ds);
+}
+
+int64_t cg_dataset_size(const cg_dataset *ds) { return ds ? ds->n : -1; }
+int cg_dataset_num_classes(const cg_dataset *ds) { return ds ? ds->num_classes : -1; }
+cg_device cg_dataset_device(const cg_dataset *ds) { return ds ? ds->device : cg_cpu(); }
+const cg_tensor *cg_dataset_images(const cg_dataset *ds) { return ds ? ds->images : NULL; }
+const cg_tensor *cg_dataset_labels(const cg_dataset *ds) { return ds ? ds->labels : NULL; }
+
+/* ---- loader ------------------------------------------------------------------------------------------- */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, bound), unbiased (Lemire's multiply-and-reject). */
+static uint32_t bounded(uint64_t *state, uint32_t bound) {
+    uint64_t m = (uint64_t)(uint32_t)(splitmix64(state) >> 32) * bound;
+    if ((uint32_t)m < bound) {
+        uint32_t threshold = (uint32_t)(-bound) % bound;
+        while ((uint32_t)m < threshold) m = (uint64_t)(uint32_t)(splitmix64(state) >> 32) * bound;
+    }
+    return (uint32_t)(m >> 32);
+}
+
+/* The epoch's permutation (Fisher-Yates from a generator seeded by (seed, epoch)), on the device.
+ * The upload is queued on the device's stream after the gathers of the previous epoch. */
+static cg_status ensure_permutation(cg_loader *l) {
+    if (l->perm_epoch == l->epoch) return CG_OK;
+    int64_t n = l->ds->n;
+    uint64_t state = l->o.seed ^ 0x6a09e667f3bcc909ull;
+    splitmix64(&state);
+    state ^= (uint64_t)l->epoch * 0xbb67ae8584caa73bull;
+    for (int64_t i = 0; i < n; i++) l->perm_host[i] = (int32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = bounded(&state, (uint32_t)(i + 1));
+        int32_t t = l->perm_host[i];
+        l->perm_host[i] = l->perm_host[j], l->perm_host[j] = t;
+    }
+    CG_TRY(cg__copy_bytes(l->ds->device, l->perm_dev, cg_cpu(), l->perm_host, (size_t)n * sizeof(int32_t)));
+    l->perm_epoch = l->epoch;
+    return CG_OK;
+}
+
+cg_loader *cg_loader_new(const cg_dataset *ds, cg_loader_options o) {
+    if (!ds) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_loader_new: data set is NULL");
+    if (o.batch_size < 1)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_loader_new: batch_size must be at least 1 (got %lld)", (long long)o.batch_size);
+    cg_loader *l = calloc(1, sizeof *l);
+    if (!l) return CG_FAIL_NULL(CG_ERR_OOM, "cg_loader_new: out of host memory");
+    l->ds = ds, l->o = o, l->perm_epoch = -1;
+    if (o.shuffle) {
+        l->perm_host = malloc((size_t)ds->n * sizeof(int32_t));
+        if (!l->perm_host) {
+            free(l);
+            return CG_FAIL_NULL(CG_ERR_OOM, "cg_loader_new: out of host memory for a permutation of %lld", (long long)ds->n);
+        }
+        if (!(l->perm_dev = cg__alloc(ds->device, (size_t)ds->n * sizeof(int32_t)))) {
+            cg_loader_free(l);
+            return NULL;
+        }
+    }
+    return l;
+}
+
+void cg_loader_free(cg_loader *l) {
+    if (!l) return;
+    if (l->perm_dev) cg__free(l->ds->device, l->perm_dev, (size_t)l->ds->n * sizeof(int32_t));
+    free(l->perm_host);
+    free(l);
+}
+
+int64_t cg_loader_num_batches(const cg_loader *l) {
+    if (!l) return -1;
+    int64_t n = l->ds->n, b = l->o.batch_size;
+    return l->o.drop_last ? n / b : (n + b - 1) / b;
+}
+
+cg_loader_state cg_loader_get_state(const cg_loader *l) {
+    cg_loader_state s = {0, 0};
+    if (l) s.epoch = l->epoch, s.position = l->position;
+    return s;
+}
+
+cg_status cg_loader_set_state(cg_loader *l, cg_loader_state s) {
+    if (!l) return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_set_state: loader is NULL");
+    if (s.epoch < 0 || s.position < 0 || s.position > l->ds->n)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_set_state: epoch %lld, position %lld out of range (0 <= position <= %lld)",
+                        (long long)s.epoch, (long long)s.position, (long long)l->ds->n);
+    l->epoch = s.epoch, l->position = s.position;
+    return CG_OK;
+}
+
+cg_status cg_loader_next(cg_loader *l, cg_tensor **images, cg_tensor **labels) {
+    if (!images || !labels) return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_next: images or labels is NULL");
+    *images = *labels = NULL;
+    if (!l) return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_next: loader is NULL");
+    const cg_dataset *ds = l->ds;
+    int64_t remaining = ds->n - l->position, b = l->o.batch_size;
+    if (remaining <= 0 || (l->o.drop_last && remaining < b)) { /* end of the epoch */
+        l->epoch++, l->position = 0;
+        return CG_OK;
+    }
+    if (b > remaining) b = remaining;
+    int64_t row = ds->height * ds->width;
+    int64_t shape4[4] = {b, 1, ds->height, ds->width}, shape2[2] = {b, row};
+    int ndim = l->o.flatten ? 2 : 4;
+    const int64_t *shape = l->o.flatten ? shape2 : shape4;
+    cg_tensor *x = NULL, *y = NULL;
+    cg_status s = CG_OK;
+    if (!l->o.shuffle) { /* in order: views of the data set's rows */
+        x = cg__view_new(ds->images, ndim, shape, NULL, ds->images->offset + l->position * row);
+        y = x ? cg__view_new(ds->labels, 1, &b, NULL, ds->labels->offset + l->position) : NULL;
+        if (!y) s = cg_last_status();
+    } else if ((s = ensure_permutation(l)) == CG_OK) {
+        x = cg__tensor_new(ndim, shape, ds->device);
+        y = x ? cg__tensor_new(1, &b, ds->device) : NULL;
+        const cg_backend *be = cg__backend_for(ds->device);
+        const int32_t *rows = l->perm_dev + l->position;
+        if (!y) s = cg_last_status();
+        if (s == CG_OK) s = be->gather_rows(cg__data(ds->images), row, rows, b, cg__data(x), ds->device.index);
+        if (s == CG_OK) s = be->gather_rows(cg__data(ds->labels), 1, rows, b, cg__data(y), ds->device.index);
+    }
+    if (s != CG_OK) {
+        cg_tensor_free(x), cg_tensor_free(y);
+        return s;
+    }
+    l->position += b;
+    *images = x, *labels = y;
+    return CG_OK;
+}

@@ -1,0 +1,143 @@
+/* Classification front-end: softmax cross-entropy (nn.CrossEntropyLoss with class-index targets,
+ * mean reduction), argmax along a dim and the accuracy count. The backends compute per row
+ * (cross_entropy_forward/backward, argmax); the mean is the deterministic reduce_sum. */
+#include "internal.h"
+
+#include "kernels/classify_math.h"
+
+/* A contiguous handle on t's data (a view when it already is), recorded on no tape. */
+static cg_tensor *raw_contiguous(const cg_tensor *t) {
+    bool previous = cg_set_grad_enabled(false);
+    cg_tensor *c = cg_contiguous(t);
+    cg_set_grad_enabled(previous);
+    return c;
+}
+
+/* Frees out and returns NULL unless s is CG_OK. */
+static cg_tensor *finish(cg_tensor *out, cg_status s) {
+    if (s == CG_OK) return out;
+    cg_tensor_free(out);
+    return NULL;
+}
+
+static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *targets, const char *fn) {
+    char sl[160], st[160];
+    CG_TRY(cg__check_tensor(logits, fn, "logits"));
+    CG_TRY(cg__check_tensor(targets, fn, "targets"));
+    if (!cg_device_equal(logits->device, targets->device)) {
+        char dl[16], dt[16];
+        return cg__fail(CG_ERR_DEVICE, "%s: expected all tensors on the same device, but found logits on %s and targets on %s",
+                        fn, cg_device_str(logits->device, dl, sizeof dl), cg_device_str(targets->device, dt, sizeof dt));
+    }
+    if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0] || logits->shape[1] < 1)
+        return cg__fail(CG_ERR_SHAPE, "%s: expected logits (N, C) with C >= 1 and targets (N) of class indices, got logits %s and targets %s",
+                        fn, cg__shape_str(logits, sl, sizeof sl), cg__shape_str(targets, st, sizeof st));
+    return CG_OK;
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------------------ */
+/* As PyTorch's log_softmax + nll_loss: saved are logp (N, C), the log_softmax of the logits, and the
+ * targets (N); scalar: 1/N. */
+static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_tensor *logp = node->saved[0], *targets = node->saved[1];
+    int64_t n = logp->shape[0], c = logp->shape[1];
+    cg_tensor *grad = cg__tensor_new(2, logp->shape, logp->device);
+    if (!grad) return cg_last_status();
+    cg_status s = n == 0 ? CG_OK
+                         : cg__backend_for(logp->device)
+                               ->cross_entropy_backward(cg__data(logp), cg__data(targets), cg__data(g), node->scalar, n,
+                                                        c, cg__data(grad), logp->device.index);
+    if (s != CG_OK) {
+        cg_tensor_free(grad);
+        return s;
+    }
+    grad_in[0] = grad;
+    return CG_OK;
+}
+
+cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
+    const char *fn = "cg_cross_entropy";
+    if (check_logits_targets(logits, targets, fn) != CG_OK) return NULL;
+    if (targets->requires_grad)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: targets require grad, but class indices have no derivative", fn);
+    int64_t n = logits->shape[0], c = logits->shape[1];
+    const cg_backend *be = cg__backend_for(logits->device);
+    cg_tensor *lc = raw_contiguous(logits), *tc = lc ? raw_contiguous(targets) : NULL;
+    cg_tensor *logp = tc ? cg__tensor_new(2, logits->shape, logits->device) : NULL;
+    cg_tensor *rows = logp ? cg__tensor_new(1, &n, logits->device) : NULL;
+    cg_tensor *out = rows ? cg__tensor_new(0, NULL, logits->device) : NULL;
+    cg_status s = out ? CG_OK : cg_last_status();
+    if (s == CG_OK && logits->device.type == CG_CPU) { /* host-readable: name a bad target (a GPU gives NaN) */
+        const float *t = cg__data(tc);
+        for (int64_t i = 0; i < n; i++)
+            if (cg_class_index(t[i], c) < 0) {
+                s = cg__fail(CG_ERR_INVALID_ARG, "%s: target %g at row %lld is not a class index in [0, %lld)", fn,
+                             (double)t[i], (long long)i, (long long)c);
+                break;
+            }
+    }
+    if (s == CG_OK && n == 0) s = be->fill(out, NAN); /* as PyTorch: the mean of no rows */
+    else if (s == CG_OK) s = be->cross_entropy_forward(cg__data(lc), cg__data(tc), n, c, cg__data(logp), cg__data(rows),
+                                                       logits->device.index);
+    if (s == CG_OK && n > 0) s = be->reduce_sum(cg__data(rows), 1, n, 1, 1.0f / (float)n, cg__data(out), logits->device.index);
+    const cg_tensor *inputs[2] = {logits, targets};
+    if (s == CG_OK && cg__should_record(2, inputs)) {
+        const cg_tensor *saved[2] = {logp, tc};
+        cg_node *node = cg__record(out, fn, cross_entropy_backward, 2, inputs, 2, saved);
+        if (node) node->scalar = n > 0 ? 1.0f / (float)n : 0.0f;
+        else s = cg_last_status();
+    }
+    cg_tensor_free(rows), cg_tensor_free(logp), cg_tensor_free(tc), cg_tensor_free(lc);
+    return finish(out, s);
+}
+
+/* ---- argmax and accuracy ------------------------------------------------------------------------------ */
+cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
+    const char *fn = "cg_argmax_dim";
+    if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
+    int d = dim < 0 ? dim + t->ndim : dim;
+    if (d < 0 || d >= t->ndim)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, t->ndim);
+    if (t->shape[d] == 0) {
+        char buf[160];
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: cannot take the argmax over dim %d of size 0 (shape %s)", fn, dim,
+                            cg__shape_str(t, buf, sizeof buf));
+    }
+    int64_t outer = cg__numel_of(d, t->shape), n = t->shape[d], inner = cg__numel_of(t->ndim - d - 1, t->shape + d + 1);
+    int64_t shape[CG_MAX_DIMS];
+    int ndim = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (i != d) shape[ndim++] = t->shape[i];
+        else if (keepdim) shape[ndim++] = 1;
+    cg_tensor *out = cg__tensor_new(ndim, shape, t->device);
+    cg_tensor *c = out ? raw_contiguous(t) : NULL;
+    cg_status s = c ? CG_OK : cg_last_status();
+    if (s == CG_OK && out->numel > 0)
+        s = cg__backend_for(t->device)->argmax(cg__data(c), outer, n, inner, NULL, cg__data(out), t->device.index);
+    cg_tensor_free(c);
+    return finish(out, s);
+}
+
+cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct) {
+    const char *fn = "cg_accuracy";
+    if (!correct) return cg__fail(CG_ERR_INVALID_ARG, "%s: correct is NULL", fn);
+    *correct = 0;
+    CG_TRY(check_logits_targets(logits, targets, fn));
+    int64_t n = logits->shape[0], c = logits->shape[1];
+    if (n == 0) return CG_OK;
+    if (n > (1 << 24))
+        return cg__fail(CG_ERR_SHAPE, "%s: %lld rows; count at most 2^24 at a time (float counts are exact up to there)", fn,
+                        (long long)n);
+    const cg_backend *be = cg__backend_for(logits->device);
+    cg_tensor *lc = raw_contiguous(logits), *tc = lc ? raw_contiguous(targets) : NULL;
+    cg_tensor *hits = tc ? cg__tensor_new(1, &n, logits->device) : NULL;
+    cg_tensor *count = hits ? cg__tensor_new(0, NULL, logits->device) : NULL;
+    cg_status s = count ? CG_OK : cg_last_status();
+    if (s == CG_OK) s = be->argmax(cg__data(lc), n, c, 1, cg__data(tc), cg__data(hits), logits->device.index);
+    if (s == CG_OK) s = be->reduce_sum(cg__data(hits), 1, n, 1, 1.0f, cg__data(count), logits->device.index);
+    float value = 0.0f;
+    if (s == CG_OK) s = cg_item(count, &value);
+    if (s == CG_OK) *correct = (int64_t)value;
+    cg_tensor_free(count), cg_tensor_free(hits), cg_tensor_free(tc), cg_tensor_free(lc);
+    return s;
+}

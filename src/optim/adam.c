@@ -1,0 +1,144 @@
+/* torch.optim.Adam and torch.optim.AdamW (amsgrad and maximize off): one fused update per run of
+ * parameters that got a gradient and share a step count. Each parameter keeps its own step count,
+ * which advances only when it has a gradient (PyTorch's state['step']), so the bias corrections of
+ * a parameter skipped for a while are its own. The step-dependent scalars are computed in double
+ * (as PyTorch's Python floats are) and handed to the kernel as floats. */
+#include "optim/optimizer.h"
+
+#include <math.h>
+
+#include "kernels/adam_math.h"
+
+typedef struct adam_optimizer {
+    cg_optimizer base;
+    cg_adam_options options;
+    bool decoupled;           /* AdamW */
+    cg_tensor **exp_avg;      /* per root: (total,) first moments, the flat parameters' layout */
+    cg_tensor **exp_avg_sq;   /* per root: (total,) second moments */
+    int64_t *steps;           /* per parameter: updates so far (PyTorch's state['step']) */
+} adam_optimizer;
+
+static cg_status adam_step(cg_optimizer *base);
+static void adam_destroy(cg_optimizer *base);
+static const cg_optimizer_ops adam_ops = {"Adam", adam_step, adam_destroy};
+static const cg_optimizer_ops adamw_ops = {"AdamW", adam_step, adam_destroy};
+
+cg_adam_options cg_adam_defaults(void) {
+    cg_adam_options o = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0};
+    return o;
+}
+
+cg_adam_options cg_adamw_defaults(void) {
+    cg_adam_options o = cg_adam_defaults();
+    o.weight_decay = 1e-2;
+    return o;
+}
+
+static cg_optimizer *adam_new(cg_module *m, cg_adam_options o, bool decoupled, const char *fn) {
+    if (cg__optimizer_check_module(m, fn) != CG_OK) return NULL;
+    /* PyTorch's checks, in its order */
+    if (!(o.lr >= 0) || isinf(o.lr)) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid learning rate %g", fn, o.lr);
+    if (!(o.eps >= 0)) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid epsilon value %g", fn, o.eps);
+    if (!(o.beta1 >= 0 && o.beta1 < 1))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid beta parameter at index 0: %g (0 <= beta1 < 1)", fn, o.beta1);
+    if (!(o.beta2 >= 0 && o.beta2 < 1))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid beta parameter at index 1: %g (0 <= beta2 < 1)", fn, o.beta2);
+    if (!(o.weight_decay >= 0) || isinf(o.weight_decay))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid weight_decay value %g", fn, o.weight_decay);
+    adam_optimizer *opt =
+        (adam_optimizer *)cg__optimizer_new(decoupled ? &adamw_ops : &adam_ops, sizeof *opt, m, o.lr, fn);
+    if (!opt) return NULL;
+    opt->exp_avg = calloc((size_t)opt->base.nroots, sizeof *opt->exp_avg);
+    opt->exp_avg_sq = calloc((size_t)opt->base.nroots, sizeof *opt->exp_avg_sq);
+    opt->steps = calloc((size_t)m->nparams, sizeof *opt->steps);
+    if (!opt->exp_avg || !opt->exp_avg_sq || !opt->steps) {
+        cg_optimizer_free(&opt->base);
+        return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
+    }
+    opt->options = o, opt->decoupled = decoupled;
+    return &opt->base;
+}
+
+cg_optimizer *cg_adam_new(cg_module *m, cg_adam_options o) { return adam_new(m, o, false, "cg_adam_new"); }
+cg_optimizer *cg_adamw_new(cg_module *m, cg_adam_options o) { return adam_new(m, o, true, "cg_adamw_new"); }
+
+static void adam_destroy(cg_optimizer *base) {
+    adam_optimizer *opt = (adam_optimizer *)base;
+    for (int r = 0; r < base->nroots; r++) {
+        if (opt->exp_avg) cg_tensor_free(opt->exp_avg[r]);
+        if (opt->exp_avg_sq) cg_tensor_free(opt->exp_avg_sq[r]);
+    }
+    free(opt->exp_avg);
+    free(opt->exp_avg_sq);
+    free(opt->steps);
+}
+
+/* A moment buffer of root m on m's device: made zeroed on first use, and moved along (values kept)
+ * when the module has moved to another device since. */
+static cg_status ensure_buffer(cg_tensor **buf, const cg_module *m) {
+    if (*buf && cg_device_equal((*buf)->device, m->device)) return CG_OK;
+    cg_tensor *fresh;
+    if (*buf) {
+        bool previous = cg_set_grad_enabled(false);
+        fresh = cg_to(*buf, m->device);
+        cg_set_grad_enabled(previous);
+        if (!fresh) return cg_last_status();
+    } else {
+        if (!(fresh = cg__tensor_new(1, m->flat_data->shape, m->device))) return cg_last_status();
+        cg_status s = cg__backend_for(m->device)->fill(fresh, 0.0f);
+        if (s != CG_OK) {
+            cg_tensor_free(fresh);
+            return s;
+        }
+    }
+    cg_keep(fresh);
+    cg_tensor_free(*buf);
+    *buf = fresh;
+    return CG_OK;
+}
+
+static cg_status step_root(adam_optimizer *opt, int r) {
+    cg_module *m = opt->base.roots[r];
+    const cg_backend *be = cg__backend_for(m->device);
+    if (!be) return cg_last_status();
+    CG_TRY(ensure_buffer(&opt->exp_avg[r], m));
+    CG_TRY(ensure_buffer(&opt->exp_avg_sq[r], m));
+    const cg_adam_options *o = &opt->options;
+    double lr = opt->base.lr;
+    float *exp_avg = cg__data(opt->exp_avg[r]), *exp_avg_sq = cg__data(opt->exp_avg_sq[r]);
+    for (int i = 0; i < m->nparams;) {
+        if (!m->params[i].tensor->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
+            i++;
+            continue;
+        }
+        int j = cg__optimizer_run_end(m, i, opt->steps);
+        int64_t begin, count;
+        cg__optimizer_run_range(m, i, j, &begin, &count);
+        double t = (double)(opt->steps[i] + 1);
+        cg_adam_args args = {
+            .one_minus_beta1 = (float)(1.0 - o->beta1),
+            .beta2 = (float)o->beta2,
+            .one_minus_beta2 = (float)(1.0 - o->beta2),
+            .eps = (float)o->eps,
+            .weight_decay = (float)o->weight_decay,
+            .step_size = (float)(lr / (1.0 - pow(o->beta1, t))),
+            .bias_correction2_sqrt = (float)sqrt(1.0 - pow(o->beta2, t)),
+            .decay_factor = (float)(1.0 - lr * o->weight_decay),
+            .decoupled = opt->decoupled,
+        };
+        CG_TRY(be->adam_step(cg__data(m->flat_data) + begin, cg__data(m->flat_grad) + begin, exp_avg + begin,
+                             exp_avg_sq + begin, count, &args, m->device.index));
+        i = j;
+    }
+    return CG_OK;
+}
+
+static cg_status adam_step(cg_optimizer *base) {
+    adam_optimizer *opt = (adam_optimizer *)base;
+    for (int r = 0; r < base->nroots; r++) CG_TRY(step_root(opt, r));
+    /* Replicas share one gradient pattern, so the step counts advance once for all. */
+    cg_module *m = base->roots[0];
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].tensor->grad_defined) opt->steps[i]++;
+    return CG_OK;
+}

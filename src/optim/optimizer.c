@@ -1,0 +1,81 @@
+/* The optimizer core: construction checks, roots (a module or its replicas), zero_grad, dispatch of
+ * step/free by kind, and the learning-rate setters and schedules. */
+#include "optim/optimizer.h"
+
+#include <math.h>
+
+cg_status cg__optimizer_check_module(const cg_module *m, const char *fn) {
+    if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
+    if (m->parent)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, m->ops->type,
+                        m->parent->ops->type);
+    if (m->nparams == 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: optimizer got an empty parameter list", fn);
+    return CG_OK;
+}
+
+cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, size_t size, cg_module *m, double lr, const char *fn) {
+    int nroots = m->replicas ? m->nreplicas : 1;
+    cg_optimizer *opt = calloc(1, size);
+    if (opt) opt->roots = calloc((size_t)nroots, sizeof *opt->roots);
+    if (!opt || !opt->roots) {
+        free(opt);
+        return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
+    }
+    opt->ops = ops, opt->module = m, opt->nroots = nroots, opt->lr = lr;
+    for (int r = 0; r < nroots; r++) opt->roots[r] = m->replicas ? m->replicas[r] : m;
+    return opt;
+}
+
+void cg_optimizer_free(cg_optimizer *opt) {
+    if (!opt) return;
+    if (opt->ops->destroy) opt->ops->destroy(opt);
+    free(opt->roots);
+    free(opt);
+}
+
+cg_status cg_optimizer_zero_grad(cg_optimizer *opt) {
+    if (!opt) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_zero_grad: optimizer is NULL");
+    for (int r = 0; r < opt->nroots; r++) {
+        cg_module *m = opt->roots[r];
+        for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = false;
+        CG_TRY(cg__backend_for(m->device)->fill(m->flat_grad, 0.0f));
+    }
+    return CG_OK;
+}
+
+cg_status cg_optimizer_step(cg_optimizer *opt) {
+    if (!opt) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: optimizer is NULL");
+    return opt->ops->step(opt);
+}
+
+int cg__optimizer_run_end(const cg_module *m, int i, const int64_t *key) {
+    int j = i + 1;
+    while (j < m->nparams && m->params[j].tensor->grad_defined && key[j] == key[i]) j++;
+    return j;
+}
+
+void cg__optimizer_run_range(const cg_module *m, int i, int j, int64_t *begin, int64_t *count) {
+    *begin = m->params[i].offset;
+    int64_t end = j < m->nparams ? m->params[j].offset : m->flat_data->numel;
+    *count = end - *begin;
+}
+
+/* ---- learning rate ---------------------------------------------------------------------------------- */
+cg_status cg_optimizer_set_lr(cg_optimizer *opt, double lr) {
+    if (!opt) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_set_lr: optimizer is NULL");
+    if (!(lr >= 0) || isinf(lr)) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_set_lr: invalid learning rate %g", lr);
+    opt->lr = lr;
+    return CG_OK;
+}
+
+double cg_optimizer_get_lr(const cg_optimizer *opt) { return opt ? opt->lr : NAN; }
+
+double cg_lr_step(double base_lr, int64_t epoch, int64_t step_size, double gamma) {
+    if (step_size < 1 || epoch < 0) return base_lr;
+    return base_lr * pow(gamma, (double)(epoch / step_size));
+}
+
+double cg_lr_cosine(double base_lr, int64_t t, int64_t t_max, double eta_min) {
+    if (t_max < 1) return base_lr;
+    return eta_min + (base_lr - eta_min) * (1.0 + cos(3.14159265358979323846 * (double)t / (double)t_max)) / 2.0;
+}
