@@ -299,6 +299,35 @@ static void test_state_follows_module(void **state) {
     cg_module_free(m);
 }
 
+/* A million parameters (Linear(1023, 1025)): the fused kernel's grid-stride loop over a long run. */
+static void test_large(void **state) {
+    (void)state;
+    cg_test_context("AdamW on Linear(1023, 1025) on %s", cg_test_device_str());
+    cg_module *m = cg_linear_new(1023, 1025, true, dev());
+    assert_non_null(m);
+    cg_adam_options o = with(cg_adamw_defaults(), 0.01, 0.1);
+    cg_optimizer *opt = cg_adamw_new(m, o);
+    ref_param r[2];
+    for (int i = 0; i < 2; i++) ref_init(&r[i], cg_module_parameter(m, i, NULL));
+    for (int s = 0; s < 3; s++) {
+        float *grads[2];
+        for (int i = 0; i < 2; i++) grads[i] = cg_test_uniform_buf((size_t)r[i].n, -1, 1);
+        CG_TEST_STATUS_OK(cg_optimizer_zero_grad(opt));
+        set_grads(m, grads);
+        CG_TEST_STATUS_OK(cg_optimizer_step(opt));
+        for (int i = 0; i < 2; i++) {
+            double *g = cg_test_doubles((size_t)r[i].n);
+            for (int64_t k = 0; k < r[i].n; k++) g[k] = grads[i][k];
+            ref_adam(&r[i], g, o.lr, o, true);
+            cg_test_assert_tensor_close(cg_module_parameter(m, i, NULL), r[i].p, (size_t)r[i].n, RTOL);
+            free(g), free(grads[i]);
+        }
+    }
+    for (int i = 0; i < 2; i++) ref_free(&r[i]);
+    cg_optimizer_free(opt);
+    cg_module_free(m);
+}
+
 /* ---- errors ----------------------------------------------------------------------------------------------- */
 static void test_errors(void **state) {
     (void)state;
@@ -353,7 +382,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         CG_TEST(test_adam_semantics), CG_TEST(test_adamw_semantics),     CG_TEST(test_skips_params_without_grad),
         CG_TEST(test_by_hand),        CG_TEST(test_set_lr_and_schedules), CG_TEST(test_state_follows_module),
-        CG_TEST(test_errors),
+        CG_TEST(test_large),          CG_TEST(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
