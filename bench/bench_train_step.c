@@ -358,10 +358,11 @@ enum { W_SEED = 1, W_TINY = 2, W_WIDE = 4, W_CPU_SEED = 8, W_FIRST = 16 };
  * boolean flags); returns the workload mask, or exits 2 on a bad list. */
 static int take_work_flags(int *argc, char **argv) {
     int mask = W_SEED | W_TINY | W_WIDE | W_CPU_SEED, out = 1;
+    bool first = false, listed = false;
     for (int i = 1; i < *argc; i++) {
         const char *list = NULL;
         if (strcmp(argv[i], "--first-step") == 0) {
-            mask = W_FIRST;
+            first = true;
             continue;
         }
         if (strncmp(argv[i], "--work=", 7) == 0) list = argv[i] + 7;
@@ -371,6 +372,7 @@ static int take_work_flags(int *argc, char **argv) {
             continue;
         }
         mask = 0;
+        listed = true;
         char buf[256];
         snprintf(buf, sizeof buf, "%s", list);
         for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -387,6 +389,8 @@ static int take_work_flags(int *argc, char **argv) {
         }
     }
     *argc = out;
+    if (first && !listed) mask = W_FIRST;
+    if (first) mask |= W_FIRST;
     if ((mask & W_FIRST) && mask != W_FIRST) {
         fprintf(stderr, "%s: first_step runs alone, in a fresh process\n", argv[0]);
         exit(2);

@@ -19,9 +19,15 @@
  * (model and data are already on the device, as after the seed's .to(device)) and after it stops;
  * then the median of --steps steady steps is reported, each step ending with a synchronisation.
  * Every step runs inside a scope, which frees the activations, the loss and the tape together, so
- * a steady step reuses cached memory and allocates nothing. */
+ * a steady step reuses cached memory and allocates nothing.
+ *
+ * With --graph, the GPU step is then also captured once as a CUDA graph (cg_graph_capture) and
+ * replayed (cg_graph_replay): the same work with one launch per step instead of one per kernel,
+ * which is what remains of a small step's time. bench/bench_train_step.c times all of this side by
+ * side with PyTorch (bench/run_step_benchmarks.sh). */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cgrad.h"
 #include "example_util.h"
@@ -50,17 +56,27 @@ static int train_step(void *ctx) {
     return 0;
 }
 
+/* The step as cg_graph_capture wants it (a failure inside exits through CHECK, with its message). */
+static cg_status capture_step(void *ctx) { return train_step(ctx) == 0 ? CG_OK : CG_ERR_BACKEND; }
+
+static int replay_step(void *ctx) {
+    CHECK_OK(cg_graph_replay(ctx));
+    return 0;
+}
+
 typedef struct {
     double first;       /* seconds */
     double median;      /* seconds */
+    double graph_median; /* seconds per replay of the captured step; 0 when not run */
     float first_loss;
     float last_loss;
+    float graph_loss;   /* after the replays */
     uint64_t steady_allocs; /* system allocations (malloc / cudaMalloc) during the steady steps */
 } step_times;
 
 /* Builds the seed's model, optimizer and data on d, then times the first and the steady steps. */
-static step_times time_on(cg_device d, int64_t in, int64_t out, int64_t n, int steps) {
-    step_times r;
+static step_times time_on(cg_device d, int64_t in, int64_t out, int64_t n, int steps, bool graph) {
+    step_times r = {0};
     trainer t = {0};
 
     /* model = torch.nn.Linear(input_dim, output_dim).to(device) */
@@ -93,6 +109,16 @@ static step_times time_on(cg_device d, int64_t in, int64_t out, int64_t n, int s
     r.steady_allocs = after.raw_allocs - before.raw_allocs;
     CHECK_OK(cg_item(t.loss, &r.last_loss));
 
+    if (graph) {
+        /* Capture one step (recorded, not run), then replay it: a warm-up replay and the median
+         * of --steps replays, each ending with a synchronisation. */
+        cg_graph *g = cg_graph_capture(d, capture_step, &t);
+        eu_expect(g != NULL, cg_last_error());
+        r.graph_median = eu_time_median(d, 1, steps, replay_step, g);
+        CHECK_OK(cg_item(t.loss, &r.graph_loss)); /* the kept loss holds the last replay's value */
+        cg_graph_free(g); /* before the tensors the captured step kept */
+    }
+
     cg_tensor_free(t.loss);
     cg_tensor_free(t.target);
     cg_tensor_free(t.input);
@@ -113,6 +139,13 @@ static void report(const char *side, cg_device d, step_times r, int steps) {
      * enough lr), so the steps really trained the model. */
     eu_expect(isfinite(r.first_loss) && isfinite(r.last_loss), "the loss is finite");
     eu_expect(r.last_loss < r.first_loss, "the loss went down over the steps");
+    if (r.graph_median > 0.0) {
+        printf("  CUDA graph replay: median of %d replays %s (the captured step); loss %.6f after "
+               "them\n",
+               steps, eu_fmt_seconds(r.graph_median, t1, sizeof t1), r.graph_loss);
+        eu_expect(isfinite(r.graph_loss) && r.graph_loss < r.last_loss,
+                  "the loss went down over the replays");
+    }
 }
 
 int main(int argc, char **argv) {
@@ -122,6 +155,14 @@ int main(int argc, char **argv) {
     int64_t n = 10000;   /* num_training_examples */
     int steps = 10;
     int threads = cg_get_num_threads();
+    /* --graph is a switch (eu_parse_flags takes flags with values): take it out of argv first. */
+    bool graph = false;
+    int kept = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--graph") == 0) graph = true;
+        else argv[kept++] = argv[i];
+    }
+    argc = kept;
     eu_flag flags[] = {
         {"--in", EU_SIZE, &in, 1, "input_dim: features per example"},
         {"--out", EU_SIZE, &out, 1, "output_dim: outputs per example"},
@@ -132,7 +173,8 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv,
                    "one SGD training step of Linear(in, out) with MSELoss on n random examples, "
-                   "timed on the CPU and on the GPU",
+                   "timed on the CPU and on the GPU\n"
+                   "  --graph  also capture the GPU step as a CUDA graph and time its replays",
                    flags, (int)(sizeof flags / sizeof flags[0]));
     cg_set_num_threads(threads);
     cg_manual_seed(0);
@@ -142,25 +184,30 @@ int main(int argc, char **argv) {
     printf("input: %.3g GB per device\n", (double)n * (double)in * sizeof(float) * 1e-9);
 
     /* CPU Training */
-    step_times cpu = time_on(cg_cpu(), in, out, n, steps);
+    step_times cpu = time_on(cg_cpu(), in, out, n, steps, false);
     report("CPU", cg_cpu(), cpu, steps);
     printf("  %d CPU threads\n", cg_get_num_threads());
 
     if (device.type != CG_CUDA) {
         if (!cg_cuda_is_available())
-            printf("no GPU: %s. Timed the CPU only.\n", cg_cuda_unavailable_reason());
+            printf("no GPU: %s. Timed the CPU only%s.\n", cg_cuda_unavailable_reason(),
+                   graph ? " (--graph needs a GPU)" : "");
         else
             printf("--device cpu: timed the CPU only\n");
         return 0;
     }
 
     /* GPU Training */
-    step_times gpu = time_on(device, in, out, n, steps);
+    step_times gpu = time_on(device, in, out, n, steps, graph);
     report("GPU", device, gpu, steps);
     printf("  %s matmul\n", cg_get_allow_tf32() ? "TF32" : "true fp32");
 
     /* How much faster was the GPU? */
     printf("GPU was %.1f times faster than CPU (steady steps; first steps: %.1f times)\n",
            cpu.median / gpu.median, cpu.first / gpu.first);
+    if (graph)
+        printf("GPU with CUDA graph replay was %.1f times faster than CPU, %.2f times faster than "
+               "eager GPU steps\n",
+               cpu.median / gpu.graph_median, gpu.median / gpu.graph_median);
     return 0;
 }
