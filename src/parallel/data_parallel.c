@@ -246,14 +246,14 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
             break;
         }
         dp->replicas[dp->nreplicas++] = replica;
-        replica->parent = dp;
         st->grad_bufs[r] = cg__data(replica->flat_grad);
     }
     if (s == CG_OK && st->n > 1) s = cg__nccl_new(NULL, st->n, 0, st->n, st->devices, &st->nccl);
     if (s != CG_OK) {
-        if (dp->nreplicas > 0) dp->replicas[0] = NULL, module->parent = NULL; /* the caller keeps its module */
+        if (dp->nreplicas > 0) dp->replicas[0] = NULL; /* the caller keeps its module */
         cg_module_free(dp);
         return NULL;
     }
+    for (int r = 0; r < dp->nreplicas; r++) dp->replicas[r]->parent = dp; /* after cloning the first */
     return dp;
 }
