@@ -7,6 +7,19 @@
 /* Work below this many elements runs on one thread: forking costs more than it saves. */
 #define CG_CPU_PARALLEL_GRAIN 32768
 
+/* for (int64_t var = 0; var < count; var++) body, over OpenMP threads when `work` (elements
+ * touched) exceeds the grain. Small loops skip the parallel region entirely: even a one-thread
+ * OpenMP region costs a team set-up, which dominates a tiny training step. */
+#define CG_CPU_FOR(var, count, work, ...)                                                        \
+    do {                                                                                          \
+        int64_t cg__count = (count);                                                              \
+        if ((work) > CG_CPU_PARALLEL_GRAIN) {                                                     \
+            _Pragma("omp parallel for") for (int64_t var = 0; var < cg__count; var++) __VA_ARGS__ \
+        } else {                                                                                  \
+            for (int64_t var = 0; var < cg__count; var++) __VA_ARGS__                             \
+        }                                                                                         \
+    } while (0)
+
 cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index);
 cg_status cg__cpu_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out, int index);
 cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out, int index);

@@ -4,9 +4,9 @@
 
 cg_status cg__cpu_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                             const cg_adam_args *a, int index) {
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++)
+    CG_CPU_FOR(i, n, n, {
         cg_adam_update(&param[i], grad[i], &exp_avg[i], &exp_avg_sq[i], a->one_minus_beta1, a->beta2, a->one_minus_beta2,
                        a->eps, a->weight_decay, a->step_size, a->bias_correction2_sqrt, a->decay_factor, a->decoupled);
+    });
     return CG_OK;
 }

@@ -17,16 +17,14 @@ static cg_status cpu_synchronize(int index) { return CG_OK; }
 static cg_status cpu_fill(cg_tensor *out, float value) {
     float *y = cg__data(out);
     int64_t n = out->numel;
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++) y[i] = value;
+    CG_CPU_FOR(i, n, n, { y[i] = value; });
     return CG_OK;
 }
 
 static cg_status cpu_arange(cg_tensor *out, double start, double step) {
     float *y = cg__data(out);
     int64_t n = out->numel;
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++) y[i] = (float)(start + (double)i * step);
+    CG_CPU_FOR(i, n, n, { y[i] = (float)(start + (double)i * step); });
     return CG_OK;
 }
 
@@ -35,8 +33,7 @@ static cg_status cpu_random(cg_tensor *out, bool normal) {
     float *y = cg__data(out);
     int64_t n = out->numel, draws = (n + 3) / 4;
     uint64_t key = cg__seed(), first = cg__cpu_rng_reserve((uint64_t)draws);
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t d = 0; d < draws; d++) {
+    CG_CPU_FOR(d, draws, n, {
         cg_philox4 r = cg_philox(first + (uint64_t)d, key);
         float v[4];
         if (normal) {
@@ -50,7 +47,7 @@ static cg_status cpu_random(cg_tensor *out, bool normal) {
             for (int j = 0; j < 4; j++) v[j] = cg_uniform01(r.v[j]);
         }
         for (int64_t j = 0; j < 4 && 4 * d + j < n; j++) y[4 * d + j] = v[j];
-    }
+    });
     return CG_OK;
 }
 

@@ -4,8 +4,7 @@
 
 cg_status cg__cpu_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
                                         float *row_loss, int index) {
-#pragma omp parallel for if (n * c > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++) {
+    CG_CPU_FOR(i, n, n * c, {
         const float *x = logits + i * c;
         float *y = logp + i * c;
         float m = -INFINITY;
@@ -16,38 +15,35 @@ cg_status cg__cpu_cross_entropy_forward(const float *logits, const float *target
         for (int64_t j = 0; j < c; j++) y[j] = cg_log_softmax(x[j], m, log_sum);
         int64_t k = cg_class_index(targets[i], c);
         row_loss[i] = k < 0 ? NAN : -y[k];
-    }
+    });
     return CG_OK;
 }
 
 cg_status cg__cpu_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale, int64_t n,
                                          int64_t c, float *grad, int index) {
     float gscale = g[0] * scale;
-#pragma omp parallel for if (n * c > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++) {
+    CG_CPU_FOR(i, n, n * c, {
         int64_t k = cg_class_index(targets[i], c);
         for (int64_t j = 0; j < c; j++)
             grad[i * c + j] = k < 0 ? NAN : cg_cross_entropy_grad(logp[i * c + j], j == k, gscale);
-    }
+    });
     return CG_OK;
 }
 
 cg_status cg__cpu_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
                          int index) {
-#pragma omp parallel for if (outer * n * inner > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t o = 0; o < outer * inner; o++) {
+    CG_CPU_FOR(o, outer * inner, outer * n * inner, {
         const float *p = x + (o / inner) * n * inner + o % inner;
         int64_t best = 0;
         float best_v = p[0];
         for (int64_t i = 1; i < n; i++)
             if (cg_argmax_better(p[i * inner], best_v)) best = i, best_v = p[i * inner];
         out[o] = targets ? (targets[o] == (float)best ? 1.0f : 0.0f) : (float)best;
-    }
+    });
     return CG_OK;
 }
 
 cg_status cg__cpu_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst, int index) {
-#pragma omp parallel for if (n * row_len > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++) memcpy(dst + i * row_len, src + (int64_t)rows[i] * row_len, (size_t)row_len * sizeof(float));
+    CG_CPU_FOR(i, n, n * row_len, { memcpy(dst + i * row_len, src + (int64_t)rows[i] * row_len, (size_t)row_len * sizeof(float)); });
     return CG_OK;
 }

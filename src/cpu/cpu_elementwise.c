@@ -23,33 +23,29 @@ static inline int64_t row_stride(const cg_ew_layout *lay, int k) { return lay->n
 ALWAYS_INLINE void unary_loop(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *y) {
     int64_t n = lay->numel;
     if (lay->contiguous[0]) {
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-        for (int64_t i = 0; i < n; i++) y[i] = cg_unary_apply(op, x[i], alpha);
+        CG_CPU_FOR(i, n, n, { y[i] = cg_unary_apply(op, x[i], alpha); });
         return;
     }
     int64_t len = row_length(lay), sx = row_stride(lay, 0), rows = n / len;
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < rows; r++) {
+    CG_CPU_FOR(r, rows, n, {
         const float *xr = x + strided_offset(lay, 0, r * len);
         float *yr = y + r * len;
         for (int64_t j = 0; j < len; j++) yr[j] = cg_unary_apply(op, xr[j * sx], alpha);
-    }
+    });
 }
 
 ALWAYS_INLINE void binary_loop(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *y) {
     int64_t n = lay->numel;
     if (lay->contiguous[0] && lay->contiguous[1]) {
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-        for (int64_t i = 0; i < n; i++) y[i] = cg_binary_apply(op, a[i], b[i]);
+        CG_CPU_FOR(i, n, n, { y[i] = cg_binary_apply(op, a[i], b[i]); });
         return;
     }
     int64_t len = row_length(lay), sa = row_stride(lay, 0), sb = row_stride(lay, 1), rows = n / len;
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < rows; r++) {
+    CG_CPU_FOR(r, rows, n, {
         const float *ar = a + strided_offset(lay, 0, r * len), *br = b + strided_offset(lay, 1, r * len);
         float *yr = y + r * len;
         for (int64_t j = 0; j < len; j++) yr[j] = cg_binary_apply(op, ar[j * sa], br[j * sb]);
-    }
+    });
 }
 
 cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index) {

@@ -10,7 +10,9 @@
 #define SKINNY_MIN_ELEMENTS (1 << 20)
 #define NT_BLOCK_K 2048 /* w's block (o x 2048 floats) stays in L2 while every row passes over it */
 #define NT_ROWS 4       /* rows sharing each load of w */
-#define TN_BLOCK_K 256  /* columns of dw per task: o x 256 accumulators stay in L1 */
+#define TN_BLOCK_K 512  /* columns of dw per task: o x 512 accumulators stay in L1/L2 */
+#define PREFETCH_ROWS 8 /* rows ahead: row segments are far apart, beyond the hardware prefetcher */
+#define TINY_FLOPS 32768 /* below this, a plain loop beats BLAS's call overhead */
 
 /* Compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time by the CPU. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -28,6 +30,8 @@ static void nt_block(int o, const float *x, int64_t ldx, const float *w, int64_t
         const float *wj = w + j * ldw;
         for (int r = 0; r < rows; r++) {
             const float *xr = x + (r0 + r) * ldx;
+            if (j == 0) /* the next group's segments, one line in eight: enough to start the streams */
+                for (int64_t k = k0; k < k1; k += 128) __builtin_prefetch(xr + NT_ROWS * ldx + k);
             float s = 0.0f;
 #pragma omp simd reduction(+ : s)
             for (int64_t k = k0; k < k1; k++) s += xr[k] * wj[k];
@@ -55,7 +59,19 @@ static void tn_block(int o, const float *g, int64_t ldg, const float *x, int64_t
     int width = (int)(c1 - c0);
     for (int j = 0; j < o; j++)
         for (int c = 0; c < width; c++) acc[j][c] = 0.0f;
-    for (int64_t r = 0; r < n; r++) {
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) { /* four rows per pass over the accumulators */
+        const float *x0 = x + r * ldx + c0, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
+        if (r + 4 + PREFETCH_ROWS <= n)
+            for (int q = 0; q < 4; q++)
+                for (int c = 0; c < width; c += 16) __builtin_prefetch(x0 + (PREFETCH_ROWS + q) * ldx + c);
+        for (int j = 0; j < o; j++) {
+            float g0 = g[r * ldg + j], g1 = g[(r + 1) * ldg + j], g2 = g[(r + 2) * ldg + j], g3 = g[(r + 3) * ldg + j];
+#pragma omp simd
+            for (int c = 0; c < width; c++) acc[j][c] += g0 * x0[c] + g1 * x1[c] + g2 * x2[c] + g3 * x3[c];
+        }
+    }
+    for (; r < n; r++) {
         const float *xr = x + r * ldx + c0;
         for (int j = 0; j < o; j++) {
             float gv = g[r * ldg + j];
@@ -74,6 +90,18 @@ static void skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_
         tn_block(o, g, ldg, x, ldx, n, c0, c0 + TN_BLOCK_K < k ? c0 + TN_BLOCK_K : k, dw, lddw);
 }
 
+/* C (m, n) = op(A) op(B) for tiny products, summed in order. */
+static void tiny_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (int64_t p = 0; p < k; p++)
+                s += (trans_a ? a[p * lda + i] : a[i * lda + p]) * (trans_b ? b[j * ldb + p] : b[p * ldb + j]);
+            c[i * ldc + j] = s;
+        }
+}
+
 cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float *c, int64_t ldc, int index) {
     if (!trans_a && trans_b && n <= SKINNY_MAX && m * k >= SKINNY_MIN_ELEMENTS) {
@@ -82,6 +110,10 @@ cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     }
     if (trans_a && !trans_b && m <= SKINNY_MAX && k * n >= SKINNY_MIN_ELEMENTS) {
         skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc); /* C (m, n) = A^T B: dw = g^T x */
+        return CG_OK;
+    }
+    if (m * n * k <= TINY_FLOPS) {
+        tiny_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
         return CG_OK;
     }
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)

@@ -4,9 +4,9 @@
 
 cg_status cg__cpu_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *a,
                            int index) {
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++)
+    CG_CPU_FOR(i, n, n, {
         cg_sgd_update(&param[i], grad[i], momentum_buf ? &momentum_buf[i] : NULL, a->lr, a->momentum, a->dampening,
                       a->weight_decay, a->nesterov, a->first);
+    });
     return CG_OK;
 }

@@ -8,13 +8,12 @@
 static double sum_contiguous(const float *x, int64_t n) {
     double partial[SUM_BLOCKS] = {0};
     int64_t block = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
-#pragma omp parallel for if (n > CG_CPU_PARALLEL_GRAIN)
-    for (int b = 0; b < SUM_BLOCKS; b++) {
+    CG_CPU_FOR(b, SUM_BLOCKS, n, {
         int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
         double acc = 0;
         for (int64_t i = lo; i < hi; i++) acc += x[i];
         partial[b] = acc;
-    }
+    });
     double total = 0;
     for (int b = 0; b < SUM_BLOCKS; b++) total += partial[b];
     return total;
@@ -26,17 +25,15 @@ cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t i
             out[0] = (float)(sum_contiguous(x, n) * scale);
             return CG_OK;
         }
-#pragma omp parallel for if (outer * n > CG_CPU_PARALLEL_GRAIN)
-        for (int64_t o = 0; o < outer; o++) {
+        CG_CPU_FOR(o, outer, outer * n, {
             double acc = 0;
             for (int64_t i = 0; i < n; i++) acc += x[o * n + i];
             out[o] = (float)(acc * scale);
-        }
+        });
         return CG_OK;
     }
     int64_t tiles = (inner + INNER_TILE - 1) / INNER_TILE;
-#pragma omp parallel for if (outer * n * inner > CG_CPU_PARALLEL_GRAIN)
-    for (int64_t t = 0; t < outer * tiles; t++) {
+    CG_CPU_FOR(t, outer * tiles, outer * n * inner, {
         int64_t o = t / tiles, j0 = (t % tiles) * INNER_TILE;
         int64_t width = inner - j0 < INNER_TILE ? inner - j0 : INNER_TILE;
         double acc[INNER_TILE] = {0};
@@ -45,6 +42,6 @@ cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t i
             for (int64_t j = 0; j < width; j++) acc[j] += row[j];
         }
         for (int64_t j = 0; j < width; j++) out[o * inner + j0 + j] = (float)(acc[j] * scale);
-    }
+    });
     return CG_OK;
 }
