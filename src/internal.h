@@ -160,6 +160,11 @@ typedef struct cg_backend {
     /* fused torch.optim.SGD update of n contiguous parameters (see cg_sgd_args) */
     cg_status (*sgd_step)(float *param, const float *grad, float *momentum_buf, int64_t n,
                           const struct cg_sgd_args *args, int index);
+    /* MSE: out[0] = scale * sum (a - b)^2 over n contiguous elements; grad (n) = (a - b) *
+     * (factor * g[0]) with g one float on the same device */
+    cg_status (*sum_sqdiff)(const float *a, const float *b, int64_t n, float scale, float *out, int index);
+    cg_status (*scaled_diff)(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,
+                             int index);
     /* row-major C(m,n) = op(A) op(B); op(A) is (m,k); lda/ldb are the row strides as stored */
     cg_status (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, int index);

@@ -1,21 +1,19 @@
 /* Loss functions. */
 #include "internal.h"
 
-/* loss = scale * sum (input - target)^2, scale = 1/numel for the mean; saved: the difference. */
+/* loss = scale * sum (input - target)^2 (scale = 1/numel for the mean), one fused pass each way:
+ * d loss / d input = 2 scale (input - target) g, read straight from input and target (saved). */
 static cg_status mse_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
-    const cg_tensor *diff = n->saved[0];
-    /* d/d input = 2 scale (input - target) g; target gets the negation */
-    cg_tensor *scaled = cg_mul(diff, g);
-    cg_tensor *gi = scaled ? cg_mul_scalar(scaled, 2.0f * n->scalar) : NULL;
-    cg_tensor_free(scaled);
+    const cg_tensor *input = n->saved[0], *target = n->saved[1];
+    cg_tensor *gi = cg__tensor_new(input->ndim, input->shape, input->device);
     if (!gi) return cg_last_status();
-    if (n->needs_grad[1] && !(grad_in[1] = cg_neg(gi))) {
-        cg_tensor_free(gi);
-        return cg_last_status();
-    }
-    if (n->needs_grad[0]) grad_in[0] = gi;
+    cg_status s = cg__backend_for(input->device)->scaled_diff(cg__data(input), cg__data(target), cg__data(g),
+                                                              2.0f * n->scalar, input->numel, cg__data(gi),
+                                                              input->device.index);
+    if (s == CG_OK && n->needs_grad[1] && !(grad_in[1] = cg_neg(gi))) s = cg_last_status();
+    if (s == CG_OK && n->needs_grad[0]) grad_in[0] = gi;
     else cg_tensor_free(gi);
-    return CG_OK;
+    return s;
 }
 
 cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction) {
@@ -26,19 +24,26 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
                             cg__shape_str(input, si, sizeof si), cg__shape_str(target, st, sizeof st));
     if (reduction != CG_REDUCTION_MEAN && reduction != CG_REDUCTION_SUM)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_mse_loss: unknown reduction %d", (int)reduction);
-    bool previous = cg_set_grad_enabled(false); /* one node for the whole loss, not four */
-    cg_tensor *diff = cg_sub(input, target);
-    cg_tensor *sq = diff ? cg_mul(diff, diff) : NULL;
-    cg_tensor *loss = sq ? (reduction == CG_REDUCTION_MEAN ? cg_mean(sq) : cg_sum(sq)) : NULL;
-    cg_set_grad_enabled(previous);
-    cg_tensor_free(sq);
+    float scale = reduction == CG_REDUCTION_MEAN ? 1.0f / (float)input->numel : 1.0f;
+    bool grad_mode = cg_set_grad_enabled(false); /* plain data: views when already contiguous */
+    cg_tensor *a = cg_contiguous(input), *b = a ? cg_contiguous(target) : NULL;
+    cg_set_grad_enabled(grad_mode);
+    cg_tensor *loss = b ? cg__tensor_new(0, NULL, input->device) : NULL;
+    cg_status s = loss ? CG_OK : cg_last_status();
+    const cg_backend *be = cg__backend_for(input->device);
+    if (s == CG_OK && input->numel == 0) s = be->fill(loss, reduction == CG_REDUCTION_MEAN ? NAN : 0.0f);
+    else if (s == CG_OK) s = be->sum_sqdiff(cg__data(a), cg__data(b), input->numel, scale, cg__data(loss), input->device.index);
     const cg_tensor *inputs[2] = {input, target};
-    if (loss && cg__should_record(2, inputs)) {
-        const cg_tensor *saved[1] = {diff};
-        cg_node *node = cg__record(loss, "cg_mse_loss", mse_backward, 2, inputs, 1, saved);
-        if (node) node->scalar = reduction == CG_REDUCTION_MEAN ? 1.0f / (float)input->numel : 1.0f;
-        else cg_tensor_free(loss), loss = NULL;
+    if (s == CG_OK && cg__should_record(2, inputs)) {
+        const cg_tensor *saved[2] = {a, b};
+        cg_node *node = cg__record(loss, "cg_mse_loss", mse_backward, 2, inputs, 2, saved);
+        if (node) node->scalar = scale;
+        else s = cg_last_status();
     }
-    cg_tensor_free(diff);
+    cg_tensor_free(a), cg_tensor_free(b);
+    if (s != CG_OK) {
+        cg_tensor_free(loss);
+        return NULL;
+    }
     return loss;
 }

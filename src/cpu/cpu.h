@@ -23,6 +23,9 @@
 cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index);
 cg_status cg__cpu_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out, int index);
 cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out, int index);
+cg_status cg__cpu_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *out, int index);
+cg_status cg__cpu_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,
+                              int index);
 cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float *c, int64_t ldc, int index);
 

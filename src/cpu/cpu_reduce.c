@@ -5,6 +5,32 @@
 #define SUM_BLOCKS 64
 #define INNER_TILE 256
 
+/* MSE: the same fixed blocking as sum_contiguous, over (a - b)^2. */
+cg_status cg__cpu_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *out, int index) {
+    double partial[SUM_BLOCKS] = {0};
+    int64_t block = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+    CG_CPU_FOR(k, SUM_BLOCKS, n, {
+        int64_t lo = k * block, hi = lo + block < n ? lo + block : n;
+        double acc = 0;
+        for (int64_t i = lo; i < hi; i++) {
+            double d = (double)a[i] - (double)b[i];
+            acc += d * d;
+        }
+        partial[k] = acc;
+    });
+    double total = 0;
+    for (int k = 0; k < SUM_BLOCKS; k++) total += partial[k];
+    out[0] = (float)(total * scale);
+    return CG_OK;
+}
+
+cg_status cg__cpu_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,
+                              int index) {
+    float s = factor * g[0];
+    CG_CPU_FOR(i, n, n, { grad[i] = (a[i] - b[i]) * s; });
+    return CG_OK;
+}
+
 static double sum_contiguous(const float *x, int64_t n) {
     double partial[SUM_BLOCKS] = {0};
     int64_t block = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;

@@ -177,6 +177,31 @@ static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, bool trans_b, i
     return CG_OK;
 }
 
+/* One fused pass over (a - b)^2 into chunk partials, then the usual passes over them. */
+static cg_status cuda_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *out, int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    int64_t chunks = chunks_for(1, n, 1), chunk_len = (n + chunks - 1) / chunks;
+    chunks = (n + chunk_len - 1) / chunk_len;
+    cg_device d = cg_cuda(index);
+    size_t bytes = (size_t)chunks * sizeof(float);
+    float *partial = cg__alloc(d, bytes);
+    if (!partial) return cg_last_status();
+    cudaError_t e = cg_launch_sum_sqdiff_chunks(a, b, n, chunks, chunk_len, partial, ctx->stream);
+    cg_status s = e == cudaSuccess ? cuda_reduce_sum(partial, 1, chunks, 1, scale, out, index)
+                                   : cg__cuda_error(e, "cg_launch_sum_sqdiff_chunks", __FILE__, __LINE__);
+    cg__free(d, partial, bytes);
+    return s;
+}
+
+static cg_status cuda_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,
+                                  int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cg_launch_scaled_diff(a, b, g, factor, n, grad, ctx->stream));
+    return CG_OK;
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
 static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                            const float *b, int64_t ldb, float *c, int64_t ldc, int index) {
@@ -220,6 +245,8 @@ static const cg_backend cuda_backend = {
     .unary = cuda_unary,
     .binary = cuda_binary,
     .reduce_sum = cuda_reduce_sum,
+    .sum_sqdiff = cuda_sum_sqdiff,
+    .scaled_diff = cuda_scaled_diff,
     .gemm = cuda_gemm,
     .sgd_step = cuda_sgd_step,
     .capture_begin = cg__cuda_capture_begin,
