@@ -9,7 +9,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 4;
-constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;  // 32 rows of x per block
+constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;  // 32 rows of x per group
+constexpr int kRowGroups = 4;                          // groups of rows per block
 // k per block: w's chunk lives in (static, at most 48 KB of) shared memory.
 __host__ __device__ constexpr int chunk_k(int o) { return o <= 10 ? 1024 : 512; }
 
@@ -27,43 +28,47 @@ __global__ void __launch_bounds__(kThreads) nt_partial(const float *__restrict__
     }
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t row0 = (int64_t)blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
-    float acc[kRowsPerWarp][O];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; r++)
-#pragma unroll
-        for (int j = 0; j < O; j++) acc[r][j] = 0.0f;
-    const float4 *xrow[kRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; r++) {
-        int64_t row = min(row0 + r, n - 1);  // rows past the end repeat the last one and are not stored
-        xrow[r] = reinterpret_cast<const float4 *>(x + row * ldx + k0);
-    }
-#pragma unroll 2
-    for (int q = lane; 4 * q < kc; q += 32) {
-        float4 xv[kRowsPerWarp];
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; r++) xv[r] = __ldcs(xrow[r] + q);  // streamed: read once
-#pragma unroll
-        for (int j = 0; j < O; j++) {
-            float4 wv = w_tile[j][q];
-#pragma unroll
-            for (int r = 0; r < kRowsPerWarp; r++)
-                acc[r][j] += xv[r].x * wv.x + xv[r].y * wv.y + xv[r].z * wv.z + xv[r].w * wv.w;
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; r++)
-#pragma unroll
-        for (int j = 0; j < O; j++)
-#pragma unroll
-            for (int off = 16; off > 0; off /= 2) acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], off);
-    if (lane == 0)
+    // The block walks several groups of rows, so each w tile fetched from L2 serves more of x.
+    for (int group = 0; group < kRowGroups; group++) {
+        const int64_t row0 = ((int64_t)blockIdx.x * kRowGroups + group) * kRowsPerBlock + warp * kRowsPerWarp;
+        if (row0 >= n) break;
+        float acc[kRowsPerWarp][O];
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; r++)
-            if (row0 + r < n)
 #pragma unroll
-                for (int j = 0; j < O; j++) partial[((int64_t)blockIdx.y * n + row0 + r) * O + j] = acc[r][j];
+            for (int j = 0; j < O; j++) acc[r][j] = 0.0f;
+        const float4 *xrow[kRowsPerWarp];
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; r++) {
+            int64_t row = min(row0 + r, n - 1);  // rows past the end repeat the last one and are not stored
+            xrow[r] = reinterpret_cast<const float4 *>(x + row * ldx + k0);
+        }
+#pragma unroll 2
+        for (int q = lane; 4 * q < kc; q += 32) {
+            float4 xv[kRowsPerWarp];
+#pragma unroll
+            for (int r = 0; r < kRowsPerWarp; r++) xv[r] = __ldcs(xrow[r] + q);  // streamed: read once
+#pragma unroll
+            for (int j = 0; j < O; j++) {
+                float4 wv = w_tile[j][q];
+#pragma unroll
+                for (int r = 0; r < kRowsPerWarp; r++)
+                    acc[r][j] += xv[r].x * wv.x + xv[r].y * wv.y + xv[r].z * wv.z + xv[r].w * wv.w;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; r++)
+#pragma unroll
+            for (int j = 0; j < O; j++)
+#pragma unroll
+                for (int off = 16; off > 0; off /= 2) acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], off);
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < kRowsPerWarp; r++)
+                if (row0 + r < n)
+#pragma unroll
+                    for (int j = 0; j < O; j++) partial[((int64_t)blockIdx.y * n + row0 + r) * O + j] = acc[r][j];
+    }
 }
 
 // y[r][j] (ldy) = sum over chunks c of partial[c][r][j], in chunk order.
@@ -134,7 +139,8 @@ unsigned blocks_for(int64_t items) {
 template <int O>
 cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k, float *y,
                       int64_t ldy, float *scratch, cudaStream_t stream) {
-    dim3 grid((unsigned)((n + kRowsPerBlock - 1) / kRowsPerBlock), (unsigned)((k + chunk_k(O) - 1) / chunk_k(O)));
+    const int64_t rows_per_block = (int64_t)kRowsPerBlock * kRowGroups;
+    dim3 grid((unsigned)((n + rows_per_block - 1) / rows_per_block), (unsigned)((k + chunk_k(O) - 1) / chunk_k(O)));
     nt_partial<O><<<grid, kThreads, 0, stream>>>(x, ldx, w, ldw, n, k, scratch);
     sum_chunks_rows<<<blocks_for(n * O), kThreads, 0, stream>>>(scratch, grid.y, n, O, y, ldy);
     return cudaGetLastError();
