@@ -179,6 +179,19 @@ static cg_status accumulate_leaf(cg_tensor *leaf, cg_tensor *g) {
     return s;
 }
 
+cg_tensor *cg__leaf_grad_target(cg_node *n, int k) {
+    cg_tensor *leaf = n->leaf[k];
+    if (!leaf || leaf->magic != CG_TENSOR_LIVE || !leaf->grad || leaf->grad_defined || !cg_is_contiguous(leaf->grad))
+        return NULL;
+    return leaf->grad;
+}
+
+void cg__leaf_grad_written(cg_node *n, int k) {
+    cg_tensor *leaf = n->leaf[k];
+    leaf->grad_defined = true;
+    if (leaf->grad_hook) leaf->grad_hook(leaf->grad_hook_ctx, leaf);
+}
+
 /* *acc = *acc + g, out of place: gradients handed between nodes may share storage. Takes g. */
 static cg_status accumulate_node(cg_tensor **acc, cg_tensor *g) {
     if (!*acc) {

@@ -110,6 +110,8 @@ cg_tensor *cg__unary_op(cg_unary_op op, float alpha, const cg_tensor *x, const c
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn);
 /* dst += src in place (same shape, same device); not recorded. */
 cg_status cg__add_(cg_tensor *dst, const cg_tensor *src);
+/* out (contiguous, (cols,)) = the sum of the rows of g (rows, cols); not recorded. */
+cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out);
 /* out (contiguous, same shape as x) = op(x, alpha), on x's device. */
 cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out);
 
@@ -249,6 +251,11 @@ void cg__node_unref(cg_node *n);
 /* Runs fn(ctx) once the current backward pass has finished (from inside a node's backward), e.g.
  * to wait for gradient all-reduces; its failure becomes backward's. */
 cg_status cg__queue_backward_callback(cg_status (*fn)(void *ctx), void *ctx);
+/* For a backward that can write input k's gradient straight into place (saving a copy): the
+ * gradient buffer of input k when it is a leaf with no gradient since zero_grad, else NULL. After
+ * writing it, call cg__leaf_grad_written and leave grad_in[k] NULL. */
+cg_tensor *cg__leaf_grad_target(cg_node *n, int k);
+void cg__leaf_grad_written(cg_node *n, int k);
 /* g summed over the dims that were broadcast from shape (ndim, shape); a new tensor. */
 cg_tensor *cg__sum_to(const cg_tensor *g, int ndim, const int64_t *shape);
 

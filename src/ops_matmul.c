@@ -98,17 +98,28 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     return finish(out, s);
 }
 
-/* y = x W^T + b: dx = g W, dW = g^T x, db = sum of g over the batch. */
+/* y = x W^T + b: dx = g W, dW = g^T x, db = sum of g over the batch. dW and db go straight into the
+ * parameters' gradient buffers when those are empty, as they are after zero_grad. */
 static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *x = n->saved[0], *w = n->saved[1];
     if (n->needs_grad[0] && !(grad_in[0] = cg_matmul(g, w))) return cg_last_status();
     if (n->needs_grad[1]) {
-        cg_tensor *gt = transposed(g);
-        grad_in[1] = gt ? cg_matmul(gt, x) : NULL;
+        cg_tensor *gt = transposed(g), *dst = cg__leaf_grad_target(n, 1);
+        cg_status s = !gt ? cg_last_status() : dst ? gemm_into(gt, x, dst) : CG_OK;
+        if (s == CG_OK && !dst && !(grad_in[1] = cg_matmul(gt, x))) s = cg_last_status();
         cg_tensor_free(gt);
-        if (!grad_in[1]) return cg_last_status();
+        CG_TRY(s);
+        if (dst) cg__leaf_grad_written(n, 1);
     }
-    if (n->ninputs == 3 && n->needs_grad[2] && !(grad_in[2] = cg_sum_dim(g, 0, false))) return cg_last_status();
+    if (n->ninputs == 3 && n->needs_grad[2]) {
+        cg_tensor *dst = cg__leaf_grad_target(n, 2);
+        if (dst) {
+            CG_TRY(cg__sum_rows_into(g, dst));
+            cg__leaf_grad_written(n, 2);
+        } else if (!(grad_in[2] = cg_sum_dim(g, 0, false))) {
+            return cg_last_status();
+        }
+    }
     return CG_OK;
 }
 

@@ -65,6 +65,16 @@ static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bo
     return out;
 }
 
+cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out) {
+    cg_tensor *c = cg_is_contiguous(g) ? cg__view_new(g, g->ndim, g->shape, g->strides, g->offset) : cg_clone(g);
+    if (!c) return cg_last_status();
+    int64_t rows = g->shape[0], cols = g->numel / (rows ? rows : 1);
+    const cg_backend *be = cg__backend_for(g->device);
+    cg_status s = rows == 0 ? be->fill(out, 0.0f) : be->reduce_sum(cg__data(c), 1, rows, cols, 1.0f, cg__data(out), g->device.index);
+    cg_tensor_free(c);
+    return s;
+}
+
 cg_tensor *cg_sum(const cg_tensor *t) { return reduce(t, 0, true, false, false, "cg_sum"); }
 cg_tensor *cg_mean(const cg_tensor *t) { return reduce(t, 0, true, false, true, "cg_mean"); }
 cg_tensor *cg_sum_dim(const cg_tensor *t, int dim, bool keepdim) { return reduce(t, dim, false, keepdim, false, "cg_sum_dim"); }
