@@ -21,23 +21,55 @@
 #define CG_SIMD_CLONES
 #endif
 
-/* y[r][j] (+)= sum over k in [k0, k1) of x[r][k] w[j][k], for rows [r0, r0 + rows). */
+/* 16 floats in a vector register (one zmm, two ymm or four xmm, depending on the clone). */
+typedef float v16 __attribute__((vector_size(64)));
+
+/* Vectors go by pointer: returning one by value would tie the ABI to the clone's ISA. */
+#define LOAD16(dst, p) __builtin_memcpy(&(dst), (p), sizeof(v16))
+
+static inline float hsum16(const v16 *v) {
+    float s = 0.0f;
+    for (int l = 0; l < 16; l++) s += (*v)[l];
+    return s;
+}
+
+/* y[r][j] (+)= sum over k in [k0, k1) of x[r][k] w[j][k], for rows [r0, r0 + rows). Outputs go four
+ * at a time, two rows at a time: eight independent vector accumulators keep the FMA pipes busy
+ * (one chain would wait on each add), and each load of x or w serves several of them. */
 CG_SIMD_CLONES
 static void nt_block(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t r0, int rows,
                      int64_t k0, int64_t k1, float *y, int64_t ldy, bool first) {
-    for (int j = 0; j < o; j++) {
-        float acc[NT_ROWS] = {0};
-        const float *wj = w + j * ldw;
-        for (int r = 0; r < rows; r++) {
-            const float *xr = x + (r0 + r) * ldx;
-            if (j == 0) /* the next group's segments, one line in eight: enough to start the streams */
-                for (int64_t k = k0; k < k1; k += 128) __builtin_prefetch(xr + NT_ROWS * ldx + k);
-            float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-            for (int64_t k = k0; k < k1; k++) s += xr[k] * wj[k];
-            acc[r] = s;
+    int64_t kv = k0 + (k1 - k0) / 16 * 16;
+    for (int r = 0; r < rows; r += 2) {
+        const float *xa = x + (r0 + r) * ldx, *xb = r + 1 < rows ? xa + ldx : xa;
+        for (int k = k0; k < k1; k += 16) __builtin_prefetch(xa + NT_ROWS * ldx + k); /* a later group */
+        for (int j0 = 0; j0 < o; j0 += 4) {
+            const float *w0 = w + j0 * ldw, *w1 = w0 + (j0 + 1 < o ? ldw : 0), *w2 = w0 + (j0 + 2 < o ? 2 * ldw : 0),
+                        *w3 = w0 + (j0 + 3 < o ? 3 * ldw : 0);
+            v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+            for (int64_t k = k0; k < kv; k += 16) {
+                v16 xv, xw, wv;
+                LOAD16(xv, xa + k), LOAD16(xw, xb + k);
+                LOAD16(wv, w0 + k), a0 += xv * wv, b0 += xw * wv;
+                LOAD16(wv, w1 + k), a1 += xv * wv, b1 += xw * wv;
+                LOAD16(wv, w2 + k), a2 += xv * wv, b2 += xw * wv;
+                LOAD16(wv, w3 + k), a3 += xv * wv, b3 += xw * wv;
+            }
+            float sa[4] = {hsum16(&a0), hsum16(&a1), hsum16(&a2), hsum16(&a3)};
+            float sb[4] = {hsum16(&b0), hsum16(&b1), hsum16(&b2), hsum16(&b3)};
+            for (int64_t k = kv; k < k1; k++) {
+                sa[0] += xa[k] * w0[k], sa[1] += xa[k] * w1[k], sa[2] += xa[k] * w2[k], sa[3] += xa[k] * w3[k];
+                sb[0] += xb[k] * w0[k], sb[1] += xb[k] * w1[k], sb[2] += xb[k] * w2[k], sb[3] += xb[k] * w3[k];
+            }
+            for (int j = j0; j < o && j < j0 + 4; j++) {
+                float *ya = y + (r0 + r) * ldy + j;
+                *ya = first ? sa[j - j0] : *ya + sa[j - j0];
+                if (r + 1 < rows) {
+                    float *yb = ya + ldy;
+                    *yb = first ? sb[j - j0] : *yb + sb[j - j0];
+                }
+            }
         }
-        for (int r = 0; r < rows; r++) y[(r0 + r) * ldy + j] = first ? acc[r] : y[(r0 + r) * ldy + j] + acc[r];
     }
 }
 
