@@ -39,7 +39,7 @@ cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g
  * tn: dw (o, k; lddw) = g^T x, g (n, o; ldg), x (n, k; ldx); scratch holds chunks * o * k floats.
  * Both need k, the leading dims and the pointers 16-byte aligned (multiples of 4 floats). */
 int64_t cg_skinny_nt_scratch(int64_t n, int64_t k, int o);
-int64_t cg_skinny_tn_chunks(int64_t n, int64_t k);
+int64_t cg_skinny_tn_chunks(int o, int64_t n, int64_t k);
 cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k,
                                 float *y, int64_t ldy, float *scratch, cudaStream_t stream);
 cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k,

@@ -4,7 +4,7 @@
  * device's cache is released and the request retried once. */
 #include "internal.h"
 
-#include <pthread.h>
+#include "spinlock.h"
 
 #define CG_MAX_CUDA_DEVICES 64
 #define SMALL_LIMIT (1u << 20)
@@ -22,25 +22,19 @@ typedef struct block_list {
 } block_list;
 
 typedef struct device_pool {
-    pthread_mutex_t lock;
+    cg_spinlock lock;
     block_list cache;     /* free blocks, unordered */
     block_list *private;  /* while a CUDA graph is captured: blocks freed during the capture, which
                              the graph's replays keep using, so nobody else may take them */
     cg_memory_stats stats;
 } device_pool;
 
-static device_pool cpu_pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
-static device_pool cuda_pools[CG_MAX_CUDA_DEVICES];
-static pthread_once_t cuda_pools_once = PTHREAD_ONCE_INIT;
-
-static void init_cuda_pools(void) {
-    for (int i = 0; i < CG_MAX_CUDA_DEVICES; i++) pthread_mutex_init(&cuda_pools[i].lock, NULL);
-}
+static device_pool cpu_pool = {.lock = CG_SPINLOCK_INIT};
+static device_pool cuda_pools[CG_MAX_CUDA_DEVICES]; /* zeroed: every lock starts clear */
 
 static device_pool *pool_for(cg_device d) {
     if (d.type == CG_CPU) return &cpu_pool;
     if (d.index < 0 || d.index >= CG_MAX_CUDA_DEVICES) return NULL;
-    pthread_once(&cuda_pools_once, init_cuda_pools);
     return &cuda_pools[d.index];
 }
 
@@ -89,7 +83,7 @@ void *cg__alloc(cg_device d, size_t bytes) {
     if (!be || !pool) return NULL;
     size_t size = round_size(bytes);
     void *ptr = NULL;
-    pthread_mutex_lock(&pool->lock);
+    cg__spin_lock(&pool->lock);
     if (pool->private && (ptr = list_take(pool->private, size))) {
         pool->stats.cache_hits++;
     } else if ((ptr = list_take(&pool->cache, size))) {
@@ -104,7 +98,7 @@ void *cg__alloc(cg_device d, size_t bytes) {
         if (ptr) pool->stats.raw_allocs++;
     }
     if (ptr) pool->stats.bytes_in_use += size;
-    pthread_mutex_unlock(&pool->lock);
+    cg__spin_unlock(&pool->lock);
     if (!ptr) {
         char name[16];
         return CG_FAIL_NULL(CG_ERR_OOM, "out of memory on %s: could not allocate %zu bytes (%.2f GiB)",
@@ -117,37 +111,37 @@ void cg__free(cg_device d, void *ptr, size_t bytes) {
     device_pool *pool = pool_for(d);
     if (!ptr || !pool) return;
     size_t size = round_size(bytes);
-    pthread_mutex_lock(&pool->lock);
+    cg__spin_lock(&pool->lock);
     pool->stats.bytes_in_use -= size;
     if (pool->private && list_push(pool->private, ptr, size)) {
-        pthread_mutex_unlock(&pool->lock);
+        cg__spin_unlock(&pool->lock);
         return;
     }
     if (!list_push(&pool->cache, ptr, size)) { /* cannot cache it: give it back to the system instead */
         pool->stats.raw_frees++;
-        pthread_mutex_unlock(&pool->lock);
+        cg__spin_unlock(&pool->lock);
         cg__backend_for(d)->raw_free(d.index, ptr);
         return;
     }
     pool->stats.bytes_cached += size;
-    pthread_mutex_unlock(&pool->lock);
+    cg__spin_unlock(&pool->lock);
 }
 
 void *cg__alloc_capture_begin(cg_device d) {
     device_pool *pool = pool_for(d);
     block_list *private = calloc(1, sizeof *private);
     if (!private) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory starting a graph capture");
-    pthread_mutex_lock(&pool->lock);
+    cg__spin_lock(&pool->lock);
     pool->private = private;
-    pthread_mutex_unlock(&pool->lock);
+    cg__spin_unlock(&pool->lock);
     return private;
 }
 
 void cg__alloc_capture_end(cg_device d) {
     device_pool *pool = pool_for(d);
-    pthread_mutex_lock(&pool->lock);
+    cg__spin_lock(&pool->lock);
     pool->private = NULL;
-    pthread_mutex_unlock(&pool->lock);
+    cg__spin_unlock(&pool->lock);
 }
 
 void cg__alloc_release_private(cg_device d, void *blocks) {
@@ -157,9 +151,9 @@ void cg__alloc_release_private(cg_device d, void *blocks) {
         void *ptr = private->blocks[i].ptr;
         size_t size = private->blocks[i].size;
         device_pool *pool = pool_for(d);
-        pthread_mutex_lock(&pool->lock);
+        cg__spin_lock(&pool->lock);
         pool->stats.bytes_in_use += size; /* cg__free takes it off again */
-        pthread_mutex_unlock(&pool->lock);
+        cg__spin_unlock(&pool->lock);
         cg__free(d, ptr, size);
     }
     free(private->blocks);
@@ -170,9 +164,9 @@ cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out) {
     if (!out) return cg__fail(CG_ERR_INVALID_ARG, "cg_memory_stats_get: out is NULL");
     if (!cg__backend_for(d)) return cg_last_status();
     device_pool *pool = pool_for(d);
-    pthread_mutex_lock(&pool->lock);
+    cg__spin_lock(&pool->lock);
     *out = pool->stats;
-    pthread_mutex_unlock(&pool->lock);
+    cg__spin_unlock(&pool->lock);
     return CG_OK;
 }
 
@@ -181,8 +175,8 @@ cg_status cg_empty_cache(cg_device d) {
     if (!be) return cg_last_status();
     CG_TRY(be->synchronize(d.index));
     device_pool *pool = pool_for(d);
-    pthread_mutex_lock(&pool->lock);
+    cg__spin_lock(&pool->lock);
     release_cache(pool, be, d.index);
-    pthread_mutex_unlock(&pool->lock);
+    cg__spin_unlock(&pool->lock);
     return CG_OK;
 }

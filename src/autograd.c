@@ -1,7 +1,7 @@
 /* Reverse-mode autograd: recording nodes as ops run, and the backward engine. */
 #include "internal.h"
 
-#include <pthread.h>
+#include "spinlock.h"
 
 static _Thread_local bool grad_enabled = true;
 
@@ -13,14 +13,14 @@ bool cg_set_grad_enabled(bool enabled) {
 bool cg_is_grad_enabled(void) { return grad_enabled; }
 
 /* ---- node pool: nodes are recycled, so a steady-state step allocates none ---------------------- */
-static pthread_mutex_t node_lock = PTHREAD_MUTEX_INITIALIZER;
+static cg_spinlock node_lock = CG_SPINLOCK_INIT;
 static cg_node *free_nodes;
 
 static cg_node *node_alloc(void) {
-    pthread_mutex_lock(&node_lock);
+    cg__spin_lock(&node_lock);
     cg_node *n = free_nodes;
     if (n) free_nodes = n->link;
-    pthread_mutex_unlock(&node_lock);
+    cg__spin_unlock(&node_lock);
     if (!n && !(n = malloc(sizeof *n))) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for an autograd node");
     memset(n, 0, sizeof *n);
     n->refcount = 1;
@@ -53,10 +53,10 @@ void cg__node_unref(cg_node *n) {
                 chain = p;
             }
         }
-        pthread_mutex_lock(&node_lock);
+        cg__spin_lock(&node_lock);
         cur->link = free_nodes;
         free_nodes = cur;
-        pthread_mutex_unlock(&node_lock);
+        cg__spin_unlock(&node_lock);
     }
 }
 

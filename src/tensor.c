@@ -1,7 +1,7 @@
 /* Tensor handles, storage, scopes, creation and read-back. */
 #include "internal.h"
 
-#include <pthread.h>
+#include "spinlock.h"
 
 /* ---- handle pool ----------------------------------------------------------------------------
  * Handles come from chunks that are never returned to the system. A freed handle is marked dead
@@ -20,7 +20,7 @@ typedef struct handle_chunk {
     handle_slot slots[HANDLE_CHUNK];
 } handle_chunk;
 
-static pthread_mutex_t handle_lock = PTHREAD_MUTEX_INITIALIZER;
+static cg_spinlock handle_lock = CG_SPINLOCK_INIT;
 static handle_chunk *chunks;
 static handle_slot *free_head, *free_tail;
 static size_t free_count;
@@ -35,11 +35,11 @@ static void handle_push_free(handle_slot *slot) {
 }
 
 static cg_tensor *handle_alloc(void) {
-    pthread_mutex_lock(&handle_lock);
+    cg__spin_lock(&handle_lock);
     if (free_count <= HANDLE_QUARANTINE) {
         handle_chunk *chunk = calloc(1, sizeof *chunk);
         if (!chunk) {
-            pthread_mutex_unlock(&handle_lock);
+            cg__spin_unlock(&handle_lock);
             return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for tensor handles");
         }
         chunk->next = chunks;
@@ -50,34 +50,34 @@ static cg_tensor *handle_alloc(void) {
     free_head = slot->next_free;
     if (!free_head) free_tail = NULL;
     free_count--;
-    pthread_mutex_unlock(&handle_lock);
+    cg__spin_unlock(&handle_lock);
     memset(&slot->tensor, 0, sizeof slot->tensor);
     return &slot->tensor;
 }
 
 static void handle_release(cg_tensor *t) {
-    pthread_mutex_lock(&handle_lock);
+    cg__spin_lock(&handle_lock);
     handle_push_free((handle_slot *)t);
-    pthread_mutex_unlock(&handle_lock);
+    cg__spin_unlock(&handle_lock);
 }
 
 /* ---- storage --------------------------------------------------------------------------------- */
 /* Records are recycled through a free list, so a steady-state step allocates none. */
-static pthread_mutex_t storage_lock = PTHREAD_MUTEX_INITIALIZER;
+static cg_spinlock storage_lock = CG_SPINLOCK_INIT;
 static cg_storage *free_storages;
 
 static void storage_recycle(cg_storage *s) {
-    pthread_mutex_lock(&storage_lock);
+    cg__spin_lock(&storage_lock);
     s->next_free = free_storages;
     free_storages = s;
-    pthread_mutex_unlock(&storage_lock);
+    cg__spin_unlock(&storage_lock);
 }
 
 static cg_storage *storage_new(cg_device d, size_t bytes) {
-    pthread_mutex_lock(&storage_lock);
+    cg__spin_lock(&storage_lock);
     cg_storage *s = free_storages;
     if (s) free_storages = s->next_free;
-    pthread_mutex_unlock(&storage_lock);
+    cg__spin_unlock(&storage_lock);
     if (!s && !(s = malloc(sizeof *s))) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for a storage record");
     s->data = cg__alloc(d, bytes);
     if (!s->data) {

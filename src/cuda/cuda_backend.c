@@ -165,7 +165,7 @@ static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, bool trans_b, i
     if (!(nt && aligned4(a, lda) && aligned4(b, ldb)) && !(tn && aligned4(b, ldb) && ((uintptr_t)c & 15) == 0))
         return CG_OK;
     cg_device d = cg_cuda(ctx->index);
-    int64_t chunks = nt ? 0 : cg_skinny_tn_chunks(k, n);
+    int64_t chunks = nt ? 0 : cg_skinny_tn_chunks((int)m, k, n);
     size_t bytes = (size_t)(nt ? cg_skinny_nt_scratch(m, k, (int)n) : chunks * m * n) * sizeof(float);
     float *scratch = cg__alloc(d, bytes);
     if (!scratch) return cg_last_status();
