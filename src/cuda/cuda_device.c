@@ -72,6 +72,7 @@ static cg_status context_create(int index, cg_cuda_context **out) {
     CG_CURAND_CHECK(curandCreateGenerator(&ctx->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
     CG_CURAND_CHECK(curandSetStream(ctx->curand, ctx->stream));
     CG_CUDA_CHECK(cudaMalloc((void **)&ctx->scratch, 64 * sizeof(float)));
+    CG_CUDA_CHECK(cudaEventCreateWithFlags(&ctx->marker, cudaEventDisableTiming));
     return CG_OK;
 }
 
@@ -120,17 +121,12 @@ cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void
     pthread_mutex_lock(&context_lock);
     enable_peer(dst_index, src_index);
     pthread_mutex_unlock(&context_lock);
-    cudaEvent_t dst_ready, copied;
     CG_CUDA_CHECK(cudaSetDevice(dst_index));
-    CG_CUDA_CHECK(cudaEventCreateWithFlags(&dst_ready, cudaEventDisableTiming));
-    CG_CUDA_CHECK(cudaEventRecord(dst_ready, dctx->stream));
+    CG_CUDA_CHECK(cudaEventRecord(dctx->marker, dctx->stream));
     CG_CUDA_CHECK(cudaSetDevice(src_index));
-    CG_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
-    CG_CUDA_CHECK(cudaStreamWaitEvent(sctx->stream, dst_ready, 0));
+    CG_CUDA_CHECK(cudaStreamWaitEvent(sctx->stream, dctx->marker, 0));
     CG_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_index, src, src_index, bytes, sctx->stream));
-    CG_CUDA_CHECK(cudaEventRecord(copied, sctx->stream));
-    CG_CUDA_CHECK(cudaStreamWaitEvent(dctx->stream, copied, 0));
-    CG_CUDA_CHECK(cudaEventDestroy(dst_ready));
-    CG_CUDA_CHECK(cudaEventDestroy(copied));
+    CG_CUDA_CHECK(cudaEventRecord(sctx->marker, sctx->stream));
+    CG_CUDA_CHECK(cudaStreamWaitEvent(dctx->stream, sctx->marker, 0));
     return CG_OK;
 }

@@ -44,6 +44,8 @@ typedef struct cg_cuda_context {
     curandGenerator_t curand;
     uint64_t seed_generation;  /* cg__seed_generation() when curand was last seeded */
     float *scratch;            /* 64 floats for odd-sized normal draws */
+    cudaEvent_t marker;        /* "the stream got here", for other streams to wait on; reused, since a
+                                  wait takes the event's state when it is enqueued */
 } cg_cuda_context;
 
 /* Graph capture (cuda_graph.c), entries of the backend table. */

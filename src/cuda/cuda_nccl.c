@@ -57,8 +57,12 @@ static cg_status wait_ready(cg_nccl *c, const char *what) {
             return cg__fail(CG_ERR_BACKEND, "NCCL %s did not complete within %.0f s (a peer never joined?); "
                             "communicators aborted (CGRAD_NCCL_TIMEOUT sets the limit)", what, c->timeout_s);
         }
-        struct timespec nap = {0, 200000};
-        nanosleep(&nap, NULL);
+        /* Enqueueing a collective takes microseconds: spin at first, then back off (start-up
+         * over a network can take seconds). */
+        if (now_s() - start > 1e-3) {
+            struct timespec nap = {0, 100000};
+            nanosleep(&nap, NULL);
+        }
     }
 }
 
