@@ -230,4 +230,5 @@ cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t
 #include "cgrad/models.h"
 #include "cgrad/parallel.h"
 #include "cgrad/data.h"
+#include "cgrad/io.h"
 #endif
