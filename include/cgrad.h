@@ -1,4 +1,5 @@
-/* cgrad: tensors on the CPU or a GPU, forward ops, and (later) a reverse-mode tape.
+/* cgrad: tensors on the CPU or a GPU, ops that record a reverse-mode tape, and (in the cgrad/ headers)
+ * modules, optimizers, data parallelism and data loading.
  *
  * Ownership, one rule:
  *   - Every function that returns a cg_tensor* returns a new handle. Outside a scope the caller

@@ -42,7 +42,7 @@ static void nt_block(int o, const float *x, int64_t ldx, const float *w, int64_t
     int64_t kv = k0 + (k1 - k0) / 16 * 16;
     for (int r = 0; r < rows; r += 2) {
         const float *xa = x + (r0 + r) * ldx, *xb = r + 1 < rows ? xa + ldx : xa;
-        for (int k = k0; k < k1; k += 16) __builtin_prefetch(xa + NT_ROWS * ldx + k); /* a later group */
+        for (int64_t k = k0; k < k1; k += 16) __builtin_prefetch(xa + NT_ROWS * ldx + k); /* the next group */
         for (int j0 = 0; j0 < o; j0 += 4) {
             const float *w0 = w + j0 * ldw, *w1 = w0 + (j0 + 1 < o ? ldw : 0), *w2 = w0 + (j0 + 2 < o ? 2 * ldw : 0),
                         *w3 = w0 + (j0 + 3 < o ? 3 * ldw : 0);
