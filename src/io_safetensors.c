@@ -30,10 +30,15 @@ typedef struct st_entry {
     uint64_t begin, end; /* relative to the start of the data */
 } st_entry;
 
+typedef struct st_name {
+    const char *name;
+    int index;
+} st_name;
+
 struct cg_safetensors {
     int n;
     st_entry *e;       /* in the order of their data */
-    int *by_name;      /* indices of e sorted by name, for cg_safetensors_find */
+    struct st_name *by_name; /* the entries sorted by name, for cg_safetensors_find */
     int n_meta;
     char **meta_key, **meta_value;
     uint8_t *file;     /* the whole file */
@@ -144,8 +149,6 @@ static cg_status read_fail(const char *fn, const char *path, const char *fmt, ..
     return cg__fail(CG_ERR_IO, "%s: %s: %s", fn, path, what);
 }
 
-static const cg_safetensors *g_sort_st; /* qsort has no context argument in C11 */
-
 static int cmp_offset(const void *a, const void *b) {
     const st_entry *x = a, *y = b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
@@ -153,8 +156,8 @@ static int cmp_offset(const void *a, const void *b) {
     return 0;
 }
 
-static int cmp_name_idx(const void *a, const void *b) {
-    return strcmp(g_sort_st->e[*(const int *)a].name, g_sort_st->e[*(const int *)b].name);
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(((const st_name *)a)->name, ((const st_name *)b)->name);
 }
 
 /* Fills entry e from the JSON object v; a message in err on failure. */
@@ -325,7 +328,7 @@ static cg_status parse_file(const char *fn, const char *path, uint8_t *file, siz
     }
 
     /* Names are unique (cJSON keeps duplicate keys as separate members). */
-    st->by_name = malloc(((size_t)st->n + 1) * sizeof(int));
+    st->by_name = malloc(((size_t)st->n + 1) * sizeof *st->by_name);
     if (!st->by_name) {
         s = cg__fail(CG_ERR_OOM, "%s: %s: out of host memory", fn, path);
         goto done;
@@ -348,13 +351,11 @@ static cg_status parse_file(const char *fn, const char *path, uint8_t *file, siz
     }
     if (at != data_len) BAD("%" PRIu64 " bytes after the last tensor's data (the tensors hold %" PRIu64 " of %zu)",
                             (uint64_t)data_len - at, at, data_len);
-    for (int i = 0; i < st->n; i++) st->by_name[i] = i;
-    g_sort_st = st;
-    qsort(st->by_name, (size_t)st->n, sizeof(int), cmp_name_idx);
-    g_sort_st = NULL;
+    for (int i = 0; i < st->n; i++) st->by_name[i] = (st_name){st->e[i].name, i};
+    qsort(st->by_name, (size_t)st->n, sizeof *st->by_name, cmp_name);
     for (int i = 1; i < st->n; i++)
-        if (strcmp(st->e[st->by_name[i]].name, st->e[st->by_name[i - 1]].name) == 0)
-            BAD("duplicate tensor name \"%.128s\"", st->e[st->by_name[i]].name);
+        if (strcmp(st->by_name[i].name, st->by_name[i - 1].name) == 0)
+            BAD("duplicate tensor name \"%.128s\"", st->by_name[i].name);
 #undef BAD
 done:
     cJSON_Delete(root);
@@ -429,8 +430,8 @@ int cg_safetensors_find(const cg_safetensors *st, const char *name) {
     int lo = 0, hi = st->n - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        int c = strcmp(st->e[st->by_name[mid]].name, name);
-        if (c == 0) return st->by_name[mid];
+        int c = strcmp(st->by_name[mid].name, name);
+        if (c == 0) return st->by_name[mid].index;
         if (c < 0) lo = mid + 1;
         else hi = mid - 1;
     }
