@@ -12,26 +12,6 @@
 
 #include "test_util.h"
 
-static char g_dir[64];
-
-static int make_dir(void **state) {
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/cgrad_idx_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *path_of(const char *name, char *buf, size_t len) {
-    snprintf(buf, len, "%s/%s", g_dir, name);
-    return buf;
-}
-
 /* Writes bytes to path, gzip-compressed or plain. */
 static void write_file(const char *path, const uint8_t *bytes, size_t n, bool gz) {
     if (gz) {
@@ -80,7 +60,7 @@ static void check_round_trip(bool gz) {
     uint8_t *bytes;
     uint32_t dims[3] = {5, 4, 3};
     size_t n = idx_bytes(0x08, 3, dims, 60, 0, &bytes);
-    write_file(path_of(gz ? "img.gz" : "img", path, sizeof path), bytes, n, gz);
+    write_file(cg_test_tmp_path(gz ? "img.gz" : "img", path, sizeof path), bytes, n, gz);
     cg_idx idx;
     CG_TEST_STATUS_OK(cg_idx_load(path, 3, &idx));
     assert_int_equal(idx.ndim, 3);
@@ -97,7 +77,7 @@ static void check_round_trip(bool gz) {
 
     uint32_t ldims[1] = {7};
     n = idx_bytes(0x08, 1, ldims, 7, 0, &bytes);
-    write_file(path_of(gz ? "lab.gz" : "lab", path, sizeof path), bytes, n, gz);
+    write_file(cg_test_tmp_path(gz ? "lab.gz" : "lab", path, sizeof path), bytes, n, gz);
     CG_TEST_STATUS_OK(cg_idx_load(path, 1, &idx));
     assert_int_equal(idx.ndim, 1);
     assert_int_equal(idx.dims[0], 7);
@@ -123,7 +103,7 @@ static void test_large_gzip(void **state) {
     uint8_t *bytes;
     uint32_t dims[3] = {1100, 256, 256}; /* 72 MB of data, compressible */
     size_t n = idx_bytes(0x08, 3, dims, (size_t)1100 * 256 * 256, 0, &bytes);
-    write_file(path_of("large.gz", path, sizeof path), bytes, n, true);
+    write_file(cg_test_tmp_path("large.gz", path, sizeof path), bytes, n, true);
     cg_idx idx;
     CG_TEST_STATUS_OK(cg_idx_load(path, 3, &idx));
     assert_int_equal(idx.count, (int64_t)1100 * 256 * 256);
@@ -137,30 +117,30 @@ static void test_bad_magic(void **state) {
     (void)state;
     char path[128];
     const uint8_t gif[16] = {'G', 'I', 'F', '8', '9', 'a', 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-    write_file(path_of("picture.gif", path, sizeof path), gif, sizeof gif, false);
+    write_file(cg_test_tmp_path("picture.gif", path, sizeof path), gif, sizeof gif, false);
     expect_failure(path, 3, "bad magic number 0x47494638", "not an IDX file");
-    write_file(path_of("picture.gif.gz", path, sizeof path), gif, sizeof gif, true);
+    write_file(cg_test_tmp_path("picture.gif.gz", path, sizeof path), gif, sizeof gif, true);
     expect_failure(path, 0, "bad magic number", "not an IDX file");
 
     /* a label file where images are expected, and the reverse */
     uint8_t *bytes;
     uint32_t dims[3] = {2, 2, 2};
     size_t n = idx_bytes(0x08, 1, dims, 2, 0, &bytes);
-    write_file(path_of("labels.gz", path, sizeof path), bytes, n, true);
+    write_file(cg_test_tmp_path("labels.gz", path, sizeof path), bytes, n, true);
     expect_failure(path, 3, "0x00000801", "expected an image file, magic 0x00000803");
     free(bytes);
     n = idx_bytes(0x08, 3, dims, 8, 0, &bytes);
-    write_file(path_of("images.gz", path, sizeof path), bytes, n, true);
+    write_file(cg_test_tmp_path("images.gz", path, sizeof path), bytes, n, true);
     expect_failure(path, 1, "0x00000803", "expected a label file, magic 0x00000801");
     free(bytes);
 
     /* dims outside 1..4 */
     n = idx_bytes(0x08, 0, dims, 0, 0, &bytes);
-    write_file(path_of("zero_dims", path, sizeof path), bytes, n, false);
+    write_file(cg_test_tmp_path("zero_dims", path, sizeof path), bytes, n, false);
     expect_failure(path, 0, "0x00000800", "0 dims");
     free(bytes);
     uint8_t five[4] = {0, 0, 8, 5};
-    write_file(path_of("five_dims", path, sizeof path), five, 4, false);
+    write_file(cg_test_tmp_path("five_dims", path, sizeof path), five, 4, false);
     expect_failure(path, 0, "5 dims", NULL);
 }
 
@@ -170,7 +150,7 @@ static void test_unsupported_type(void **state) {
     uint8_t *bytes;
     uint32_t dims[1] = {4};
     size_t n = idx_bytes(0x0D, 1, dims, 16, 0, &bytes);
-    write_file(path_of("floats.gz", path, sizeof path), bytes, n, true);
+    write_file(cg_test_tmp_path("floats.gz", path, sizeof path), bytes, n, true);
     expect_failure(path, 1, "float32 (0x0d) is not supported", "only uint8");
     free(bytes);
 }
@@ -181,20 +161,20 @@ static void test_bad_dims(void **state) {
     uint8_t *bytes;
     uint32_t zero[3] = {3, 0, 2};
     size_t n = idx_bytes(0x08, 3, zero, 0, 0, &bytes);
-    write_file(path_of("zero_dim", path, sizeof path), bytes, n, false);
+    write_file(cg_test_tmp_path("zero_dim", path, sizeof path), bytes, n, false);
     expect_failure(path, 3, "dimension 1 has size 0", NULL);
     free(bytes);
 
     uint32_t huge[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 2};
     n = idx_bytes(0x08, 4, huge, 10, 0, &bytes);
-    write_file(path_of("overflow", path, sizeof path), bytes, n, false);
+    write_file(cg_test_tmp_path("overflow", path, sizeof path), bytes, n, false);
     expect_failure(path, 0, "overflow", NULL);
     free(bytes);
 
     /* a header promising a terabyte: reported as truncated, without allocating what it claims */
     uint32_t tera[3] = {1000000, 1000, 1000};
     n = idx_bytes(0x08, 3, tera, 100, 0, &bytes);
-    write_file(path_of("tera.gz", path, sizeof path), bytes, n, true);
+    write_file(cg_test_tmp_path("tera.gz", path, sizeof path), bytes, n, true);
     expect_failure(path, 3, "truncated", "(1000000, 1000, 1000)");
     free(bytes);
 }
@@ -206,13 +186,13 @@ static void test_truncated(void **state) {
     uint32_t dims[3] = {10, 28, 28};
     size_t full = idx_bytes(0x08, 3, dims, 7840, 0, &bytes);
     for (int gz = 0; gz < 2; gz++) {
-        write_file(path_of(gz ? "short.gz" : "short", path, sizeof path), bytes, full - 100, gz);
+        write_file(cg_test_tmp_path(gz ? "short.gz" : "short", path, sizeof path), bytes, full - 100, gz);
         expect_failure(path, 3, "truncated", "7840 bytes of data, but the file holds 7740");
-        write_file(path_of(gz ? "header.gz" : "header", path, sizeof path), bytes, 10, gz);
+        write_file(cg_test_tmp_path(gz ? "header.gz" : "header", path, sizeof path), bytes, 10, gz);
         expect_failure(path, 3, "truncated header", "6 of the 12 bytes");
-        write_file(path_of(gz ? "tiny.gz" : "tiny", path, sizeof path), bytes, 3, gz);
+        write_file(cg_test_tmp_path(gz ? "tiny.gz" : "tiny", path, sizeof path), bytes, 3, gz);
         expect_failure(path, 3, "truncated", "too short");
-        write_file(path_of(gz ? "empty.gz" : "empty", path, sizeof path), bytes, 0, gz);
+        write_file(cg_test_tmp_path(gz ? "empty.gz" : "empty", path, sizeof path), bytes, 0, gz);
         expect_failure(path, 3, "truncated", "0 bytes");
     }
     free(bytes);
@@ -224,13 +204,13 @@ static void test_oversized(void **state) {
     uint8_t *bytes;
     uint32_t dims[1] = {100};
     size_t n = idx_bytes(0x08, 1, dims, 100, 3, &bytes);
-    write_file(path_of("long.gz", path, sizeof path), bytes, n, true);
+    write_file(cg_test_tmp_path("long.gz", path, sizeof path), bytes, n, true);
     expect_failure(path, 1, "oversized", "3 extra bytes after the 100 data bytes");
-    write_file(path_of("long", path, sizeof path), bytes, n, false);
+    write_file(cg_test_tmp_path("long", path, sizeof path), bytes, n, false);
     expect_failure(path, 1, "oversized", NULL);
     free(bytes);
     n = idx_bytes(0x08, 1, dims, 100, 10000, &bytes);
-    write_file(path_of("longer", path, sizeof path), bytes, n, false);
+    write_file(cg_test_tmp_path("longer", path, sizeof path), bytes, n, false);
     expect_failure(path, 1, "at least 4096 extra bytes", NULL);
     free(bytes);
 }
@@ -256,12 +236,12 @@ static void test_corrupt_gzip(void **state) {
     uint32_t dims[3] = {50, 28, 28};
     size_t n = idx_bytes(0x08, 3, dims, 39200, 0, &bytes);
     for (size_t i = 16; i < n; i++) bytes[i] = (uint8_t)(cg_test_rand_u64() >> 56); /* incompressible-ish */
-    write_file(path_of("good.gz", path, sizeof path), bytes, n, true);
+    write_file(cg_test_tmp_path("good.gz", path, sizeof path), bytes, n, true);
     size_t gz_len;
     uint8_t *gz = slurp(path, &gz_len);
 
     /* the compressed stream cut in the middle */
-    write_file(path_of("cut.gz", bad, sizeof bad), gz, gz_len / 2, false);
+    write_file(cg_test_tmp_path("cut.gz", bad, sizeof bad), gz, gz_len / 2, false);
     expect_failure(bad, 3, "corrupt gzip stream", "unexpected end of file");
 
     /* garbage in the middle of the deflate data: zlib reports an invalid stream or a bad checksum,
@@ -269,7 +249,7 @@ static void test_corrupt_gzip(void **state) {
     uint8_t *damaged = cg_test_malloc(gz_len);
     memcpy(damaged, gz, gz_len);
     for (size_t i = gz_len / 3; i < gz_len / 3 + 64; i++) damaged[i] ^= 0xa5;
-    write_file(path_of("damaged.gz", bad, sizeof bad), damaged, gz_len, false);
+    write_file(cg_test_tmp_path("damaged.gz", bad, sizeof bad), damaged, gz_len, false);
     cg_idx idx;
     assert_int_equal(cg_idx_load(bad, 3, &idx), CG_ERR_IO);
     assert_null(idx.data);
@@ -278,7 +258,7 @@ static void test_corrupt_gzip(void **state) {
     /* a corrupted CRC in the gzip trailer */
     memcpy(damaged, gz, gz_len);
     damaged[gz_len - 8] ^= 0xff;
-    write_file(path_of("crc.gz", bad, sizeof bad), damaged, gz_len, false);
+    write_file(cg_test_tmp_path("crc.gz", bad, sizeof bad), damaged, gz_len, false);
     expect_failure(bad, 3, "corrupt gzip stream", NULL);
     free(damaged), free(gz), free(bytes);
 }
@@ -286,7 +266,7 @@ static void test_corrupt_gzip(void **state) {
 static void test_missing_and_bad_args(void **state) {
     (void)state;
     char path[128];
-    expect_failure(path_of("does-not-exist.gz", path, sizeof path), 3, "cannot open", "No such file");
+    expect_failure(cg_test_tmp_path("does-not-exist.gz", path, sizeof path), 3, "cannot open", "No such file");
     cg_idx idx;
     assert_int_equal(cg_idx_load(NULL, 3, &idx), CG_ERR_INVALID_ARG);
     assert_int_equal(cg_idx_load(path, 3, NULL), CG_ERR_INVALID_ARG);
@@ -294,7 +274,7 @@ static void test_missing_and_bad_args(void **state) {
     cg_test_assert_error(CG_ERR_INVALID_ARG, "expect_ndim 7");
     cg_idx_free(NULL);
     /* a directory is not a file */
-    expect_failure(g_dir, 3, "read failed", "Is a directory");
+    expect_failure(cg_test_tmpdir(), 3, "read failed", "Is a directory");
 }
 
 /* ---- the real data set ------------------------------------------------------------------------------------ */
@@ -346,5 +326,5 @@ int main(void) {
         CG_TEST(test_truncated),           CG_TEST(test_oversized),       CG_TEST(test_corrupt_gzip),
         CG_TEST(test_missing_and_bad_args), CG_TEST(test_fashion_mnist_train), CG_TEST(test_fashion_mnist_test),
     };
-    return cmocka_run_group_tests(tests, make_dir, remove_dir);
+    return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }

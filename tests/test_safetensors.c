@@ -23,26 +23,6 @@
 
 #include "test_util.h"
 
-static char g_dir[64];
-
-static int make_dir(void **state) {
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/cgrad_st_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *tmp_path(const char *name, char *buf, size_t len) {
-    snprintf(buf, len, "%s/%s", g_dir, name);
-    return buf;
-}
-
 static const char *data_path(const char *name, char *buf, size_t len) {
     snprintf(buf, len, "%s/%s", CG_TEST_DATA_DIR, name);
     return buf;
@@ -121,11 +101,11 @@ static void assert_same_values(const cg_module *m, const float *expected, size_t
 
 /* No "<name>.tmp.*" left in the test directory. */
 static void assert_no_temporaries(void) {
-    DIR *d = opendir(g_dir);
+    DIR *d = opendir(cg_test_tmpdir());
     assert_non_null(d);
     struct dirent *e;
     while ((e = readdir(d)))
-        if (strstr(e->d_name, ".tmp.")) fail_msg("temporary file %s/%s left behind", g_dir, e->d_name);
+        if (strstr(e->d_name, ".tmp.")) fail_msg("temporary file %s/%s left behind", cg_test_tmpdir(), e->d_name);
     closedir(d);
 }
 
@@ -139,7 +119,7 @@ static void test_round_trip(void **state) {
     cg_module *a = cg_sequential_new(4, parts);
     assert_non_null(a);
     char path[128];
-    tmp_path("round_trip.safetensors", path, sizeof path);
+    cg_test_tmp_path("round_trip.safetensors", path, sizeof path);
     CG_TEST_STATUS_OK(cg_save_safetensors(a, path));
     assert_no_temporaries();
 
@@ -229,7 +209,7 @@ static void test_pytorch_mlp(void **state) {
     /* What cgrad writes for these weights is exactly the committed file PyTorch was shown to load. */
     const char *export = getenv("CG_SAFETENSORS_EXPORT");
     if (export && export[0]) CG_TEST_STATUS_OK(cg_save_safetensors(m, export));
-    CG_TEST_STATUS_OK(cg_save_safetensors(m, tmp_path("mlp_cgrad.safetensors", out, sizeof out)));
+    CG_TEST_STATUS_OK(cg_save_safetensors(m, cg_test_tmp_path("mlp_cgrad.safetensors", out, sizeof out)));
     size_t n_got, n_ref;
     uint8_t *got = slurp(out, &n_got);
     uint8_t *ref = slurp(data_path("st_mlp_cgrad.safetensors", path, sizeof path), &n_ref);
@@ -270,7 +250,7 @@ static void test_atomic_write(void **state) {
     (void)state;
     cg_device d = cg_test_device();
     char path[128];
-    tmp_path("atomic.safetensors", path, sizeof path);
+    cg_test_tmp_path("atomic.safetensors", path, sizeof path);
     cg_module *a = make_mlp(d), *b = make_mlp(d);
     CG_TEST_STATUS_OK(cg_save_safetensors(a, path));
     size_t n_before;
@@ -301,13 +281,13 @@ static void test_atomic_write(void **state) {
 
     /* A directory that does not exist. */
     char missing[160];
-    snprintf(missing, sizeof missing, "%s/no_such_dir/x.safetensors", g_dir);
+    snprintf(missing, sizeof missing, "%s/no_such_dir/x.safetensors", cg_test_tmpdir());
     assert_int_equal(cg_save_safetensors(a, missing), CG_ERR_IO);
     cg_test_assert_error(CG_ERR_IO, missing, "cannot create temporary file", "No such file or directory");
 
     /* A directory where the file should go: the rename fails, and the temporary is removed. */
     char dir[128];
-    tmp_path("a_directory", dir, sizeof dir);
+    cg_test_tmp_path("a_directory", dir, sizeof dir);
     assert_int_equal(mkdir(dir, 0755), 0);
     assert_int_equal(cg_save_safetensors(a, dir), CG_ERR_IO);
     cg_test_assert_error(CG_ERR_IO, dir, "cannot rename");
@@ -391,7 +371,7 @@ static void expect_read_fails(const char *path, const char *what, const char *ex
 static void test_malformed_headers(void **state) {
     (void)state;
     char path[128];
-    tmp_path("bad.safetensors", path, sizeof path);
+    cg_test_tmp_path("bad.safetensors", path, sizeof path);
     for (size_t i = 0; i < sizeof g_bad / sizeof g_bad[0]; i++) {
         write_st(path, g_bad[i].header, g_bad[i].data_len);
         expect_read_fails(path, g_bad[i].what, g_bad[i].expect);
@@ -406,7 +386,7 @@ static void test_malformed_headers(void **state) {
 static void test_truncated_and_oversized(void **state) {
     (void)state;
     char path[128], src[512];
-    tmp_path("cut.safetensors", path, sizeof path);
+    cg_test_tmp_path("cut.safetensors", path, sizeof path);
     size_t len;
     uint8_t *good = slurp(data_path("st_mlp.safetensors", src, sizeof src), &len);
     assert_non_null(good);
@@ -457,7 +437,7 @@ static void test_truncated_and_oversized(void **state) {
     }
 
     /* A missing file. */
-    tmp_path("missing.safetensors", path, sizeof path);
+    cg_test_tmp_path("missing.safetensors", path, sizeof path);
     expect_read_fails(path, "missing file", "cannot open: No such file or directory");
     free(good);
 }
@@ -467,7 +447,7 @@ static void test_truncated_and_oversized(void **state) {
 static void test_corrupted_bytes(void **state) {
     (void)state;
     char path[128], src[512];
-    tmp_path("flip.safetensors", path, sizeof path);
+    cg_test_tmp_path("flip.safetensors", path, sizeof path);
     size_t len;
     uint8_t *good = slurp(data_path("st_linear.safetensors", src, sizeof src), &len);
     assert_non_null(good);
@@ -508,11 +488,11 @@ static void test_module_mismatch(void **state) {
     char path[128], src[512];
     cg_module *lin = cg_linear_new(10, 1, true, d);
     /* Missing: the bias is not in the file. */
-    tmp_path("weight_only.safetensors", path, sizeof path);
+    cg_test_tmp_path("weight_only.safetensors", path, sizeof path);
     write_st(path, "{\"weight\":{\"dtype\":\"F32\",\"shape\":[1,10],\"data_offsets\":[0,40]}}", 40);
     expect_load_fails(lin, path, "missing tensor \"bias\"", "1 of the module's 2 parameters");
     /* Unexpected: an extra tensor; accepted with CG_SAFETENSORS_ALLOW_UNEXPECTED. */
-    tmp_path("extra.safetensors", path, sizeof path);
+    cg_test_tmp_path("extra.safetensors", path, sizeof path);
     write_st(path,
              "{\"weight\":{\"dtype\":\"F32\",\"shape\":[1,10],\"data_offsets\":[0,40]},"
              "\"bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[40,44]},"
@@ -529,7 +509,7 @@ static void test_module_mismatch(void **state) {
     cg_module *lin2 = cg_linear_new(10, 2, true, d);
     expect_load_fails(lin2, data_path("st_linear.safetensors", src, sizeof src), "tensor \"",
                       "in the file, but the module's parameter has");
-    tmp_path("transposed.safetensors", path, sizeof path);
+    cg_test_tmp_path("transposed.safetensors", path, sizeof path);
     write_st(path,
              "{\"weight\":{\"dtype\":\"F32\",\"shape\":[10,1],\"data_offsets\":[0,40]},"
              "\"bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[40,44]}}",
@@ -537,7 +517,7 @@ static void test_module_mismatch(void **state) {
     expect_load_fails(lin, path, "tensor \"weight\" has shape [10, 1] in the file",
                       "the module's parameter has [1, 10]");
     /* Non-F32 parameter. */
-    tmp_path("f16.safetensors", path, sizeof path);
+    cg_test_tmp_path("f16.safetensors", path, sizeof path);
     write_st(path,
              "{\"weight\":{\"dtype\":\"F16\",\"shape\":[1,10],\"data_offsets\":[0,20]},"
              "\"bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[20,24]}}",
@@ -569,7 +549,7 @@ static void test_write_read_tensors(void **state) {
     (void)state;
     cg_device d = cg_test_device();
     char path[128];
-    tmp_path("tensors.safetensors", path, sizeof path);
+    cg_test_tmp_path("tensors.safetensors", path, sizeof path);
     float a[6] = {1, 2, 3, 4, 5, 6}, s = -2.5f;
     cg_tensor *m = CG_TEST_OK(cg_from_data(a, CG_SHAPE(2, 3), d));
     cg_tensor *mt = CG_TEST_OK(cg_transpose(m, 0, 1)); /* non-contiguous: saved as [3, 2] row-major */
@@ -649,5 +629,5 @@ int main(void) {
         CG_TEST(test_truncated_and_oversized), CG_TEST(test_corrupted_bytes),  CG_TEST(test_module_mismatch),
         CG_TEST(test_write_read_tensors),
     };
-    return cmocka_run_group_tests(tests, make_dir, remove_dir);
+    return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }

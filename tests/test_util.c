@@ -2,6 +2,7 @@
 #include "test_util.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -397,4 +398,27 @@ void cg_test_assert_tensor_rel_l2_at(const cg_tensor *t, const double *ref, size
     float *out = cg_test_read_at(t, file, line);
     cg_test_assert_rel_l2_at(out, ref, n, tol, file, line);
     free(out);
+}
+
+/* ---- scratch directory -------------------------------------------------------------------------- */
+static char g_tmpdir[64];
+
+int cg_test_tmpdir_setup(void **state) {
+    (void)state;
+    snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/cgrad_test_XXXXXX");
+    return mkdtemp(g_tmpdir) ? 0 : -1;
+}
+
+int cg_test_tmpdir_teardown(void **state) {
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+const char *cg_test_tmpdir(void) { return g_tmpdir; }
+
+const char *cg_test_tmp_path(const char *name, char *buf, size_t len) {
+    snprintf(buf, len, "%s/%s", g_tmpdir, name);
+    return buf;
 }

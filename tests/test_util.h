@@ -170,4 +170,11 @@ void cg_test_assert_tensor_rel_l2_at(const cg_tensor *t, const double *ref, size
 #define cg_test_assert_tensor_rel_l2(t, ref, n, tol) \
     cg_test_assert_tensor_rel_l2_at((t), (ref), (n), (tol), __FILE__, __LINE__)
 
+/* A scratch directory for tests that write files: cmocka group setup and teardown (mkdtemp, then
+ * rm -rf), its path, and the path of a file in it. */
+int cg_test_tmpdir_setup(void **state);
+int cg_test_tmpdir_teardown(void **state);
+const char *cg_test_tmpdir(void);
+const char *cg_test_tmp_path(const char *name, char *buf, size_t len);
+
 #endif
