@@ -23,34 +23,10 @@ static int run_matmul(void *ctx) {
     return 0;
 }
 
-/* A few entries of x @ x, corners included, against double-precision dot products; x >= 0, so
- * rtol 1e-4 (fp32 matmul) holds. */
-static void check_product(const cg_tensor *x, const cg_tensor *r, int64_t n) {
-    size_t nn = (size_t)n * (size_t)n;
-    float *hx = malloc(nn * sizeof *hx), *hr = malloc(nn * sizeof *hr);
-    eu_expect(hx && hr, "host allocation for the check");
-    CHECK_OK(cg_to_host(x, hx, nn));
-    CHECK_OK(cg_to_host(r, hr, nn));
-    const int64_t idx[] = {0, n / 3, n / 2, (2 * n) / 3, n - 1};
-    for (int a = 0; a < 5; a++)
-        for (int b = 0; b < 5; b++) {
-            int64_t i = idx[a], j = idx[b];
-            double ref = 0.0;
-            for (int64_t k = 0; k < n; k++) ref += (double)hx[i * n + k] * (double)hx[k * n + j];
-            if (!(fabs(hr[i * n + j] - ref) <= 1e-4 * fabs(ref) + 1e-6)) {
-                fprintf(stderr, "x @ x [%lld, %lld] = %.7g, expected %.7g\n", (long long)i,
-                        (long long)j, hr[i * n + j], ref);
-                eu_expect(0, "x @ x matches a double-precision reference");
-            }
-        }
-    free(hx);
-    free(hr);
-}
-
 static void bench(cg_device d, int64_t n, int repeats, const char *key) {
     cg_scope *scope = cg_scope_begin();
     problem p = {CHECK(cg_rand(CG_SHAPE(n, n), d))}; /* never time on zeros */
-    check_product(p.x, CHECK(cg_matmul(p.x, p.x)), n);
+    eu_check_square_product(p.x, CHECK(cg_matmul(p.x, p.x)), n);
     double t = eu_time_median(d, 2, repeats, run_matmul, &p);
     cg_scope_end(scope);
     double flop = 2.0 * (double)n * (double)n * (double)n;

@@ -29,36 +29,11 @@ static int run_matmul(void *ctx) {
     return 0;
 }
 
-/* Checks a few entries of r = x @ x, corners included, against double-precision dot products.
- * Entries of x are in [0, 1), so there is no cancellation and rtol 1e-4 (fp32 matmul) holds. */
-static void check_product(const cg_tensor *x, const cg_tensor *r, int64_t n) {
-    size_t nn = (size_t)n * (size_t)n;
-    float *hx = malloc(nn * sizeof *hx), *hr = malloc(nn * sizeof *hr);
-    eu_expect(hx && hr, "host allocation for the check");
-    CHECK_OK(cg_to_host(x, hx, nn));
-    CHECK_OK(cg_to_host(r, hr, nn));
-    const int64_t idx[] = {0, n / 3, n / 2, (2 * n) / 3, n - 1};
-    for (int a = 0; a < 5; a++)
-        for (int b = 0; b < 5; b++) {
-            int64_t i = idx[a], j = idx[(a + b) % 5];
-            double ref = 0.0;
-            for (int64_t k = 0; k < n; k++) ref += (double)hx[i * n + k] * (double)hx[k * n + j];
-            double got = hr[i * n + j];
-            if (!(fabs(got - ref) <= 1e-4 * fabs(ref) + 1e-6)) {
-                fprintf(stderr, "x @ x [%lld, %lld] = %.7g, expected %.7g\n", (long long)i,
-                        (long long)j, got, ref);
-                eu_expect(0, "x @ x matches a double-precision reference");
-            }
-        }
-    free(hx);
-    free(hr);
-}
-
 /* Makes x = rand(n, n) on d, checks x @ x, and returns the median time of x @ x in seconds. */
 static double time_on(cg_device d, int64_t n, int repeats) {
     cg_scope *scope = cg_scope_begin();
     problem p = {CHECK(cg_rand(CG_SHAPE(n, n), d))};
-    check_product(p.x, CHECK(cg_matmul(p.x, p.x)), n);
+    eu_check_square_product(p.x, CHECK(cg_matmul(p.x, p.x)), n);
     double t = eu_time_median(d, 1, repeats, run_matmul, &p);
     cg_scope_end(scope);
     return t;

@@ -193,3 +193,24 @@ const char *eu_device_desc(cg_device d, char *buf, size_t len) {
     snprintf(buf, len, "%s (%s)", s, name[0] ? name : "unknown");
     return buf;
 }
+
+void eu_check_square_product(const cg_tensor *x, const cg_tensor *r, int64_t n) {
+    size_t nn = (size_t)n * (size_t)n;
+    float *hx = malloc(nn * sizeof *hx), *hr = malloc(nn * sizeof *hr);
+    eu_expect(hx && hr, "host allocation for the check");
+    CHECK_OK(cg_to_host(x, hx, nn));
+    CHECK_OK(cg_to_host(r, hr, nn));
+    const int64_t idx[] = {0, n / 3, n / 2, (2 * n) / 3, n - 1};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++) {
+            int64_t i = idx[a], j = idx[b];
+            double ref = 0.0;
+            for (int64_t k = 0; k < n; k++) ref += (double)hx[i * n + k] * (double)hx[k * n + j];
+            if (!(fabs(hr[i * n + j] - ref) <= 1e-4 * fabs(ref) + 1e-6)) {
+                fprintf(stderr, "x @ x [%lld, %lld] = %.7g, expected %.7g\n", (long long)i, (long long)j, hr[i * n + j], ref);
+                eu_expect(0, "x @ x matches a double-precision reference");
+            }
+        }
+    free(hx);
+    free(hr);
+}

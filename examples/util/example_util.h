@@ -35,6 +35,11 @@ void eu_check_status(cg_status s, const char *expr, const char *file, int line);
 /* Prints "check failed: <what>" and exits 1 when ok is false (a wrong result, not an API error). */
 void eu_expect(int ok, const char *what);
 
+/* Checks 25 entries of r = x @ x (x square, n x n, entries >= 0 so nothing cancels), corners
+ * included, against double-precision dot products with fp32 matmul's rtol 1e-4; exits 1 if one
+ * is off. */
+void eu_check_square_product(const cg_tensor *x, const cg_tensor *r, int64_t n);
+
 /* ---- clock and timing ---------------------------------------------------------------------- */
 double eu_now(void); /* seconds on a monotonic clock */
 
