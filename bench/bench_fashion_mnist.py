@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""PyTorch side of examples/train_fashion_mnist.c: the same MLP trained on Fashion-MNIST the same
+way, printing the same per-epoch lines and `result work=... impl=pytorch` lines, so the two can be
+put side by side (test accuracy and training images/s).
+
+Model nn.Sequential(Linear(784, 256), ReLU, Linear(256, 128), ReLU, Linear(128, 10)) with PyTorch's
+default init (torch.manual_seed(seed) first), Adam(lr=1e-3), CrossEntropyLoss, batch 128, the last
+partial batch kept. The whole data set sits on the device as float32, normalised as cgrad does
+((pixel / 255 - 0.2860) / 0.3530, torchvision's ToTensor + Normalize); each epoch's batches are
+gathered on the device through a seeded permutation (torch.randperm with a generator seeded once
+with the seed), so no step waits on a host-to-device copy. The IDX files are read with gzip + numpy.
+
+Per epoch: training images/s over the whole epoch (timed with time.perf_counter, synchronised on
+the GPU at the start and the end; the running loss is summed on the device and read once), then
+the test accuracy over the 10000 test images in batches of 1000 under torch.no_grad(). Per seed:
+  result work=fmnist_mlp_adam_e<E>_seed<S> impl=pytorch test_acc=<final %> images_per_s=<median>
+(images_per_s: the median of the epochs' rates, as the C program reports it), and with several
+seeds a `mean` line. The cuDNN/TF32 switches do not matter for this model (no convolutions; matmul
+TF32 is off by default in PyTorch) but are set to fp32 explicitly.
+
+Usage: bench/bench_fashion_mnist.py [--epochs 10] [--seeds 0,1,2] [--device cuda|cpu]
+       [--limit N] [--threads N] [--data DIR]"""
+import argparse
+import gzip
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+try:
+    import torch
+except ImportError:
+    print("# PyTorch not available", flush=True)
+    sys.exit(3)
+
+MEAN, STD = 0.2860, 0.3530
+DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path, ndim):
+    """A uint8 IDX file (gzip-compressed or plain) as a numpy array, with its header checked."""
+    if not os.path.exists(path) and path.endswith(".gz") and os.path.exists(path[:-3]):
+        path = path[:-3]
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    magic = int.from_bytes(data[0:4], "big")
+    if magic != 0x0800 | ndim:
+        raise ValueError(f"{path}: bad magic 0x{magic:08x} (want 0x{0x0800 | ndim:08x})")
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: {body.size} bytes of data for dims {dims}")
+    return body.reshape(dims)
+
+
+def load(data_dir, train, device, limit=0):
+    """(images (N, 784) float32 normalised, labels (N) int64) on the device."""
+    prefix = "train" if train else "t10k"
+    images = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"), 3)
+    labels = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"), 1)
+    if limit > 0:
+        images, labels = images[:limit], labels[:limit]
+    x = (images.reshape(len(images), -1).astype(np.float32) / np.float32(255.0) - np.float32(MEAN)) \
+        / np.float32(STD)
+    return (torch.from_numpy(x).to(device), torch.from_numpy(labels.astype(np.int64)).to(device))
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def test_accuracy(model, x, y):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(x), 1000):
+            correct += (model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum()
+    model.train()
+    return 100.0 * float(correct) / len(x)
+
+
+def run(seed, args, device, train, test):
+    x_train, y_train = train
+    n = len(x_train)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
+                                torch.nn.ReLU(), torch.nn.Linear(128, 10)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    nbatches = (n + args.batch - 1) // args.batch
+    rates, acc = [], float("nan")
+    for epoch in range(1, args.epochs + 1):
+        sync(device)
+        start = time.perf_counter()
+        perm = torch.randperm(n, device=device, generator=gen)
+        loss_sum = torch.zeros((), device=device)
+        for b in range(nbatches):
+            idx = perm[b * args.batch:(b + 1) * args.batch]
+            xb, yb = x_train[idx], y_train[idx]
+            optimizer.zero_grad()
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.detach() * len(idx)
+        train_loss = float(loss_sum) / n  # waits for the epoch's work
+        sync(device)
+        seconds = time.perf_counter() - start
+        rates.append(n / seconds)
+        acc = test_accuracy(model, *test)
+        print(f"seed {seed} epoch {epoch}: train loss {train_loss:.4f}, test accuracy {acc:.2f}%, "
+              f"{n / seconds:.0f} images/s", flush=True)
+    rate = statistics.median(rates)
+    print(f"result work=fmnist_mlp_adam_e{args.epochs}_seed{seed} impl=pytorch test_acc={acc:.2f} "
+          f"images_per_s={rate:.0f}", flush=True)
+    return acc, rate
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--limit", type=int, default=0, help="train on the first N images only (0: all)")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: default)")
+    p.add_argument("--data", default=os.environ.get("CGRAD_FASHION_MNIST_DIR", DEFAULT_DIR))
+    args = p.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.epochs < 1 or args.batch < 1 or args.limit < 0 or not seeds:
+        p.error("--epochs and --batch must be >= 1, --limit >= 0, --seeds not empty")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        f"CPU, {torch.get_num_threads()} threads"
+    train = load(args.data, True, device, args.limit)
+    test = load(args.data, False, device)
+    print(f"# PyTorch {torch.__version__} on {device} ({name}): {len(train[0])} training images, "
+          f"batch {args.batch}, Adam(lr={args.lr:g}), {args.epochs} epochs, seeds {seeds}, fp32",
+          flush=True)
+    results = [run(seed, args, device, train, test) for seed in seeds]
+    if len(results) > 1:
+        accs = [a for a, _ in results]
+        print(f"mean over {len(seeds)} seeds: test_acc={statistics.mean(accs):.2f} "
+              f"(stdev {statistics.stdev(accs):.2f}) "
+              f"images_per_s={statistics.mean(r for _, r in results):.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,478 @@
+/* Trains a classifier on Fashion-MNIST and reports its test accuracy after every epoch.
+ *
+ * In PyTorch this is:
+ *
+ *   train = ...  # 60000 images (N, 784), normalised with mean 0.2860, std 0.3530, on the device
+ *   test = ...   # 10000 images
+ *   model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+ *                         nn.Linear(128, 10)).to(device)
+ *   optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+ *   loss_fn = nn.CrossEntropyLoss()
+ *   for epoch in range(epochs):
+ *       for x, y in loader:            # shuffled batches of 128, gathered on the device
+ *           optimizer.zero_grad()
+ *           loss = loss_fn(model(x), y)
+ *           loss.backward()
+ *           optimizer.step()
+ *       with torch.no_grad():          # test accuracy, batches of 1000
+ *           correct = sum((model(x).argmax(1) == y).sum() for x, y in test_loader)
+ *
+ * The whole data set sits on the device: the loader gathers each shuffled batch there, so no step
+ * waits on a host-to-device copy. The running loss is summed on the device too and read back only
+ * when the progress is shown. Same seed and device give the same numbers, run after run.
+ *
+ * Output: a progress bar on a terminal (plain lines every ~10% of an epoch otherwise), one line per
+ * epoch, a CSV file of the per-epoch numbers and an SVG picture of the loss and accuracy curves. */
+#define _POSIX_C_SOURCE 200809L /* isatty, fileno, access */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h> /* isatty */
+
+#include "cgrad.h"
+#include "example_util.h"
+
+#define IMAGE_SIZE 784   /* 28 x 28 */
+#define NUM_CLASSES 10
+#define TEST_BATCH 1000
+
+/* ---- string flags (the flag helper parses numbers and devices only) ---------------------------- */
+/* Takes "--name X" or "--name=X" out of argv; *value keeps its default when the flag is absent. */
+static void take_string_flag(int *argc, char **argv, const char *name, const char **value) {
+    size_t len = strlen(name);
+    for (int i = 1; i < *argc; i++) {
+        const char *val = NULL;
+        int used = 1;
+        if (strcmp(argv[i], name) == 0) val = i + 1 < *argc ? argv[i + 1] : NULL, used = 2;
+        else if (strncmp(argv[i], name, len) == 0 && argv[i][len] == '=') val = argv[i] + len + 1;
+        else continue;
+        if (!val || !*val) {
+            fprintf(stderr, "%s: flag %s needs a value\n", argv[0], name);
+            exit(2);
+        }
+        *value = val;
+        memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof *argv);
+        *argc -= used;
+        i--;
+    }
+}
+
+/* ---- data ---------------------------------------------------------------------------------------- */
+/* "<dir>/<name>" when that uncompressed file exists, else "<dir>/<name>.gz". */
+static void idx_path(const char *dir, const char *name, char *buf, size_t len) {
+    snprintf(buf, len, "%s/%s", dir, name);
+    if (access(buf, R_OK) != 0) snprintf(buf, len, "%s/%s.gz", dir, name); /* errors name the .gz */
+}
+
+/* The training set on d, only its first `limit` images when limit > 0. */
+static cg_dataset *load_train(const char *dir, int64_t limit, cg_device d) {
+    if (limit <= 0) return cg_fashion_mnist_load(dir, true, d);
+    char images_path[4096], labels_path[4096];
+    idx_path(dir, "train-images-idx3-ubyte", images_path, sizeof images_path);
+    idx_path(dir, "train-labels-idx1-ubyte", labels_path, sizeof labels_path);
+    cg_idx images, labels;
+    CHECK_OK(cg_idx_load(images_path, 3, &images));
+    CHECK_OK(cg_idx_load(labels_path, 1, &labels));
+    eu_expect(images.dims[0] == labels.dims[0], "the training images and labels have one count");
+    if (limit < images.dims[0]) { /* keep the first `limit` rows: the buffers stay as they are */
+        images.count = limit * images.dims[1] * images.dims[2];
+        images.dims[0] = limit;
+        labels.count = limit;
+        labels.dims[0] = limit;
+    }
+    cg_dataset *ds = cg_dataset_new(&images, &labels, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, d);
+    cg_idx_free(&images);
+    cg_idx_free(&labels);
+    return ds;
+}
+
+/* ---- evaluation ---------------------------------------------------------------------------------- */
+/* Test accuracy in percent: grad mode off, eval mode, batches of TEST_BATCH in order. */
+static double test_accuracy(cg_module *model, cg_loader *test) {
+    bool previous = cg_set_grad_enabled(false);
+    cg_module_train(model, false);
+    int64_t correct = 0, seen = 0;
+    for (;;) {
+        cg_scope *scope = cg_scope_begin();
+        cg_tensor *x, *y;
+        CHECK_OK(cg_loader_next(test, &x, &y));
+        if (!x) {
+            cg_scope_end(scope);
+            break;
+        }
+        int64_t c = 0;
+        CHECK_OK(cg_accuracy(CHECK(cg_module_forward(model, x)), y, &c));
+        correct += c;
+        seen += cg_size(y, 0);
+        cg_scope_end(scope);
+    }
+    cg_module_train(model, true);
+    cg_set_grad_enabled(previous);
+    return seen > 0 ? 100.0 * (double)correct / (double)seen : NAN;
+}
+
+/* ---- progress -------------------------------------------------------------------------------------- */
+static const char *fmt_duration(double s, char *buf, size_t len) {
+    if (!(s >= 0.0) || s > 1e7) snprintf(buf, len, "--:--");
+    else if (s >= 3600.0)
+        snprintf(buf, len, "%d:%02d:%02d", (int)(s / 3600), (int)fmod(s / 60, 60), (int)fmod(s, 60));
+    else snprintf(buf, len, "%d:%02d", (int)(s / 60), (int)fmod(s, 60));
+    return buf;
+}
+
+/* One line, redrawn in place: epoch, a bar, batch/total, running loss, images/s, ETA. */
+static void draw_bar(int epoch, int epochs, int64_t batch, int64_t total, double loss, double rate,
+                     double eta) {
+    enum { WIDTH = 24 };
+    char bar[WIDTH + 1], eta_s[32];
+    int filled = total > 0 ? (int)(WIDTH * batch / total) : WIDTH;
+    for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+    bar[WIDTH] = '\0';
+    printf("\r\033[Kepoch %d/%d [%s] %lld/%lld  loss %.4f  %.0f images/s  ETA %s", epoch, epochs, bar,
+           (long long)batch, (long long)total, loss, rate, fmt_duration(eta, eta_s, sizeof eta_s));
+    fflush(stdout);
+}
+
+/* ---- output files ----------------------------------------------------------------------------------- */
+typedef struct epoch_row {
+    double train_loss;    /* mean cross-entropy over the epoch's training images */
+    double test_accuracy; /* percent */
+    double images_per_s;  /* training throughput over the whole epoch */
+    double seconds;       /* training time of the epoch (the test pass not included) */
+} epoch_row;
+
+static void write_csv(const char *path, const epoch_row *rows, int n) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    fprintf(f, "epoch,train_loss,test_accuracy,images_per_s,seconds\n");
+    for (int e = 0; e < n; e++)
+        fprintf(f, "%d,%.6f,%.2f,%.1f,%.4f\n", e + 1, rows[e].train_loss, rows[e].test_accuracy,
+                rows[e].images_per_s, rows[e].seconds);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+/* A "nice" tick step (1, 2 or 5 times a power of ten) near range / target. */
+static double nice_step(double range, int target) {
+    double raw = range / target, p = pow(10.0, floor(log10(raw))), m = raw / p;
+    return (m < 1.5 ? 1.0 : m < 3.5 ? 2.0 : m < 7.5 ? 5.0 : 10.0) * p;
+}
+
+/* One line chart of v[0..n) (one value per epoch) in the box at (x0, y0) of size w x h. */
+static void svg_chart(FILE *f, double x0, double y0, double w, double h, const char *title,
+                      const char *ylabel, const double *v, int n, const char *color) {
+    const double ml = 64, mr = 16, mt = 34, mb = 46; /* margins around the plot area */
+    double px = x0 + ml, py = y0 + mt, pw = w - ml - mr, ph = h - mt - mb;
+    /* y range: the finite values, widened when flat, rounded out to ticks */
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (isfinite(v[i])) lo = fmin(lo, v[i]), hi = fmax(hi, v[i]);
+    if (!(lo <= hi)) lo = 0, hi = 1;
+    if (hi - lo < 1e-9 * fmax(1.0, fabs(hi))) {
+        double pad = fmax(fabs(hi) * 0.05, 1e-3);
+        lo -= pad, hi += pad;
+    }
+    double ystep = nice_step(hi - lo, 5);
+    lo = floor(lo / ystep) * ystep, hi = ceil(hi / ystep) * ystep;
+    int decimals = ystep >= 1 ? 0 : (int)ceil(-log10(ystep) - 1e-9);
+    /* x range: epochs 1..n (a single epoch sits in the middle of [0, 2]) */
+    double xlo = n > 1 ? 1 : 0, xhi = n > 1 ? n : 2;
+    int xstep = (int)nice_step(xhi - xlo, 10);
+    if (xstep < 1) xstep = 1;
+#define SX(e) (px + ((e) - xlo) / (xhi - xlo) * pw)
+#define SY(val) (py + ph - ((val) - lo) / (hi - lo) * ph)
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"15\" "
+               "font-weight=\"bold\">%s</text>\n", px + pw / 2, y0 + 20, title);
+    /* grid and y ticks */
+    for (double t = lo; t <= hi + ystep * 1e-6; t += ystep) {
+        double y = SY(t);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n",
+                px, y, px + pw, y);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n",
+                px - 5, y, px, y);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.*f</text>\n",
+                px - 8, y + 4, decimals, fabs(t) < ystep * 1e-6 ? 0.0 : t);
+    }
+    /* x ticks */
+    for (int e = 1; e <= n; e = e == 1 && xstep > 1 ? xstep : e + xstep) { /* 1, then multiples of xstep */
+        double x = SX(e);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n",
+                x, py + ph, x, py + ph + 5);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%d</text>\n",
+                x, py + ph + 18, e);
+    }
+    /* axes and labels */
+    fprintf(f, "<polyline points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"none\" stroke=\"#000\"/>\n",
+            px, py, px, py + ph, px + pw, py + ph);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n",
+            px + pw / 2, py + ph + 36);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\" "
+               "transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
+            x0 + 16, py + ph / 2, x0 + 16, py + ph / 2, ylabel);
+    /* the curve and its points */
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
+    for (int i = 0; i < n; i++)
+        if (isfinite(v[i])) fprintf(f, "%.1f,%.1f ", SX(i + 1.0), SY(v[i]));
+    fprintf(f, "\"/>\n");
+    for (int i = 0; i < n; i++)
+        if (isfinite(v[i]))
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>epoch %d: %.*f"
+                       "</title></circle>\n", SX(i + 1.0), SY(v[i]), color, i + 1, decimals + 2, v[i]);
+#undef SX
+#undef SY
+}
+
+static void write_svg(const char *path, const epoch_row *rows, int n, const char *caption) {
+    double *loss = malloc((size_t)n * sizeof *loss), *acc = malloc((size_t)n * sizeof *acc);
+    eu_expect(loss && acc, "host allocation for the plot");
+    for (int e = 0; e < n; e++) loss[e] = rows[e].train_loss, acc[e] = rows[e].test_accuracy;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    const double W = 900, H = 380;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+               "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n", W, H, W, H);
+    svg_chart(f, 0, 0, W / 2, H - 24, "Training loss", "cross-entropy (mean over the epoch)", loss, n,
+              "#1f77b4");
+    svg_chart(f, W / 2, 0, W / 2, H - 24, "Test accuracy", "accuracy (%)", acc, n, "#d62728");
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\" fill=\"#555\">",
+            W / 2, H - 8);
+    for (const char *c = caption; *c; c++) { /* XML-escape the caption */
+        if (*c == '<') fputs("&lt;", f);
+        else if (*c == '>') fputs("&gt;", f);
+        else if (*c == '&') fputs("&amp;", f);
+        else fputc(*c, f);
+    }
+    fprintf(f, "</text>\n</svg>\n");
+    free(loss);
+    free(acc);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    const char *model_name = "mlp", *optimizer_name = "adam", *data_dir = NULL, *csv_path = NULL,
+               *plot_path = NULL;
+    take_string_flag(&argc, argv, "--model", &model_name);
+    take_string_flag(&argc, argv, "--optimizer", &optimizer_name);
+    take_string_flag(&argc, argv, "--data", &data_dir);
+    take_string_flag(&argc, argv, "--csv", &csv_path);
+    take_string_flag(&argc, argv, "--plot", &plot_path);
+    cg_device device = cg_default_device();
+    int epochs = 10, seed = 0, threads = 0;
+    int64_t batch = 128, limit = 0;
+    float lr = 1e-3f, momentum = 0.0f;
+    eu_flag flags[] = {
+        {"--epochs", EU_INT, &epochs, 1, "passes over the training set"},
+        {"--batch", EU_SIZE, &batch, 1, "images per training step"},
+        {"--lr", EU_FLOAT, &lr, 0, "learning rate (> 0; e.g. 0.05 with --optimizer sgd --momentum 0.9)"},
+        {"--momentum", EU_FLOAT, &momentum, 0, "SGD momentum"},
+        {"--device", EU_DEVICE, &device, 0, "where the model and the data live (default: the best present)"},
+        {"--seed", EU_INT, &seed, 0, "seeds the initial weights and the shuffling"},
+        {"--limit", EU_SIZE, &limit, 0, "train on the first N training images only (0: all 60000)"},
+        {"--threads", EU_INT, &threads, 0, "CPU threads (0: the library's default)"},
+    };
+    eu_parse_flags(argc, argv,
+                   "trains a classifier on Fashion-MNIST and prints the test accuracy after each epoch\n"
+                   "  --model mlp|cnn           mlp: 784-256-128-10 with ReLU (default mlp)\n"
+                   "  --optimizer adam|adamw|sgd  (default adam)\n"
+                   "  --data DIR                the IDX files (default $CGRAD_FASHION_MNIST_DIR, else "
+                   CG_FASHION_MNIST_DIR ")\n"
+                   "  --csv FILE                write epoch,train_loss,test_accuracy,images_per_s,seconds\n"
+                   "  --plot FILE.svg           draw the loss and accuracy curves as an SVG picture",
+                   flags, (int)(sizeof flags / sizeof flags[0]));
+    if (strcmp(model_name, "cnn") == 0) {
+        fprintf(stderr, "%s: --model cnn: the CNN needs Conv2d/MaxPool2d, not implemented yet; "
+                        "use --model mlp\n", argv[0]);
+        return 2;
+    }
+    if (strcmp(model_name, "mlp") != 0) {
+        fprintf(stderr, "%s: bad value '%s' for --model: expected mlp or cnn\n", argv[0], model_name);
+        return 2;
+    }
+    if (strcmp(optimizer_name, "adam") != 0 && strcmp(optimizer_name, "adamw") != 0 &&
+        strcmp(optimizer_name, "sgd") != 0) {
+        fprintf(stderr, "%s: bad value '%s' for --optimizer: expected adam, adamw or sgd\n", argv[0],
+                optimizer_name);
+        return 2;
+    }
+    if (!(lr > 0.0f)) {
+        fprintf(stderr, "%s: --lr must be > 0\n", argv[0]);
+        return 2;
+    }
+    if (momentum != 0.0f && strcmp(optimizer_name, "sgd") != 0) {
+        fprintf(stderr, "%s: --momentum applies to --optimizer sgd only\n", argv[0]);
+        return 2;
+    }
+    if (!data_dir) data_dir = getenv("CGRAD_FASHION_MNIST_DIR");
+    if (!data_dir || !*data_dir) data_dir = CG_FASHION_MNIST_DIR;
+    if (threads > 0) cg_set_num_threads(threads);
+    if (device.type == CG_CPU && !cg_cuda_is_available())
+        printf("no GPU: %s. Running on the CPU.\n", cg_cuda_unavailable_reason());
+    bool tty = isatty(fileno(stdout));
+
+    /* The data, on the device once */
+    double t0 = eu_now();
+    cg_dataset *train = load_train(data_dir, limit, device);
+    eu_expect(train != NULL, cg_last_error());
+    cg_dataset *test = cg_fashion_mnist_load(data_dir, false, device);
+    eu_expect(test != NULL, cg_last_error());
+    int64_t n_train = cg_dataset_size(train), n_test = cg_dataset_size(test);
+    const cg_tensor *train_images = cg_dataset_images(train);
+    eu_expect(cg_size(train_images, 1) * cg_size(train_images, 2) == IMAGE_SIZE, "28 x 28 images");
+    eu_expect(cg_dataset_num_classes(test) <= NUM_CLASSES && cg_dataset_num_classes(train) <= NUM_CLASSES,
+              "labels 0..9");
+    CHECK_OK(cg_synchronize(device));
+    double load_s = eu_now() - t0;
+    if (limit > n_train) printf("--limit %lld: the training set has %lld images; using all\n",
+                                (long long)limit, (long long)n_train);
+    cg_loader *loader = cg_loader_new(train, (cg_loader_options){
+        .batch_size = batch, .shuffle = true, .seed = (uint64_t)seed, .drop_last = false, .flatten = true});
+    eu_expect(loader != NULL, cg_last_error());
+    cg_loader *test_loader = cg_loader_new(test, (cg_loader_options){
+        .batch_size = TEST_BATCH, .shuffle = false, .drop_last = false, .flatten = true});
+    eu_expect(test_loader != NULL, cg_last_error());
+    int64_t nbatches = cg_loader_num_batches(loader);
+
+    /* The model and the optimizer */
+    cg_manual_seed((uint64_t)seed);
+    const int64_t sizes[] = {IMAGE_SIZE, 256, 128, NUM_CLASSES};
+    cg_module *model = cg_mlp_new(4, sizes, CG_ACT_RELU, device);
+    eu_expect(model != NULL, cg_last_error());
+    cg_optimizer *optimizer = NULL;
+    char opt_desc[96];
+    if (strcmp(optimizer_name, "sgd") == 0) {
+        optimizer = cg_sgd_new(model, (cg_sgd_options){.lr = lr, .momentum = momentum});
+        snprintf(opt_desc, sizeof opt_desc, "SGD(lr=%g, momentum=%g)", (double)lr, (double)momentum);
+    } else {
+        bool w = strcmp(optimizer_name, "adamw") == 0;
+        cg_adam_options o = w ? cg_adamw_defaults() : cg_adam_defaults();
+        o.lr = (double)lr;
+        optimizer = w ? cg_adamw_new(model, o) : cg_adam_new(model, o);
+        snprintf(opt_desc, sizeof opt_desc, "%s(lr=%g%s)", w ? "AdamW" : "Adam", (double)lr,
+                 w ? ", weight_decay=0.01" : "");
+    }
+    eu_expect(optimizer != NULL, cg_last_error());
+
+    char dev[192], caption[512];
+    printf("Fashion-MNIST on %s: %lld training images (%lld batches of %lld), %lld test images, "
+           "loaded in %.2f s\n",
+           eu_device_desc(device, dev, sizeof dev), (long long)n_train, (long long)nbatches,
+           (long long)batch, (long long)n_test, load_s);
+    printf("model: MLP 784-256-128-10 (ReLU), %lld parameters; %s, cross-entropy, %d epochs, seed %d\n",
+           (long long)cg_module_parameter_count(model), opt_desc, epochs, seed);
+    snprintf(caption, sizeof caption, "MLP 784-256-128-10, %s, batch %lld, seed %d, %lld training images, %s",
+             opt_desc, (long long)batch, seed, (long long)n_train, eu_device_desc(device, dev, sizeof dev));
+    fflush(stdout);
+
+    /* The running sum of (batch loss * batch size) over the epoch, kept on the device */
+    cg_tensor *loss_sum = CHECK(cg_zeros(0, NULL, device));
+    epoch_row *rows = calloc((size_t)epochs, sizeof *rows);
+    eu_expect(rows != NULL, "host allocation for the per-epoch numbers");
+    int64_t every = (nbatches + 9) / 10; /* plain progress lines: every ~10% of an epoch */
+    double last_draw = 0.0;
+
+    for (int epoch = 1; epoch <= epochs; epoch++) {
+        CHECK_OK(cg_synchronize(device));
+        cg_tensor_free(loss_sum);
+        loss_sum = CHECK(cg_zeros(0, NULL, device));
+        double start = eu_now();
+        int64_t step = 0, seen = 0;
+        for (;;) {
+            cg_scope *scope = cg_scope_begin(); /* the step's batch, activations and tape */
+            cg_tensor *x, *y;                   /* (B, 784), (B) */
+            CHECK_OK(cg_loader_next(loader, &x, &y));
+            if (!x) {
+                cg_scope_end(scope);
+                break;
+            }
+            int64_t b = cg_size(x, 0);
+            CHECK_OK(cg_optimizer_zero_grad(optimizer));
+            cg_tensor *logits = CHECK(cg_module_forward(model, x)); /* (B, 10) */
+            cg_tensor *loss = CHECK(cg_cross_entropy(logits, y));   /* 0-dim */
+            CHECK_OK(cg_backward(loss));
+            CHECK_OK(cg_optimizer_step(optimizer));
+            bool previous = cg_set_grad_enabled(false);
+            CHECK_OK(cg_copy_(loss_sum, CHECK(cg_add(loss_sum, CHECK(cg_mul_scalar(loss, (float)b))))));
+            cg_set_grad_enabled(previous);
+            cg_scope_end(scope);
+            step++, seen += b;
+
+            bool last = step == nbatches;
+            double now = eu_now();
+            if (tty ? (now - last_draw >= 0.1 || last) : (step % every == 0 && !last)) {
+                float sum;
+                CHECK_OK(cg_item(loss_sum, &sum)); /* waits for the device: the rate below is true */
+                now = eu_now();
+                double elapsed = now - start, rate = (double)seen / elapsed;
+                double eta = elapsed / (double)step * (double)(nbatches - step) +
+                             elapsed / (double)step * (double)nbatches * (double)(epochs - epoch);
+                if (tty) {
+                    draw_bar(epoch, epochs, step, nbatches, (double)sum / (double)seen, rate, eta);
+                    last_draw = now;
+                } else {
+                    char eta_s[32];
+                    printf("epoch %d batch %lld/%lld: loss %.4f, %.0f images/s, ETA %s\n", epoch,
+                           (long long)step, (long long)nbatches, (double)sum / (double)seen, rate,
+                           fmt_duration(eta, eta_s, sizeof eta_s));
+                    fflush(stdout);
+                }
+            }
+        }
+        float sum;
+        CHECK_OK(cg_item(loss_sum, &sum)); /* waits for the epoch's work */
+        double seconds = eu_now() - start;
+        epoch_row *r = &rows[epoch - 1];
+        r->seconds = seconds;
+        r->images_per_s = (double)seen / seconds;
+        r->train_loss = (double)sum / (double)seen;
+        r->test_accuracy = test_accuracy(model, test_loader);
+        if (tty) printf("\r\033[K");
+        printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.0f images/s\n", epoch, r->train_loss,
+               r->test_accuracy, r->images_per_s);
+        fflush(stdout);
+        if (csv_path) write_csv(csv_path, rows, epoch); /* rewritten each epoch: a stopped run keeps its rows */
+        if (plot_path) write_svg(plot_path, rows, epoch, caption);
+    }
+
+    double *rates = malloc((size_t)epochs * sizeof *rates);
+    eu_expect(rates != NULL, "host allocation");
+    for (int e = 0; e < epochs; e++) rates[e] = rows[e].images_per_s;
+    qsort(rates, (size_t)epochs, sizeof *rates, cmp_double);
+    double median_rate = epochs % 2 ? rates[epochs / 2] : 0.5 * (rates[epochs / 2 - 1] + rates[epochs / 2]);
+    double final_acc = rows[epochs - 1].test_accuracy;
+    if (csv_path) printf("wrote %s\n", csv_path);
+    if (plot_path) printf("wrote %s\n", plot_path);
+    printf("result work=fmnist_mlp_%s_e%d_seed%d impl=cgrad test_acc=%.2f images_per_s=%.0f\n",
+           optimizer_name, epochs, seed, final_acc, median_rate);
+    printf("final test accuracy: %.2f%%\n", final_acc);
+    eu_expect(isfinite(rows[epochs - 1].train_loss), "the training loss is finite");
+
+    free(rates);
+    free(rows);
+    cg_tensor_free(loss_sum);
+    cg_optimizer_free(optimizer);
+    cg_module_free(model);
+    cg_loader_free(test_loader);
+    cg_loader_free(loader);
+    cg_dataset_free(test);
+    cg_dataset_free(train);
+    return 0;
+}
