@@ -15,6 +15,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export BUILD_DIR=${BUILD_DIR:-build}
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}   # NVLink multicast stays off
+# Fashion-MNIST brought along as a Debian package (scripts/fetch_gpu_deps.sh), once unpacked
+fmnist=$ROOT/.deps/prefix/usr/share/datasets/fashion-mnist
+[[ -z ${CGRAD_FASHION_MNIST_DIR:-} ]] && export CGRAD_FASHION_MNIST_DIR=$fmnist
 if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
