@@ -1,15 +1,6 @@
 /* nn.DataParallel in one process: replicas made once and kept identical, the batch split as
- * torch.chunk does, replica gradients summed with NCCL during backward: each parameter's sum is
- * launched, on side streams, as soon as every replica that ran has produced its gradient, so the
- * communication overlaps the rest of the backward pass (as DDP's buckets; a large parameter is a
- * bucket of its own). */
+ * torch.chunk does, replica gradients summed with NCCL at the end of backward. */
 #include "nn/module.h"
-
-struct dp_state;
-typedef struct dp_param_hook {
-    struct dp_state *st;
-    int index;
-} dp_param_hook;
 
 typedef struct dp_state {
     int n;                                  /* devices in the list */
@@ -17,17 +8,7 @@ typedef struct dp_state {
     cg_device output;
     cg_nccl *nccl;                          /* NULL for a single device */
     float *grad_bufs[CG_NODE_MAX_INPUTS];   /* each replica's flat gradient buffer */
-    cg_module *dp;
     bool in_backward;                       /* begun by the first gather of a backward pass */
-    int used;                               /* replicas that ran in the last forward */
-    int forwards;                           /* forwards recorded since the last synchronisation */
-    bool overlap;                           /* this backward sums parameter by parameter */
-    cg_status failure;                      /* first failure inside a gradient hook */
-    int nparams;
-    dp_param_hook *hooks;                   /* per parameter, shared by the replicas */
-    int *ready;                             /* per parameter: replicas whose gradient is in */
-    bool *launched;                         /* per parameter: its sum is on its way */
-    uint32_t *seen;                         /* per parameter: bit r set once replica r reported */
 } dp_state;
 
 int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes) {
@@ -44,71 +25,28 @@ cg_device cg_data_parallel_device(const cg_module *dp, int i) {
 }
 
 /* ---- gradient synchronisation ----------------------------------------------------------------------- */
-/* Sums parameter i over all replicas (those that did not run hold zeros), on the side streams. */
-static cg_status launch_param(dp_state *st, int i) {
-    st->launched[i] = true;
-    float *bufs[CG_NODE_MAX_INPUTS];
-    const cg_param_entry *p = &st->dp->replicas[0]->params[i];
-    for (int r = 0; r < st->n; r++) bufs[r] = st->grad_bufs[r] + p->offset;
-    return cg__nccl_allreduce(st->nccl, bufs, p->tensor->numel, false, true);
-}
-
-static void grad_ready(void *ctx, cg_tensor *t) {
-    dp_param_hook *h = ctx;
-    dp_state *st = h->st;
-    if (!st->overlap || st->failure != CG_OK) return;
-    int r = 0;
-    while (r < st->n && st->dp->replicas[r]->params[h->index].tensor != t) r++;
-    uint32_t bit = 1u << r;
-    if (st->seen[h->index] & bit) { /* a second gradient for this replica: used twice in one forward */
-        if (st->launched[h->index])
-            st->failure = cg__fail(CG_ERR_INVALID_ARG, "DataParallel: parameter %s got a second gradient after its sum "
-                                   "was launched (a parameter used twice in one forward is not supported)",
-                                   st->dp->params[h->index].name);
-        return;
-    }
-    st->seen[h->index] |= bit;
-    if (++st->ready[h->index] == st->used) st->failure = launch_param(st, h->index);
-}
-
 /* Every replica ends backward holding the sum of all replicas' gradients (the full-batch gradient);
  * a parameter counts as having a gradient when any replica produced one. */
 static cg_status dp_sync_gradients(void *ctx) {
     cg_module *dp = ctx;
     dp_state *st = dp->state;
     st->in_backward = false;
-    st->forwards = 0;
-    cg_status s = st->failure;
-    if (st->n > 1 && st->overlap) {
-        for (int i = st->nparams - 1; i >= 0; i--) /* parameters that got no gradient sum zeros */
-            if (!st->launched[i] && s == CG_OK) s = launch_param(st, i);
-        cg_status js = cg__nccl_join(st->nccl);
-        if (s == CG_OK) s = js;
-    } else if (st->n > 1 && s == CG_OK) {
-        s = cg__nccl_allreduce(st->nccl, st->grad_bufs, dp->replicas[0]->flat_grad->numel, false, false);
-    }
-    st->overlap = false;
+    if (st->n > 1) CG_TRY(cg__nccl_allreduce(st->nccl, st->grad_bufs, dp->replicas[0]->flat_grad->numel, false, false));
     for (int i = 0; i < dp->nparams; i++) {
         bool any = false;
         for (int r = 0; r < st->n; r++) any |= dp->replicas[r]->params[i].tensor->grad_defined;
         for (int r = 0; r < st->n; r++) dp->replicas[r]->params[i].tensor->grad_defined = any;
     }
-    return s;
+    return CG_OK;
 }
 
 /* Replicas after the first start each backward from zero, so gradients accumulated over several
  * backward calls (no zero_grad between) are counted once after the sum, as in PyTorch. Done once
- * per backward pass, however many forwards it goes through; with more than one forward in the
- * pass, the sums wait for its end (a parameter's gradients then come in several parts). */
+ * per backward pass, however many forwards it goes through. */
 static cg_status dp_begin_backward(cg_module *dp) {
     dp_state *st = dp->state;
     if (st->in_backward) return CG_OK;
     st->in_backward = true;
-    st->overlap = st->n > 1 && st->forwards == 1;
-    st->failure = CG_OK;
-    memset(st->ready, 0, (size_t)st->nparams * sizeof *st->ready);
-    memset(st->launched, 0, (size_t)st->nparams * sizeof *st->launched);
-    memset(st->seen, 0, (size_t)st->nparams * sizeof *st->seen);
     for (int r = 1; r < st->n; r++) {
         cg_module *m = dp->replicas[r];
         for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = false;
@@ -171,7 +109,7 @@ static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
     const cg_tensor *const *inputs = (const cg_tensor *const *)ys;
     if (s == CG_OK && cg__should_record(k, inputs)) {
         cg_node *node = cg__record(out, "DataParallel.gather", gather_backward, k, inputs, 0, NULL);
-        if (node) node->ctx = dp, st->used = k, st->forwards++;
+        if (node) node->ctx = dp;
         else s = cg_last_status();
     }
     if (s != CG_OK) {
@@ -237,10 +175,7 @@ static void dp_destroy(cg_module *dp) {
     for (int r = 0; r < dp->nreplicas; r++) cg_module_free(dp->replicas[r]);
     free(dp->replicas);
     dp->replicas = NULL, dp->nreplicas = 0;
-    if (st) {
-        cg__nccl_free(st->nccl);
-        free(st->hooks), free(st->ready), free(st->launched), free(st->seen);
-    }
+    if (st) cg__nccl_free(st->nccl);
     free(st);
 }
 
@@ -313,10 +248,6 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
         dp->replicas[dp->nreplicas++] = replica;
         st->grad_bufs[r] = cg__data(replica->flat_grad);
     }
-    size_t np = (size_t)module->nparams + 1;
-    if (s == CG_OK && (!(st->hooks = calloc(np, sizeof *st->hooks)) || !(st->ready = calloc(np, sizeof *st->ready)) ||
-                       !(st->launched = calloc(np, sizeof *st->launched)) || !(st->seen = calloc(np, sizeof *st->seen))))
-        s = cg__fail(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
     if (s == CG_OK && st->n > 1) s = cg__nccl_new(NULL, st->n, 0, st->n, st->devices, &st->nccl);
     if (s != CG_OK) {
         if (dp->nreplicas > 0) dp->replicas[0] = NULL; /* the caller keeps its module */
@@ -324,13 +255,5 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
         return NULL;
     }
     for (int r = 0; r < dp->nreplicas; r++) dp->replicas[r]->parent = dp; /* after cloning the first */
-    st->dp = dp, st->nparams = dp->nparams;
-    for (int i = 0; i < dp->nparams; i++) {
-        st->hooks[i] = (dp_param_hook){st, i};
-        for (int r = 0; r < dp->nreplicas; r++) {
-            cg_tensor *p = dp->replicas[r]->params[i].tensor;
-            p->grad_hook = grad_ready, p->grad_hook_ctx = &st->hooks[i];
-        }
-    }
     return dp;
 }
