@@ -267,11 +267,11 @@ void cg_test_assert_close_at(const float *out, const double *ref, size_t n, doub
     }
 }
 
-void cg_test_assert_tensor_close_at(const cg_tensor *t, const double *ref, size_t n, double rtol,
-                                    const char *file, int line) {
+/* t read back after checking it exists and holds n elements; `what` names the assertion. */
+static float *read_checked(const cg_tensor *t, size_t n, const char *what, const char *file, int line) {
     if (!t) {
-        print_error("%s%sassert_tensor_close: NULL tensor: %s\n", g_context[0] ? g_context : "",
-                    g_context[0] ? ": " : "", cg_last_error());
+        print_error("%s%s%s: NULL tensor: %s\n", g_context[0] ? g_context : "", g_context[0] ? ": " : "", what,
+                    cg_last_error());
         _fail(file, line);
     }
     if (cg_numel(t) != (int64_t)n) {
@@ -279,7 +279,12 @@ void cg_test_assert_tensor_close_at(const cg_tensor *t, const double *ref, size_
                     g_context[0] ? ": " : "", (long long)cg_numel(t), n);
         _fail(file, line);
     }
-    float *out = cg_test_read_at(t, file, line);
+    return cg_test_read_at(t, file, line);
+}
+
+void cg_test_assert_tensor_close_at(const cg_tensor *t, const double *ref, size_t n, double rtol,
+                                    const char *file, int line) {
+    float *out = read_checked(t, n, "assert_tensor_close", file, line);
     cg_test_assert_close_at(out, ref, n, rtol, file, line);
     free(out);
 }
@@ -385,17 +390,7 @@ void cg_test_assert_rel_l2_at(const float *out, const double *ref, size_t n, dou
 
 void cg_test_assert_tensor_rel_l2_at(const cg_tensor *t, const double *ref, size_t n, double tol,
                                      const char *file, int line) {
-    if (!t) {
-        print_error("%s%sassert_tensor_rel_l2: NULL tensor: %s\n", g_context[0] ? g_context : "",
-                    g_context[0] ? ": " : "", cg_last_error());
-        _fail(file, line);
-    }
-    if (cg_numel(t) != (int64_t)n) {
-        print_error("%s%snumel %lld, expected %zu\n", g_context[0] ? g_context : "",
-                    g_context[0] ? ": " : "", (long long)cg_numel(t), n);
-        _fail(file, line);
-    }
-    float *out = cg_test_read_at(t, file, line);
+    float *out = read_checked(t, n, "assert_tensor_rel_l2", file, line);
     cg_test_assert_rel_l2_at(out, ref, n, tol, file, line);
     free(out);
 }
