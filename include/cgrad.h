@@ -216,6 +216,20 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
  * error on the CPU and makes the loss NaN on a GPU (checking there would wait for the device).
  * N = 0 gives NaN, as PyTorch. Targets must not require grad. */
 cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets);
+/* F.conv2d: x (N, C_in, H, W), weight (C_out, C_in, kh, kw), bias (C_out) or NULL, the same stride
+ * and zero padding on both spatial dims -> (N, C_out, (H + 2p - kh) / s + 1, (W + 2p - kw) / s + 1).
+ * CPU: im2col + OpenBLAS; GPU: cuDNN with deterministic algorithms chosen by fixed rules (true fp32
+ * unless cg_set_allow_tf32 is on). */
+cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride,
+                     int padding);
+/* F.max_pool2d: x (N, C, H, W), a kernel x kernel window moved by stride (no padding, floor mode)
+ * -> (N, C, (H - k) / s + 1, (W - k) / s + 1). The gradient goes to the first maximum of each
+ * window (PyTorch's choice), NaN counting as the maximum. */
+cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride);
+/* F.dropout: in training, each element is kept with probability 1 - p and scaled by 1 / (1 - p),
+ * from the device's seeded generator (cg_manual_seed), so a seeded run repeats bit for bit;
+ * otherwise (or p == 0) x itself is returned as a view. 0 <= p < 1. */
+cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training);
 /* torch.argmax(t, dim, keepdim): the index (as a float) of the first maximum along dim; NaN counts as
  * the maximum. Not recorded on the tape. */
 cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim);

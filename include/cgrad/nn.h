@@ -37,6 +37,16 @@ cg_module *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
 cg_module *cg_relu_new(void);
 cg_module *cg_tanh_new(void);
 cg_module *cg_sigmoid_new(void);
+/* nn.Conv2d(in, out, kernel_size, stride, padding, bias): weight (out, in, k, k) and bias (out)
+ * ~ U(-1/sqrt(in k k), 1/sqrt(in k k)). x (N, in, H, W) -> (N, out, H', W') (see cg_conv2d). */
+cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
+                         int64_t padding, bool bias, cg_device d);
+/* nn.MaxPool2d(kernel_size, stride); stride 0 means stride = kernel_size, as PyTorch's default. */
+cg_module *cg_max_pool2d_new(int64_t kernel_size, int64_t stride);
+/* nn.Flatten(): (N, d1, d2, ...) -> (N, d1 * d2 * ...), a view. */
+cg_module *cg_flatten_new(void);
+/* nn.Dropout(p): active in train mode only (cg_module_train); see cg_dropout. */
+cg_module *cg_dropout_new(float p);
 /* nn.Sequential: takes ownership of the n modules, which must be on one device. On failure
  * (NULL returned) the caller still owns them. */
 cg_module *cg_sequential_new(int n, cg_module *const *modules);
