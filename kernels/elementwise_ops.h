@@ -21,7 +21,8 @@
     X(CG_UNARY_ADD_SCALAR) /* y = x + alpha */                                                      \
     X(CG_UNARY_MUL_SCALAR) /* y = x * alpha */                                                      \
     X(CG_UNARY_DIV_SCALAR) /* y = x / alpha */                                                      \
-    X(CG_UNARY_POW_SCALAR) /* y = x ^ alpha */
+    X(CG_UNARY_POW_SCALAR) /* y = x ^ alpha */                                                      \
+    X(CG_UNARY_DROPOUT_MASK) /* x ~ U[0,1): y = 1 / (1 - alpha) where x >= alpha, else 0 */
 
 #define CG_BINARY_OPS(X)                                                                            \
     X(CG_BINARY_ADD) X(CG_BINARY_SUB) X(CG_BINARY_MUL) X(CG_BINARY_DIV) X(CG_BINARY_POW)            \
@@ -89,6 +90,7 @@ CG_HD float cg_unary_apply(cg_unary_op op, float x, float alpha) {
     case CG_UNARY_MUL_SCALAR: return x * alpha;
     case CG_UNARY_DIV_SCALAR: return x / alpha;
     case CG_UNARY_POW_SCALAR: return cg_powf(x, alpha);
+    case CG_UNARY_DROPOUT_MASK: return x >= alpha ? 1.0f / (1.0f - alpha) : 0.0f;
     default: return x;
     }
 }

@@ -5,11 +5,9 @@ static cg_tensor *relu_forward(cg_module *m, const cg_tensor *x) { return cg_rel
 static cg_tensor *tanh_forward(cg_module *m, const cg_tensor *x) { return cg_tanh(x); }
 static cg_tensor *sigmoid_forward(cg_module *m, const cg_tensor *x) { return cg_sigmoid(x); }
 
-static cg_module *activation_shell(const cg_module *m, cg_device d) { return cg__module_new(m->ops, d, 0); }
-
-static const cg_module_ops relu_ops = {.type = "ReLU", .forward = relu_forward, .shell = activation_shell};
-static const cg_module_ops tanh_ops = {.type = "Tanh", .forward = tanh_forward, .shell = activation_shell};
-static const cg_module_ops sigmoid_ops = {.type = "Sigmoid", .forward = sigmoid_forward, .shell = activation_shell};
+static const cg_module_ops relu_ops = {.type = "ReLU", .forward = relu_forward, .shell = cg__module_plain_shell};
+static const cg_module_ops tanh_ops = {.type = "Tanh", .forward = tanh_forward, .shell = cg__module_plain_shell};
+static const cg_module_ops sigmoid_ops = {.type = "Sigmoid", .forward = sigmoid_forward, .shell = cg__module_plain_shell};
 
 /* Activations hold no parameters, so they follow whatever device their input is on. */
 cg_module *cg_relu_new(void) { return cg__module_new(&relu_ops, cg_cpu(), 0); }

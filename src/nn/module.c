@@ -16,6 +16,15 @@ cg_module *cg__module_new(const cg_module_ops *ops, cg_device d, int nchildren) 
     return m;
 }
 
+cg_module *cg__module_plain_shell(const cg_module *m, cg_device d) {
+    cg_module *s = cg__module_new(m->ops, d, 0);
+    if (s) {
+        memcpy(s->config, m->config, sizeof s->config);
+        s->training = m->training;
+    }
+    return s;
+}
+
 cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const int64_t *shape) {
     if (m->nown == CG_MODULE_MAX_OWN_PARAMS)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: too many parameters", m->ops->type);

@@ -48,6 +48,9 @@ struct cg_module {
 
 /* A module with no parameters yet; NULL on out-of-memory. */
 cg_module *cg__module_new(const cg_module_ops *ops, cg_device d, int nchildren);
+/* The shell (see cg_module_ops) of a module with no parameters or children: same type, config and
+ * mode on d. */
+cg_module *cg__module_plain_shell(const cg_module *m, cg_device d);
 /* Registers an owned parameter (a new leaf tensor requiring grad) of the given shape. */
 cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const int64_t *shape);
 /* Packs the tree's parameters into fresh flat buffers on d (moving them there) and makes m its
