@@ -132,6 +132,15 @@ typedef struct cg_adam_args {
     bool decoupled;           /* AdamW (p *= decay_factor) rather than Adam (g += wd p) */
 } cg_adam_args;
 
+/* Geometry of cg_conv2d and cg_max_pool2d: x (n, c, h, w) -> y (n, k, oh, ow) through a (kh, kw)
+ * window moved by stride over x zero-padded by padding on every side. Pooling: k == c, no padding. */
+typedef struct cg_conv_geom {
+    int64_t n, c, h, w;
+    int64_t k, kh, kw;
+    int64_t oh, ow;
+    int64_t stride, padding;
+} cg_conv_geom;
+
 /* ---- backend table (ggml-style): one per device type ----------------------------------------- */
 typedef struct cg_backend {
     const char *name;
@@ -190,6 +199,20 @@ typedef struct cg_backend {
     /* fused torch.optim.Adam / AdamW update of n contiguous parameters (see cg_adam_args) */
     cg_status (*adam_step)(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                            const struct cg_adam_args *args, int index);
+    /* convolution (see cg_conv_geom): x (n, c, h, w), weight (k, c, kh, kw), bias (k) or NULL, y and gy
+     * (n, k, oh, ow), all contiguous; gradients are written, not accumulated, and are deterministic */
+    cg_status (*conv2d_forward)(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
+                                float *y, int index);
+    cg_status (*conv2d_backward_data)(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
+                                      int index);
+    cg_status (*conv2d_backward_weight)(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
+                                        int index);
+    /* max pooling: y (n, c, oh, ow) = the maximum of each window of x, scanned in row-major order as PyTorch
+     * does (v replaces the maximum when v > max or v is NaN); arg (same shape, or NULL) = its offset
+     * ki * kw + kj in the window.
+     * Backward: gx (n, c, h, w) = the sum of gy over the windows whose arg points at each element. */
+    cg_status (*max_pool2d_forward)(const cg_conv_geom *g, const float *x, float *y, float *arg, int index);
+    cg_status (*max_pool2d_backward)(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index);
 } cg_backend;
 
 extern const cg_backend cg__cpu_backend;
