@@ -1,25 +1,29 @@
 #!/usr/bin/env python3
-"""PyTorch side of examples/train_fashion_mnist.c: the same MLP trained on Fashion-MNIST the same
+"""PyTorch side of examples/train_fashion_mnist.c: the same model trained on Fashion-MNIST the same
 way, printing the same per-epoch lines and `result work=... impl=pytorch` lines, so the two can be
 put side by side (test accuracy and training images/s).
 
-Model nn.Sequential(Linear(784, 256), ReLU, Linear(256, 128), ReLU, Linear(128, 10)) with PyTorch's
-default init (torch.manual_seed(seed) first), Adam(lr=1e-3), CrossEntropyLoss, batch 128, the last
-partial batch kept. The whole data set sits on the device as float32, normalised as cgrad does
-((pixel / 255 - 0.2860) / 0.3530, torchvision's ToTensor + Normalize); each epoch's batches are
-gathered on the device through a seeded permutation (torch.randperm with a generator seeded once
-with the seed), so no step waits on a host-to-device copy. The IDX files are read with gzip + numpy.
+Models (PyTorch's default init, torch.manual_seed(seed) first):
+  mlp: Sequential(Linear(784, 256), ReLU, Linear(256, 128), ReLU, Linear(128, 10))
+  cnn: Sequential(Conv2d(1, 32, 3, padding=1), ReLU, MaxPool2d(2), Conv2d(32, 64, 3, padding=1), ReLU,
+       MaxPool2d(2), Flatten, Linear(3136, 128), ReLU, Linear(128, 10))
+Adam(lr) or SGD(lr, momentum), CrossEntropyLoss, the last partial batch kept. The whole data set
+sits on the device as float32, normalised as cgrad does ((pixel / 255 - 0.2860) / 0.3530,
+torchvision's ToTensor + Normalize); each epoch's batches are gathered on the device through a
+seeded permutation (torch.randperm with a generator seeded once with the seed), so no step waits on
+a host-to-device copy. The IDX files are read with gzip + numpy.
 
 Per epoch: training images/s over the whole epoch (timed with time.perf_counter, synchronised on
 the GPU at the start and the end; the running loss is summed on the device and read once), then
 the test accuracy over the 10000 test images in batches of 1000 under torch.no_grad(). Per seed:
-  result work=fmnist_mlp_adam_e<E>_seed<S> impl=pytorch test_acc=<final %> images_per_s=<median>
+  result work=fmnist_<model>_<optimizer>_e<E>_seed<S> impl=pytorch test_acc=<final %> images_per_s=<median>
 (images_per_s: the median of the epochs' rates, as the C program reports it), and with several
-seeds a `mean` line. The cuDNN/TF32 switches do not matter for this model (no convolutions; matmul
-TF32 is off by default in PyTorch) but are set to fp32 explicitly.
+seeds a `mean` line. Convolutions and matmuls run in true fp32 (cuDNN's TF32 default switched off)
+unless --tf32 is given.
 
-Usage: bench/bench_fashion_mnist.py [--epochs 10] [--seeds 0,1,2] [--device cuda|cpu]
-       [--limit N] [--threads N] [--data DIR]"""
+Usage: bench/bench_fashion_mnist.py [--model mlp|cnn] [--optimizer adam|sgd] [--lr LR]
+       [--momentum M] [--epochs 10] [--seeds 0,1,2] [--device cuda|cpu] [--limit N] [--threads N]
+       [--tf32] [--data DIR]"""
 import argparse
 import gzip
 import os
@@ -56,14 +60,15 @@ def read_idx(path, ndim):
     return body.reshape(dims)
 
 
-def load(data_dir, train, device, limit=0):
-    """(images (N, 784) float32 normalised, labels (N) int64) on the device."""
+def load(data_dir, train, device, flat, limit=0):
+    """(images (N, 784) if flat else (N, 1, 28, 28), float32 normalised; labels (N) int64) on the device."""
     prefix = "train" if train else "t10k"
     images = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"), 3)
     labels = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"), 1)
     if limit > 0:
         images, labels = images[:limit], labels[:limit]
-    x = (images.reshape(len(images), -1).astype(np.float32) / np.float32(255.0) - np.float32(MEAN)) \
+    shape = (len(images), -1) if flat else (len(images), 1, images.shape[1], images.shape[2])
+    x = (images.reshape(shape).astype(np.float32) / np.float32(255.0) - np.float32(MEAN)) \
         / np.float32(STD)
     return (torch.from_numpy(x).to(device), torch.from_numpy(labels.astype(np.int64)).to(device))
 
@@ -83,13 +88,25 @@ def test_accuracy(model, x, y):
     return 100.0 * float(correct) / len(x)
 
 
+def make_model(name):
+    nn = torch.nn
+    if name == "mlp":
+        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                             nn.Linear(128, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
 def run(seed, args, device, train, test):
     x_train, y_train = train
     n = len(x_train)
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
-                                torch.nn.ReLU(), torch.nn.Linear(128, 10)).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    model = make_model(args.model).to(device)
+    if args.optimizer == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = torch.nn.CrossEntropyLoss()
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
@@ -116,14 +133,24 @@ def run(seed, args, device, train, test):
         print(f"seed {seed} epoch {epoch}: train loss {train_loss:.4f}, test accuracy {acc:.2f}%, "
               f"{n / seconds:.0f} images/s", flush=True)
     rate = statistics.median(rates)
-    print(f"result work=fmnist_mlp_adam_e{args.epochs}_seed{seed} impl=pytorch test_acc={acc:.2f} "
+    print(f"result work=fmnist_{args.model}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch test_acc={acc:.2f} "
           f"images_per_s={rate:.0f}", flush=True)
     return acc, rate
+
+
+def optimizer_desc(args):
+    if args.optimizer == "adam":
+        return f"Adam(lr={args.lr:g})"
+    return f"SGD(lr={args.lr:g}, momentum={args.momentum:g})"
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum")
+    p.add_argument("--tf32", action="store_true", help="PyTorch's default TF32 convolutions")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -139,14 +166,16 @@ def main():
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = args.tf32
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"CPU, {torch.get_num_threads()} threads"
-    train = load(args.data, True, device, args.limit)
-    test = load(args.data, False, device)
+    flat = args.model == "mlp"
+    train = load(args.data, True, device, flat, args.limit)
+    test = load(args.data, False, device, flat)
     print(f"# PyTorch {torch.__version__} on {device} ({name}): {len(train[0])} training images, "
-          f"batch {args.batch}, Adam(lr={args.lr:g}), {args.epochs} epochs, seeds {seeds}, fp32",
+          f"{args.model.upper()}, batch {args.batch}, {optimizer_desc(args)}, {args.epochs} epochs, "
+          f"seeds {seeds}, {'TF32 convolutions' if args.tf32 else 'fp32'}",
           flush=True)
     results = [run(seed, args, device, train, test) for seed in seeds]
     if len(results) > 1:
