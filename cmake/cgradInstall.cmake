@@ -9,7 +9,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # libcgrad.so.0 -> libcgrad.so.0.1.0. The installed library keeps the run paths of the libraries it
-# links from outside the system directories (the CUDA toolkit's), so it loads without LD_LIBRARY_PATH.
+# links from directories the loader does not search by itself (e.g. OpenMPI's private one).
 set_target_properties(cgrad PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
   INSTALL_RPATH_USE_LINK_PATH ON)
 
@@ -72,6 +72,16 @@ foreach(dep IN LISTS cgrad_deps)
   endif()
   list(APPEND cgrad_pc_libs_private ${flags})
 endforeach()
+# nvcc compiles the kernels' host code as C++: a C program linking libcgrad.a also needs the C++
+# runtime libraries (libstdc++) that linking with the CUDA compiler adds.
+if(CGRAD_CUDA)
+  set(cgrad_cxx_libs ${CMAKE_CUDA_IMPLICIT_LINK_LIBRARIES})
+  list(REMOVE_ITEM cgrad_cxx_libs ${CMAKE_C_IMPLICIT_LINK_LIBRARIES})
+  list(REMOVE_DUPLICATES cgrad_cxx_libs)
+  list(APPEND cgrad_export_links ${cgrad_cxx_libs})
+  list(TRANSFORM cgrad_cxx_libs PREPEND -l)
+  list(APPEND cgrad_pc_libs_private ${cgrad_cxx_libs})
+endif()
 target_link_libraries(cgrad_static INTERFACE "$<INSTALL_INTERFACE:${cgrad_export_links}>")
 
 # ---- headers, libraries, CMake package ----------------------------------------------------------------
