@@ -9,7 +9,10 @@
  * Ownership: cg_idx_load fills a cg_idx the caller releases with cg_idx_free; cg_dataset_new and
  * cg_loader_new return objects the caller frees with cg_dataset_free / cg_loader_free (a loader
  * borrows its data set, which must outlive it). Batches from cg_loader_next are ordinary new
- * tensors: owned by the innermost open scope, or by the caller outside scopes. */
+ * tensors: owned by the innermost open scope, or by the caller outside scopes.
+ *
+ * Errors: a call that can fail returns NULL or a cg_status other than CG_OK, and cg_last_error()
+ * names the file or argument and the fault. */
 #ifndef CGRAD_DATA_H
 #define CGRAD_DATA_H
 

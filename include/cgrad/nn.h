@@ -7,7 +7,12 @@
  * state_dict ("weight", "bias", "0.weight", ...).
  *
  * Ownership: cg_*_new returns a module the caller frees with cg_module_free(), which frees its
- * children too (cg_sequential_new takes ownership of the modules passed to it). */
+ * children too (cg_sequential_new takes ownership of the modules passed to it). cg_sgd_new,
+ * cg_adam_new and cg_adamw_new return an optimizer that borrows the module (which must outlive it);
+ * the caller frees it with cg_optimizer_free(). Forward returns a new tensor (see cgrad.h).
+ *
+ * Errors: a call that can fail returns NULL (constructors, forward) or a cg_status other than
+ * CG_OK, and cg_last_error() says why. */
 #ifndef CGRAD_NN_H
 #define CGRAD_NN_H
 

@@ -4,7 +4,13 @@
  * Both wrap a module and return a module: forward, parameters (named "module.<name>") and
  * optimizers work on the wrapper. Replicas are made once and kept identical: after backward every
  * replica holds the combined gradient, and an optimizer built on the wrapper steps each of them,
- * so parameters are never re-copied. The wrapper owns the module it wraps. */
+ * so parameters are never re-copied.
+ *
+ * Ownership: cg_data_parallel_new and cg_ddp_new return the wrapper, which owns the module it wraps
+ * (cg_module_free on the wrapper frees both); on failure they return NULL, with cg_last_error()
+ * set, and the caller still owns its module. cg_dist_init returns the process's cg_dist, which a
+ * DDP wrapper borrows: free the wrapper first, then end with cg_dist_finalize(). Other calls that
+ * can fail return a cg_status other than CG_OK, with cg_last_error() set. */
 #ifndef CGRAD_PARALLEL_H
 #define CGRAD_PARALLEL_H
 
