@@ -43,4 +43,14 @@ cg_status cg__cpu_gather_rows(const float *src, int64_t row_len, const int32_t *
 cg_status cg__cpu_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                             const cg_adam_args *args, int index);
 
+/* convolution and max pooling (cpu_conv.c; see cg_conv_geom) */
+cg_status cg__cpu_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
+                                 float *y, int index);
+cg_status cg__cpu_conv2d_backward_data(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
+                                       int index);
+cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
+                                         int index);
+cg_status cg__cpu_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index);
+cg_status cg__cpu_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index);
+
 #endif

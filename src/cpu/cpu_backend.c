@@ -73,4 +73,9 @@ const cg_backend cg__cpu_backend = {
     .argmax = cg__cpu_argmax,
     .gather_rows = cg__cpu_gather_rows,
     .adam_step = cg__cpu_adam_step,
+    .conv2d_forward = cg__cpu_conv2d_forward,
+    .conv2d_backward_data = cg__cpu_conv2d_backward_data,
+    .conv2d_backward_weight = cg__cpu_conv2d_backward_weight,
+    .max_pool2d_forward = cg__cpu_max_pool2d_forward,
+    .max_pool2d_backward = cg__cpu_max_pool2d_backward,
 };

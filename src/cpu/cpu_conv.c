@@ -1,0 +1,239 @@
+/* CPU convolution (im2col + OpenBLAS) and max pooling.
+ *
+ * Convolution goes one image per task: a thread unfolds its image into a column buffer of its own,
+ * col (c kh kw, oh ow), which stays in its L2 cache, and multiplies it at once with a single-threaded
+ * cblas_sgemm whose output (k, oh ow) is the image's slice of y in NCHW order. Measured on 2 threads
+ * for the Fashion-MNIST CNN's second layer (32 -> 64, 3x3, 14x14, batch 128), this takes 7 ms where
+ * one GEMM over the whole batch's columns takes 14: those columns (29 MB) overflow the caches, and
+ * its (k, n oh ow) output needs a transpose into NCHW. Every sum runs in an order fixed by the shapes,
+ * so results do not depend on the thread count. */
+#include "cpu/cpu.h"
+#include "kernels/pool_math.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#define WGRAD_GROUP 4 /* images per partial weight gradient */
+
+/* OpenBLAS's pthreads build does not see OpenMP: inside our parallel loops each call must stay on its
+ * calling thread, or the threads would queue on one BLAS thread pool. Returns the previous count. */
+static int blas_serial_begin(void) {
+    int previous = openblas_get_num_threads();
+    if (previous != 1) openblas_set_num_threads(1);
+    return previous;
+}
+static void blas_serial_end(int previous) {
+    if (previous != 1) openblas_set_num_threads(previous);
+}
+
+/* A kh x kw kernel at stride 1 over unpadded input: the columns are the image itself. */
+static bool is_pointwise(const cg_conv_geom *g) {
+    return g->kh == 1 && g->kw == 1 && g->stride == 1 && g->padding == 0;
+}
+
+/* The outputs o in [*lo, *hi) whose input o * stride - padding + k lies in [0, in). */
+static void valid_outputs(const cg_conv_geom *g, int64_t out, int64_t in, int64_t k, int64_t *lo, int64_t *hi) {
+    int64_t first = g->padding - k, last = in - 1 + g->padding - k; /* o stride in [first, last] */
+    *lo = first <= 0 ? 0 : (first + g->stride - 1) / g->stride;
+    *hi = last < 0 ? 0 : last / g->stride + 1;
+    if (*hi > out) *hi = out;
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* col (c kh kw, oh ow) of one image x (c, h, w): row (ci, ki, kj) holds x[ci][oh s - p + ki][ow s - p + kj],
+ * zero where that falls in the padding. */
+static void im2col(const cg_conv_geom *g, const float *x, float *col) {
+    int64_t s = g->stride, p = g->padding, ow = g->ow;
+    for (int64_t ki = 0; ki < g->kh; ki++) {
+        int64_t h_lo, h_hi;
+        valid_outputs(g, g->oh, g->h, ki, &h_lo, &h_hi);
+        for (int64_t kj = 0; kj < g->kw; kj++) {
+            int64_t w_lo, w_hi;
+            valid_outputs(g, ow, g->w, kj, &w_lo, &w_hi);
+            for (int64_t ci = 0; ci < g->c; ci++) {
+                float *row = col + ((ci * g->kh + ki) * g->kw + kj) * g->oh * ow;
+                const float *plane = x + ci * g->h * g->w;
+                memset(row, 0, (size_t)(h_lo * ow) * sizeof(float));
+                for (int64_t oh = h_lo; oh < h_hi; oh++) {
+                    float *dst = row + oh * ow;
+                    int64_t at = (oh * s - p + ki) * g->w - p + kj; /* plane[at + o s] feeds output o */
+                    for (int64_t o = 0; o < w_lo; o++) dst[o] = 0.0f;
+                    if (s == 1) memcpy(dst + w_lo, plane + at + w_lo, (size_t)(w_hi - w_lo) * sizeof(float));
+                    else
+                        for (int64_t o = w_lo; o < w_hi; o++) dst[o] = plane[at + o * s];
+                    for (int64_t o = w_hi; o < ow; o++) dst[o] = 0.0f;
+                }
+                memset(row + h_hi * ow, 0, (size_t)((g->oh - h_hi) * ow) * sizeof(float));
+            }
+        }
+    }
+}
+
+/* gx (c, h, w) of one image = the sum of col's entries at the positions im2col read them from. */
+static void col2im(const cg_conv_geom *g, const float *col, float *gx) {
+    int64_t s = g->stride, p = g->padding, ow = g->ow;
+    memset(gx, 0, (size_t)(g->c * g->h * g->w) * sizeof(float));
+    for (int64_t ci = 0; ci < g->c; ci++)
+        for (int64_t ki = 0; ki < g->kh; ki++) {
+            int64_t h_lo, h_hi;
+            valid_outputs(g, g->oh, g->h, ki, &h_lo, &h_hi);
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                int64_t w_lo, w_hi;
+                valid_outputs(g, ow, g->w, kj, &w_lo, &w_hi);
+                const float *row = col + ((ci * g->kh + ki) * g->kw + kj) * g->oh * ow;
+                for (int64_t oh = h_lo; oh < h_hi; oh++) {
+                    int64_t at = (ci * g->h + oh * s - p + ki) * g->w - p + kj;
+                    const float *src = row + oh * ow;
+                    for (int64_t o = w_lo; o < w_hi; o++) gx[at + o * s] += src[o];
+                }
+            }
+        }
+}
+
+/* One column buffer (c kh kw, oh ow) per thread, from the caching allocator; NULL when the columns are
+ * the image itself. */
+typedef struct col_workspace {
+    float *base;
+    size_t bytes;
+    int64_t per_thread;
+} col_workspace;
+
+static cg_status workspace_get(const cg_conv_geom *g, col_workspace *ws) {
+    *ws = (col_workspace){0};
+    if (is_pointwise(g)) return CG_OK;
+    ws->per_thread = g->c * g->kh * g->kw * g->oh * g->ow;
+    ws->bytes = (size_t)(ws->per_thread * omp_get_max_threads()) * sizeof(float);
+    ws->base = cg__alloc(cg_cpu(), ws->bytes);
+    return ws->base ? CG_OK : cg_last_status();
+}
+
+static void workspace_put(col_workspace *ws) {
+    if (ws->base) cg__free(cg_cpu(), ws->base, ws->bytes);
+}
+
+/* The columns of image n (c h w floats at x_n): unfolded into this thread's buffer, or x_n itself. */
+static const float *columns_of(const cg_conv_geom *g, const col_workspace *ws, const float *x_n) {
+    if (!ws->base) return x_n;
+    float *col = ws->base + ws->per_thread * omp_get_thread_num();
+    im2col(g, x_n, col);
+    return col;
+}
+
+static int64_t conv_flops(const cg_conv_geom *g) { return g->n * g->k * g->oh * g->ow * g->c * g->kh * g->kw; }
+
+/* y_n (k, oh ow) = weight (k, c kh kw) col_n (c kh kw, oh ow) [+ bias, set first, with beta 1]. */
+cg_status cg__cpu_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
+                                 float *y, int index) {
+    int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow;
+    col_workspace ws;
+    CG_TRY(workspace_get(g, &ws));
+    int blas_threads = blas_serial_begin();
+    CG_CPU_FOR(n, g->n, conv_flops(g), {
+        const float *col = columns_of(g, &ws, x + n * g->c * g->h * g->w);
+        float *y_n = y + n * g->k * p;
+        if (bias)
+            for (int64_t k = 0; k < g->k; k++)
+                for (int64_t i = 0; i < p; i++) y_n[k * p + i] = bias[k];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)p, (int)ckk, 1.0f, weight, (int)ckk, col,
+                    (int)p, bias ? 1.0f : 0.0f, y_n, (int)p);
+    });
+    blas_serial_end(blas_threads);
+    workspace_put(&ws);
+    return CG_OK;
+}
+
+/* gcol_n (c kh kw, oh ow) = weight^T gy_n (k, oh ow), folded back into gx_n by col2im. */
+cg_status cg__cpu_conv2d_backward_data(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
+                                       int index) {
+    int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow, chw = g->c * g->h * g->w;
+    col_workspace ws;
+    CG_TRY(workspace_get(g, &ws));
+    int blas_threads = blas_serial_begin();
+    CG_CPU_FOR(n, g->n, conv_flops(g), {
+        float *gcol = ws.base ? ws.base + ws.per_thread * omp_get_thread_num() : gx + n * chw;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ckk, (int)p, (int)g->k, 1.0f, weight, (int)ckk,
+                    gy + n * g->k * p, (int)p, 0.0f, gcol, (int)p);
+        if (ws.base) col2im(g, gcol, gx + n * chw);
+    });
+    blas_serial_end(blas_threads);
+    workspace_put(&ws);
+    return CG_OK;
+}
+
+/* gweight (k, c kh kw) = sum over images of gy_n (k, oh ow) col_n^T. Each group of WGRAD_GROUP images
+ * sums into a partial of its own (a fixed split, whatever the thread count), and the partials are
+ * added in order. */
+cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
+                                         int index) {
+    int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow, wn = g->k * ckk;
+    int64_t groups = (g->n + WGRAD_GROUP - 1) / WGRAD_GROUP;
+    if (groups == 0) {
+        memset(gweight, 0, (size_t)wn * sizeof(float));
+        return CG_OK;
+    }
+    size_t partial_bytes = groups > 1 ? (size_t)(groups * wn) * sizeof(float) : 0;
+    float *partial = groups > 1 ? cg__alloc(cg_cpu(), partial_bytes) : gweight;
+    if (!partial) return cg_last_status();
+    col_workspace ws;
+    cg_status s = workspace_get(g, &ws);
+    if (s != CG_OK) {
+        if (groups > 1) cg__free(cg_cpu(), partial, partial_bytes);
+        return s;
+    }
+    int blas_threads = blas_serial_begin();
+    CG_CPU_FOR(gi, groups, conv_flops(g), {
+        int64_t end = (gi + 1) * WGRAD_GROUP < g->n ? (gi + 1) * WGRAD_GROUP : g->n;
+        for (int64_t n = gi * WGRAD_GROUP; n < end; n++) {
+            const float *col = columns_of(g, &ws, x + n * g->c * g->h * g->w);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->k, (int)ckk, (int)p, 1.0f, gy + n * g->k * p,
+                        (int)p, col, (int)p, n == gi * WGRAD_GROUP ? 0.0f : 1.0f, partial + gi * wn, (int)ckk);
+        }
+    });
+    blas_serial_end(blas_threads);
+    workspace_put(&ws);
+    if (groups > 1) {
+        CG_CPU_FOR(i, wn, groups * wn, {
+            float sum = partial[i];
+            for (int64_t gi = 1; gi < groups; gi++) sum += partial[gi * wn + i];
+            gweight[i] = sum;
+        });
+        cg__free(cg_cpu(), partial, partial_bytes);
+    }
+    return CG_OK;
+}
+
+/* ---- max pooling: one (n, c) plane per task ---------------------------------------------------------- */
+cg_status cg__cpu_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index) {
+    int64_t planes = g->n * g->c, p = g->oh * g->ow;
+    CG_CPU_FOR(pl, planes, planes * p * g->kh * g->kw, {
+        const float *plane = x + pl * g->h * g->w;
+        for (int64_t oh = 0; oh < g->oh; oh++)
+            for (int64_t ow = 0; ow < g->ow; ow++) {
+                const float *win = plane + oh * g->stride * g->w + ow * g->stride;
+                float best = -INFINITY;
+                int64_t at = 0;
+                for (int64_t ki = 0; ki < g->kh; ki++)
+                    for (int64_t kj = 0; kj < g->kw; kj++)
+                        if (cg_max_pool_better(win[ki * g->w + kj], best)) best = win[ki * g->w + kj], at = ki * g->kw + kj;
+                int64_t o = pl * p + oh * g->ow + ow;
+                y[o] = best;
+                if (arg) arg[o] = (float)at;
+            }
+    });
+    return CG_OK;
+}
+
+/* Windows scatter into their plane one after another, in row-major order (overlapping ones add up). */
+cg_status cg__cpu_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index) {
+    int64_t planes = g->n * g->c, p = g->oh * g->ow, hw = g->h * g->w;
+    CG_CPU_FOR(pl, planes, planes * (hw + p), {
+        float *plane = gx + pl * hw;
+        memset(plane, 0, (size_t)hw * sizeof(float));
+        for (int64_t oh = 0; oh < g->oh; oh++)
+            for (int64_t ow = 0; ow < g->ow; ow++) {
+                int64_t o = pl * p + oh * g->ow + ow, at = (int64_t)arg[o];
+                plane[(oh * g->stride + at / g->kw) * g->w + ow * g->stride + at % g->kw] += gy[o];
+            }
+    });
+    return CG_OK;
+}

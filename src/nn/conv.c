@@ -1,0 +1,90 @@
+/* nn.Conv2d and nn.MaxPool2d. Conv2d's weight (out, in, k, k) and bias (out) are drawn from
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in k k (kaiming_uniform with a = sqrt(5) reduces to that
+ * bound, as does PyTorch's bias init). */
+#include "nn/module.h"
+
+/* Conv2d's config holds stride and padding; the channels and kernel size are the weight's shape. */
+enum { STRIDE, PADDING };
+enum { POOL_KERNEL, POOL_STRIDE };
+
+static cg_tensor *conv_forward(cg_module *m, const cg_tensor *x) {
+    return cg_conv2d(x, m->own[0], m->nown == 2 ? m->own[1] : NULL, (int)m->config[STRIDE], (int)m->config[PADDING]);
+}
+
+static cg_module *conv_create(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t padding, bool bias,
+                              cg_device d);
+
+static cg_module *conv_shell(const cg_module *m, cg_device d) {
+    const int64_t *w = m->own[0]->shape; /* (out, in, k, k) */
+    return conv_create(w[1], w[0], w[2], m->config[STRIDE], m->config[PADDING], m->nown == 2, d);
+}
+
+static const cg_module_ops conv_ops = {.type = "Conv2d", .forward = conv_forward, .shell = conv_shell};
+
+static cg_module *conv_create(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t padding, bool bias,
+                              cg_device d) {
+    cg_module *m = cg__module_new(&conv_ops, d, 0);
+    if (!m) return NULL;
+    m->config[STRIDE] = stride, m->config[PADDING] = padding;
+    if (!cg__module_add_param(m, "weight", 4, (int64_t[]){out, in, k, k}) ||
+        (bias && !cg__module_add_param(m, "bias", 1, (int64_t[]){out})) || cg__module_pack(m, d) != CG_OK) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* p = U(-bound, bound) = (2 U[0,1) - 1) bound, drawn in place, as cg_linear_new draws. */
+static cg_status init_uniform(cg_tensor *p, float bound) {
+    bool previous = cg_set_grad_enabled(false);
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *u = cg_rand(p->ndim, p->shape, p->device);
+    cg_tensor *v = u ? cg_add_scalar(cg_mul_scalar(u, 2.0f * bound), -bound) : NULL;
+    cg_status s = v ? cg_copy_(p, v) : cg_last_status();
+    cg_scope_end(scope);
+    cg_set_grad_enabled(previous);
+    return s;
+}
+
+cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
+                         int64_t padding, bool bias, cg_device d) {
+    const char *fn = "cg_conv2d_new";
+    if (in_channels <= 0 || out_channels <= 0 || kernel_size <= 0)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: in_channels (%lld), out_channels (%lld) and kernel_size (%lld) must be positive",
+                            fn, (long long)in_channels, (long long)out_channels, (long long)kernel_size);
+    if (stride <= 0 || stride > INT32_MAX || padding < 0 || padding > INT32_MAX)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: stride (%lld) must be positive and padding (%lld) non-negative", fn,
+                            (long long)stride, (long long)padding);
+    if (!cg__backend_for(d)) return NULL;
+    cg_module *m = conv_create(in_channels, out_channels, kernel_size, stride, padding, bias, d);
+    if (!m) return NULL;
+    float bound = 1.0f / sqrtf((float)(in_channels * kernel_size * kernel_size));
+    for (int i = 0; i < m->nown; i++)
+        if (init_uniform(m->own[i], bound) != CG_OK) {
+            cg_module_free(m);
+            return NULL;
+        }
+    return m;
+}
+
+/* ---- MaxPool2d: no parameters, so it follows its input's device ---------------------------------------- */
+static cg_tensor *pool_forward(cg_module *m, const cg_tensor *x) {
+    return cg_max_pool2d(x, (int)m->config[POOL_KERNEL], (int)m->config[POOL_STRIDE]);
+}
+
+static cg_module *pool_shell(const cg_module *m, cg_device d) {
+    cg_module *copy = cg__module_new(m->ops, d, 0);
+    if (copy) memcpy(copy->config, m->config, sizeof copy->config);
+    return copy;
+}
+
+static const cg_module_ops pool_ops = {.type = "MaxPool2d", .forward = pool_forward, .shell = pool_shell};
+
+cg_module *cg_max_pool2d_new(int64_t kernel_size, int64_t stride) {
+    if (kernel_size <= 0 || kernel_size > INT32_MAX || stride < 0 || stride > INT32_MAX)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_max_pool2d_new: kernel_size (%lld) must be positive and stride (%lld) non-negative (0: the kernel size)",
+                            (long long)kernel_size, (long long)stride);
+    cg_module *m = cg__module_new(&pool_ops, cg_cpu(), 0);
+    if (m) m->config[POOL_KERNEL] = kernel_size, m->config[POOL_STRIDE] = stride ? stride : kernel_size;
+    return m;
+}

@@ -1,0 +1,224 @@
+/* Convolution and pooling front-end: F.conv2d (the same stride and zero padding on both spatial dims,
+ * dilation 1, groups 1) and F.max_pool2d (no padding, floor mode). Arguments are checked here, inputs
+ * made contiguous and the tape recorded; the device's backend computes (cg_conv_geom in internal.h). */
+#include "internal.h"
+
+#include <limits.h>
+
+/* A contiguous handle on t's data (a view when it already is), recorded on no tape. */
+static cg_tensor *raw_contiguous(const cg_tensor *t) {
+    bool previous = cg_set_grad_enabled(false);
+    cg_tensor *c = cg_contiguous(t);
+    cg_set_grad_enabled(previous);
+    return c;
+}
+
+/* Frees out and returns NULL unless s is CG_OK. */
+static cg_tensor *finish(cg_tensor *out, cg_status s) {
+    if (s == CG_OK) return out;
+    cg_tensor_free(out);
+    return NULL;
+}
+
+static cg_status check_same_device(const cg_tensor *x, const cg_tensor *t, const char *fn, const char *name) {
+    if (cg_device_equal(x->device, t->device)) return CG_OK;
+    char dx[16], dt[16];
+    return cg__fail(CG_ERR_DEVICE, "%s: expected all tensors on the same device, but found x on %s and %s on %s", fn,
+                    cg_device_str(x->device, dx, sizeof dx), name, cg_device_str(t->device, dt, sizeof dt));
+}
+
+/* Checks that the window fits the (padded) input and that the per-image sizes fit the 32-bit ints the
+ * backends (BLAS, cuDNN) index with. */
+static cg_status check_geom(const cg_conv_geom *g, const cg_tensor *x, const char *fn, const char *what) {
+    char sx[160];
+    int64_t ph = g->h + 2 * g->padding, pw = g->w + 2 * g->padding;
+    if (g->kh > ph || g->kw > pw) {
+        char padded[64] = "";
+        if (g->padding) snprintf(padded, sizeof padded, " padded by %lld", (long long)g->padding);
+        return cg__fail(CG_ERR_SHAPE, "%s: the %s %lldx%lld is larger than the input %lldx%lld%s (x %s)", fn, what,
+                        (long long)g->kh, (long long)g->kw, (long long)g->h, (long long)g->w, padded,
+                        cg__shape_str(x, sx, sizeof sx));
+    }
+    int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow;
+    if (g->n > INT_MAX || g->k > INT_MAX || ckk > INT_MAX || p > INT_MAX || g->c * g->h * g->w > INT_MAX ||
+        ckk * p > INT_MAX || g->k * p > INT_MAX)
+        return cg__fail(CG_ERR_SHAPE, "%s: x %s with a %lldx%lld %s is too large (per-image sizes must stay below 2^31)",
+                        fn, cg__shape_str(x, sx, sizeof sx), (long long)g->kh, (long long)g->kw, what);
+    return CG_OK;
+}
+
+/* ---- convolution ------------------------------------------------------------------------------------ */
+static cg_conv_geom conv_geom(const int64_t *x_shape, const int64_t *w_shape, int64_t stride, int64_t padding) {
+    return (cg_conv_geom){.n = x_shape[0], .c = x_shape[1], .h = x_shape[2], .w = x_shape[3], .k = w_shape[0],
+                          .kh = w_shape[2], .kw = w_shape[3], .stride = stride, .padding = padding,
+                          .oh = (x_shape[2] + 2 * padding - w_shape[2]) / stride + 1,
+                          .ow = (x_shape[3] + 2 * padding - w_shape[3]) / stride + 1};
+}
+
+static cg_status check_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride,
+                              int padding, cg_conv_geom *g) {
+    const char *fn = "cg_conv2d";
+    char sx[160], sw[160], sb[160];
+    CG_TRY(cg__check_tensor(x, fn, "x"));
+    CG_TRY(cg__check_tensor(weight, fn, "weight"));
+    if (bias) CG_TRY(cg__check_tensor(bias, fn, "bias"));
+    CG_TRY(check_same_device(x, weight, fn, "weight"));
+    if (bias) CG_TRY(check_same_device(x, bias, fn, "bias"));
+    if (x->ndim != 4 || weight->ndim != 4)
+        return cg__fail(CG_ERR_SHAPE, "%s: expected x (N, C_in, H, W) and weight (C_out, C_in, kh, kw), got x %s and weight %s",
+                        fn, cg__shape_str(x, sx, sizeof sx), cg__shape_str(weight, sw, sizeof sw));
+    if (x->shape[1] != weight->shape[1])
+        return cg__fail(CG_ERR_SHAPE, "%s: x %s has %lld input channels but weight %s expects %lld", fn,
+                        cg__shape_str(x, sx, sizeof sx), (long long)x->shape[1], cg__shape_str(weight, sw, sizeof sw),
+                        (long long)weight->shape[1]);
+    if (weight->shape[1] < 1 || weight->shape[2] < 1 || weight->shape[3] < 1)
+        return cg__fail(CG_ERR_SHAPE, "%s: weight %s needs at least one input channel and a kernel of at least 1x1", fn,
+                        cg__shape_str(weight, sw, sizeof sw));
+    if (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0]))
+        return cg__fail(CG_ERR_SHAPE, "%s: bias %s does not fit weight %s: expected (%lld) (one per output channel)", fn,
+                        cg__shape_str(bias, sb, sizeof sb), cg__shape_str(weight, sw, sizeof sw),
+                        (long long)weight->shape[0]);
+    if (stride <= 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: stride must be positive, got %d", fn, stride);
+    if (padding < 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: padding must be non-negative, got %d", fn, padding);
+    *g = conv_geom(x->shape, weight->shape, stride, padding);
+    return check_geom(g, x, fn, "kernel");
+}
+
+/* out (k) = the sum of gy (n, k, oh, ow) over n, oh and ow: over the pixels of each (n, k), then over
+ * n, both with the backend's deterministic sum. */
+static cg_status bias_grad_into(const cg_conv_geom *g, const cg_tensor *gy, cg_tensor *out) {
+    const cg_backend *be = cg__backend_for(gy->device);
+    int index = gy->device.index;
+    size_t bytes = (size_t)(g->n * g->k) * sizeof(float);
+    float *per_image = cg__alloc(gy->device, bytes);
+    if (!per_image) return cg_last_status();
+    cg_status s = be->reduce_sum(cg__data(gy), g->n * g->k, g->oh * g->ow, 1, 1.0f, per_image, index);
+    if (s == CG_OK) s = be->reduce_sum(per_image, 1, g->n, g->k, 1.0f, cg__data(out), index);
+    cg__free(gy->device, per_image, bytes); /* stream order makes the reuse safe on a GPU */
+    return s;
+}
+
+/* The gradient of input k into a new tensor of that input's shape, or straight into its gradient
+ * buffer when it is a leaf with none yet (saving a copy); compute(g, dst) writes it. */
+typedef cg_status (*grad_writer)(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
+                                 cg_tensor *dst);
+
+static cg_status write_grad(cg_node *node, int k, grad_writer compute, const cg_conv_geom *g, const cg_tensor *gy,
+                            cg_tensor **grad_in) {
+    cg_tensor *dst = cg__leaf_grad_target(node, k), *fresh = NULL;
+    if (!dst && !(dst = fresh = cg__tensor_new(node->in_ndim[k], node->in_shape[k], gy->device))) return cg_last_status();
+    cg_status s = gy->numel == 0 ? cg__backend_for(gy->device)->fill(dst, 0.0f)
+                                 : compute(g, node->saved[0], node->saved[1], gy, dst);
+    if (s != CG_OK) {
+        cg_tensor_free(fresh);
+        return s;
+    }
+    if (fresh) grad_in[k] = fresh;
+    else cg__leaf_grad_written(node, k);
+    return CG_OK;
+}
+
+static cg_status grad_x(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
+                        cg_tensor *dst) {
+    return cg__backend_for(gy->device)->conv2d_backward_data(g, cg__data(gy), cg__data(w), cg__data(dst), gy->device.index);
+}
+static cg_status grad_weight(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
+                             cg_tensor *dst) {
+    return cg__backend_for(gy->device)->conv2d_backward_weight(g, cg__data(x), cg__data(gy), cg__data(dst), gy->device.index);
+}
+static cg_status grad_bias(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
+                           cg_tensor *dst) {
+    return bias_grad_into(g, gy, dst);
+}
+
+/* saved: x and weight, contiguous; dim: stride, dim2: padding. */
+static cg_status conv2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
+    const cg_tensor *x = node->saved[0], *w = node->saved[1];
+    cg_conv_geom g = conv_geom(x->shape, w->shape, node->dim, node->dim2);
+    cg_tensor *gyc = raw_contiguous(gy);
+    if (!gyc) return cg_last_status();
+    cg_status s = CG_OK;
+    if (node->needs_grad[0]) s = write_grad(node, 0, grad_x, &g, gyc, grad_in);
+    if (s == CG_OK && node->needs_grad[1]) s = write_grad(node, 1, grad_weight, &g, gyc, grad_in);
+    if (s == CG_OK && node->ninputs == 3 && node->needs_grad[2]) s = write_grad(node, 2, grad_bias, &g, gyc, grad_in);
+    cg_tensor_free(gyc);
+    return s;
+}
+
+cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride, int padding) {
+    const char *fn = "cg_conv2d";
+    cg_conv_geom g;
+    if (check_conv2d(x, weight, bias, stride, padding, &g) != CG_OK) return NULL;
+    cg_tensor *xc = raw_contiguous(x), *wc = xc ? raw_contiguous(weight) : NULL;
+    cg_tensor *bc = wc && bias ? raw_contiguous(bias) : NULL;
+    cg_tensor *out = wc && (bc || !bias) ? cg__tensor_new(4, (int64_t[]){g.n, g.k, g.oh, g.ow}, x->device) : NULL;
+    cg_status s = out ? CG_OK : cg_last_status();
+    if (s == CG_OK && out->numel > 0)
+        s = cg__backend_for(x->device)->conv2d_forward(&g, cg__data(xc), cg__data(wc), bc ? cg__data(bc) : NULL,
+                                                       cg__data(out), x->device.index);
+    const cg_tensor *inputs[3] = {x, weight, bias};
+    int ninputs = bias ? 3 : 2;
+    if (s == CG_OK && cg__should_record(ninputs, inputs)) {
+        const cg_tensor *saved[2] = {xc, wc};
+        cg_node *node = cg__record(out, fn, conv2d_backward, ninputs, inputs, 2, saved);
+        if (node) node->dim = stride, node->dim2 = padding;
+        else s = cg_last_status();
+    }
+    cg_tensor_free(bc), cg_tensor_free(wc), cg_tensor_free(xc);
+    return finish(out, s);
+}
+
+/* ---- max pooling ------------------------------------------------------------------------------------ */
+static cg_conv_geom pool_geom(const int64_t *x_shape, int64_t kernel, int64_t stride) {
+    return (cg_conv_geom){.n = x_shape[0], .c = x_shape[1], .h = x_shape[2], .w = x_shape[3], .k = x_shape[1],
+                          .kh = kernel, .kw = kernel, .stride = stride, .padding = 0,
+                          .oh = (x_shape[2] - kernel) / stride + 1, .ow = (x_shape[3] - kernel) / stride + 1};
+}
+
+/* saved: arg, each window's choice (see max_pool2d_forward); dim: kernel, dim2: stride. */
+static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
+    const cg_tensor *arg = node->saved[0];
+    cg_conv_geom g = pool_geom(node->in_shape[0], node->dim, node->dim2);
+    cg_tensor *gyc = raw_contiguous(gy);
+    cg_tensor *gx = gyc ? cg__tensor_new(4, node->in_shape[0], gy->device) : NULL;
+    cg_status s = gx ? CG_OK : cg_last_status();
+    if (s == CG_OK && gx->numel > 0) /* then every window holds elements: gy has them too */
+        s = cg__backend_for(gy->device)->max_pool2d_backward(&g, cg__data(gyc), cg__data(arg), cg__data(gx),
+                                                             gy->device.index);
+    cg_tensor_free(gyc);
+    if (s != CG_OK) {
+        cg_tensor_free(gx);
+        return s;
+    }
+    grad_in[0] = gx;
+    return CG_OK;
+}
+
+cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
+    const char *fn = "cg_max_pool2d";
+    char sx[160];
+    if (cg__check_tensor(x, fn, "x") != CG_OK) return NULL;
+    if (x->ndim != 4)
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected x (N, C, H, W), got %s", fn, cg__shape_str(x, sx, sizeof sx));
+    if (kernel <= 0) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: kernel must be positive, got %d", fn, kernel);
+    if (stride <= 0) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: stride must be positive, got %d", fn, stride);
+    cg_conv_geom g = pool_geom(x->shape, kernel, stride);
+    if (check_geom(&g, x, fn, "window") != CG_OK) return NULL;
+    const cg_tensor *inputs[1] = {x};
+    bool record = cg__should_record(1, inputs);
+    int64_t shape[4] = {g.n, g.c, g.oh, g.ow};
+    cg_tensor *xc = raw_contiguous(x), *out = xc ? cg__tensor_new(4, shape, x->device) : NULL;
+    cg_tensor *arg = out && record ? cg__tensor_new(4, shape, x->device) : NULL;
+    cg_status s = out && (arg || !record) ? CG_OK : cg_last_status();
+    if (s == CG_OK && out->numel > 0)
+        s = cg__backend_for(x->device)->max_pool2d_forward(&g, cg__data(xc), cg__data(out), arg ? cg__data(arg) : NULL,
+                                                           x->device.index);
+    if (s == CG_OK && record) {
+        const cg_tensor *saved[1] = {arg};
+        cg_node *node = cg__record(out, fn, max_pool2d_backward, 1, inputs, 1, saved);
+        if (node) node->dim = kernel, node->dim2 = stride;
+        else s = cg_last_status();
+    }
+    cg_tensor_free(arg), cg_tensor_free(xc);
+    return finish(out, s);
+}
