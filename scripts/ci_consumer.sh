@@ -29,8 +29,9 @@ libdir=$(dirname "$libdir")
 if grep -rlF -e "$ROOT" -e "$BUILD_DIR" "$libdir/cmake" "$libdir/pkgconfig"; then
   fail "installed package files above name the source or build tree"
 fi
-if readelf -d "$libdir/libcgrad.so" | grep -E 'R(UN)?PATH' | grep -qF -e "$ROOT" -e "$BUILD_DIR"; then
-  fail "installed libcgrad.so has a run path into the source or build tree"
+runpath=$(readelf -d "$libdir/libcgrad.so" | grep -E 'R(UN)?PATH' || true)
+if grep -qF -e "$ROOT" -e "$BUILD_DIR" <<< "$runpath"; then
+  fail "installed libcgrad.so has a run path into the source or build tree: $runpath"
 fi
 
 # The consumer is built from a copy, away from the source tree.
@@ -39,12 +40,13 @@ cp "$ROOT/tests/consumer/main.c" "$ROOT/tests/consumer/CMakeLists.txt" "$WORK/sr
 
 # Runs a consumer binary; it must load libcgrad.so (if at all) from the prefix.
 run() {
-  local exe=$1
-  if ldd "$exe" | grep -F libcgrad | grep -vqF "$PREFIX"; then
-    fail "$exe loads a libcgrad outside $PREFIX: $(ldd "$exe" | grep -F libcgrad)"
+  local exe=$1 loaded
+  loaded=$(ldd "$exe" | grep -F libcgrad || true)
+  if [[ -n $loaded && $loaded != *"$PREFIX"* ]]; then
+    fail "$exe loads a libcgrad outside $PREFIX: $loaded"
   fi
-  step "run $(basename "$exe")"
-  "$exe" || fail "$(basename "$exe") exited with status $?"
+  step "run ${exe##*/}"
+  "$exe" || fail "${exe##*/} exited with status $?"
 }
 
 step "CMake: find_package(cgrad) with CMAKE_PREFIX_PATH=$PREFIX"
@@ -69,7 +71,8 @@ step "pkg-config: libcgrad.a \$(pkg-config --static --libs cgrad)"
 static_libs=$(pkg-config --static --libs cgrad)
 cc -std=c11 -o "$WORK/consumer_pc_static" "$WORK/src/main.c" $(pkg-config --cflags cgrad) \
   ${static_libs/-lcgrad/-l:libcgrad.a} || fail "building the static consumer with pkg-config"
-readelf -d "$WORK/consumer_pc_static" | grep -qF libcgrad && fail "consumer_pc_static still needs libcgrad.so"
+needed=$(readelf -d "$WORK/consumer_pc_static")
+[[ $needed != *libcgrad* ]] || fail "consumer_pc_static still needs libcgrad.so"
 run "$WORK/consumer_pc_static"
 
 step "passed: the installed cgrad builds and runs a consumer with CMake and with pkg-config"
