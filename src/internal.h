@@ -209,7 +209,7 @@ typedef struct cg_backend {
                                         int index);
     /* max pooling: y (n, c, oh, ow) = the maximum of each window of x, scanned in row-major order as PyTorch
      * does (v replaces the maximum when v > max or v is NaN); arg (same shape, or NULL) = its offset
-     * ki * kw + kj in the window.
+     * ki * w + kj from the window's corner in the plane (exact as a float: kh w <= 2^24).
      * Backward: gx (n, c, h, w) = the sum of gy over the windows whose arg points at each element. */
     cg_status (*max_pool2d_forward)(const cg_conv_geom *g, const float *x, float *y, float *arg, int index);
     cg_status (*max_pool2d_backward)(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index);

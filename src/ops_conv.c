@@ -204,6 +204,9 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     if (stride <= 0) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: stride must be positive, got %d", fn, stride);
     cg_conv_geom g = pool_geom(x->shape, kernel, stride);
     if (check_geom(&g, x, fn, "window") != CG_OK) return NULL;
+    if (g.kh * g.w > (1 << 24)) /* the backends keep each window's choice as a float offset */
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: x %s is too wide for a %dx%d window (kernel * W must stay below 2^24)", fn,
+                            cg__shape_str(x, sx, sizeof sx), kernel, kernel);
     const cg_tensor *inputs[1] = {x};
     bool record = cg__should_record(1, inputs);
     int64_t shape[4] = {g.n, g.c, g.oh, g.ow};

@@ -202,38 +202,52 @@ cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, 
     return CG_OK;
 }
 
-/* ---- max pooling: one (n, c) plane per task ---------------------------------------------------------- */
-cg_status cg__cpu_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index) {
-    int64_t planes = g->n * g->c, p = g->oh * g->ow;
-    CG_CPU_FOR(pl, planes, planes * p * g->kh * g->kw, {
-        const float *plane = x + pl * g->h * g->w;
-        for (int64_t oh = 0; oh < g->oh; oh++)
-            for (int64_t ow = 0; ow < g->ow; ow++) {
-                const float *win = plane + oh * g->stride * g->w + ow * g->stride;
-                float best = -INFINITY;
-                int64_t at = 0;
-                for (int64_t ki = 0; ki < g->kh; ki++)
-                    for (int64_t kj = 0; kj < g->kw; kj++)
-                        if (cg_max_pool_better(win[ki * g->w + kj], best)) best = win[ki * g->w + kj], at = ki * g->kw + kj;
-                int64_t o = pl * p + oh * g->ow + ow;
-                y[o] = best;
-                if (arg) arg[o] = (float)at;
+/* ---- max pooling ---------------------------------------------------------------------------------------- */
+#define POOL_CHUNK 64 /* outputs of a row handled together, each window position at a time (vectorised) */
+
+/* Output row `row` of (n c oh) rows: y and arg (or NULL; offsets ki w + kj from the window's corner) of
+ * its windows. Branch-free selects: with random data a branch per element mispredicts half the time. */
+static void pool_row(const cg_conv_geom *g, const float *x, int64_t row, float *y, float *arg) {
+    int64_t s = g->stride;
+    const float *base = x + (row / g->oh) * g->h * g->w + (row % g->oh) * s * g->w;
+    for (int64_t o0 = 0; o0 < g->ow; o0 += POOL_CHUNK) {
+        int n = (int)(g->ow - o0 < POOL_CHUNK ? g->ow - o0 : POOL_CHUNK);
+        float best[POOL_CHUNK], at[POOL_CHUNK];
+        for (int j = 0; j < n; j++) best[j] = -INFINITY, at[j] = 0.0f;
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                const float *src = base + ki * g->w + o0 * s + kj;
+                float offset = (float)(ki * g->w + kj);
+#pragma omp simd
+                for (int j = 0; j < n; j++) {
+                    float v = src[j * s];
+                    bool take = cg_max_pool_better(v, best[j]);
+                    best[j] = take ? v : best[j];
+                    at[j] = take ? offset : at[j];
+                }
             }
-    });
+        memcpy(y + row * g->ow + o0, best, (size_t)n * sizeof(float));
+        if (arg) memcpy(arg + row * g->ow + o0, at, (size_t)n * sizeof(float));
+    }
+}
+
+cg_status cg__cpu_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index) {
+    int64_t rows = g->n * g->c * g->oh;
+    CG_CPU_FOR(row, rows, rows * g->ow * g->kh * g->kw, { pool_row(g, x, row, y, arg); });
     return CG_OK;
 }
 
-/* Windows scatter into their plane one after another, in row-major order (overlapping ones add up). */
+/* Each plane's windows scatter into it one after another in row-major order (overlapping ones add up). */
 cg_status cg__cpu_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index) {
     int64_t planes = g->n * g->c, p = g->oh * g->ow, hw = g->h * g->w;
     CG_CPU_FOR(pl, planes, planes * (hw + p), {
         float *plane = gx + pl * hw;
         memset(plane, 0, (size_t)hw * sizeof(float));
-        for (int64_t oh = 0; oh < g->oh; oh++)
-            for (int64_t ow = 0; ow < g->ow; ow++) {
-                int64_t o = pl * p + oh * g->ow + ow, at = (int64_t)arg[o];
-                plane[(oh * g->stride + at / g->kw) * g->w + ow * g->stride + at % g->kw] += gy[o];
-            }
+        for (int64_t oh = 0; oh < g->oh; oh++) {
+            int64_t o = pl * p + oh * g->ow;
+            float *corner = plane + oh * g->stride * g->w;
+            for (int64_t ow = 0; ow < g->ow; ow++) corner[ow * g->stride + (int64_t)arg[o + ow]] += gy[o + ow];
+        }
     });
     return CG_OK;
 }
