@@ -121,6 +121,11 @@ bool cg_is_contiguous(const cg_tensor *t);
 cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len);
 /* The value of a one-element tensor. */
 cg_status cg_item(const cg_tensor *t, float *out);
+/* CG_OK when every element of t is finite; otherwise CG_ERR_INVALID_ARG and cg_last_error() reads
+ * "non-finite <what> (nan)" (with the element and shape for more than one), e.g. with what =
+ * "loss at epoch 3, step 120". It reads t back to the host, so it waits for the device: on a loss
+ * every step, that is one synchronisation per step. */
+cg_status cg_check_finite(const cg_tensor *t, const char *what);
 /* PyTorch-style repr: tensor([...], device='cuda:0'). */
 cg_status cg_fprint(FILE *f, const cg_tensor *t);
 cg_status cg_print(const cg_tensor *t);

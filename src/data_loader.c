@@ -200,6 +200,9 @@ cg_loader_state cg_loader_get_state(const cg_loader *l) {
     return s;
 }
 
+cg_loader_options cg_loader_get_options(const cg_loader *l) { return l ? l->o : (cg_loader_options){0}; }
+const cg_dataset *cg_loader_dataset(const cg_loader *l) { return l ? l->ds : NULL; }
+
 cg_status cg_loader_set_state(cg_loader *l, cg_loader_state s) {
     if (!l) return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_set_state: loader is NULL");
     if (s.epoch < 0 || s.position < 0 || s.position > l->ds->n)

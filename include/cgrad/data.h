@@ -113,6 +113,9 @@ int64_t cg_loader_num_batches(const cg_loader *l);
 cg_loader_state cg_loader_get_state(const cg_loader *l);
 /* Resumes at (epoch, position): 0 <= position <= N; the epoch's permutation is recomputed. */
 cg_status cg_loader_set_state(cg_loader *l, cg_loader_state state);
+/* The options the loader was made with, and its data set (borrowed); zeroed options / NULL for NULL. */
+cg_loader_options cg_loader_get_options(const cg_loader *l);
+const cg_dataset *cg_loader_dataset(const cg_loader *l);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,7 @@
 #define CGRAD_IO_H
 
 #include "cgrad.h"
+#include "cgrad/data.h"
 #include "cgrad/nn.h"
 
 #ifdef __cplusplus
@@ -80,6 +81,45 @@ int cg_safetensors_find(const cg_safetensors *st, const char *name);
 cg_tensor *cg_safetensors_tensor(const cg_safetensors *st, int i, cg_device d);
 /* A "__metadata__" value, or NULL when the key is absent. */
 const char *cg_safetensors_metadata(const cg_safetensors *st, const char *key);
+
+/* ---- training checkpoints ------------------------------------------------------------------------
+ * One safetensors file (written atomically, as above) with everything a run needs to go on as if it
+ * had never stopped: same seed, device and build give bit for bit the parameters and losses of an
+ * unbroken run. It holds
+ *   - the model's parameters under their state_dict names ("0.weight", ...), so the weights alone
+ *     load with cg_load_safetensors_flags(m, path, CG_SAFETENSORS_ALLOW_UNEXPECTED), or in PyTorch
+ *     with model.load_state_dict({k: v for k, v in load_file(path).items()
+ *                                 if not k.startswith("optimizer.")});
+ *   - the optimizer's buffers as "optimizer.<parameter>.<key>" with the parameter's shape and
+ *     PyTorch's state keys: SGD "momentum_buffer" (with momentum), Adam/AdamW "exp_avg" and
+ *     "exp_avg_sq" (absent before the first step, when they are zero);
+ *   - in "__metadata__", as decimal strings: "cgrad.checkpoint" (the format, "1"); the optimizer's
+ *     kind, learning rate, settings and per-parameter counts ("cgrad.optimizer", ".lr",
+ *     ".settings", and ".step" for Adam / ".momentum_ready" for SGD); the generators
+ *     ("cgrad.rng.seed" of cg_manual_seed, "cgrad.rng.cpu" and "cgrad.rng.cuda": how far the CPU's
+ *     and each GPU's streams have been drawn, which cg_rand, cg_randn and dropout continue from);
+ *     the loader ("cgrad.loader.epoch", ".position", ".seed", ".batch_size", ".shuffle",
+ *     ".drop_last", ".samples"); "format": "pt"; and the caller's n_meta key/value strings. Keys
+ *     "format" and "cgrad.*" are reserved.
+ * optimizer (which must step model) and loader may be NULL: their state is then not saved. */
+cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_optimizer *optimizer,
+                             const cg_loader *loader, int n_meta, const char *const *keys,
+                             const char *const *values);
+
+/* Restores model, the generators, and optimizer and loader unless NULL, from a checkpoint. The
+ * optimizer's learning rate is restored (schedules change it); everything else must match, and
+ * a mismatch fails with CG_ERR_IO and a message naming the file and what differs: a parameter
+ * missing from the file or of another shape; a tensor that is neither a parameter nor (with an
+ * optimizer) one of its buffers; no optimizer state, another kind (SGD / Adam / AdamW) or other
+ * settings (momentum, betas, ...); a loader with another seed, batch size, shuffle, drop_last or
+ * data set size; a file that is not a checkpoint or not valid safetensors. The whole file is read
+ * and checked before anything is written, so a failed load leaves model, optimizer, loader and the
+ * generators as they were. */
+cg_status cg_checkpoint_load(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader);
+/* The same from a file already read with cg_safetensors_read, whose metadata (the caller's
+ * key/values, e.g. a global step) cg_safetensors_metadata then reads without a second read. */
+cg_status cg_checkpoint_restore(const cg_safetensors *st, cg_module *model, cg_optimizer *optimizer,
+                                cg_loader *loader);
 
 #ifdef __cplusplus
 }

@@ -54,18 +54,20 @@ static cg_status cuda_arange(cg_tensor *out, double start, double step) {
     return CG_OK;
 }
 
-/* cuRAND's Philox generator, re-seeded whenever cg_manual_seed() was called since last use. */
+/* cuRAND's Philox generator, re-seeded whenever cg_manual_seed() was called since last use, and
+ * set to the offset device.c reserves for this draw (normals come in pairs: n rounded up to even). */
 static cg_status cuda_random(cg_tensor *out, bool normal) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(out->device.index, &ctx));
     if (ctx->seed_generation != cg__seed_generation()) {
         CG_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->curand, cg__seed()));
-        CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, 0));
         ctx->seed_generation = cg__seed_generation();
     }
     float *y = cg__data(out);
     size_t n = (size_t)out->numel;
     if (n == 0) return CG_OK;
+    uint64_t drawn = normal ? (n + 1) & ~(size_t)1 : n;
+    CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, cg__cuda_rng_reserve(out->device.index, drawn)));
     if (!normal) {
         CG_CURAND_CHECK(curandGenerateUniform(ctx->curand, y, n));
         CG_CUDA_CHECK(cg_launch_uniform_fixup(y, (int64_t)n, ctx->stream));

@@ -20,8 +20,13 @@ typedef struct adam_optimizer {
 
 static cg_status adam_step(cg_optimizer *base);
 static void adam_destroy(cg_optimizer *base);
-static const cg_optimizer_ops adam_ops = {"Adam", adam_step, adam_destroy};
-static const cg_optimizer_ops adamw_ops = {"AdamW", adam_step, adam_destroy};
+static void adam_describe(const cg_optimizer *base, cg_optimizer_state *st, int64_t *counts);
+static cg_status adam_check_counts(const cg_optimizer *base, const int64_t *counts);
+static void adam_set_counts(cg_optimizer *base, const int64_t *counts);
+static const cg_optimizer_ops adam_ops = {"Adam", adam_step, adam_destroy, adam_describe, adam_check_counts,
+                                          adam_set_counts};
+static const cg_optimizer_ops adamw_ops = {"AdamW", adam_step, adam_destroy, adam_describe, adam_check_counts,
+                                           adam_set_counts};
 
 cg_adam_options cg_adam_defaults(void) {
     cg_adam_options o = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0};
@@ -141,4 +146,32 @@ static cg_status adam_step(cg_optimizer *base) {
     for (int i = 0; i < m->nparams; i++)
         if (m->params[i].tensor->grad_defined) opt->steps[i]++;
     return CG_OK;
+}
+
+/* ---- checkpoints: the two moments and each parameter's step count --------------------------------- */
+static void adam_describe(const cg_optimizer *base, cg_optimizer_state *st, int64_t *counts) {
+    const adam_optimizer *opt = (const adam_optimizer *)base;
+    const cg_adam_options *o = &opt->options;
+    char b1[32], b2[32], eps[32], wd[32];
+    snprintf(st->settings, sizeof st->settings, "beta1=%s beta2=%s eps=%s weight_decay=%s",
+             cg__shortest_str(o->beta1, false, b1, sizeof b1), cg__shortest_str(o->beta2, false, b2, sizeof b2),
+             cg__shortest_str(o->eps, false, eps, sizeof eps), cg__shortest_str(o->weight_decay, false, wd, sizeof wd));
+    st->nbuffers = 2;
+    st->buffer_names[0] = "exp_avg", st->buffer_names[1] = "exp_avg_sq";
+    st->buffers[0] = opt->exp_avg, st->buffers[1] = opt->exp_avg_sq;
+    st->count_name = "step";
+    memcpy(counts, opt->steps, (size_t)base->roots[0]->nparams * sizeof *counts);
+}
+
+static cg_status adam_check_counts(const cg_optimizer *base, const int64_t *counts) {
+    for (int i = 0; i < base->roots[0]->nparams; i++)
+        if (counts[i] < 0)
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: step of parameter %d is %lld; expected >= 0", base->ops->name, i,
+                            (long long)counts[i]);
+    return CG_OK;
+}
+
+static void adam_set_counts(cg_optimizer *base, const int64_t *counts) {
+    adam_optimizer *opt = (adam_optimizer *)base;
+    memcpy(opt->steps, counts, (size_t)base->roots[0]->nparams * sizeof *counts);
 }

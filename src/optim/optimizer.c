@@ -1,8 +1,9 @@
 /* The optimizer core: construction checks, roots (a module or its replicas), zero_grad, dispatch of
- * step/free by kind, and the learning-rate setters and schedules. */
+ * step/free by kind, the learning-rate setters and schedules, and the buffers checkpoints restore. */
 #include "optim/optimizer.h"
 
 #include <math.h>
+#include <stdio.h>
 
 cg_status cg__optimizer_check_module(const cg_module *m, const char *fn) {
     if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
@@ -46,6 +47,41 @@ cg_status cg_optimizer_zero_grad(cg_optimizer *opt) {
 cg_status cg_optimizer_step(cg_optimizer *opt) {
     if (!opt) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: optimizer is NULL");
     return opt->ops->step(opt);
+}
+
+const char *cg__shortest_str(double v, bool single, char *buf, size_t len) {
+    for (int digits = single ? 6 : 15; digits <= 17; digits++) {
+        snprintf(buf, len, "%.*g", digits, v);
+        double back = strtod(buf, NULL);
+        if (single ? (float)back == (float)v : back == v) break;
+    }
+    return buf;
+}
+
+cg_status cg__optimizer_buffers_new(const cg_optimizer *opt, const float *values, cg_tensor **fresh) {
+    cg_status s = CG_OK;
+    int made = 0;
+    while (made < opt->nroots && s == CG_OK) {
+        const cg_module *m = opt->roots[made];
+        cg_tensor *t = cg__tensor_new(1, m->flat_data->shape, m->device);
+        if (!t) {
+            s = cg_last_status();
+            break;
+        }
+        fresh[made++] = cg_keep(t);
+        s = values ? cg__copy_bytes(m->device, cg__data(t), cg_cpu(), values, (size_t)t->numel * sizeof(float))
+                   : cg__backend_for(m->device)->fill(t, 0.0f);
+    }
+    if (s != CG_OK)
+        while (made > 0) cg_tensor_free(fresh[--made]);
+    return s;
+}
+
+void cg__optimizer_buffers_swap(const cg_optimizer *opt, cg_tensor **slots, cg_tensor **fresh) {
+    for (int r = 0; r < opt->nroots; r++) {
+        cg_tensor_free(slots[r]);
+        slots[r] = fresh[r];
+    }
 }
 
 int cg__optimizer_run_end(const cg_module *m, int i, const int64_t *key) {

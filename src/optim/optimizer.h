@@ -7,10 +7,25 @@
 
 #include "nn/module.h"
 
+/* A kind's state as a checkpoint stores it (src/io_checkpoint.c): the settings a resumed run must
+ * share, buffers in the packed parameters' layout, and one count per parameter. */
+#define CG_OPTIM_MAX_BUFFERS 2
+typedef struct cg_optimizer_state {
+    char settings[256];                             /* hyperparameters other than lr, "name=value ..." */
+    int nbuffers;
+    const char *buffer_names[CG_OPTIM_MAX_BUFFERS]; /* PyTorch's state keys, e.g. "exp_avg" */
+    cg_tensor **buffers[CG_OPTIM_MAX_BUFFERS];      /* the kind's per-root (total,) buffers; NULL until made */
+    const char *count_name;                         /* "step", or "momentum_ready" (0/1) */
+} cg_optimizer_state;
+
 typedef struct cg_optimizer_ops {
     const char *name;                       /* "SGD", "Adam", "AdamW" */
     cg_status (*step)(cg_optimizer *opt);
     void (*destroy)(cg_optimizer *opt);     /* frees the kind's state, not the core; may be NULL */
+    /* checkpoints: the state and the per-parameter counts (nparams of them) */
+    void (*describe)(const cg_optimizer *opt, cg_optimizer_state *st, int64_t *counts);
+    cg_status (*check_counts)(const cg_optimizer *opt, const int64_t *counts); /* fails naming the bad one */
+    void (*set_counts)(cg_optimizer *opt, const int64_t *counts);
 } cg_optimizer_ops;
 
 struct cg_optimizer {
@@ -26,6 +41,15 @@ cg_status cg__optimizer_check_module(const cg_module *m, const char *fn);
 /* A zeroed optimizer of `size` bytes (the kind's struct, which starts with struct cg_optimizer)
  * over m, which cg__optimizer_check_module accepted; NULL + CG_ERR_OOM naming fn. */
 cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, size_t size, cg_module *m, double lr, const char *fn);
+
+/* The shortest decimal that reads back as v (as a float when single): "0.9", not "0.899999976". */
+const char *cg__shortest_str(double v, bool single, char *buf, size_t len);
+
+/* Checkpoint import: a new (total,) buffer per root, on the root's device, holding values (host,
+ * in the packed layout) or zeros when values is NULL; fresh has nroots entries, and nothing is
+ * left allocated on failure. cg__optimizer_buffers_swap then frees slots[r] and puts fresh[r] there. */
+cg_status cg__optimizer_buffers_new(const cg_optimizer *opt, const float *values, cg_tensor **fresh);
+void cg__optimizer_buffers_swap(const cg_optimizer *opt, cg_tensor **slots, cg_tensor **fresh);
 
 /* End of the run of parameters that starts at i (which has a gradient): i's successors while they
  * have a gradient and the same key (state that must match for one fused update). A run includes

@@ -11,7 +11,10 @@ typedef struct sgd_optimizer {
 
 static cg_status sgd_step(cg_optimizer *base);
 static void sgd_destroy(cg_optimizer *base);
-static const cg_optimizer_ops sgd_ops = {"SGD", sgd_step, sgd_destroy};
+static void sgd_describe(const cg_optimizer *base, cg_optimizer_state *st, int64_t *counts);
+static cg_status sgd_check_counts(const cg_optimizer *base, const int64_t *counts);
+static void sgd_set_counts(cg_optimizer *base, const int64_t *counts);
+static const cg_optimizer_ops sgd_ops = {"SGD", sgd_step, sgd_destroy, sgd_describe, sgd_check_counts, sgd_set_counts};
 
 cg_optimizer *cg_sgd_new(cg_module *m, cg_sgd_options o) {
     if (cg__optimizer_check_module(m, "cg_sgd_new") != CG_OK) return NULL;
@@ -92,4 +95,33 @@ static cg_status sgd_step(cg_optimizer *base) {
     for (int i = 0; i < m->nparams; i++)
         if (m->params[i].tensor->grad_defined) opt->momentum_ready[i] = opt->options.momentum != 0;
     return CG_OK;
+}
+
+/* ---- checkpoints: the momentum buffers, and which parameters have one (PyTorch: buf is not None) ---- */
+static void sgd_describe(const cg_optimizer *base, cg_optimizer_state *st, int64_t *counts) {
+    const sgd_optimizer *opt = (const sgd_optimizer *)base;
+    const cg_sgd_options *o = &opt->options;
+    char m[32], d[32], wd[32];
+    snprintf(st->settings, sizeof st->settings, "momentum=%s dampening=%s weight_decay=%s nesterov=%d",
+             cg__shortest_str(o->momentum, true, m, sizeof m), cg__shortest_str(o->dampening, true, d, sizeof d),
+             cg__shortest_str(o->weight_decay, true, wd, sizeof wd), (int)o->nesterov);
+    st->nbuffers = o->momentum != 0;
+    st->buffer_names[0] = "momentum_buffer";
+    st->buffers[0] = opt->momentum;
+    st->count_name = "momentum_ready";
+    for (int i = 0; i < base->roots[0]->nparams; i++) counts[i] = opt->momentum_ready[i];
+}
+
+static cg_status sgd_check_counts(const cg_optimizer *base, const int64_t *counts) {
+    const sgd_optimizer *opt = (const sgd_optimizer *)base;
+    for (int i = 0; i < base->roots[0]->nparams; i++)
+        if (counts[i] != 0 && (counts[i] != 1 || opt->options.momentum == 0))
+            return cg__fail(CG_ERR_INVALID_ARG, "SGD: momentum_ready of parameter %d is %lld; expected %s", i,
+                            (long long)counts[i], opt->options.momentum == 0 ? "0 (no momentum)" : "0 or 1");
+    return CG_OK;
+}
+
+static void sgd_set_counts(cg_optimizer *base, const int64_t *counts) {
+    sgd_optimizer *opt = (sgd_optimizer *)base;
+    for (int i = 0; i < base->roots[0]->nparams; i++) opt->momentum_ready[i] = counts[i] != 0;
 }

@@ -1,0 +1,508 @@
+/* Training checkpoints (see include/cgrad/io.h): the model's parameters, the optimizer's buffers and
+ * counts, the generators' positions and the loader's place, in one safetensors file. Loading reads
+ * and checks the whole file into host memory first; only then are the model, optimizer, generators
+ * and loader changed. */
+#define _POSIX_C_SOURCE 200809L /* strdup */
+#include "cgrad/io.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#define CK_VERSION "1"
+#define CK_RESERVED "cgrad."
+#define CK_OPT_PREFIX "optimizer." /* tensors "optimizer.<parameter>.<state key>" */
+
+/* ---- helpers shared by save and load ------------------------------------------------------------ */
+/* The packed parameter sets of m: its data-parallel replicas (at most one per GPU), or m itself. */
+static int root_count(const cg_module *m) { return m->replicas ? m->nreplicas : 1; }
+static cg_module *root_at(cg_module *m, int r) { return m->replicas ? m->replicas[r] : m; }
+
+/* Elements in each root's flat buffers (0 for a module without parameters). */
+static int64_t flat_total(const cg_module *m) {
+    const cg_module *root = m->replicas ? m->replicas[0] : m;
+    return root->flat_data ? root->flat_data->numel : 0;
+}
+
+static cg_status check_model(const char *fn, const cg_module *model, const cg_optimizer *opt) {
+    if (!model) return cg__fail(CG_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    if (model->parent)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, model->ops->type,
+                        model->parent->ops->type);
+    if (opt && opt->module != model)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: the optimizer steps another module than the model given", fn);
+    return CG_OK;
+}
+
+/* "optimizer.<parameter>.<key>" */
+static void buffer_entry_name(char *buf, size_t len, const char *param, const char *key) {
+    snprintf(buf, len, CK_OPT_PREFIX "%s.%s", param, key);
+}
+
+/* ---- save ----------------------------------------------------------------------------------------- */
+/* The file's tensors and metadata as they are gathered: names and values are owned. */
+typedef struct ck_out {
+    int n, n_meta;
+    char **names;
+    const cg_tensor **tensors;
+    cg_tensor **views;       /* the optimizer buffers' per-parameter views, owned (NULL for parameters) */
+    char **meta_keys, **meta_values;
+    int cap, meta_cap;
+} ck_out;
+
+static void out_free(ck_out *o) {
+    for (int i = 0; i < o->n; i++) free(o->names[i]), cg_tensor_free(o->views[i]);
+    for (int i = 0; i < o->n_meta; i++) free(o->meta_keys[i]), free(o->meta_values[i]);
+    free(o->names), free(o->tensors), free(o->views), free(o->meta_keys), free(o->meta_values);
+}
+
+static cg_status add_tensor(ck_out *o, const char *name, const cg_tensor *t, cg_tensor *view) {
+    char *copy = strdup(name);
+    if (!copy) {
+        cg_tensor_free(view);
+        return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
+    }
+    o->names[o->n] = copy, o->tensors[o->n] = t, o->views[o->n] = view;
+    o->n++;
+    return CG_OK;
+}
+
+/* Adds key = printf(fmt, ...) to the metadata. */
+static cg_status add_meta(ck_out *o, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static cg_status add_meta(ck_out *o, const char *key, const char *fmt, ...) {
+    if (o->n_meta == o->meta_cap) {
+        int cap = o->meta_cap ? 2 * o->meta_cap : 32;
+        char **k = realloc(o->meta_keys, (size_t)cap * sizeof *k);
+        if (k) o->meta_keys = k;
+        char **v = k ? realloc(o->meta_values, (size_t)cap * sizeof *v) : NULL;
+        if (v) o->meta_values = v;
+        if (!k || !v) return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
+        o->meta_cap = cap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *value = malloc((size_t)len + 1), *k = strdup(key);
+    if (!value || !k) {
+        free(value), free(k);
+        return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
+    }
+    va_start(ap, fmt);
+    vsnprintf(value, (size_t)len + 1, fmt, ap);
+    va_end(ap);
+    o->meta_keys[o->n_meta] = k, o->meta_values[o->n_meta] = value;
+    o->n_meta++;
+    return CG_OK;
+}
+
+/* "v0,v1,..." of n non-negative integers, as a metadata value. */
+static cg_status add_meta_list(ck_out *o, const char *key, const int64_t *v, int n) {
+    size_t cap = (size_t)n * 21 + 1, at = 0;
+    char *s = malloc(cap);
+    if (!s) return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
+    s[0] = '\0';
+    for (int i = 0; i < n; i++) at += (size_t)snprintf(s + at, cap - at, "%s%" PRId64, i ? "," : "", v[i]);
+    cg_status st = add_meta(o, key, "%s", s);
+    free(s);
+    return st;
+}
+
+static cg_status save_model(ck_out *o, const cg_module *model) {
+    for (int i = 0; i < model->nparams; i++)
+        CG_TRY(add_tensor(o, model->params[i].name, model->params[i].tensor, NULL));
+    return CG_OK;
+}
+
+static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
+    const cg_module *m = opt->module;
+    cg_optimizer_state st = {0};
+    int64_t *counts = malloc(((size_t)m->nparams + 1) * sizeof *counts);
+    if (!counts) return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
+    opt->ops->describe(opt, &st, counts);
+    char key[160];
+    snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", st.count_name);
+    char lr[32];
+    cg_status s = add_meta(o, CK_RESERVED "optimizer", "%s", opt->ops->name);
+    if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.lr", "%s", cg__shortest_str(opt->lr, false, lr, sizeof lr));
+    if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.settings", "%s", st.settings);
+    if (s == CG_OK) s = add_meta_list(o, key, counts, m->nparams);
+    free(counts);
+    /* Buffers not made yet (no step so far) are left out: the load then starts them at zero. */
+    for (int k = 0; k < st.nbuffers && s == CG_OK; k++) {
+        const cg_tensor *buf = st.buffers[k][0];
+        for (int i = 0; buf && i < m->nparams && s == CG_OK; i++) {
+            const cg_tensor *p = m->params[i].tensor;
+            cg_tensor *view = cg__view_new(buf, p->ndim, p->shape, NULL, buf->offset + m->params[i].offset);
+            if (!view) return cg_last_status();
+            char name[sizeof m->params[i].name + 64];
+            buffer_entry_name(name, sizeof name, m->params[i].name, st.buffer_names[k]);
+            s = add_tensor(o, name, view, view);
+        }
+    }
+    return s;
+}
+
+static cg_status save_rng(ck_out *o) {
+    cg_rng_state rng;
+    cg__rng_get_state(&rng);
+    int ncuda = CG_MAX_CUDA;
+    while (ncuda > 0 && rng.cuda[ncuda - 1] == 0) ncuda--;
+    int64_t cuda[CG_MAX_CUDA];
+    for (int i = 0; i < ncuda; i++) cuda[i] = (int64_t)rng.cuda[i];
+    CG_TRY(add_meta(o, CK_RESERVED "rng.seed", "%" PRIu64, rng.seed));
+    CG_TRY(add_meta(o, CK_RESERVED "rng.cpu", "%" PRIu64, rng.cpu));
+    return add_meta_list(o, CK_RESERVED "rng.cuda", cuda, ncuda);
+}
+
+static cg_status save_loader(ck_out *o, const cg_loader *l) {
+    cg_loader_state ls = cg_loader_get_state(l);
+    cg_loader_options lo = cg_loader_get_options(l);
+    CG_TRY(add_meta(o, CK_RESERVED "loader.epoch", "%" PRId64, ls.epoch));
+    CG_TRY(add_meta(o, CK_RESERVED "loader.position", "%" PRId64, ls.position));
+    CG_TRY(add_meta(o, CK_RESERVED "loader.seed", "%" PRIu64, lo.seed));
+    CG_TRY(add_meta(o, CK_RESERVED "loader.batch_size", "%" PRId64, lo.batch_size));
+    CG_TRY(add_meta(o, CK_RESERVED "loader.shuffle", "%d", (int)lo.shuffle));
+    CG_TRY(add_meta(o, CK_RESERVED "loader.drop_last", "%d", (int)lo.drop_last));
+    return add_meta(o, CK_RESERVED "loader.samples", "%" PRId64, cg_dataset_size(cg_loader_dataset(l)));
+}
+
+static cg_status check_user_meta(int n_meta, const char *const *keys, const char *const *values) {
+    const char *fn = "cg_checkpoint_save";
+    if (n_meta < 0 || (n_meta > 0 && (!keys || !values)))
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: %d metadata pairs with keys %p, values %p", fn, n_meta,
+                        (const void *)keys, (const void *)values);
+    for (int i = 0; i < n_meta; i++) {
+        if (!keys[i] || !keys[i][0] || !values[i])
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: metadata pair %d has a NULL or empty key or a NULL value", fn, i);
+        if (strncmp(keys[i], CK_RESERVED, strlen(CK_RESERVED)) == 0 || strcmp(keys[i], "format") == 0)
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: metadata key \"%s\" is reserved (\"format\", \"" CK_RESERVED "*\")",
+                            fn, keys[i]);
+        for (int j = 0; j < i; j++)
+            if (strcmp(keys[i], keys[j]) == 0)
+                return cg__fail(CG_ERR_INVALID_ARG, "%s: metadata key \"%s\" is given twice", fn, keys[i]);
+    }
+    return CG_OK;
+}
+
+cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_optimizer *optimizer,
+                             const cg_loader *loader, int n_meta, const char *const *keys, const char *const *values) {
+    const char *fn = "cg_checkpoint_save";
+    if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
+    CG_TRY(check_model(fn, model, optimizer));
+    CG_TRY(check_user_meta(n_meta, keys, values));
+    ck_out o = {0};
+    o.cap = model->nparams * (1 + CG_OPTIM_MAX_BUFFERS) + 1;
+    o.names = calloc((size_t)o.cap, sizeof *o.names);
+    o.tensors = calloc((size_t)o.cap, sizeof *o.tensors);
+    o.views = calloc((size_t)o.cap, sizeof *o.views);
+    cg_status s = o.names && o.tensors && o.views ? CG_OK : cg__fail(CG_ERR_OOM, "%s: out of host memory", fn);
+    if (s == CG_OK) s = add_meta(&o, "format", "pt");
+    if (s == CG_OK) s = add_meta(&o, CK_RESERVED "checkpoint", CK_VERSION);
+    if (s == CG_OK) s = save_model(&o, model);
+    if (s == CG_OK && optimizer) s = save_optimizer(&o, optimizer);
+    if (s == CG_OK) s = save_rng(&o);
+    if (s == CG_OK && loader) s = save_loader(&o, loader);
+    for (int i = 0; i < n_meta && s == CG_OK; i++) s = add_meta(&o, keys[i], "%s", values[i]);
+    if (s == CG_OK)
+        s = cg_safetensors_write(path, o.n, (const char *const *)o.names, o.tensors, o.n_meta,
+                                 (const char *const *)o.meta_keys, (const char *const *)o.meta_values);
+    out_free(&o);
+    return s;
+}
+
+/* ---- load ----------------------------------------------------------------------------------------- */
+/* Everything a load will set, read and checked before any of it is. */
+typedef struct ck_plan {
+    const char *fn, *src;    /* for messages: the function, and the file (or "checkpoint") */
+    const cg_safetensors *st;
+    bool *used;              /* per tensor of the file: claimed by a parameter or a buffer */
+    int64_t total;           /* elements of the flat buffers */
+    float *params;           /* (total,) host, packed layout */
+    cg_rng_state rng;
+    /* optimizer */
+    cg_optimizer_state ost;
+    double lr;
+    int64_t *counts;         /* (nparams) */
+    float *buffers[CG_OPTIM_MAX_BUFFERS]; /* (total,) host, or NULL: not in the file (zeros) */
+    /* loader */
+    cg_loader_state ls;
+} ck_plan;
+
+static cg_status load_fail(const ck_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static cg_status load_fail(const ck_plan *p, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return cg__fail(CG_ERR_IO, "%s: %s: %s", p->fn, p->src, msg);
+}
+
+/* A metadata value that must be present. */
+static const char *meta_required(const ck_plan *p, const char *key) {
+    const char *v = cg_safetensors_metadata(p->st, key);
+    if (!v) load_fail(p, "no \"%s\" in the metadata", key);
+    return v;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    if (!s || *s < '0' || *s > '9') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+/* A required non-negative integer no larger than max. */
+static cg_status meta_u64(const ck_plan *p, const char *key, uint64_t max, uint64_t *out) {
+    const char *v = meta_required(p, key);
+    if (!v) return cg_last_status();
+    if (!parse_u64(v, out) || *out > max) return load_fail(p, "metadata \"%s\" = \"%.64s\" is not an integer in [0, %" PRIu64 "]", key, v, max);
+    return CG_OK;
+}
+
+static cg_status meta_i64(const ck_plan *p, const char *key, int64_t *out) {
+    uint64_t v;
+    CG_TRY(meta_u64(p, key, INT64_MAX, &v));
+    *out = (int64_t)v;
+    return CG_OK;
+}
+
+/* A required list "v0,v1,..." of n non-negative integers; n < 0: any count up to -n, *count set. */
+static cg_status meta_list(const ck_plan *p, const char *key, int n, int64_t *out, int *count) {
+    const char *v = meta_required(p, key), *at = v;
+    if (!v) return cg_last_status();
+    int max = n < 0 ? -n : n, got = 0;
+    bool ok = true;
+    while (ok && *at) {
+        char item[24];
+        size_t len = strcspn(at, ",");
+        uint64_t x = 0;
+        ok = got < max && len > 0 && len < sizeof item;
+        if (ok) {
+            memcpy(item, at, len);
+            item[len] = '\0';
+            ok = parse_u64(item, &x) && x <= INT64_MAX;
+        }
+        if (ok) out[got++] = (int64_t)x;
+        at += len;
+        if (ok && *at == ',') ok = *++at != '\0'; /* no trailing comma */
+    }
+    if (!ok || (n >= 0 && got != n))
+        return load_fail(p, "metadata \"%s\" is not a list of %s%d non-negative integers", key, n < 0 ? "at most " : "",
+                         max);
+    if (count) *count = got;
+    return CG_OK;
+}
+
+/* Copies tensor k of the file (F32, the shape of parameter t) into dst. */
+static cg_status read_entry(ck_plan *p, int k, const cg_tensor *t, float *dst) {
+    cg_safetensors_info info;
+    CG_TRY(cg_safetensors_info_at(p->st, k, &info));
+    if (strcmp(info.dtype, "F32") != 0) return load_fail(p, "tensor \"%s\" has dtype %s; expected F32", info.name, info.dtype);
+    if (info.ndim != t->ndim || memcmp(info.shape, t->shape, (size_t)t->ndim * sizeof(int64_t)) != 0) {
+        char a[160], b[160];
+        return load_fail(p, "tensor \"%s\" has shape %s in the file, but the model's parameter has %s", info.name,
+                         cg__dims_str(info.ndim, info.shape, a, sizeof a), cg__shape_str(t, b, sizeof b));
+    }
+    p->used[k] = true;
+    if (info.numel == 0) return CG_OK;
+    cg_tensor *h = cg_safetensors_tensor(p->st, k, cg_cpu());
+    cg_status s = h ? cg_to_host(h, dst, (size_t)info.numel) : cg_last_status();
+    cg_tensor_free(h);
+    return s;
+}
+
+static cg_status plan_model(ck_plan *p, const cg_module *model) {
+    p->total = flat_total(model);
+    if (!(p->params = calloc((size_t)p->total + 1, sizeof(float)))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
+    for (int i = 0; i < model->nparams; i++) {
+        const cg_param_entry *e = &model->params[i];
+        int k = cg_safetensors_find(p->st, e->name);
+        if (k < 0) return load_fail(p, "missing parameter \"%s\" (the model has %d parameters)", e->name, model->nparams);
+        CG_TRY(read_entry(p, k, e->tensor, p->params + e->offset));
+    }
+    return CG_OK;
+}
+
+static cg_status plan_rng(ck_plan *p) {
+    int64_t cuda[CG_MAX_CUDA];
+    int ncuda = 0;
+    CG_TRY(meta_u64(p, CK_RESERVED "rng.seed", UINT64_MAX, &p->rng.seed));
+    CG_TRY(meta_u64(p, CK_RESERVED "rng.cpu", UINT64_MAX, &p->rng.cpu));
+    CG_TRY(meta_list(p, CK_RESERVED "rng.cuda", -CG_MAX_CUDA, cuda, &ncuda));
+    for (int i = 0; i < CG_MAX_CUDA; i++) p->rng.cuda[i] = i < ncuda ? (uint64_t)cuda[i] : 0;
+    return CG_OK;
+}
+
+/* One buffer of the optimizer: every parameter's entry, or none (then NULL: zeros). */
+static cg_status plan_buffer(ck_plan *p, const cg_module *m, const char *key, float **out) {
+    int present = 0;
+    char name[sizeof m->params[0].name + 64];
+    for (int i = 0; i < m->nparams; i++) {
+        buffer_entry_name(name, sizeof name, m->params[i].name, key);
+        present += cg_safetensors_find(p->st, name) >= 0;
+    }
+    if (present == 0) return CG_OK;
+    if (!(*out = calloc((size_t)p->total + 1, sizeof(float)))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
+    for (int i = 0; i < m->nparams; i++) {
+        buffer_entry_name(name, sizeof name, m->params[i].name, key);
+        int k = cg_safetensors_find(p->st, name);
+        if (k < 0) return load_fail(p, "missing optimizer tensor \"%s\" (%d of %d parameters have one)", name, present, m->nparams);
+        CG_TRY(read_entry(p, k, m->params[i].tensor, *out + m->params[i].offset));
+    }
+    return CG_OK;
+}
+
+static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
+    const cg_module *m = opt->module;
+    const char *kind = cg_safetensors_metadata(p->st, CK_RESERVED "optimizer");
+    if (!kind) return load_fail(p, "the checkpoint holds no optimizer state (saved with a NULL optimizer)");
+    if (strcmp(kind, opt->ops->name) != 0)
+        return load_fail(p, "the checkpoint's optimizer is %.32s, but this one is %s", kind, opt->ops->name);
+    if (!(p->counts = calloc((size_t)m->nparams + 1, sizeof *p->counts))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
+    int64_t *mine = calloc((size_t)m->nparams + 1, sizeof *mine);
+    if (!mine) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
+    opt->ops->describe(opt, &p->ost, mine);
+    free(mine);
+    const char *settings = meta_required(p, CK_RESERVED "optimizer.settings");
+    if (!settings) return cg_last_status();
+    if (strcmp(settings, p->ost.settings) != 0)
+        return load_fail(p, "the checkpoint's %s has settings \"%.200s\", but this one has \"%s\"", kind, settings,
+                         p->ost.settings);
+    const char *lr = meta_required(p, CK_RESERVED "optimizer.lr");
+    char *end;
+    if (!lr) return cg_last_status();
+    p->lr = strtod(lr, &end);
+    if (*end || end == lr || !(p->lr >= 0) || isinf(p->lr))
+        return load_fail(p, "metadata \"" CK_RESERVED "optimizer.lr\" = \"%.64s\" is not a learning rate", lr);
+    char key[160];
+    snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", p->ost.count_name);
+    CG_TRY(meta_list(p, key, m->nparams, p->counts, NULL));
+    if (opt->ops->check_counts(opt, p->counts) != CG_OK) return load_fail(p, "%s", cg_last_error());
+    bool any_count = false;
+    for (int i = 0; i < m->nparams; i++) any_count |= p->counts[i] != 0;
+    for (int k = 0; k < p->ost.nbuffers; k++) {
+        CG_TRY(plan_buffer(p, m, p->ost.buffer_names[k], &p->buffers[k]));
+        if (!p->buffers[k] && any_count)
+            return load_fail(p, "no optimizer tensors \"*.%s\", but %s counts are not all 0", p->ost.buffer_names[k],
+                             p->ost.count_name);
+    }
+    return CG_OK;
+}
+
+/* The loader's options and data set must be those the checkpoint was made with. */
+static cg_status plan_loader(ck_plan *p, const cg_loader *l) {
+    cg_loader_options o = cg_loader_get_options(l);
+    const struct {
+        const char *key;
+        uint64_t mine;
+    } same[] = {
+        {CK_RESERVED "loader.seed", o.seed},
+        {CK_RESERVED "loader.batch_size", (uint64_t)o.batch_size},
+        {CK_RESERVED "loader.shuffle", o.shuffle},
+        {CK_RESERVED "loader.drop_last", o.drop_last},
+        {CK_RESERVED "loader.samples", (uint64_t)cg_dataset_size(cg_loader_dataset(l))},
+    };
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        uint64_t saved;
+        CG_TRY(meta_u64(p, same[i].key, UINT64_MAX, &saved));
+        if (saved != same[i].mine)
+            return load_fail(p, "the loader's %s is %" PRIu64 ", but the checkpoint's is %" PRIu64,
+                             same[i].key + strlen(CK_RESERVED "loader."), same[i].mine, saved);
+    }
+    CG_TRY(meta_i64(p, CK_RESERVED "loader.epoch", &p->ls.epoch));
+    CG_TRY(meta_i64(p, CK_RESERVED "loader.position", &p->ls.position));
+    if (p->ls.position > cg_dataset_size(cg_loader_dataset(l)))
+        return load_fail(p, "loader position %" PRId64 " is past the data set's %" PRId64 " samples", p->ls.position,
+                         cg_dataset_size(cg_loader_dataset(l)));
+    return CG_OK;
+}
+
+/* Every tensor of the file must be a parameter or, when an optimizer is restored, one of its buffers. */
+static cg_status plan_leftovers(ck_plan *p, bool with_optimizer) {
+    for (int k = 0; k < cg_safetensors_count(p->st); k++) {
+        cg_safetensors_info info;
+        CG_TRY(cg_safetensors_info_at(p->st, k, &info));
+        bool optimizer_entry = strncmp(info.name, CK_OPT_PREFIX, strlen(CK_OPT_PREFIX)) == 0;
+        if (!p->used[k] && (with_optimizer || !optimizer_entry))
+            return load_fail(p, "unexpected tensor \"%.128s\": not a parameter of the model%s", info.name,
+                             with_optimizer ? " nor a buffer of its optimizer" : "");
+    }
+    return CG_OK;
+}
+
+/* Writes the plan: the parameters of every root, then (nothing can fail from here on) the optimizer's
+ * new buffers, counts and learning rate, the generators and the loader. */
+static cg_status apply(ck_plan *p, cg_module *model, cg_optimizer *opt, cg_loader *loader) {
+    cg_tensor *fresh[CG_OPTIM_MAX_BUFFERS][CG_MAX_CUDA] = {{0}};
+    int made = 0;
+    cg_status s = CG_OK;
+    while (opt && made < p->ost.nbuffers && s == CG_OK)
+        if ((s = cg__optimizer_buffers_new(opt, p->buffers[made], fresh[made])) == CG_OK) made++;
+    for (int r = 0; r < root_count(model) && s == CG_OK && p->total > 0; r++) {
+        cg_module *root = root_at(model, r);
+        s = cg__copy_bytes(root->device, cg__data(root->flat_data), cg_cpu(), p->params, (size_t)p->total * sizeof(float));
+    }
+    if (s != CG_OK) {
+        for (int k = 0; k < made; k++)
+            for (int r = 0; r < opt->nroots; r++) cg_tensor_free(fresh[k][r]);
+        return s;
+    }
+    if (opt) {
+        for (int k = 0; k < p->ost.nbuffers; k++) cg__optimizer_buffers_swap(opt, p->ost.buffers[k], fresh[k]);
+        opt->ops->set_counts(opt, p->counts);
+        opt->lr = p->lr;
+    }
+    cg__rng_set_state(&p->rng);
+    if (loader) s = cg_loader_set_state(loader, p->ls);
+    return s;
+}
+
+static cg_status restore(const char *fn, const char *src, const cg_safetensors *st, cg_module *model, cg_optimizer *opt,
+                         cg_loader *loader) {
+    ck_plan p = {.fn = fn, .src = src, .st = st};
+    const char *version = cg_safetensors_metadata(st, CK_RESERVED "checkpoint");
+    if (!version)
+        return load_fail(&p, "not a cgrad checkpoint (no \"" CK_RESERVED "checkpoint\" in the metadata; "
+                             "cg_load_safetensors reads plain weights)");
+    if (strcmp(version, CK_VERSION) != 0)
+        return load_fail(&p, "checkpoint format %.32s; this cgrad reads format " CK_VERSION, version);
+    cg_status s = (p.used = calloc((size_t)cg_safetensors_count(st) + 1, sizeof *p.used))
+                      ? CG_OK
+                      : cg__fail(CG_ERR_OOM, "%s: out of host memory", fn);
+    if (s == CG_OK) s = plan_model(&p, model);
+    if (s == CG_OK) s = plan_rng(&p);
+    if (s == CG_OK && opt) s = plan_optimizer(&p, opt);
+    if (s == CG_OK && loader) s = plan_loader(&p, loader);
+    if (s == CG_OK) s = plan_leftovers(&p, opt != NULL);
+    if (s == CG_OK) s = apply(&p, model, opt, loader);
+    free(p.used), free(p.params), free(p.counts);
+    for (int k = 0; k < CG_OPTIM_MAX_BUFFERS; k++) free(p.buffers[k]);
+    return s;
+}
+
+cg_status cg_checkpoint_restore(const cg_safetensors *st, cg_module *model, cg_optimizer *optimizer, cg_loader *loader) {
+    const char *fn = "cg_checkpoint_restore";
+    if (!st) return cg__fail(CG_ERR_INVALID_ARG, "%s: st is NULL", fn);
+    CG_TRY(check_model(fn, model, optimizer));
+    return restore(fn, "checkpoint", st, model, optimizer, loader);
+}
+
+cg_status cg_checkpoint_load(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader) {
+    const char *fn = "cg_checkpoint_load";
+    if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
+    CG_TRY(check_model(fn, model, optimizer));
+    cg_safetensors *st = NULL;
+    CG_TRY(cg_safetensors_read(path, &st));
+    cg_status s = restore(fn, path, st, model, optimizer, loader);
+    cg_safetensors_free(st);
+    return s;
+}
