@@ -162,7 +162,7 @@ void cg__alloc_release_private(cg_device d, void *blocks) {
 
 cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out) {
     if (!out) return cg__fail(CG_ERR_INVALID_ARG, "cg_memory_stats_get: out is NULL");
-    if (!cg__backend_for(d)) return cg_last_status();
+    if (!cg__backend_for(d)) return cg__fail_context("cg_memory_stats_get");
     device_pool *pool = pool_for(d);
     cg__spin_lock(&pool->lock);
     *out = pool->stats;
@@ -172,7 +172,7 @@ cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out) {
 
 cg_status cg_empty_cache(cg_device d) {
     const cg_backend *be = cg__backend_for(d);
-    if (!be) return cg_last_status();
+    if (!be) return cg__fail_context("cg_empty_cache");
     CG_TRY(be->synchronize(d.index));
     device_pool *pool = pool_for(d);
     cg__spin_lock(&pool->lock);

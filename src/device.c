@@ -63,7 +63,7 @@ cg_status cg_device_parse(const char *text, cg_device *out) {
     } else {
         return cg__fail(CG_ERR_DEVICE, "cg_device_parse: bad device '%s' (expected cpu, cuda or cuda:N)", text);
     }
-    if (!cg__backend_for(d)) return cg_last_status();
+    if (!cg__backend_for(d)) return cg__fail_context("cg_device_parse");
     *out = d;
     return CG_OK;
 }
@@ -100,7 +100,7 @@ const char *cg_device_name(cg_device d, char *buf, size_t len) {
 
 cg_status cg_synchronize(cg_device d) {
     const cg_backend *be = cg__backend_for(d);
-    if (!be) return cg_last_status();
+    if (!be) return cg__fail_context("cg_synchronize");
     return be->synchronize(d.index);
 }
 

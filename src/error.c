@@ -16,6 +16,16 @@ cg_status cg__fail(cg_status s, const char *fmt, ...) {
     return s;
 }
 
+cg_status cg__fail_context(const char *fmt, ...) {
+    char context[256], cause[sizeof last_message];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(context, sizeof context, fmt, args);
+    va_end(args);
+    memcpy(cause, last_message, sizeof cause); /* the message is rewritten in place */
+    return cg__fail(last_status, "%s: %s", context, cause);
+}
+
 const char *cg_last_error(void) { return last_message; }
 cg_status cg_last_status(void) { return last_status; }
 

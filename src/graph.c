@@ -11,7 +11,7 @@ struct cg_graph {
 
 cg_graph *cg_graph_capture(cg_device d, cg_status (*fn)(void *ctx), void *ctx) {
     const cg_backend *be = cg__backend_for(d);
-    if (!be) return NULL;
+    if (!be) return (cg__fail_context("cg_graph_capture"), NULL);
     if (!fn) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_graph_capture: fn is NULL");
     cg_graph *g = calloc(1, sizeof *g);
     if (!g) return CG_FAIL_NULL(CG_ERR_OOM, "cg_graph_capture: out of host memory");
@@ -19,7 +19,7 @@ cg_graph *cg_graph_capture(cg_device d, cg_status (*fn)(void *ctx), void *ctx) {
     if (!be->capture_begin) { /* the CPU: nothing to record */
         if (fn(ctx) != CG_OK) {
             free(g);
-            return NULL;
+            return (cg__fail_context("cg_graph_capture: the captured function failed"), NULL);
         }
         return g;
     }
@@ -30,7 +30,7 @@ cg_graph *cg_graph_capture(cg_device d, cg_status (*fn)(void *ctx), void *ctx) {
     if (s == CG_OK) s = be->capture_end(d.index, run == CG_OK, &g->exec); /* always ends the capture */
     if (run != CG_OK || s != CG_OK) {
         cg_graph_free(g);
-        if (run != CG_OK) cg__fail(run, "cg_graph_capture: the captured function failed: %s", cg_last_error());
+        if (run != CG_OK) cg__fail_context("cg_graph_capture: the captured function failed");
         return NULL;
     }
     return g;

@@ -13,6 +13,10 @@
 /* Records a failure for cg_last_error() and returns the status, so callers can write
  * `return cg__fail(CG_ERR_SHAPE, "cg_add: ...")`. */
 cg_status cg__fail(cg_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Puts context before the last recorded message ("cg_to: <the callee's message>"), keeping its
+ * status: for callees (device lookup, the allocator, a user callback) that cannot name the public
+ * function the caller called. Returns the status. */
+cg_status cg__fail_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Like cg__fail, for functions that return a pointer. */
 #define CG_FAIL_NULL(status, ...) (cg__fail((status), __VA_ARGS__), (void *)0)
 /* Propagates a failing status from a callee that has already recorded its message. */

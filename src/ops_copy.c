@@ -70,7 +70,8 @@ cg_tensor *cg_contiguous(const cg_tensor *t) {
 }
 
 cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
-    if (cg__check_tensor(t, "cg_to", "t") != CG_OK || !cg__backend_for(d)) return NULL;
+    if (cg__check_tensor(t, "cg_to", "t") != CG_OK) return NULL;
+    if (!cg__backend_for(d)) return (cg__fail_context("cg_to"), NULL);
     cg_tensor *out = cg__tensor_new(t->ndim, t->shape, d);
     if (!out) return NULL;
     if (copy_between(out, t) != CG_OK) {

@@ -304,8 +304,9 @@ bool cg_is_contiguous(const cg_tensor *t) {
 /* ---- creation ------------------------------------------------------------------------------------ */
 static cg_tensor *created(int ndim, const int64_t *shape, cg_device d, const char *fn) {
     if (cg__check_shape(ndim, shape, fn) != CG_OK) return NULL;
-    if (!cg__backend_for(d)) return NULL;
-    return cg__tensor_new(ndim, shape, d);
+    cg_tensor *t = cg__backend_for(d) ? cg__tensor_new(ndim, shape, d) : NULL;
+    if (!t) cg__fail_context("%s", fn); /* a missing device or out of memory */
+    return t;
 }
 
 /* Frees t and returns NULL when a backend call failed, t otherwise. */

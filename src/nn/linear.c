@@ -44,7 +44,7 @@ cg_module *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
     if (in_features <= 0 || out_features <= 0)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_linear_new: in_features (%lld) and out_features (%lld) must be positive",
                             (long long)in_features, (long long)out_features);
-    if (!cg__backend_for(d)) return NULL;
+    if (!cg__backend_for(d)) return (cg__fail_context("cg_linear_new"), NULL);
     cg_module *m = linear_create(in_features, out_features, bias, d);
     if (!m) return NULL;
     float bound = 1.0f / sqrtf((float)in_features);

@@ -150,7 +150,8 @@ void cg_module_free(cg_module *m) {
 
 cg_status cg_module_to(cg_module *m, cg_device d) {
     CG_TRY(check_module(m, "cg_module_to"));
-    if (!param_root(m, "cg_module_to") || !cg__backend_for(d)) return cg_last_status();
+    if (!param_root(m, "cg_module_to")) return cg_last_status();
+    if (!cg__backend_for(d)) return cg__fail_context("cg_module_to");
     if (!m->ops->shell) return cg__fail(CG_ERR_INVALID_ARG, "cg_module_to: a %s cannot be moved", m->ops->type);
     if (cg_device_equal(d, m->device) && m->flat_data) return CG_OK;
     return cg__module_pack(m, d);
@@ -159,8 +160,8 @@ cg_status cg_module_to(cg_module *m, cg_device d) {
 cg_device cg_module_device(const cg_module *m) { return m ? m->device : cg_cpu(); }
 
 cg_module *cg_module_clone(const cg_module *m, cg_device d) {
-    if (check_module(m, "cg_module_clone") != CG_OK || !param_root(m, "cg_module_clone") || !cg__backend_for(d))
-        return NULL;
+    if (check_module(m, "cg_module_clone") != CG_OK || !param_root(m, "cg_module_clone")) return NULL;
+    if (!cg__backend_for(d)) return (cg__fail_context("cg_module_clone"), NULL);
     if (!m->ops->shell) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_clone: a %s cannot be cloned", m->ops->type);
     cg_module *copy = m->ops->shell(m, d);
     if (!copy) return NULL;

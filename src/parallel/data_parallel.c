@@ -229,7 +229,7 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
     if (!st) return CG_FAIL_NULL(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
     if (check_devices(module, ndevices, device_ids, output_device, st) != CG_OK) {
         free(st);
-        return NULL;
+        return (cg__fail_context("cg_data_parallel_new"), NULL);
     }
     cg_module *dp = cg__module_new(&dp_ops, module->device, 0);
     if (!dp) {
