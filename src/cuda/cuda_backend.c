@@ -260,6 +260,11 @@ static const cg_backend cuda_backend = {
     .argmax = cg__cuda_argmax,
     .gather_rows = cg__cuda_gather_rows,
     .adam_step = cg__cuda_adam_step,
+    .conv2d_forward = cg__cuda_conv2d_forward,
+    .conv2d_backward_data = cg__cuda_conv2d_backward_data,
+    .conv2d_backward_weight = cg__cuda_conv2d_backward_weight,
+    .max_pool2d_forward = cg__cuda_max_pool2d_forward,
+    .max_pool2d_backward = cg__cuda_max_pool2d_backward,
 };
 
 const cg_backend *cg__cuda_backend(void) { return &cuda_backend; }

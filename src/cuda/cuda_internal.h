@@ -1,9 +1,10 @@
-/* CUDA host side: per-device context (stream, cuBLAS, cuRAND) and the check macros. */
+/* CUDA host side: per-device context (stream, cuBLAS, cuRAND, cuDNN) and the check macros. */
 #ifndef CGRAD_CUDA_INTERNAL_H
 #define CGRAD_CUDA_INTERNAL_H
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 #include <curand.h>
 
 #include "internal.h"
@@ -30,6 +31,14 @@
             return cg__fail(CG_ERR_BACKEND, "%s failed at %s:%d: cuRAND status %d", #call, __FILE__, \
                             __LINE__, (int)cg__e);                                                   \
     } while (0)
+#define CG_CUDNN_CHECK(call)                                                                         \
+    do {                                                                                             \
+        cudnnStatus_t cg__e = (call);                                                                \
+        if (cg__e != CUDNN_STATUS_SUCCESS)                                                           \
+            return cg__fail(cg__e == CUDNN_STATUS_ALLOC_FAILED ? CG_ERR_OOM : CG_ERR_BACKEND,        \
+                            "%s failed at %s:%d: %s", #call, __FILE__, __LINE__,                     \
+                            cudnnGetErrorString(cg__e));                                             \
+    } while (0)
 
 cg_status cg__cuda_error(cudaError_t e, const char *call, const char *file, int line);
 
@@ -46,6 +55,9 @@ typedef struct cg_cuda_context {
     float *scratch;            /* 64 floats for odd-sized normal draws */
     cudaEvent_t marker;        /* "the stream got here", for other streams to wait on; reused, since a
                                   wait takes the event's state when it is enqueued */
+    cudnnHandle_t cudnn;
+    struct cg_conv_cache *conv_cache; /* cuda_conv.c's descriptors and algorithms per convolution shape,
+                                         made on the first convolution */
 } cg_cuda_context;
 
 /* Graph capture (cuda_graph.c), entries of the backend table. */
@@ -67,5 +79,15 @@ cg_status cg__cuda_argmax(const float *x, int64_t outer, int64_t n, int64_t inne
 cg_status cg__cuda_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst, int index);
 cg_status cg__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                              const cg_adam_args *args, int index);
+
+/* convolution (cuDNN) and max pooling (kernels/pool.cu), entries of the backend table (cuda_conv.c) */
+cg_status cg__cuda_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
+                                  float *y, int index);
+cg_status cg__cuda_conv2d_backward_data(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
+                                        int index);
+cg_status cg__cuda_conv2d_backward_weight(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
+                                          int index);
+cg_status cg__cuda_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index);
+cg_status cg__cuda_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index);
 
 #endif

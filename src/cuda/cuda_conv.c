@@ -1,0 +1,234 @@
+/* CUDA convolution through cuDNN's legacy API, and max pooling through kernels of our own (pool.cu).
+ *
+ * Algorithms are chosen by fixed rules, never by timing: cuDNN's heuristic ranking (the _v7 queries
+ * run nothing), first candidate that reports success, is deterministic, runs with our math type and
+ * needs at most CONV_WORKSPACE_MAX bytes; failing all, an always-deterministic algorithm
+ * (IMPLICIT_GEMM, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1). So the same inputs give the same bits, run
+ * after run. Math: CUDNN_FMA_MATH (true fp32) unless cg_set_allow_tf32 is on, then CUDNN_DEFAULT_MATH
+ * (TF32 tensor cores allowed, as PyTorch's default for convolutions).
+ *
+ * The descriptors and algorithms of each (geometry, math) are kept in a small cache in the device's
+ * context, so a training step creates and queries nothing; workspaces come from the caching
+ * allocator in stream order, and nothing synchronises, so a step can be captured in a CUDA graph.
+ * The bias gradient is the front-end's deterministic sum (src/ops_conv.c).
+ *
+ * Max pooling does not use cuDNN: cuDNN documents neither which of tied maxima its backward routes
+ * to nor what a NaN does, and cg_max_pool2d promises PyTorch's choice. */
+#include "cuda/cuda_internal.h"
+#include "kernels/pool.h"
+
+#define CONV_PLANS 16                          /* shapes cached per device (round robin) */
+#define CONV_WORKSPACE_MAX ((size_t)256 << 20) /* bytes an algorithm may ask for */
+
+typedef struct conv_plan {
+    bool used;
+    cg_conv_geom g;
+    bool tf32;
+    cudnnTensorDescriptor_t x, y, bias; /* (n, c, h, w), (n, k, oh, ow), (1, k, 1, 1) */
+    cudnnFilterDescriptor_t w;          /* (k, c, kh, kw) */
+    cudnnConvolutionDescriptor_t conv;
+    int fwd, bwd_data, bwd_filter;      /* the algorithms (cuDNN's enums) */
+    size_t fwd_bytes, bwd_data_bytes, bwd_filter_bytes;
+} conv_plan;
+
+struct cg_conv_cache {
+    conv_plan plans[CONV_PLANS];
+    int next; /* the slot the next new shape takes */
+};
+
+/* ---- choosing algorithms ------------------------------------------------------------------------------ */
+/* One of cuDNN's ranked candidates: its algorithm, and whether cuDNN found it deterministic and runnable. */
+typedef struct candidate {
+    int algo;
+    bool eligible;
+} candidate;
+
+#define CANDIDATES(perf, count, out)                                                                         \
+    for (int cg__i = 0; cg__i < (count); cg__i++)                                                            \
+    (out)[cg__i] = (candidate){(int)(perf)[cg__i].algo, (perf)[cg__i].status == CUDNN_STATUS_SUCCESS &&      \
+                                                           (perf)[cg__i].determinism == CUDNN_DETERMINISTIC}
+
+/* The workspace that pass's algorithm needs with the plan's descriptors (math type included); an
+ * error status when the algorithm does not support them. */
+typedef cudnnStatus_t (*workspace_query)(cudnnHandle_t h, const conv_plan *p, int algo, size_t *bytes);
+
+static cudnnStatus_t fwd_workspace(cudnnHandle_t h, const conv_plan *p, int algo, size_t *bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, (cudnnConvolutionFwdAlgo_t)algo, bytes);
+}
+static cudnnStatus_t bwd_data_workspace(cudnnHandle_t h, const conv_plan *p, int algo, size_t *bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x,
+                                                        (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+}
+static cudnnStatus_t bwd_filter_workspace(cudnnHandle_t h, const conv_plan *p, int algo, size_t *bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w,
+                                                          (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+}
+
+/* The first eligible candidate that supports our descriptors within the workspace cap, else fallback. */
+static cg_status pick(cudnnHandle_t h, const conv_plan *p, const candidate *c, int count, int fallback,
+                      workspace_query query, const char *pass, int *algo, size_t *bytes) {
+    for (int i = 0; i < count; i++)
+        if (c[i].eligible && query(h, p, c[i].algo, bytes) == CUDNN_STATUS_SUCCESS && *bytes <= CONV_WORKSPACE_MAX) {
+            *algo = c[i].algo;
+            return CG_OK;
+        }
+    cudnnStatus_t e = query(h, p, fallback, bytes);
+    if (e != CUDNN_STATUS_SUCCESS)
+        return cg__fail(CG_ERR_BACKEND,
+                        "cg_conv2d: cuDNN has no deterministic %s algorithm for x (%lld, %lld, %lld, %lld), weight "
+                        "(%lld, %lld, %lld, %lld), stride %lld, padding %lld: %s",
+                        pass, (long long)p->g.n, (long long)p->g.c, (long long)p->g.h, (long long)p->g.w,
+                        (long long)p->g.k, (long long)p->g.c, (long long)p->g.kh, (long long)p->g.kw,
+                        (long long)p->g.stride, (long long)p->g.padding, cudnnGetErrorString(e));
+    *algo = fallback;
+    return CG_OK;
+}
+
+#define MAX_CANDIDATES 8 /* the most algorithms of the three passes */
+_Static_assert((int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= MAX_CANDIDATES &&
+                   (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT <= MAX_CANDIDATES &&
+                   (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT <= MAX_CANDIDATES,
+               "a pass with more algorithms than the candidate array holds");
+
+static cg_status choose_algorithms(cudnnHandle_t h, conv_plan *p) {
+    candidate c[MAX_CANDIDATES];
+    int count = 0;
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    CG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                          &count, fwd));
+    CANDIDATES(fwd, count, c);
+    CG_TRY(pick(h, p, c, count, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, fwd_workspace, "forward", &p->fwd,
+                &p->fwd_bytes));
+    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    CG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x,
+                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, data));
+    CANDIDATES(data, count, c);
+    CG_TRY(pick(h, p, c, count, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, bwd_data_workspace, "backward-data", &p->bwd_data,
+                &p->bwd_data_bytes));
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    CG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->conv, p->w,
+                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, filter));
+    CANDIDATES(filter, count, c);
+    return pick(h, p, c, count, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, bwd_filter_workspace, "backward-filter",
+                &p->bwd_filter, &p->bwd_filter_bytes);
+}
+
+/* ---- the plan cache ------------------------------------------------------------------------------------- */
+/* Sets p's descriptors (created the first time the slot is used) to g and chooses its algorithms. */
+static cg_status plan_make(cudnnHandle_t h, conv_plan *p, const cg_conv_geom *g, bool tf32) {
+    p->used = false;
+    if (!p->x) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
+    if (!p->y) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+    if (!p->bias) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
+    if (!p->w) CG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+    if (!p->conv) CG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
+    /* the front-end checked that these fit in int */
+    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g->n, (int)g->c, (int)g->h,
+                                              (int)g->w));
+    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g->n, (int)g->k,
+                                              (int)g->oh, (int)g->ow));
+    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)g->k, 1, 1));
+    CG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)g->k, (int)g->c,
+                                              (int)g->kh, (int)g->kw));
+    CG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, (int)g->padding, (int)g->padding, (int)g->stride,
+                                                   (int)g->stride, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    p->g = *g, p->tf32 = tf32;
+    CG_TRY(choose_algorithms(h, p));
+    p->used = true;
+    return CG_OK;
+}
+
+static cg_status plan_for(cg_cuda_context *ctx, const cg_conv_geom *g, conv_plan **out) {
+    struct cg_conv_cache *cache = ctx->conv_cache;
+    if (!cache && !(cache = ctx->conv_cache = calloc(1, sizeof *cache)))
+        return cg__fail(CG_ERR_OOM, "cg_conv2d: out of host memory for cuda:%d's convolution cache", ctx->index);
+    bool tf32 = cg_get_allow_tf32();
+    for (int i = 0; i < CONV_PLANS; i++) {
+        conv_plan *p = &cache->plans[i];
+        if (p->used && p->tf32 == tf32 && memcmp(&p->g, g, sizeof *g) == 0) {
+            *out = p;
+            return CG_OK;
+        }
+    }
+    conv_plan *p = &cache->plans[cache->next];
+    cache->next = (cache->next + 1) % CONV_PLANS;
+    CG_TRY(plan_make(ctx->cudnn, p, g, tf32));
+    *out = p;
+    return CG_OK;
+}
+
+/* ---- the three passes -------------------------------------------------------------------------------- */
+typedef enum { CONV_FORWARD, CONV_BACKWARD_DATA, CONV_BACKWARD_FILTER } conv_pass;
+
+/* forward: out y = conv(a x, b weight) + bias; backward data: out gx from a gy and b weight; backward
+ * filter: out gweight from a x and b gy. */
+static cg_status launch_pass(cg_cuda_context *ctx, const conv_plan *p, conv_pass pass, const float *a, const float *b,
+                             const float *bias, float *out, void *ws) {
+    const float one = 1.0f, zero = 0.0f;
+    switch (pass) {
+    case CONV_FORWARD:
+        CG_CUDNN_CHECK(cudnnConvolutionForward(ctx->cudnn, &one, p->x, a, p->w, b, p->conv,
+                                               (cudnnConvolutionFwdAlgo_t)p->fwd, ws, p->fwd_bytes, &zero, p->y, out));
+        if (bias) CG_CUDNN_CHECK(cudnnAddTensor(ctx->cudnn, &one, p->bias, bias, &one, p->y, out));
+        return CG_OK;
+    case CONV_BACKWARD_DATA:
+        CG_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w, b, p->y, a, p->conv,
+                                                    (cudnnConvolutionBwdDataAlgo_t)p->bwd_data, ws, p->bwd_data_bytes,
+                                                    &zero, p->x, out));
+        return CG_OK;
+    case CONV_BACKWARD_FILTER:
+        CG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x, a, p->y, b, p->conv,
+                                                      (cudnnConvolutionBwdFilterAlgo_t)p->bwd_filter, ws,
+                                                      p->bwd_filter_bytes, &zero, p->w, out));
+        return CG_OK;
+    }
+    return cg__fail(CG_ERR_INVALID_ARG, "cg_conv2d: unknown pass %d", (int)pass);
+}
+
+/* Runs one pass with a workspace from the caching allocator, freed right after (stream order makes its
+ * reuse safe). */
+static cg_status run_pass(int index, const cg_conv_geom *g, conv_pass pass, const float *a, const float *b,
+                          const float *bias, float *out) {
+    cg_cuda_context *ctx;
+    conv_plan *p = NULL;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_TRY(plan_for(ctx, g, &p));
+    size_t bytes = pass == CONV_FORWARD ? p->fwd_bytes : pass == CONV_BACKWARD_DATA ? p->bwd_data_bytes
+                                                                                    : p->bwd_filter_bytes;
+    void *ws = NULL;
+    if (bytes && !(ws = cg__alloc(cg_cuda(index), bytes))) return cg_last_status();
+    cg_status s = launch_pass(ctx, p, pass, a, b, bias, out, ws);
+    if (ws) cg__free(cg_cuda(index), ws, bytes);
+    return s;
+}
+
+cg_status cg__cuda_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
+                                  float *y, int index) {
+    return run_pass(index, g, CONV_FORWARD, x, weight, bias, y);
+}
+
+cg_status cg__cuda_conv2d_backward_data(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
+                                        int index) {
+    return run_pass(index, g, CONV_BACKWARD_DATA, gy, weight, NULL, gx);
+}
+
+cg_status cg__cuda_conv2d_backward_weight(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
+                                          int index) {
+    return run_pass(index, g, CONV_BACKWARD_FILTER, x, gy, NULL, gweight);
+}
+
+/* ---- max pooling ----------------------------------------------------------------------------------------- */
+cg_status cg__cuda_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cg_launch_max_pool2d_forward(g, x, y, arg, ctx->stream));
+    return CG_OK;
+}
+
+cg_status cg__cuda_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index) {
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cg_launch_max_pool2d_backward(g, gy, arg, gx, ctx->stream));
+    return CG_OK;
+}
