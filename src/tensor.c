@@ -337,11 +337,14 @@ cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape, cg_de
 }
 
 cg_tensor *cg_arange(double start, double end, double step, cg_device d) {
-    if (step == 0 || step != step || start != start || end != end)
+    if (step == 0 || !isfinite(step) || !isfinite(start) || !isfinite(end))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_arange: step must be non-zero and bounds finite (start %g, end %g, step %g)",
                             start, end, step);
     double count = ceil((end - start) / step);
     if (count < 0) count = 0;
+    if (!(count < 0x1p62)) /* also an infinite (end - start) / step; converting it to int64 is undefined */
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_arange: [%g, %g) in steps of %g holds %g elements, too many for a tensor",
+                            start, end, step, count);
     int64_t n = (int64_t)count;
     cg_tensor *t = created(1, &n, d, "cg_arange");
     return t ? finish(t, cg__backend_for(d)->arange(t, start, step)) : NULL;
