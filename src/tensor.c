@@ -136,7 +136,7 @@ static void scope_adopt(cg_tensor *t) {
 }
 
 void cg_scope_end(cg_scope *s) {
-    if (!s || s->depth != scope_depth || s != &scope_stack[scope_depth - 1]) {
+    if (!s || scope_depth == 0 || s != &scope_stack[scope_depth - 1]) {
         cg__fail(CG_ERR_INVALID_ARG, "cg_scope_end: not the innermost open scope");
         return;
     }
