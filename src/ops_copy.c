@@ -112,7 +112,8 @@ static cg_status infer_shape(const cg_tensor *t, int ndim, const int64_t *shape,
     int64_t known = 1;
     for (int i = 0; i < ndim; i++) {
         out[i] = shape[i];
-        if (shape[i] == -1 && infer < 0) infer = i;
+        if (shape[i] == -1 && infer >= 0) return cg__fail(CG_ERR_SHAPE, "%s: only one dimension can be inferred", fn);
+        else if (shape[i] == -1) infer = i;
         else if (shape[i] < 0) return cg__fail(CG_ERR_SHAPE, "%s: invalid size %lld in the new shape", fn, (long long)shape[i]);
         else if (shape[i] > 0 && known > INT64_MAX / shape[i])
             return cg__fail(CG_ERR_SHAPE, "%s: the new shape has more elements than fit in 64 bits", fn);
