@@ -130,8 +130,11 @@ static cg_status infer_shape(const cg_tensor *t, int ndim, const int64_t *shape,
 cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
     int64_t resolved[CG_MAX_DIMS];
     if (infer_shape(t, ndim, shape, resolved, "cg_view") != CG_OK) return NULL;
-    if (!cg_is_contiguous(t))
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor is not contiguous (use cg_reshape, which copies)");
+    if (!cg_is_contiguous(t)) {
+        char s[160], st[160];
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor of shape %s and strides %s is not contiguous (use cg_reshape, which copies)",
+                            cg__shape_str(t, s, sizeof s), cg__dims_str(t->ndim, t->strides, st, sizeof st));
+    }
     return recorded(cg__view_new(t, ndim, resolved, NULL, t->offset), t, MOVE_RESHAPE, "cg_view", 0, 0);
 }
 
