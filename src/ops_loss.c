@@ -18,7 +18,9 @@ static cg_status mse_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_i
 
 cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction) {
     char si[160], st[160];
-    if (cg__check_same_device(input, target, "cg_mse_loss") != CG_OK) return NULL;
+    if (cg__check_tensor(input, "cg_mse_loss", "input") != CG_OK || cg__check_tensor(target, "cg_mse_loss", "target") != CG_OK ||
+        cg__check_same_device(input, target, "cg_mse_loss") != CG_OK)
+        return NULL;
     if (input->ndim != target->ndim || memcmp(input->shape, target->shape, (size_t)input->ndim * sizeof(int64_t)))
         return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_mse_loss: input shape %s and target shape %s differ",
                             cg__shape_str(input, si, sizeof si), cg__shape_str(target, st, sizeof st));

@@ -125,6 +125,10 @@ static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 
 cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias) {
     char sx[160], sw[160], sb[160];
+    /* named as F.linear's arguments, before the pairwise device checks that call them a and b */
+    if (cg__check_tensor(x, "cg_linear", "input") != CG_OK || cg__check_tensor(weight, "cg_linear", "weight") != CG_OK ||
+        (bias && cg__check_tensor(bias, "cg_linear", "bias") != CG_OK))
+        return NULL;
     if (cg__check_same_device(x, weight, "cg_linear") != CG_OK) return NULL;
     if (bias && cg__check_same_device(x, bias, "cg_linear") != CG_OK) return NULL;
     if (x->ndim != 2 || weight->ndim != 2 || x->shape[1] != weight->shape[1] ||

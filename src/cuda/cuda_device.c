@@ -4,8 +4,6 @@
 
 #include <pthread.h>
 
-#define CG_MAX_CUDA 64
-
 static int device_count;
 static char no_gpu_reason[256];
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
