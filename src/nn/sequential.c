@@ -61,6 +61,11 @@ cg_module *cg_sequential_new(int n, cg_module *const *modules) {
         const cg_module *child = modules[c];
         const char *problem = !child ? "is NULL" : child->parent ? "already belongs to another module" : NULL;
         if (problem) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sequential_new: module %d %s", c, problem);
+        for (int j = 0; j < c; j++) /* it would be owned, and freed, twice */
+            if (modules[j] == child)
+                return CG_FAIL_NULL(CG_ERR_INVALID_ARG,
+                                    "cg_sequential_new: module %d is module %d again (a module can have one place; "
+                                    "shared weights are not supported)", c, j);
         if (!has_params(child)) continue;
         if (found && !cg_device_equal(d, child->device)) {
             char a[16], b[16];
