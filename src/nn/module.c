@@ -138,14 +138,23 @@ cg_tensor *cg_module_forward(cg_module *m, const cg_tensor *x) {
     return m->ops->forward(m, x);
 }
 
-void cg_module_free(cg_module *m) {
+void cg__module_free_owned(cg_module *m) {
     if (!m) return;
     if (m->ops->destroy) m->ops->destroy(m);
-    for (int c = 0; c < m->nchildren; c++) cg_module_free(m->children[c]);
+    for (int c = 0; c < m->nchildren; c++) cg__module_free_owned(m->children[c]);
     for (int i = 0; i < m->nown; i++) cg_tensor_free(m->own[i]);
     drop_buffers(m);
     free(m->children);
     free(m);
+}
+
+void cg_module_free(cg_module *m) {
+    if (m && m->parent) { /* its owner frees it; freeing it here too would free it twice */
+        cg__fail(CG_ERR_INVALID_ARG, "cg_module_free: this %s belongs to a %s, which frees it; free the outer module",
+                 m->ops->type, m->parent->ops->type);
+        return;
+    }
+    cg__module_free_owned(m);
 }
 
 cg_status cg_module_to(cg_module *m, cg_device d) {

@@ -53,6 +53,9 @@ cg_module *cg__module_new(const cg_module_ops *ops, cg_device d, int nchildren);
 cg_module *cg__module_plain_shell(const cg_module *m, cg_device d);
 /* Registers an owned parameter (a new leaf tensor requiring grad) of the given shape. */
 cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const int64_t *shape);
+/* Frees m and its children even when m belongs to another module: for that owner (a container, a
+ * data-parallel wrapper). cg_module_free refuses a module that has an owner. */
+void cg__module_free_owned(cg_module *m);
 /* Packs the tree's parameters into fresh flat buffers on d (moving them there) and makes m its
  * root; children lose their own buffers. Frees nothing on failure but leaves m unchanged. */
 cg_status cg__module_pack(cg_module *m, cg_device d);

@@ -172,7 +172,7 @@ cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor
 /* ---- construction -------------------------------------------------------------------------------------- */
 static void dp_destroy(cg_module *dp) {
     dp_state *st = dp->state;
-    for (int r = 0; r < dp->nreplicas; r++) cg_module_free(dp->replicas[r]);
+    for (int r = 0; r < dp->nreplicas; r++) cg__module_free_owned(dp->replicas[r]);
     free(dp->replicas);
     dp->replicas = NULL, dp->nreplicas = 0;
     if (st) cg__nccl_free(st->nccl);

@@ -207,7 +207,7 @@ static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
 static void ddp_destroy(cg_module *ddp) {
     ddp_state *st = ddp->state;
     if (!st) return;
-    cg_module_free(st->module);
+    cg__module_free_owned(st->module);
     free(st->buckets);
     free(st->hooks);
     free(st);
