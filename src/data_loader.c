@@ -34,6 +34,9 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
     if (images->dims[0] < 1 || images->count != images->dims[0] * images->dims[1] * images->dims[2])
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: images %s hold %lld elements; need N >= 1 and count = N*H*W", fn, si,
                             (long long)images->count);
+    if (labels->count != labels->dims[0]) /* the labels are read up to N */
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: labels %s hold %lld elements; need count = N", fn, sl,
+                            (long long)labels->count);
     if (!(std > 0) || !isfinite(mean) || !isfinite(std))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: normalisation needs a finite mean and std > 0 (got %g, %g)", fn,
                             (double)mean, (double)std);
