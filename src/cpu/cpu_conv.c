@@ -203,37 +203,43 @@ cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, 
 }
 
 /* ---- max pooling ---------------------------------------------------------------------------------------- */
-#define POOL_CHUNK 64 /* outputs of a row handled together, each window position at a time (vectorised) */
+#define POOL_CHUNK 64 /* outputs handled together, window position by window position */
 
-/* Output row `row` of (n c oh) rows: y and arg (or NULL; offsets ki w + kj from the window's corner) of
- * its windows. Branch-free selects: with random data a branch per element mispredicts half the time. */
-static void pool_row(const cg_conv_geom *g, const float *x, int64_t row, float *y, float *arg) {
-    int64_t s = g->stride;
-    const float *base = x + (row / g->oh) * g->h * g->w + (row % g->oh) * s * g->w;
-    for (int64_t o0 = 0; o0 < g->ow; o0 += POOL_CHUNK) {
-        int n = (int)(g->ow - o0 < POOL_CHUNK ? g->ow - o0 : POOL_CHUNK);
-        float best[POOL_CHUNK], at[POOL_CHUNK];
-        for (int j = 0; j < n; j++) best[j] = -INFINITY, at[j] = 0.0f;
-        for (int64_t ki = 0; ki < g->kh; ki++)
-            for (int64_t kj = 0; kj < g->kw; kj++) {
-                const float *src = base + ki * g->w + o0 * s + kj;
-                float offset = (float)(ki * g->w + kj);
-#pragma omp simd
-                for (int j = 0; j < n; j++) {
-                    float v = src[j * s];
-                    bool take = cg_max_pool_better(v, best[j]);
-                    best[j] = take ? v : best[j];
-                    at[j] = take ? offset : at[j];
-                }
-            }
-        memcpy(y + row * g->ow + o0, best, (size_t)n * sizeof(float));
-        if (arg) memcpy(arg + row * g->ow + o0, at, (size_t)n * sizeof(float));
+/* Outputs [o0, o0 + n) of y (n c oh ow, flattened), n <= POOL_CHUNK, and their arg (or NULL; offsets
+ * ki w + kj from each window's corner). For each window position the chunk's inputs are first gathered
+ * into a contiguous buffer, so the select loop vectorises over whole chunks (the CNN's rows have only 7
+ * or 14 outputs) and has no branches: with random data a branch per element mispredicts half the time. */
+static void pool_chunk(const cg_conv_geom *g, const float *x, int64_t o0, int n, float *y, float *arg) {
+    int64_t corner[POOL_CHUNK], per_plane = g->oh * g->ow;
+    int64_t plane = o0 / per_plane, i = o0 % per_plane / g->ow, j = o0 % g->ow;
+    for (int l = 0; l < n; l++) {
+        corner[l] = (plane * g->h + i * g->stride) * g->w + j * g->stride;
+        if (++j == g->ow) j = 0, i++;
+        if (i == g->oh) i = 0, plane++;
     }
+    float best[POOL_CHUNK], at[POOL_CHUNK], v[POOL_CHUNK];
+    for (int l = 0; l < POOL_CHUNK; l++) best[l] = v[l] = -INFINITY, at[l] = 0.0f;
+    for (int64_t ki = 0; ki < g->kh; ki++)
+        for (int64_t kj = 0; kj < g->kw; kj++) {
+            int64_t offset = ki * g->w + kj;
+            float offset_f = (float)offset;
+            for (int l = 0; l < n; l++) v[l] = x[corner[l] + offset];
+            for (int l = 0; l < POOL_CHUNK; l++) {
+                bool take = cg_max_pool_better(v[l], best[l]);
+                best[l] = take ? v[l] : best[l];
+                at[l] = take ? offset_f : at[l];
+            }
+        }
+    memcpy(y + o0, best, (size_t)n * sizeof(float));
+    if (arg) memcpy(arg + o0, at, (size_t)n * sizeof(float));
 }
 
 cg_status cg__cpu_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index) {
-    int64_t rows = g->n * g->c * g->oh;
-    CG_CPU_FOR(row, rows, rows * g->ow * g->kh * g->kw, { pool_row(g, x, row, y, arg); });
+    int64_t total = g->n * g->c * g->oh * g->ow, chunks = (total + POOL_CHUNK - 1) / POOL_CHUNK;
+    CG_CPU_FOR(c, chunks, total * g->kh * g->kw, {
+        int64_t o0 = c * POOL_CHUNK;
+        pool_chunk(g, x, o0, (int)(total - o0 < POOL_CHUNK ? total - o0 : POOL_CHUNK), y, arg);
+    });
     return CG_OK;
 }
 
