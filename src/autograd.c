@@ -101,6 +101,7 @@ cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, i
             cg__node_unref(n);
             return NULL;
         }
+        n->saved_version[i] = saved[i]->storage->version;
     }
     out->grad_fn = n;
     out->requires_grad = true;
@@ -272,6 +273,13 @@ static cg_status count_dependencies(cg_node *root, uint64_t epoch) {
     return CG_OK;
 }
 
+/* PyTorch's version check: a value the node saved was overwritten in place since. */
+static bool saved_values_changed(const cg_node *n) {
+    for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
+        if (n->saved[i] && n->saved[i]->storage->version != n->saved_version[i]) return true;
+    return false;
+}
+
 /* Runs one node's backward and routes each input gradient to its producer or leaf. */
 static cg_status run_node(cg_node *n) {
     cg_tensor *grad_in[CG_NODE_MAX_INPUTS] = {0};
@@ -280,6 +288,9 @@ static cg_status run_node(cg_node *n) {
         if (n->released)
             s = cg__fail(CG_ERR_INVALID_ARG, "cg_backward: trying to backward through the graph a second time "
                                              "(%s's saved values were already freed by an earlier backward)", n->name);
+        else if (saved_values_changed(n))
+            s = cg__fail(CG_ERR_INVALID_ARG, "cg_backward: a tensor that %s saved for backward was modified in place "
+                                             "(cg_copy_) after the forward pass", n->name);
         else
             s = n->backward(n, n->grad_accum, grad_in);
     }

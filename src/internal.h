@@ -32,6 +32,7 @@ typedef struct cg_storage {
     float *data;     /* device or host pointer, from the caching allocator */
     size_t bytes;    /* size of the block as requested */
     int refcount;    /* tensors that share it */
+    uint64_t version; /* in-place writes through the API (cg_copy_), so backward can refuse stale saves */
     struct cg_storage *next_free;
 } cg_storage;
 
@@ -257,6 +258,7 @@ struct cg_node {
     int64_t in_shape[CG_NODE_MAX_INPUTS][CG_MAX_DIMS];
     cg_device in_device[CG_NODE_MAX_INPUTS];
     cg_tensor *saved[CG_NODE_MAX_SAVED];     /* owned handles (views), released after backward */
+    uint64_t saved_version[CG_NODE_MAX_SAVED]; /* their storage's version when saved */
     void *ctx;                               /* op-specific context, not owned */
     float scalar;                            /* op parameters */
     int dim, dim2;

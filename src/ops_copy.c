@@ -90,7 +90,9 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
                         cg__shape_str(dst, sd, sizeof sd), cg__shape_str(src, ss, sizeof ss));
     if (!cg_is_contiguous(dst))
         return cg__fail(CG_ERR_INVALID_ARG, "cg_copy_: destination must be contiguous");
-    return copy_between(dst, src);
+    CG_TRY(copy_between(dst, src));
+    dst->storage->version++;
+    return CG_OK;
 }
 
 /* dst (contiguous) = src, on any two devices; not recorded. */

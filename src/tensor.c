@@ -87,6 +87,7 @@ static cg_storage *storage_new(cg_device d, size_t bytes) {
     s->device = d;
     s->bytes = bytes;
     s->refcount = 1;
+    s->version = 0;
     return s;
 }
 
