@@ -29,6 +29,7 @@
  *  backward_null                   cg_backward(NULL), cg_zero_grad(NULL)          INVALID  cg_backward / cg_zero_grad, NULL
  *  backward_released_graph         a second backward through a used cg_mul        INVALID  cg_backward, second time, cg_mul
  *  backward_freed_leaf             backward after freeing the leaf                INVALID  cg_backward, freed before backward
+ *  copy_into_saved_tensor          cg_copy_ into w after y = x * w, then backward INVALID  cg_backward, cg_mul, modified in place
  *  requires_grad_non_leaf          cg_set_requires_grad on a cg_reshape output    INVALID  cg_set_requires_grad, leaf, cg_reshape
  *  use_after_scope_end             cg_item of a tensor its scope freed            INVALID  cg_item, freed
  *  scope_end_out_of_order          end the outer scope first; end one twice       INVALID  cg_scope_end, innermost
@@ -251,6 +252,18 @@ static void backward_freed_leaf(cg_device d) {
     cg_tensor_free(x);
     EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_backward(loss), "cg_backward", "freed before backward");
     FREE_ALL(y, loss);
+}
+
+static void copy_into_saved_tensor(cg_device d) {
+    cg_tensor *x = LEAF(d, 2), *w = CG_TEST_OK(cg_full(CG_SHAPE(2), 3.0f, d)), *zero = CG_TEST_OK(cg_zeros(CG_SHAPE(2), d));
+    cg_tensor *y = CG_TEST_OK(cg_mul(x, w)), *loss = CG_TEST_OK(cg_sum(y));
+    CG_TEST_STATUS_OK(cg_copy_(w, zero)); /* the gradient of x would now read the new w */
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_backward(loss), "cg_backward", "cg_mul", "modified in place");
+    assert_null(cg_grad(x));
+    cg_tensor *y2 = CG_TEST_OK(cg_mul(x, w)), *loss2 = CG_TEST_OK(cg_sum(y2)); /* a forward after the copy is fine */
+    CG_TEST_STATUS_OK(cg_backward(loss2));
+    assert_all(cg_grad(x), 0.0f);
+    FREE_ALL(x, w, zero, y, loss, y2, loss2);
 }
 
 static void requires_grad_non_leaf(cg_device d) {
@@ -629,25 +642,25 @@ typedef struct misuse_case {
 #define CASE(fn) {#fn, fn, false}
 #define GPU_CASE(fn) {#fn, fn, true}
 static const misuse_case kCases[] = {
-    CASE(zeros_null_shape),           CASE(from_data_null_data),       CASE(arange_infinite_bound),
-    CASE(arange_too_many),            CASE(add_without_broadcast),     CASE(matmul_inner_dims),
-    CASE(matmul_1d),                  CASE(linear_null_arguments),     CASE(linear_weight_shape),
-    CASE(linear_freed_bias),          CASE(mse_shapes),                CASE(mse_null_arguments),
-    CASE(mse_bad_reduction),          CASE(cross_entropy_target_shape), CASE(backward_non_scalar),
-    CASE(backward_null),              CASE(backward_released_graph),   CASE(backward_freed_leaf),
-    CASE(requires_grad_non_leaf),     CASE(use_after_scope_end),       CASE(scope_end_out_of_order),
-    CASE(keep_freed),                 CASE(view_non_contiguous),       CASE(reshape_two_inferred),
-    CASE(reshape_wrong_numel),        CASE(transpose_bad_dim),         CASE(sum_dim_bad_dim),
-    CASE(module_null_arguments),      CASE(module_wrong_features),     CASE(sequential_same_module_twice),
-    CASE(module_free_child),          CASE(module_to_missing_device),  CASE(mlp_bad_sizes),
-    CASE(optimizer_no_parameters),    CASE(sgd_negative_lr),           CASE(sgd_nesterov_without_momentum),
-    CASE(adam_bad_betas),             CASE(optimizer_null),            CASE(loader_batch_zero),
-    CASE(loader_null),                CASE(dataset_label_count),       CASE(dataset_files_disagree),
-    CASE(dataset_truncated_labels),   CASE(load_missing_file),         CASE(safetensors_write_freed),
-    CASE(safetensors_bad_index),      CASE(to_missing_device),         CASE(device_parse_missing),
-    CASE(memory_stats_missing_device), CASE(data_parallel_missing_device), GPU_CASE(data_parallel_device_twice),
-    CASE(out_of_memory),              CASE(graph_capture_failing_fn),  GPU_CASE(linear_device_mismatch),
-    GPU_CASE(mse_device_mismatch),    GPU_CASE(sequential_mixed_devices),
+    CASE(zeros_null_shape),              CASE(from_data_null_data),           CASE(arange_infinite_bound),
+    CASE(arange_too_many),               CASE(add_without_broadcast),         CASE(matmul_inner_dims),
+    CASE(matmul_1d),                     CASE(linear_null_arguments),         CASE(linear_weight_shape),
+    CASE(linear_freed_bias),             CASE(mse_shapes),                    CASE(mse_null_arguments),
+    CASE(mse_bad_reduction),             CASE(cross_entropy_target_shape),    CASE(backward_non_scalar),
+    CASE(backward_null),                 CASE(backward_released_graph),       CASE(backward_freed_leaf),
+    CASE(copy_into_saved_tensor),        CASE(requires_grad_non_leaf),        CASE(use_after_scope_end),
+    CASE(scope_end_out_of_order),        CASE(keep_freed),                    CASE(view_non_contiguous),
+    CASE(reshape_two_inferred),          CASE(reshape_wrong_numel),           CASE(transpose_bad_dim),
+    CASE(sum_dim_bad_dim),               CASE(module_null_arguments),         CASE(module_wrong_features),
+    CASE(sequential_same_module_twice),  CASE(module_free_child),             CASE(module_to_missing_device),
+    CASE(mlp_bad_sizes),                 CASE(optimizer_no_parameters),       CASE(sgd_negative_lr),
+    CASE(sgd_nesterov_without_momentum), CASE(adam_bad_betas),                CASE(optimizer_null),
+    CASE(loader_batch_zero),             CASE(loader_null),                   CASE(dataset_label_count),
+    CASE(dataset_files_disagree),        CASE(dataset_truncated_labels),      CASE(load_missing_file),
+    CASE(safetensors_write_freed),       CASE(safetensors_bad_index),         CASE(to_missing_device),
+    CASE(device_parse_missing),          CASE(memory_stats_missing_device),   CASE(data_parallel_missing_device),
+    GPU_CASE(data_parallel_device_twice), CASE(out_of_memory),                 CASE(graph_capture_failing_fn),
+    GPU_CASE(linear_device_mismatch),    GPU_CASE(mse_device_mismatch),       GPU_CASE(sequential_mixed_devices),
 };
 enum { NCASES = sizeof kCases / sizeof kCases[0], REPEATS = 3 };
 
