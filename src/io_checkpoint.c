@@ -174,8 +174,7 @@ static cg_status save_loader(ck_out *o, const cg_loader *l) {
 static cg_status check_user_meta(int n_meta, const char *const *keys, const char *const *values) {
     const char *fn = "cg_checkpoint_save";
     if (n_meta < 0 || (n_meta > 0 && (!keys || !values)))
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: %d metadata pairs with keys %p, values %p", fn, n_meta,
-                        (const void *)keys, (const void *)values);
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: n_meta = %d needs that many keys and values", fn, n_meta);
     for (int i = 0; i < n_meta; i++) {
         if (!keys[i] || !keys[i][0] || !values[i])
             return cg__fail(CG_ERR_INVALID_ARG, "%s: metadata pair %d has a NULL or empty key or a NULL value", fn, i);
