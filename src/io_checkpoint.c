@@ -217,7 +217,7 @@ cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_
 /* ---- load ----------------------------------------------------------------------------------------- */
 /* Everything a load will set, read and checked before any of it is. */
 typedef struct ck_plan {
-    const char *fn, *src;    /* for messages: the function, and the file (or "checkpoint") */
+    const char *fn, *src;    /* for messages: the function, and the file (NULL when read before) */
     const cg_safetensors *st;
     bool *used;              /* per tensor of the file: claimed by a parameter or a buffer */
     int64_t total;           /* elements of the flat buffers */
@@ -239,6 +239,7 @@ static cg_status load_fail(const ck_plan *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (!p->src) return cg__fail(CG_ERR_IO, "%s: %s", p->fn, msg);
     return cg__fail(CG_ERR_IO, "%s: %s: %s", p->fn, p->src, msg);
 }
 
@@ -492,7 +493,7 @@ cg_status cg_checkpoint_restore(const cg_safetensors *st, cg_module *model, cg_o
     const char *fn = "cg_checkpoint_restore";
     if (!st) return cg__fail(CG_ERR_INVALID_ARG, "%s: st is NULL", fn);
     CG_TRY(check_model(fn, model, optimizer));
-    return restore(fn, "checkpoint", st, model, optimizer, loader);
+    return restore(fn, NULL, st, model, optimizer, loader);
 }
 
 cg_status cg_checkpoint_load(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader) {
