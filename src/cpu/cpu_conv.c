@@ -16,8 +16,11 @@
 #define WGRAD_GROUP 4 /* images per partial weight gradient */
 
 /* OpenBLAS's pthreads build does not see OpenMP: inside our parallel loops each call must stay on its
- * calling thread, or the threads would queue on one BLAS thread pool. Returns the previous count. */
+ * calling thread, or the threads would queue on one BLAS thread pool. Its OpenMP build already runs on
+ * the calling thread inside a parallel region, and there openblas_set_num_threads would set OpenMP's
+ * own thread count (ours), so it is left alone. Returns the count to restore (1: nothing to do). */
 static int blas_serial_begin(void) {
+    if (openblas_get_parallel() != OPENBLAS_THREAD) return 1;
     int previous = openblas_get_num_threads();
     if (previous != 1) openblas_set_num_threads(1);
     return previous;

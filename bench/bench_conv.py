@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""PyTorch side of bench/bench_conv.c: the Fashion-MNIST CNN's conv and pool layers alone (forward,
+and forward + backward) and its whole training step, timed the same way and printed as the same
+`result work=... impl=pytorch median_ms=...` lines.
+
+Layers: conv1 = Conv2d(1, 32, 3, padding=1) on (N, 1, 28, 28), input without gradient; conv2 =
+Conv2d(32, 64, 3, padding=1) on (N, 32, 14, 14), input requiring gradient; 2x2 max pooling on their
+outputs. A layer run: zero_grad, forward, backward with a fixed output gradient. The step: conv1,
+ReLU, pool, conv2, ReLU, pool, Flatten, Linear(3136, 128), ReLU, Linear(128, 10), CrossEntropyLoss,
+SGD(lr=0.01), loss read back (as the C bench does). Warm-up runs, then the median of runs each timed
+alone (synchronised on the GPU). --tf32 0 (default) sets torch.backends.cudnn.allow_tf32 = False, so
+GPU convolutions are true fp32 like cgrad's default; PyTorch's own default is True."""
+import argparse
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    from torch import nn
+except ImportError:
+    print("# PyTorch not available", flush=True)
+    sys.exit(3)
+
+
+def median_seconds(fn, device, warmup, runs):
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def result(key, seconds, runs, **extra):
+    fields = "".join(f" {k}={v}" for k, v in extra.items())
+    print(f"result work={key} impl=pytorch median_ms={1e3 * seconds:.4f} runs={runs}{fields}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--n", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--tf32", type=int, default=0)
+    a = ap.parse_args()
+    device = torch.device(a.device)
+    torch.set_num_threads(a.threads)
+    torch.backends.cudnn.allow_tf32 = bool(a.tf32)
+    torch.manual_seed(1)
+    where = f"cpu_t{a.threads}" if device.type == "cpu" else "gpu" + ("_tf32" if a.tf32 else "")
+    n = a.n
+
+    layers = [("conv1", nn.Conv2d(1, 32, 3, padding=1).to(device), (n, 1, 28, 28), False),
+              ("pool1", None, (n, 32, 28, 28), True),
+              ("conv2", nn.Conv2d(32, 64, 3, padding=1).to(device), (n, 32, 14, 14), True),
+              ("pool2", None, (n, 64, 14, 14), True)]
+    totals = {"convs": 0.0, "pools": 0.0}
+    for name, module, shape, input_grad in layers:
+        x = torch.randn(shape, device=device, requires_grad=input_grad)
+        f = module if module is not None else (lambda t: nn.functional.max_pool2d(t, 2))
+        with torch.no_grad():
+            gy = torch.randn_like(f(x))
+        for backward in (False, True):
+            def run():
+                if module is not None:
+                    module.zero_grad(set_to_none=True)
+                x.grad = None
+                y = f(x)
+                if backward:
+                    y.backward(gy)
+            t = median_seconds(run, device, 3, a.runs)
+            if backward:
+                totals["convs" if module is not None else "pools"] += t
+            result(f"cnn_{name}_{'fwd_bwd' if backward else 'fwd'}_{where}_n{n}", t, a.runs)
+    for k, t in totals.items():
+        result(f"cnn_{k}_fwd_bwd_{where}_n{n}", t, a.runs)
+
+    model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.randn(n, 1, 28, 28, device=device)
+    targets = torch.tensor([(i * 7 + 3) % 10 for i in range(n)], device=device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), targets)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    first = step()
+    t = median_seconds(step, device, 2, a.runs)
+    last = step()
+    if not (last < first):
+        print(f"# warning: loss {last} not below the first step's {first}", flush=True)
+    result(f"cnn_step_{where}_n{n}", t, a.runs, images_per_s=f"{n / t:.0f}")
+
+
+if __name__ == "__main__":
+    main()
