@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cgrad/io.h"
 #include "internal.h"
+#include "io_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -15,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define ST_MAX_HEADER (100u << 20) /* the reference reader's limit on the JSON header (100 MB) */
@@ -368,37 +368,18 @@ done:
 }
 
 static cg_status read_file(const char *fn, const char *path, cg_safetensors **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return read_fail(fn, path, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
-        int err = errno;
-        fclose(f);
-        return read_fail(fn, path, "cannot stat: %s", strerror(err));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return read_fail(fn, path, "not a regular file");
-    }
-    if ((uintmax_t)sb.st_size > SIZE_MAX - 1) {
-        fclose(f);
-        return read_fail(fn, path, "too large to read");
-    }
-    size_t size = (size_t)sb.st_size;
-    uint8_t *buf = malloc(size ? size : 1);
-    if (!buf) {
-        fclose(f);
-        return cg__fail(CG_ERR_OOM, "%s: %s: out of host memory for %zu bytes", fn, path, size);
-    }
-    size_t got = size ? fread(buf, 1, size, f) : 0;
-    int err = ferror(f) ? errno : 0;
-    fclose(f);
-    if (got != size) {
-        free(buf);
-        if (err) return read_fail(fn, path, "read failed: %s", strerror(err));
-        return read_fail(fn, path, "file shrank while being read (%zu of %zu bytes)", got, size);
-    }
+    uint8_t *buf;
+    size_t size;
+    CG_TRY(cg__read_file(fn, path, &buf, &size));
     return parse_file(fn, path, buf, size, out);
+}
+
+cg_status cg__safetensors_parse(const uint8_t *bytes, size_t len, const char *name, cg_safetensors **out) {
+    *out = NULL;
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy) return cg__fail(CG_ERR_OOM, "cg_safetensors_read: %s: out of host memory for %zu bytes", name, len);
+    if (len) memcpy(copy, bytes, len);
+    return parse_file("cg_safetensors_read", name, copy, len, out);
 }
 
 cg_status cg_safetensors_read(const char *path, cg_safetensors **out) {
