@@ -191,14 +191,16 @@ cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn) {
         return cg__fail(CG_ERR_SHAPE, "%s: %d dims requested, cgrad supports 0 to %d", fn, ndim, CG_MAX_DIMS);
     if (ndim > 0 && !shape) return cg__fail(CG_ERR_INVALID_ARG, "%s: shape is NULL", fn);
     char buf[160];
-    int64_t numel = 1;
+    /* The product of the non-zero sizes bounds numel and the contiguous strides, which are
+     * computed even when a zero size makes the tensor empty. */
+    int64_t span = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return cg__fail(CG_ERR_SHAPE, "%s: negative size in shape %s", fn, cg__dims_str(ndim, shape, buf, sizeof buf));
-        if (shape[i] > 0 && numel > INT64_MAX / shape[i])
-            return cg__fail(CG_ERR_SHAPE, "%s: shape %s has more elements than fit in 64 bits", fn,
+        if (shape[i] > 1 && span > INT64_MAX / shape[i])
+            return cg__fail(CG_ERR_SHAPE, "%s: shape %s is too large: its sizes multiply past 64 bits", fn,
                             cg__dims_str(ndim, shape, buf, sizeof buf));
-        numel *= shape[i];
+        if (shape[i] > 1) span *= shape[i];
     }
     return CG_OK;
 }
