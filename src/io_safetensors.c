@@ -447,6 +447,7 @@ cg_tensor *cg_safetensors_tensor(const cg_safetensors *st, int i, cg_device d) {
     float *buf = entry_floats(st, e);
     if (!buf) return NULL;
     cg_tensor *t = cg_from_data(buf, e->ndim, e->shape, d);
+    if (!t) cg__fail_context("cg_safetensors_tensor: tensor \"%.128s\"", e->name); /* e.g. out of memory on d */
     free(buf);
     return t;
 }

@@ -12,7 +12,8 @@
  *     object, bad dtype / shape / offsets, overlaps, gaps, trailing bytes, duplicate names, ...)
  *     and every mismatch with the module (missing, unexpected, wrong shape, non-F32) fails with
  *     CG_ERR_IO and a message naming the file and the fault, and a failed load changes nothing;
- *   - the lower-level writer and reader: metadata, 0-dim, empty and non-contiguous tensors. */
+ *   - the lower-level writer and reader: metadata, 0-dim, empty and non-contiguous tensors, and an
+ *     empty tensor whose sizes multiply past 64 bits (refused as a tensor, CG_ERR_SHAPE). */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <signal.h>
@@ -621,13 +622,33 @@ static void test_write_read_tensors(void **state) {
     cg_tensor_free(mt), cg_tensor_free(m), cg_tensor_free(scalar), cg_tensor_free(empty);
 }
 
+/* Found by fuzz_safetensors: an empty tensor whose other sizes multiply past 64 bits is a valid
+ * file (numel 0, no data), but no tensor cgrad can hold: cg_safetensors_tensor fails with
+ * CG_ERR_SHAPE, where it used to overflow the contiguous strides (undefined behaviour). */
+static void test_empty_tensor_huge_dims(void **state) {
+    (void)state;
+    char path[128];
+    cg_test_tmp_path("empty_huge.safetensors", path, sizeof path);
+    write_st(path, "{\"z\":{\"dtype\":\"F32\",\"shape\":[0,4294967296,4294967296],\"data_offsets\":[0,0]}}", 0);
+    cg_safetensors *st = NULL;
+    CG_TEST_STATUS_OK(cg_safetensors_read(path, &st));
+    cg_safetensors_info info;
+    CG_TEST_STATUS_OK(cg_safetensors_info_at(st, 0, &info));
+    assert_int_equal(info.numel, 0);
+    assert_int_equal(info.shape[2], 4294967296);
+    assert_null(cg_safetensors_tensor(st, 0, cg_test_device()));
+    cg_test_assert_error(CG_ERR_SHAPE, "cg_safetensors_tensor: tensor \"z\"", "(0, 4294967296, 4294967296)",
+                         "multiply past 64 bits");
+    cg_safetensors_free(st);
+}
+
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
         CG_TEST(test_round_trip),        CG_TEST(test_pytorch_linear),         CG_TEST(test_pytorch_mlp),
         CG_TEST(test_pytorch_f64_refused), CG_TEST(test_atomic_write),         CG_TEST(test_malformed_headers),
         CG_TEST(test_truncated_and_oversized), CG_TEST(test_corrupted_bytes),  CG_TEST(test_module_mismatch),
-        CG_TEST(test_write_read_tensors),
+        CG_TEST(test_write_read_tensors), CG_TEST(test_empty_tensor_huge_dims),
     };
     return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }
