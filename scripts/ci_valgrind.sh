@@ -18,6 +18,7 @@ TESTS=(test_tensor_cpu test_autograd_cpu test_nn_cpu test_adam_cpu test_cross_en
 
 if ! command -v valgrind >/dev/null 2>&1; then
   [[ $EUID -eq 0 ]] || { echo "ci_valgrind: valgrind is missing (apt-get install valgrind)" >&2; exit 1; }
+  apt-get -o DPkg::Lock::Timeout=300 update
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends valgrind
 fi
 if [[ ! -x $BUILD_DIR/tests/test_tensor_cpu ]]; then
