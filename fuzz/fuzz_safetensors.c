@@ -1,0 +1,81 @@
+/* libFuzzer target: arbitrary bytes as a safetensors file (cg__safetensors_parse, the parser of
+ * cg_safetensors_read). A file that fails must fail with CG_ERR_IO and a message naming it. A file
+ * that parses must hold together through every accessor on the CPU: info, find (each name gives
+ * back its index), the F32 tensors (holding exactly the file's bytes), the metadata. A broken
+ * expectation aborts, which libFuzzer reports as a crash. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io_internal.h"
+
+#define NAME "fuzz.safetensors"
+#define CHECK(cond)                                                                                   \
+    do {                                                                                              \
+        if (!(cond)) {                                                                                \
+            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond,  \
+                    cg_last_error());                                                                 \
+            abort();                                                                                  \
+        }                                                                                             \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *bytes, size_t len);
+
+/* Tensor i, whose bytes in the file are data[0, nbytes), through cg_safetensors_tensor on the CPU. */
+static void check_tensor(const cg_safetensors *st, int i, const cg_safetensors_info *info, const uint8_t *data) {
+    cg_tensor *t = cg_safetensors_tensor(st, i, cg_cpu());
+    if (strcmp(info->dtype, "F32") != 0) {
+        CHECK(!t && cg_last_status() == CG_ERR_IO && strstr(cg_last_error(), info->dtype));
+        return;
+    }
+    if (!t) { /* a shape cgrad cannot hold (zero elements, but dims whose product overflows) */
+        CHECK(info->numel == 0 && cg_last_status() == CG_ERR_SHAPE);
+        return;
+    }
+    CHECK(cg_ndim(t) == info->ndim && cg_numel(t) == info->numel && info->nbytes == (size_t)info->numel * 4);
+    for (int d = 0; d < info->ndim; d++) CHECK(cg_size(t, d) == info->shape[d]);
+    if (info->numel) { /* the values are the file's bytes (little-endian, as this host) */
+        float *host = malloc(info->nbytes);
+        CHECK(host);
+        CHECK(cg_to_host(t, host, (size_t)info->numel) == CG_OK);
+        CHECK(memcmp(host, data, info->nbytes) == 0);
+        free(host);
+    }
+    cg_tensor_free(t);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *bytes, size_t len) {
+    cg_safetensors *st = NULL;
+    cg_status s = cg__safetensors_parse(bytes, len, NAME, &st);
+    if (s != CG_OK) {
+        CHECK(s == CG_ERR_IO && !st && strstr(cg_last_error(), "cg_safetensors_read: " NAME ": "));
+        return 0;
+    }
+    int n = cg_safetensors_count(st);
+    CHECK(n >= 0);
+    /* The data is the tensors packed in index order, and ends the file. */
+    size_t data_len = 0;
+    cg_safetensors_info info;
+    for (int i = 0; i < n; i++) {
+        CHECK(cg_safetensors_info_at(st, i, &info) == CG_OK);
+        data_len += info.nbytes;
+    }
+    CHECK(data_len <= len - 8);
+    const uint8_t *data = bytes + len - data_len;
+    for (int i = 0; i < n; i++) {
+        CHECK(cg_safetensors_info_at(st, i, &info) == CG_OK);
+        CHECK(info.name && info.name[0] && info.dtype && info.ndim >= 0 && info.ndim <= CG_MAX_DIMS);
+        CHECK(cg_safetensors_find(st, info.name) == i);
+        const char *meta = cg_safetensors_metadata(st, info.name); /* absent, or a whole string */
+        if (meta) CHECK(strlen(meta) < len);
+        check_tensor(st, i, &info, data);
+        data += info.nbytes;
+    }
+    const char *format = cg_safetensors_metadata(st, "format");
+    if (format) CHECK(strlen(format) < len);
+    CHECK(cg_safetensors_find(st, "") == -1); /* empty names are refused */
+    CHECK(cg_safetensors_info_at(st, n, &info) == CG_ERR_INVALID_ARG);
+    CHECK(!cg_safetensors_tensor(st, -1, cg_cpu()));
+    cg_safetensors_free(st);
+    return 0;
+}
