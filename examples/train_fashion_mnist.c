@@ -2,11 +2,14 @@
  *
  * In PyTorch this is:
  *
- *   train = ...  # 60000 images (N, 784), normalised with mean 0.2860, std 0.3530, on the device
- *   test = ...   # 10000 images
+ *   train = ...  # 60000 images (N, 784) for the MLP, (N, 1, 28, 28) for the CNN, normalised with
+ *   test = ...   # 10000 images           mean 0.2860, std 0.3530, on the device
  *   model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
- *                         nn.Linear(128, 10)).to(device)
- *   optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+ *                         nn.Linear(128, 10)).to(device)                              # --model mlp
+ *   model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # --model cnn
+ *                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+ *                         nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10)).to(device)
+ *   optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)  # or SGD(lr=0.05, momentum=0.9)
  *   loss_fn = nn.CrossEntropyLoss()
  *   for epoch in range(epochs):
  *       for x, y in loader:            # shuffled batches of 128, gathered on the device
@@ -33,7 +36,8 @@
 #include "cgrad.h"
 #include "example_util.h"
 
-#define IMAGE_SIZE 784   /* 28 x 28 */
+#define IMAGE_SIDE 28
+#define IMAGE_SIZE (IMAGE_SIDE * IMAGE_SIDE)
 #define NUM_CLASSES 10
 #define TEST_BATCH 1000
 
@@ -278,12 +282,13 @@ int main(int argc, char **argv) {
     cg_device device = cg_default_device();
     int epochs = 10, seed = 0, threads = 0;
     int64_t batch = 128, limit = 0;
-    float lr = 1e-3f, momentum = 0.0f;
+    float lr = 1e-3f, momentum = 0.0f, dropout = 0.0f;
     eu_flag flags[] = {
         {"--epochs", EU_INT, &epochs, 1, "passes over the training set"},
         {"--batch", EU_SIZE, &batch, 1, "images per training step"},
         {"--lr", EU_FLOAT, &lr, 0, "learning rate (> 0; e.g. 0.05 with --optimizer sgd --momentum 0.9)"},
         {"--momentum", EU_FLOAT, &momentum, 0, "SGD momentum"},
+        {"--dropout", EU_FLOAT, &dropout, 0, "CNN: dropout before the last layer (0: none)"},
         {"--device", EU_DEVICE, &device, 0, "where the model and the data live (default: the best present)"},
         {"--seed", EU_INT, &seed, 0, "seeds the initial weights and the shuffling"},
         {"--limit", EU_SIZE, &limit, 0, "train on the first N training images only (0: all 60000)"},
@@ -291,19 +296,16 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv,
                    "trains a classifier on Fashion-MNIST and prints the test accuracy after each epoch\n"
-                   "  --model mlp|cnn           mlp: 784-256-128-10 with ReLU (default mlp)\n"
+                   "  --model mlp|cnn           mlp: 784-256-128-10 with ReLU (default mlp); cnn: conv 32 and 64\n"
+                   "                            (3x3, ReLU, 2x2 max-pool), then 128 hidden, 10 out\n"
                    "  --optimizer adam|adamw|sgd  (default adam)\n"
                    "  --data DIR                the IDX files (default $CGRAD_FASHION_MNIST_DIR, else "
                    CG_FASHION_MNIST_DIR ")\n"
                    "  --csv FILE                write epoch,train_loss,test_accuracy,images_per_s,seconds\n"
                    "  --plot FILE.svg           draw the loss and accuracy curves as an SVG picture",
                    flags, (int)(sizeof flags / sizeof flags[0]));
-    if (strcmp(model_name, "cnn") == 0) {
-        fprintf(stderr, "%s: --model cnn: the CNN needs Conv2d/MaxPool2d, not implemented yet; "
-                        "use --model mlp\n", argv[0]);
-        return 2;
-    }
-    if (strcmp(model_name, "mlp") != 0) {
+    bool cnn = strcmp(model_name, "cnn") == 0;
+    if (!cnn && strcmp(model_name, "mlp") != 0) {
         fprintf(stderr, "%s: bad value '%s' for --model: expected mlp or cnn\n", argv[0], model_name);
         return 2;
     }
@@ -315,6 +317,10 @@ int main(int argc, char **argv) {
     }
     if (!(lr > 0.0f)) {
         fprintf(stderr, "%s: --lr must be > 0\n", argv[0]);
+        return 2;
+    }
+    if (!(dropout >= 0.0f && dropout < 1.0f) || (dropout > 0.0f && !cnn)) {
+        fprintf(stderr, "%s: --dropout must be in [0, 1) and applies to --model cnn only\n", argv[0]);
         return 2;
     }
     if (momentum != 0.0f && strcmp(optimizer_name, "sgd") != 0) {
@@ -344,17 +350,18 @@ int main(int argc, char **argv) {
     if (limit > n_train) printf("--limit %lld: the training set has %lld images; using all\n",
                                 (long long)limit, (long long)n_train);
     cg_loader *loader = cg_loader_new(train, (cg_loader_options){
-        .batch_size = batch, .shuffle = true, .seed = (uint64_t)seed, .drop_last = false, .flatten = true});
+        .batch_size = batch, .shuffle = true, .seed = (uint64_t)seed, .drop_last = false, .flatten = !cnn});
     eu_expect(loader != NULL, cg_last_error());
     cg_loader *test_loader = cg_loader_new(test, (cg_loader_options){
-        .batch_size = TEST_BATCH, .shuffle = false, .drop_last = false, .flatten = true});
+        .batch_size = TEST_BATCH, .shuffle = false, .drop_last = false, .flatten = !cnn});
     eu_expect(test_loader != NULL, cg_last_error());
     int64_t nbatches = cg_loader_num_batches(loader);
 
     /* The model and the optimizer */
     cg_manual_seed((uint64_t)seed);
     const int64_t sizes[] = {IMAGE_SIZE, 256, 128, NUM_CLASSES};
-    cg_module *model = cg_mlp_new(4, sizes, CG_ACT_RELU, device);
+    cg_module *model = cnn ? cg_cnn_new(1, IMAGE_SIDE, IMAGE_SIDE, NUM_CLASSES, dropout, device)
+                           : cg_mlp_new(4, sizes, CG_ACT_RELU, device);
     eu_expect(model != NULL, cg_last_error());
     cg_optimizer *optimizer = NULL;
     char opt_desc[96];
@@ -376,10 +383,16 @@ int main(int argc, char **argv) {
            "loaded in %.2f s\n",
            eu_device_desc(device, dev, sizeof dev), (long long)n_train, (long long)nbatches,
            (long long)batch, (long long)n_test, load_s);
-    printf("model: MLP 784-256-128-10 (ReLU), %lld parameters; %s, cross-entropy, %d epochs, seed %d\n",
+    char model_desc[128];
+    if (cnn)
+        snprintf(model_desc, sizeof model_desc, "CNN conv32-pool-conv64-pool-128-10 (ReLU%s)",
+                 dropout > 0.0f ? ", dropout" : "");
+    else
+        snprintf(model_desc, sizeof model_desc, "MLP 784-256-128-10 (ReLU)");
+    printf("model: %s, %lld parameters; %s, cross-entropy, %d epochs, seed %d\n", model_desc,
            (long long)cg_module_parameter_count(model), opt_desc, epochs, seed);
-    snprintf(caption, sizeof caption, "MLP 784-256-128-10, %s, batch %lld, seed %d, %lld training images, %s",
-             opt_desc, (long long)batch, seed, (long long)n_train, eu_device_desc(device, dev, sizeof dev));
+    snprintf(caption, sizeof caption, "%s, %s, batch %lld, seed %d, %lld training images, %s", model_desc, opt_desc,
+             (long long)batch, seed, (long long)n_train, eu_device_desc(device, dev, sizeof dev));
     fflush(stdout);
 
     /* The running sum of (batch loss * batch size) over the epoch, kept on the device */
@@ -397,7 +410,7 @@ int main(int argc, char **argv) {
         int64_t step = 0, seen = 0;
         for (;;) {
             cg_scope *scope = cg_scope_begin(); /* the step's batch, activations and tape */
-            cg_tensor *x, *y;                   /* (B, 784), (B) */
+            cg_tensor *x, *y;                   /* (B, 784) or (B, 1, 28, 28), (B) */
             CHECK_OK(cg_loader_next(loader, &x, &y));
             if (!x) {
                 cg_scope_end(scope);
@@ -460,8 +473,8 @@ int main(int argc, char **argv) {
     double final_acc = rows[epochs - 1].test_accuracy;
     if (csv_path) printf("wrote %s\n", csv_path);
     if (plot_path) printf("wrote %s\n", plot_path);
-    printf("result work=fmnist_mlp_%s_e%d_seed%d impl=cgrad test_acc=%.2f images_per_s=%.0f\n",
-           optimizer_name, epochs, seed, final_acc, median_rate);
+    printf("result work=fmnist_%s_%s_e%d_seed%d impl=cgrad test_acc=%.2f images_per_s=%.0f\n",
+           model_name, optimizer_name, epochs, seed, final_acc, median_rate);
     printf("final test accuracy: %.2f%%\n", final_acc);
     eu_expect(isfinite(rows[epochs - 1].train_loss), "the training loss is finite");
 
