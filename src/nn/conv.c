@@ -34,18 +34,6 @@ static cg_module *conv_create(int64_t in, int64_t out, int64_t k, int64_t stride
     return m;
 }
 
-/* p = U(-bound, bound) = (2 U[0,1) - 1) bound, drawn in place, as cg_linear_new draws. */
-static cg_status init_uniform(cg_tensor *p, float bound) {
-    bool previous = cg_set_grad_enabled(false);
-    cg_scope *scope = cg_scope_begin();
-    cg_tensor *u = cg_rand(p->ndim, p->shape, p->device);
-    cg_tensor *v = u ? cg_add_scalar(cg_mul_scalar(u, 2.0f * bound), -bound) : NULL;
-    cg_status s = v ? cg_copy_(p, v) : cg_last_status();
-    cg_scope_end(scope);
-    cg_set_grad_enabled(previous);
-    return s;
-}
-
 cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
                          int64_t padding, bool bias, cg_device d) {
     const char *fn = "cg_conv2d_new";
@@ -58,12 +46,10 @@ cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kern
     if (!cg__backend_for(d)) return NULL;
     cg_module *m = conv_create(in_channels, out_channels, kernel_size, stride, padding, bias, d);
     if (!m) return NULL;
-    float bound = 1.0f / sqrtf((float)(in_channels * kernel_size * kernel_size));
-    for (int i = 0; i < m->nown; i++)
-        if (init_uniform(m->own[i], bound) != CG_OK) {
-            cg_module_free(m);
-            return NULL;
-        }
+    if (cg__module_init_uniform(m, 1.0f / sqrtf((float)(in_channels * kernel_size * kernel_size))) != CG_OK) {
+        cg_module_free(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -72,13 +58,7 @@ static cg_tensor *pool_forward(cg_module *m, const cg_tensor *x) {
     return cg_max_pool2d(x, (int)m->config[POOL_KERNEL], (int)m->config[POOL_STRIDE]);
 }
 
-static cg_module *pool_shell(const cg_module *m, cg_device d) {
-    cg_module *copy = cg__module_new(m->ops, d, 0);
-    if (copy) memcpy(copy->config, m->config, sizeof copy->config);
-    return copy;
-}
-
-static const cg_module_ops pool_ops = {.type = "MaxPool2d", .forward = pool_forward, .shell = pool_shell};
+static const cg_module_ops pool_ops = {.type = "MaxPool2d", .forward = pool_forward, .shell = cg__module_plain_shell};
 
 cg_module *cg_max_pool2d_new(int64_t kernel_size, int64_t stride) {
     if (kernel_size <= 0 || kernel_size > INT32_MAX || stride < 0 || stride > INT32_MAX)

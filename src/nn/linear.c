@@ -28,18 +28,6 @@ static cg_module *linear_create(int64_t in, int64_t out, bool bias, cg_device d)
     return m;
 }
 
-/* p = U(-bound, bound) = (2 U[0,1) - 1) bound, drawn in place. */
-static cg_status init_uniform(cg_tensor *p, float bound) {
-    bool previous = cg_set_grad_enabled(false);
-    cg_scope *scope = cg_scope_begin();
-    cg_tensor *u = cg_rand(p->ndim, p->shape, p->device);
-    cg_tensor *v = u ? cg_add_scalar(cg_mul_scalar(u, 2.0f * bound), -bound) : NULL;
-    cg_status s = v ? cg_copy_(p, v) : cg_last_status();
-    cg_scope_end(scope);
-    cg_set_grad_enabled(previous);
-    return s;
-}
-
 cg_module *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, cg_device d) {
     if (in_features <= 0 || out_features <= 0)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_linear_new: in_features (%lld) and out_features (%lld) must be positive",
@@ -47,11 +35,9 @@ cg_module *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
     if (!cg__backend_for(d)) return (cg__fail_context("cg_linear_new"), NULL);
     cg_module *m = linear_create(in_features, out_features, bias, d);
     if (!m) return NULL;
-    float bound = 1.0f / sqrtf((float)in_features);
-    for (int i = 0; i < m->nown; i++)
-        if (init_uniform(m->own[i], bound) != CG_OK) {
-            cg_module_free(m);
-            return NULL;
-        }
+    if (cg__module_init_uniform(m, 1.0f / sqrtf((float)in_features)) != CG_OK) {
+        cg_module_free(m);
+        return NULL;
+    }
     return m;
 }

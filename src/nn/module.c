@@ -25,6 +25,23 @@ cg_module *cg__module_plain_shell(const cg_module *m, cg_device d) {
     return s;
 }
 
+/* p = U(-bound, bound) = (2 U[0,1) - 1) bound, drawn in place. */
+static cg_status init_uniform(cg_tensor *p, float bound) {
+    bool previous = cg_set_grad_enabled(false);
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *u = cg_rand(p->ndim, p->shape, p->device);
+    cg_tensor *v = u ? cg_add_scalar(cg_mul_scalar(u, 2.0f * bound), -bound) : NULL;
+    cg_status s = v ? cg_copy_(p, v) : cg_last_status();
+    cg_scope_end(scope);
+    cg_set_grad_enabled(previous);
+    return s;
+}
+
+cg_status cg__module_init_uniform(cg_module *m, float bound) {
+    for (int i = 0; i < m->nown; i++) CG_TRY(init_uniform(m->own[i], bound));
+    return CG_OK;
+}
+
 cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const int64_t *shape) {
     if (m->nown == CG_MODULE_MAX_OWN_PARAMS)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: too many parameters", m->ops->type);

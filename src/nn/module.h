@@ -56,6 +56,9 @@ cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const 
 /* Frees m and its children even when m belongs to another module: for that owner (a container, a
  * data-parallel wrapper). cg_module_free refuses a module that has an owner. */
 void cg__module_free_owned(cg_module *m);
+/* Draws each of m's own parameters from U(-bound, bound) in place (PyTorch's Linear / Conv init with
+ * bound = 1 / sqrt(fan_in)), from the device's seeded generator. */
+cg_status cg__module_init_uniform(cg_module *m, float bound);
 /* Packs the tree's parameters into fresh flat buffers on d (moving them there) and makes m its
  * root; children lose their own buffers. Frees nothing on failure but leaves m unchanged. */
 cg_status cg__module_pack(cg_module *m, cg_device d);
