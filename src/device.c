@@ -1,12 +1,8 @@
 /* Devices and global settings: device discovery, names, parsing, threads, seed, TF32. */
 #include "internal.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <stdatomic.h>
-
-/* OpenBLAS's own thread control; declared in its cblas.h on Debian, repeated for other builds. */
-void openblas_set_num_threads(int num_threads);
 
 static uint64_t global_seed = 0x2545F4914F6CDD1DULL;
 static atomic_uint_fast64_t seed_generation = 1;
@@ -106,8 +102,7 @@ cg_status cg_synchronize(cg_device d) {
 
 void cg_set_num_threads(int n) {
     if (n < 1) n = 1;
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    omp_set_num_threads(n); /* every CPU kernel's threads, BLAS calls included (src/cpu/cpu_matmul.c) */
 }
 int cg_get_num_threads(void) { return omp_get_max_threads(); }
 

@@ -20,6 +20,9 @@
         }                                                                                         \
     } while (0)
 
+/* Holds OpenBLAS to one thread (once): every CPU kernel parallelises on OpenMP's threads, see
+ * src/cpu/cpu_matmul.c. Call before any BLAS call. */
+void cg__cpu_blas_init(void);
 cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index);
 cg_status cg__cpu_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out, int index);
 cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out, int index);

@@ -15,20 +15,6 @@
 
 #define WGRAD_GROUP 4 /* images per partial weight gradient */
 
-/* OpenBLAS's pthreads build does not see OpenMP: inside our parallel loops each call must stay on its
- * calling thread, or the threads would queue on one BLAS thread pool. Its OpenMP build already runs on
- * the calling thread inside a parallel region, and there openblas_set_num_threads would set OpenMP's
- * own thread count (ours), so it is left alone. Returns the count to restore (1: nothing to do). */
-static int blas_serial_begin(void) {
-    if (openblas_get_parallel() != OPENBLAS_THREAD) return 1;
-    int previous = openblas_get_num_threads();
-    if (previous != 1) openblas_set_num_threads(1);
-    return previous;
-}
-static void blas_serial_end(int previous) {
-    if (previous != 1) openblas_set_num_threads(previous);
-}
-
 /* A kh x kw kernel at stride 1 over unpadded input: the columns are the image itself. */
 static bool is_pointwise(const cg_conv_geom *g) {
     return g->kh == 1 && g->kw == 1 && g->stride == 1 && g->padding == 0;
@@ -130,7 +116,7 @@ cg_status cg__cpu_conv2d_forward(const cg_conv_geom *g, const float *x, const fl
     int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow;
     col_workspace ws;
     CG_TRY(workspace_get(g, &ws));
-    int blas_threads = blas_serial_begin();
+    cg__cpu_blas_init(); /* one thread per BLAS call: the calls run inside our parallel loops */
     CG_CPU_FOR(n, g->n, conv_flops(g), {
         const float *col = columns_of(g, &ws, x + n * g->c * g->h * g->w);
         float *y_n = y + n * g->k * p;
@@ -140,7 +126,6 @@ cg_status cg__cpu_conv2d_forward(const cg_conv_geom *g, const float *x, const fl
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)p, (int)ckk, 1.0f, weight, (int)ckk, col,
                     (int)p, bias ? 1.0f : 0.0f, y_n, (int)p);
     });
-    blas_serial_end(blas_threads);
     workspace_put(&ws);
     return CG_OK;
 }
@@ -151,14 +136,13 @@ cg_status cg__cpu_conv2d_backward_data(const cg_conv_geom *g, const float *gy, c
     int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow, chw = g->c * g->h * g->w;
     col_workspace ws;
     CG_TRY(workspace_get(g, &ws));
-    int blas_threads = blas_serial_begin();
+    cg__cpu_blas_init(); /* one thread per BLAS call: the calls run inside our parallel loops */
     CG_CPU_FOR(n, g->n, conv_flops(g), {
         float *gcol = ws.base ? ws.base + ws.per_thread * omp_get_thread_num() : gx + n * chw;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ckk, (int)p, (int)g->k, 1.0f, weight, (int)ckk,
                     gy + n * g->k * p, (int)p, 0.0f, gcol, (int)p);
         if (ws.base) col2im(g, gcol, gx + n * chw);
     });
-    blas_serial_end(blas_threads);
     workspace_put(&ws);
     return CG_OK;
 }
@@ -183,7 +167,7 @@ cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, 
         if (groups > 1) cg__free(cg_cpu(), partial, partial_bytes);
         return s;
     }
-    int blas_threads = blas_serial_begin();
+    cg__cpu_blas_init(); /* one thread per BLAS call: the calls run inside our parallel loops */
     CG_CPU_FOR(gi, groups, conv_flops(g), {
         int64_t end = (gi + 1) * WGRAD_GROUP < g->n ? (gi + 1) * WGRAD_GROUP : g->n;
         for (int64_t n = gi * WGRAD_GROUP; n < end; n++) {
@@ -192,7 +176,6 @@ cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, 
                         (int)p, col, (int)p, n == gi * WGRAD_GROUP ? 0.0f : 1.0f, partial + gi * wn, (int)ckk);
         }
     });
-    blas_serial_end(blas_threads);
     workspace_put(&ws);
     if (groups > 1) {
         CG_CPU_FOR(i, wn, groups * wn, {
