@@ -25,9 +25,18 @@
  * when the progress is shown. Same seed and device give the same numbers, run after run.
  *
  * Output: a progress bar on a terminal (plain lines every ~10% of an epoch otherwise), one line per
- * epoch, a CSV file of the per-epoch numbers and an SVG picture of the loss and accuracy curves. */
+ * epoch, a CSV file of the per-epoch numbers and an SVG picture of the loss and accuracy curves.
+ *
+ * Checkpoints: --save FILE writes the whole training state (model, optimizer, generators, the
+ * loader's place, the per-epoch numbers so far) after every epoch, and every N steps with
+ * --save-every N, atomically (a crash never leaves half a file). --resume FILE continues that run
+ * where it stopped (run it with the same flags; the learning rate comes from the file) and ends with
+ * the numbers of a run that never stopped, bit for bit on the same device and build.
+ * --stop-on-nonfinite ends the run at the first NaN or Inf loss, naming its epoch and step; it reads
+ * each step's loss back, one device synchronisation per step, so it is off by default. */
 #define _POSIX_C_SOURCE 200809L /* isatty, fileno, access */
 #include <math.h>
+#include <stddef.h> /* offsetof */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +69,17 @@ static void take_string_flag(int *argc, char **argv, const char *name, const cha
         *argc -= used;
         i--;
     }
+}
+
+/* Takes the switch "--name" out of argv; true when it was there. */
+static bool take_switch(int *argc, char **argv, const char *name) {
+    bool found = false;
+    for (int i = 1; i < *argc; i++)
+        if (strcmp(argv[i], name) == 0) {
+            memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i) * sizeof *argv);
+            (*argc)--, i--, found = true;
+        }
+    return found;
 }
 
 /* ---- data ---------------------------------------------------------------------------------------- */
@@ -266,6 +286,111 @@ static void write_svg(const char *path, const epoch_row *rows, int n, const char
     }
 }
 
+/* ---- checkpoints ------------------------------------------------------------------------------------ */
+/* Where a run stands beyond what cg_checkpoint_save keeps (model, optimizer, generators, loader):
+ * the finished epochs, the global step, and the running numbers of an epoch stopped part way. */
+typedef struct progress {
+    int done;            /* epochs finished; their rows are rows[0 .. done) */
+    int64_t global_step; /* steps over all epochs */
+    int64_t step, seen;  /* steps and images of the current epoch so far */
+    float loss_sum;      /* the current epoch's sum of (batch loss * batch size) so far */
+    double seconds;      /* the current epoch's training time so far */
+} progress;
+
+#define N_COLUMNS 4
+static const char *const column_keys[N_COLUMNS] = {"train_loss", "test_accuracy", "images_per_s", "seconds"};
+static const size_t column_offsets[N_COLUMNS] = {offsetof(epoch_row, train_loss), offsetof(epoch_row, test_accuracy),
+                                                 offsetof(epoch_row, images_per_s), offsetof(epoch_row, seconds)};
+static double get_column(const epoch_row *r, int c) { return *(const double *)((const char *)r + column_offsets[c]); }
+static void set_column(epoch_row *r, int c, double v) { *(double *)((char *)r + column_offsets[c]) = v; }
+
+/* Saves the run's state with its progress as the checkpoint's metadata: numbers exact ("%.17g"),
+ * the per-epoch columns as comma-separated lists. */
+static void save_checkpoint(const char *path, const cg_module *model, const cg_optimizer *opt, const cg_loader *loader,
+                            const epoch_row *rows, const progress *p) {
+    enum { N_SCALARS = 6, N_KEYS = N_SCALARS + N_COLUMNS };
+    const char *keys[N_KEYS] = {"epoch", "step", "epoch_steps", "epoch_seen", "epoch_loss_sum", "epoch_seconds"};
+    char scalars[N_SCALARS][32], *lists[N_COLUMNS];
+    const char *values[N_KEYS];
+    snprintf(scalars[0], 32, "%d", p->done);
+    snprintf(scalars[1], 32, "%lld", (long long)p->global_step);
+    snprintf(scalars[2], 32, "%lld", (long long)p->step);
+    snprintf(scalars[3], 32, "%lld", (long long)p->seen);
+    snprintf(scalars[4], 32, "%.9g", (double)p->loss_sum);
+    snprintf(scalars[5], 32, "%.17g", p->seconds);
+    for (int k = 0; k < N_SCALARS; k++) values[k] = scalars[k];
+    for (int c = 0; c < N_COLUMNS; c++) {
+        size_t len = (size_t)p->done * 26 + 1, at = 0;
+        lists[c] = malloc(len);
+        eu_expect(lists[c] != NULL, "host allocation for the checkpoint's metadata");
+        lists[c][0] = '\0';
+        for (int e = 0; e < p->done; e++)
+            at += (size_t)snprintf(lists[c] + at, len - at, "%s%.17g", e ? "," : "", get_column(&rows[e], c));
+        keys[N_SCALARS + c] = column_keys[c], values[N_SCALARS + c] = lists[c];
+    }
+    CHECK_OK(cg_checkpoint_save(path, model, opt, loader, N_KEYS, keys, values));
+    for (int c = 0; c < N_COLUMNS; c++) free(lists[c]);
+}
+
+/* A number from the checkpoint's metadata; exits naming the file when it is missing or malformed. */
+static double meta_number(const cg_safetensors *st, const char *path, const char *key) {
+    const char *v = cg_safetensors_metadata(st, key);
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : NAN;
+    if (!v || end == v || *end) {
+        fprintf(stderr, "--resume %s: no number \"%s\" in the checkpoint's metadata (not written by this program?)\n",
+                path, key);
+        exit(1);
+    }
+    return x;
+}
+
+/* Restores model, optimizer, loader and generators from path, the finished epochs' rows into
+ * rows[0 .. done) (done <= max_epochs) and the progress of the epoch under way. */
+static void resume(const char *path, cg_module *model, cg_optimizer *opt, cg_loader *loader, epoch_row *rows,
+                   int max_epochs, progress *p) {
+    cg_safetensors *st = NULL;
+    if (cg_safetensors_read(path, &st) != CG_OK || cg_checkpoint_restore(st, model, opt, loader) != CG_OK) {
+        fprintf(stderr, "--resume %s: %s\n", path, cg_last_error());
+        exit(1);
+    }
+    p->done = (int)meta_number(st, path, "epoch");
+    p->global_step = (int64_t)meta_number(st, path, "step");
+    p->step = (int64_t)meta_number(st, path, "epoch_steps");
+    p->seen = (int64_t)meta_number(st, path, "epoch_seen");
+    p->loss_sum = (float)meta_number(st, path, "epoch_loss_sum");
+    p->seconds = meta_number(st, path, "epoch_seconds");
+    if (p->done < 0 || p->done > max_epochs) {
+        fprintf(stderr, "--resume %s: the run has finished %d epochs; --epochs %d is fewer\n", path, p->done, max_epochs);
+        exit(2);
+    }
+    for (int c = 0; c < N_COLUMNS; c++) {
+        const char *at = cg_safetensors_metadata(st, column_keys[c]);
+        for (int e = 0; e < p->done; e++) {
+            char *end = NULL;
+            double x = at ? strtod(at, &end) : NAN;
+            if (!at || end == at || (*end != ',' && *end != '\0')) {
+                fprintf(stderr, "--resume %s: \"%s\" does not list %d epochs\n", path, column_keys[c], p->done);
+                exit(1);
+            }
+            set_column(&rows[e], c, x);
+            at = *end ? end + 1 : end;
+        }
+    }
+    cg_safetensors_free(st);
+}
+
+/* --stop-on-nonfinite: ends the run at the first NaN or Inf loss, naming where (exit status 3). */
+static void stop_if_nonfinite(const cg_tensor *loss, int epoch, int64_t step, bool tty) {
+    char what[96];
+    snprintf(what, sizeof what, "loss at epoch %d, step %lld", epoch, (long long)step);
+    if (cg_check_finite(loss, what) == CG_OK) return;
+    if (tty) printf("\r\033[K");
+    fflush(stdout);
+    fprintf(stderr, "stopping: %s\n", cg_last_error());
+    exit(3);
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -273,15 +398,18 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     const char *model_name = "mlp", *optimizer_name = "adam", *data_dir = NULL, *csv_path = NULL,
-               *plot_path = NULL;
+               *plot_path = NULL, *save_path = NULL, *resume_path = NULL;
     take_string_flag(&argc, argv, "--model", &model_name);
     take_string_flag(&argc, argv, "--optimizer", &optimizer_name);
     take_string_flag(&argc, argv, "--data", &data_dir);
     take_string_flag(&argc, argv, "--csv", &csv_path);
     take_string_flag(&argc, argv, "--plot", &plot_path);
+    take_string_flag(&argc, argv, "--save", &save_path);
+    take_string_flag(&argc, argv, "--resume", &resume_path);
+    bool stop_on_nonfinite = take_switch(&argc, argv, "--stop-on-nonfinite");
     cg_device device = cg_default_device();
     int epochs = 10, seed = 0, threads = 0;
-    int64_t batch = 128, limit = 0;
+    int64_t batch = 128, limit = 0, save_every = 0;
     float lr = 1e-3f, momentum = 0.0f, dropout = 0.0f;
     eu_flag flags[] = {
         {"--epochs", EU_INT, &epochs, 1, "passes over the training set"},
@@ -293,6 +421,7 @@ int main(int argc, char **argv) {
         {"--seed", EU_INT, &seed, 0, "seeds the initial weights and the shuffling"},
         {"--limit", EU_SIZE, &limit, 0, "train on the first N training images only (0: all 60000)"},
         {"--threads", EU_INT, &threads, 0, "CPU threads (0: the library's default)"},
+        {"--save-every", EU_SIZE, &save_every, 0, "with --save, also checkpoint every N steps (0: after each epoch only)"},
     };
     eu_parse_flags(argc, argv,
                    "trains a classifier on Fashion-MNIST and prints the test accuracy after each epoch\n"
@@ -302,7 +431,11 @@ int main(int argc, char **argv) {
                    "  --data DIR                the IDX files (default $CGRAD_FASHION_MNIST_DIR, else "
                    CG_FASHION_MNIST_DIR ")\n"
                    "  --csv FILE                write epoch,train_loss,test_accuracy,images_per_s,seconds\n"
-                   "  --plot FILE.svg           draw the loss and accuracy curves as an SVG picture",
+                   "  --plot FILE.svg           draw the loss and accuracy curves as an SVG picture\n"
+                   "  --save FILE               checkpoint the training state after every epoch (atomically)\n"
+                   "  --resume FILE             continue the run a --save checkpoint holds (same flags)\n"
+                   "  --stop-on-nonfinite       stop at the first NaN/Inf loss, naming its epoch and step\n"
+                   "                            (reads the loss back every step: one device sync per step)",
                    flags, (int)(sizeof flags / sizeof flags[0]));
     bool cnn = strcmp(model_name, "cnn") == 0;
     if (!cnn && strcmp(model_name, "mlp") != 0) {
@@ -325,6 +458,10 @@ int main(int argc, char **argv) {
     }
     if (momentum != 0.0f && strcmp(optimizer_name, "sgd") != 0) {
         fprintf(stderr, "%s: --momentum applies to --optimizer sgd only\n", argv[0]);
+        return 2;
+    }
+    if (save_every > 0 && !save_path) {
+        fprintf(stderr, "%s: --save-every needs --save FILE\n", argv[0]);
         return 2;
     }
     if (!data_dir) data_dir = getenv("CGRAD_FASHION_MNIST_DIR");
@@ -399,15 +536,21 @@ int main(int argc, char **argv) {
     cg_tensor *loss_sum = CHECK(cg_zeros(0, NULL, device));
     epoch_row *rows = calloc((size_t)epochs, sizeof *rows);
     eu_expect(rows != NULL, "host allocation for the per-epoch numbers");
+    progress prog = {0};
+    if (resume_path) {
+        resume(resume_path, model, optimizer, loader, rows, epochs, &prog);
+        printf("resuming from %s: %d epochs done, %lld steps\n", resume_path, prog.done, (long long)prog.global_step);
+    }
     int64_t every = (nbatches + 9) / 10; /* plain progress lines: every ~10% of an epoch */
     double last_draw = 0.0;
 
-    for (int epoch = 1; epoch <= epochs; epoch++) {
+    for (int epoch = prog.done + 1; epoch <= epochs; epoch++) {
         CHECK_OK(cg_synchronize(device));
         cg_tensor_free(loss_sum);
-        loss_sum = CHECK(cg_zeros(0, NULL, device));
-        double start = eu_now();
-        int64_t step = 0, seen = 0;
+        loss_sum = CHECK(cg_full(0, NULL, prog.loss_sum, device)); /* 0 unless resumed part way */
+        double start = eu_now() - prog.seconds;
+        int64_t step = prog.step, seen = prog.seen;
+        prog.step = prog.seen = 0, prog.loss_sum = 0.0f, prog.seconds = 0.0;
         for (;;) {
             cg_scope *scope = cg_scope_begin(); /* the step's batch, activations and tape */
             cg_tensor *x, *y;                   /* (B, 784) or (B, 1, 28, 28), (B) */
@@ -420,13 +563,20 @@ int main(int argc, char **argv) {
             CHECK_OK(cg_optimizer_zero_grad(optimizer));
             cg_tensor *logits = CHECK(cg_module_forward(model, x)); /* (B, 10) */
             cg_tensor *loss = CHECK(cg_cross_entropy(logits, y));   /* 0-dim */
+            if (stop_on_nonfinite) stop_if_nonfinite(loss, epoch, step + 1, tty);
             CHECK_OK(cg_backward(loss));
             CHECK_OK(cg_optimizer_step(optimizer));
             bool previous = cg_set_grad_enabled(false);
             CHECK_OK(cg_copy_(loss_sum, CHECK(cg_add(loss_sum, CHECK(cg_mul_scalar(loss, (float)b))))));
             cg_set_grad_enabled(previous);
             cg_scope_end(scope);
-            step++, seen += b;
+            step++, seen += b, prog.global_step++;
+            if (save_every > 0 && prog.global_step % save_every == 0) {
+                float sum;
+                CHECK_OK(cg_item(loss_sum, &sum));
+                progress part = {epoch - 1, prog.global_step, step, seen, sum, eu_now() - start};
+                save_checkpoint(save_path, model, optimizer, loader, rows, &part);
+            }
 
             bool last = step == nbatches;
             double now = eu_now();
@@ -463,6 +613,8 @@ int main(int argc, char **argv) {
         fflush(stdout);
         if (csv_path) write_csv(csv_path, rows, epoch); /* rewritten each epoch: a stopped run keeps its rows */
         if (plot_path) write_svg(plot_path, rows, epoch, caption);
+        prog.done = epoch;
+        if (save_path) save_checkpoint(save_path, model, optimizer, loader, rows, &prog);
     }
 
     double *rates = malloc((size_t)epochs * sizeof *rates);
