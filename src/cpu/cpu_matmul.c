@@ -7,7 +7,10 @@
  * cores the Fashion-MNIST MLP step ran 4.6x slower than PyTorch's, 75% of the time in OpenMP's spin.
  * So OpenBLAS is held to one thread and a GEMM is cut into tiles of C, one single-threaded BLAS call
  * per tile, across the OpenMP threads. (OpenBLAS's OpenMP build needs no holding: inside our
- * parallel loops it runs on the calling thread by itself.) */
+ * parallel loops it runs on the calling thread by itself.) Only a large product (a gigaflop and
+ * more) goes to BLAS's own threads for the length of the call: they share packed panels, which
+ * separate calls per tile cannot (4000^3 on 16 cores: 123 ms against 172 in tiles), and over a call
+ * that long OpenMP's idle threads stop spinning. */
 #include "cpu/cpu.h"
 
 #include <cblas.h>
@@ -24,6 +27,7 @@
 #define TINY_FLOPS 32768 /* below this, a plain loop beats BLAS's call overhead */
 #define TILED_MIN_FLOPS (1 << 20) /* m n k below this: one BLAS call, on the calling thread */
 #define TILE_MIN 32               /* rows / columns of C per tile, at least (when C has them) */
+#define POOLED_MIN_FLOPS (1LL << 30) /* m n k from here: one call on BLAS's own threads */
 
 /* Compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time by the CPU. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -174,6 +178,15 @@ static void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                 (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
 }
 
+/* One call threaded by OpenBLAS itself, over as many threads as OpenMP has. */
+static void pooled_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float *c, int64_t ldc) {
+    bool own_pool = openblas_get_parallel() == OPENBLAS_THREAD;
+    if (own_pool) openblas_set_num_threads(omp_get_max_threads());
+    blas_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+    if (own_pool) openblas_set_num_threads(1);
+}
+
 /* C (m, n) = op(A) op(B), tile by tile across the OpenMP threads. Each element is summed over the whole
  * k by one call, so the tiling does not change the sums' order along k. */
 static void tiled_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -181,6 +194,10 @@ static void tiled_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     int threads = omp_get_max_threads();
     if (threads == 1 || m * n * k < TILED_MIN_FLOPS || omp_in_parallel()) {
         blas_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+        return;
+    }
+    if (m * n * k >= POOLED_MIN_FLOPS) {
+        pooled_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
         return;
     }
     int64_t tm, tn;
