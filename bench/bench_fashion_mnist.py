@@ -6,7 +6,7 @@ put side by side (test accuracy and training images/s).
 Models (PyTorch's default init, torch.manual_seed(seed) first):
   mlp: Sequential(Linear(784, 256), ReLU, Linear(256, 128), ReLU, Linear(128, 10))
   cnn: Sequential(Conv2d(1, 32, 3, padding=1), ReLU, MaxPool2d(2), Conv2d(32, 64, 3, padding=1), ReLU,
-       MaxPool2d(2), Flatten, Linear(3136, 128), ReLU, Linear(128, 10))
+       MaxPool2d(2), Flatten, Linear(3136, 128), ReLU, [Dropout(p) with --dropout p,] Linear(128, 10))
 Adam(lr) or SGD(lr, momentum), CrossEntropyLoss, the last partial batch kept. The whole data set
 sits on the device as float32, normalised as cgrad does ((pixel / 255 - 0.2860) / 0.3530,
 torchvision's ToTensor + Normalize); each epoch's batches are gathered on the device through a
@@ -23,7 +23,7 @@ unless --tf32 is given.
 
 Usage: bench/bench_fashion_mnist.py [--model mlp|cnn] [--optimizer adam|sgd] [--lr LR]
        [--momentum M] [--epochs 10] [--seeds 0,1,2] [--device cuda|cpu] [--limit N] [--threads N]
-       [--tf32] [--data DIR]"""
+       [--dropout P] [--tf32] [--data DIR]"""
 import argparse
 import gzip
 import os
@@ -88,21 +88,22 @@ def test_accuracy(model, x, y):
     return 100.0 * float(correct) / len(x)
 
 
-def make_model(name):
+def make_model(name, dropout):
     nn = torch.nn
     if name == "mlp":
         return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
                              nn.Linear(128, 10))
     return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+                         nn.Linear(3136, 128), nn.ReLU(), *([nn.Dropout(dropout)] if dropout > 0 else []),
+                         nn.Linear(128, 10))
 
 
 def run(seed, args, device, train, test):
     x_train, y_train = train
     n = len(x_train)
     torch.manual_seed(seed)
-    model = make_model(args.model).to(device)
+    model = make_model(args.model, args.dropout).to(device)
     if args.optimizer == "adam":
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     else:
@@ -133,7 +134,7 @@ def run(seed, args, device, train, test):
         print(f"seed {seed} epoch {epoch}: train loss {train_loss:.4f}, test accuracy {acc:.2f}%, "
               f"{n / seconds:.0f} images/s", flush=True)
     rate = statistics.median(rates)
-    print(f"result work=fmnist_{args.model}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch test_acc={acc:.2f} "
+    print(f"result work=fmnist_{args.model}{'_dropout' if args.dropout > 0 else ''}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch test_acc={acc:.2f} "
           f"images_per_s={rate:.0f}", flush=True)
     return acc, rate
 
@@ -150,6 +151,7 @@ def main():
     p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum")
+    p.add_argument("--dropout", type=float, default=0.0, help="CNN: Dropout(p) before the last Linear")
     p.add_argument("--tf32", action="store_true", help="PyTorch's default TF32 convolutions")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
@@ -161,8 +163,10 @@ def main():
     p.add_argument("--data", default=os.environ.get("CGRAD_FASHION_MNIST_DIR", DEFAULT_DIR))
     args = p.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    if args.epochs < 1 or args.batch < 1 or args.limit < 0 or not seeds:
-        p.error("--epochs and --batch must be >= 1, --limit >= 0, --seeds not empty")
+    if args.epochs < 1 or args.batch < 1 or args.limit < 0 or not seeds or not 0 <= args.dropout < 1:
+        p.error("--epochs and --batch must be >= 1, --limit >= 0, --seeds not empty, 0 <= --dropout < 1")
+    if args.dropout > 0 and args.model != "cnn":
+        p.error("--dropout applies to --model cnn only")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -174,7 +178,7 @@ def main():
     train = load(args.data, True, device, flat, args.limit)
     test = load(args.data, False, device, flat)
     print(f"# PyTorch {torch.__version__} on {device} ({name}): {len(train[0])} training images, "
-          f"{args.model.upper()}, batch {args.batch}, {optimizer_desc(args)}, {args.epochs} epochs, "
+          f"{args.model.upper()}{f' with Dropout({args.dropout:g})' if args.dropout > 0 else ''}, batch {args.batch}, {optimizer_desc(args)}, {args.epochs} epochs, "
           f"seeds {seeds}, {'TF32 convolutions' if args.tf32 else 'fp32'}",
           flush=True)
     results = [run(seed, args, device, train, test) for seed in seeds]

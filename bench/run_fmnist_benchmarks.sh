@@ -5,6 +5,7 @@
 # GPU rows (when a GPU is present), every configuration over the seeds, each seed its own process:
 #   mlp_adam  MLP 784-256-128-10, Adam(lr=1e-3), batch 128, 10 epochs
 #   cnn_sgd   CNN (conv 32, conv 64, 128 hidden), SGD(lr=0.05, momentum=0.9), batch 128, 15 epochs
+#   cnn_drop  the same CNN with Dropout(--cnn-dropout, default 0.5) before its last layer (0: skipped)
 #   for each: the mean final test accuracy and the mean of the per-seed median epoch rates (images/s)
 # CPU rows: the same two models, --cpu-limit training images, --cpu-epochs epochs, seed 0, both at
 # --threads threads (default: all cores), for training images/s only.
@@ -17,24 +18,24 @@
 # is set.
 #
 # usage: bench/run_fmnist_benchmarks.sh [--build DIR] [--seeds 0,1,2] [--threads N]
-#            [--cpu-limit N] [--cpu-epochs N] [--python PY] [--only gpu|cpu] [--quick]
+#            [--cpu-limit N] [--cpu-epochs N] [--cnn-dropout P] [--python PY] [--only gpu|cpu] [--quick]
 #   --quick: 1 epoch on 5000 images, one seed (a smoke test; numbers mean little)
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build
-seeds=0,1,2 threads=$(nproc) cpu_limit=10000 cpu_epochs=2 python="" only="" quick=0
+seeds=0,1,2 threads=$(nproc) cpu_limit=10000 cpu_epochs=2 cnn_dropout=0.5 python="" only="" quick=0
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while [ $# -gt 0 ]; do
     case $1 in
         --help|-h) usage; exit 0 ;;
         --quick) quick=1; shift; continue ;;
-        --build|--seeds|--threads|--cpu-limit|--cpu-epochs|--python|--only)
+        --build|--seeds|--threads|--cpu-limit|--cpu-epochs|--cnn-dropout|--python|--only)
             [ $# -ge 2 ] || { echo "error: $1 needs a value" >&2; exit 2; } ;;
         *) echo "error: unknown flag '$1'" >&2; usage >&2; exit 2 ;;
     esac
     case $1 in
         --build) build=$2 ;; --seeds) seeds=$2 ;; --threads) threads=$2 ;; --cpu-limit) cpu_limit=$2 ;;
-        --cpu-epochs) cpu_epochs=$2 ;; --python) python=$2 ;; --only) only=$2 ;;
+        --cpu-epochs) cpu_epochs=$2 ;; --cnn-dropout) cnn_dropout=$2 ;; --python) python=$2 ;; --only) only=$2 ;;
     esac
     shift 2
 done
@@ -50,10 +51,13 @@ if [ "$only" != cpu ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 
 
 mlp=(--model mlp --optimizer adam --lr 1e-3 --batch 128 --epochs 10)
 cnn=(--model cnn --optimizer sgd --lr 0.05 --momentum 0.9 --batch 128 --epochs 15)
+cnn_drop=(--model cnn --dropout "$cnn_dropout" --optimizer sgd --lr 0.05 --momentum 0.9 --batch 128 --epochs 15)
+gpu_configs=(mlp cnn)
+[ "$cnn_dropout" != 0 ] && gpu_configs+=(cnn_drop)
 extra=()
 if [ "$quick" -eq 1 ]; then
     seeds=0 cpu_limit=5000 cpu_epochs=1
-    mlp[-1]=1 cnn[-1]=1
+    mlp[-1]=1 cnn[-1]=1 cnn_drop[-1]=1
     extra=(--limit 5000)
 fi
 raw=$(mktemp)
@@ -63,7 +67,7 @@ run() { echo "+ $*" >&2; "$@" 2>&1 | tee -a "$raw"; }
 tag() { echo "tag $*" >> "$raw"; }
 
 if [ "$gpu" -eq 1 ]; then
-    for cfg in mlp cnn; do
+    for cfg in "${gpu_configs[@]}"; do
         declare -n args=$cfg
         tag "gpu_${cfg}"
         for s in ${seeds//,/ }; do run "$prog" "${args[@]}" "${extra[@]}" --device cuda --seed "$s"; done
@@ -83,7 +87,7 @@ if [ "$only" != gpu ]; then
     done
 fi
 
-table=$(awk -v threads="$threads" -v cpu_limit="$cpu_limit" '
+table=$(awk -v threads="$threads" -v cpu_limit="$cpu_limit" -v drop="$cnn_dropout" '
     $1 == "tag" { cfg = $2; next }
     $1 == "result" {
         impl = ""; acc = ""; rate = ""
@@ -112,6 +116,8 @@ table=$(awk -v threads="$threads" -v cpu_limit="$cpu_limit" '
         row("GPU MLP Adam b128, training throughput", "gpu_mlp", "rate", ">= 3x", 1)
         row("GPU CNN SGD, test accuracy (mean of " count("gpu_cnn") " seeds)", "gpu_cnn", "acc", ">= 91.0%, within 0.5", 0)
         row("GPU CNN SGD b128, training throughput (fp32)", "gpu_cnn", "rate", ">= 1.2x", 1)
+        row("GPU CNN + Dropout(" drop ") SGD, test accuracy (mean of " count("gpu_cnn_drop") " seeds)", "gpu_cnn_drop", "acc", ">= 91.0%, within 0.5", 0)
+        row("GPU CNN + Dropout(" drop ") SGD b128, training throughput (fp32)", "gpu_cnn_drop", "rate", ">= 1.2x", 1)
         row("CPU MLP b128, " threads " threads, " cpu_limit " images", "cpu_mlp", "rate", ">= 1.0x", 1)
         row("CPU CNN b128, " threads " threads, " cpu_limit " images", "cpu_cnn", "rate", ">= 1.0x", 1)
     }' "$raw")
