@@ -9,7 +9,8 @@
 # (exit 77: e.g. the multi-GPU ones on one GPU) is listed as skipped. Needs a GPU and a built tree.
 #
 # usage: scripts/gpu_sanitize.sh [BUILD_DIR] [regex of test names, default: all]
-# Environment: CGRAD_SANITIZE_TIMEOUT seconds per run (default 600). Logs go to $OUT (else
+# Environment: CGRAD_SANITIZE_TIMEOUT seconds per run (default 600); CGRAD_SANITIZE_TOOLS (default
+# "memcheck racecheck"; a tool left out shows as "-"). Logs go to $OUT (else
 # BUILD_DIR/sanitize_logs); the table to $OUT/gpu_sanitize.txt.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,6 +21,7 @@ sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 logs=${OUT:-$build/sanitize_logs}
 mkdir -p "$logs"
 limit=${CGRAD_SANITIZE_TIMEOUT:-600}
+tools=" ${CGRAD_SANITIZE_TOOLS:-memcheck racecheck} "
 
 # tool -> the flags that make it strict and make reports fail the run
 declare -A flags=(
@@ -33,6 +35,7 @@ for bin in "$build"/tests/*_cuda; do
   [[ $name =~ $filter ]] || continue
   row="| $name"
   for tool in memcheck racecheck; do
+    if [[ $tools != *" $tool "* ]]; then row+=" | -"; continue; fi
     log=$logs/${name}.${tool}.log
     # shellcheck disable=SC2086  # the flags are words
     timeout "$limit" "$sanitizer" --tool "$tool" ${flags[$tool]} --error-exitcode 99 "$bin" > "$log" 2>&1
