@@ -43,6 +43,8 @@
  *  module_wrong_features           Linear(10, 2) on x (4, 3)                      SHAPE    cg_linear, (4, 3), (2, 10)
  *  sequential_same_module_twice    cg_sequential_new({lin, lin})                  INVALID  cg_sequential_new, module 1 is module 0
  *  module_free_child               cg_module_free of a Sequential's child         INVALID  cg_module_free, Linear, Sequential
+ *  compose_after_optimizer         Sequential / DataParallel over a Linear that   INVALID  cg_sequential_new / cg_data_parallel_new,
+ *                                  already has an optimizer                                already has an optimizer
  *  module_to_missing_device        cg_module_to(m, cuda:99)                       DEVICE   cg_module_to, cuda:99
  *  mlp_bad_sizes                   cg_mlp_new({4, 0, 2})                          INVALID  cg_mlp_new, sizes[1] = 0
  *  optimizer_no_parameters         SGD / Adam over Sequential(ReLU, Tanh)         INVALID  cg_sgd_new / cg_adam_new, empty parameter list
@@ -371,6 +373,23 @@ static void module_free_child(cg_device d) {
     cg_module_free(seq);
 }
 
+/* The optimizer holds the Linear's parameter buffer, which composing would repack: refused, and the
+ * Linear and its optimizer stay usable. */
+static void compose_after_optimizer(cg_device d) {
+    cg_module *lin = cg_linear_new(3, 2, true, d), *parts[2] = {lin, cg_relu_new()};
+    assert_non_null(lin);
+    cg_optimizer *opt = cg_sgd_new(lin, (cg_sgd_options){.lr = 0.1f, .momentum = 0.9f});
+    assert_non_null(opt);
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_sequential_new(2, parts), "cg_sequential_new", "module 0 (Linear)",
+                "already has an optimizer");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_data_parallel_new(lin, 0, NULL, 0), "cg_data_parallel_new", "already has an optimizer");
+    CG_TEST_STATUS_OK(cg_optimizer_zero_grad(opt));
+    CG_TEST_STATUS_OK(cg_optimizer_step(opt));
+    assert_forward_works(lin, d, 2, 3, 2);
+    cg_optimizer_free(opt);
+    cg_module_free(parts[1]), cg_module_free(lin);
+}
+
 static void module_to_missing_device(cg_device d) {
     cg_module *m = cg_linear_new(3, 2, true, d);
     assert_non_null(m);
@@ -652,7 +671,8 @@ static const misuse_case kCases[] = {
     CASE(scope_end_out_of_order),        CASE(keep_freed),                    CASE(view_non_contiguous),
     CASE(reshape_two_inferred),          CASE(reshape_wrong_numel),           CASE(transpose_bad_dim),
     CASE(sum_dim_bad_dim),               CASE(module_null_arguments),         CASE(module_wrong_features),
-    CASE(sequential_same_module_twice),  CASE(module_free_child),             CASE(module_to_missing_device),
+    CASE(sequential_same_module_twice),  CASE(module_free_child),             CASE(compose_after_optimizer),
+    CASE(module_to_missing_device),
     CASE(mlp_bad_sizes),                 CASE(optimizer_no_parameters),       CASE(sgd_negative_lr),
     CASE(sgd_nesterov_without_momentum), CASE(adam_bad_betas),                CASE(optimizer_null),
     CASE(loader_batch_zero),             CASE(loader_null),                   CASE(dataset_label_count),

@@ -16,6 +16,18 @@ cg_module *cg__module_new(const cg_module_ops *ops, cg_device d, int nchildren) 
     return m;
 }
 
+cg_status cg__module_check_adoptable(const cg_module *m, const char *fn, const char *what) {
+    if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: %s is NULL", fn, what);
+    if (m->parent)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s (%s) already belongs to a %s", fn, what, m->ops->type,
+                        m->parent->ops->type);
+    if (m->has_optimizer)
+        return cg__fail(CG_ERR_INVALID_ARG,
+                        "%s: %s (%s) already has an optimizer, which would keep stepping its old parameter buffer; "
+                        "build the whole model first, then create the optimizer over it", fn, what, m->ops->type);
+    return CG_OK;
+}
+
 cg_module *cg__module_plain_shell(const cg_module *m, cg_device d) {
     cg_module *s = cg__module_new(m->ops, d, 0);
     if (s) {

@@ -44,6 +44,8 @@ struct cg_module {
     int nreplicas;
     cg_module **replicas;
     void *state;                           /* type-specific, freed by ops->destroy */
+    bool has_optimizer;                    /* an optimizer was made over it: it holds the buffers'
+                                            * addresses, so m can no longer go inside another module */
 };
 
 /* A module with no parameters yet; NULL on out-of-memory. */
@@ -51,6 +53,10 @@ cg_module *cg__module_new(const cg_module_ops *ops, cg_device d, int nchildren);
 /* The shell (see cg_module_ops) of a module with no parameters or children: same type, config and
  * mode on d. */
 cg_module *cg__module_plain_shell(const cg_module *m, cg_device d);
+/* fn's error unless m may become part of another module (what: "module 2", "the module"): m is
+ * not NULL, not inside another module already, and no optimizer was made over it (repacking would
+ * move the parameters from under it; PyTorch users make the optimizer after the model, too). */
+cg_status cg__module_check_adoptable(const cg_module *m, const char *fn, const char *what);
 /* Registers an owned parameter (a new leaf tensor requiring grad) of the given shape. */
 cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const int64_t *shape);
 /* Frees m and its children even when m belongs to another module: for that owner (a container, a

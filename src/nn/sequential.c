@@ -59,8 +59,9 @@ cg_module *cg_sequential_new(int n, cg_module *const *modules) {
     bool found = false;
     for (int c = 0; c < n; c++) {
         const cg_module *child = modules[c];
-        const char *problem = !child ? "is NULL" : child->parent ? "already belongs to another module" : NULL;
-        if (problem) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sequential_new: module %d %s", c, problem);
+        char what[32];
+        snprintf(what, sizeof what, "module %d", c);
+        if (cg__module_check_adoptable(child, "cg_sequential_new", what) != CG_OK) return NULL;
         for (int j = 0; j < c; j++) /* it would be owned, and freed, twice */
             if (modules[j] == child)
                 return CG_FAIL_NULL(CG_ERR_INVALID_ARG,

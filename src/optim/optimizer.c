@@ -23,6 +23,7 @@ cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, size_t size, cg_mod
         return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
     }
     opt->ops = ops, opt->module = m, opt->nroots = nroots, opt->lr = lr;
+    m->has_optimizer = true;
     for (int r = 0; r < nroots; r++) opt->roots[r] = m->replicas ? m->replicas[r] : m;
     return opt;
 }

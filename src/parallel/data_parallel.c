@@ -221,10 +221,7 @@ static cg_status alias_params(cg_module *dp, const cg_module *m) {
 }
 
 cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *device_ids, int output_device) {
-    if (!module) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_data_parallel_new: module is NULL");
-    if (module->parent)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_data_parallel_new: the %s already belongs to a %s", module->ops->type,
-                            module->parent->ops->type);
+    if (cg__module_check_adoptable(module, "cg_data_parallel_new", "the module") != CG_OK) return NULL;
     dp_state *st = calloc(1, sizeof *st);
     if (!st) return CG_FAIL_NULL(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
     if (check_devices(module, ndevices, device_ids, output_device, st) != CG_OK) {

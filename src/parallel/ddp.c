@@ -254,9 +254,9 @@ static cg_status broadcast_parameters(ddp_state *st) {
 
 cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     char a[16], b[16];
-    if (!module || !dist) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: NULL argument");
-    if (module->parent || !module->flat_data)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: the module must be a model of its own (not inside another)");
+    if (!dist) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: dist is NULL");
+    if (cg__module_check_adoptable(module, "cg_ddp_new", "the module") != CG_OK) return NULL;
+    if (!module->flat_data) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: the module has no parameters");
     if (!cg_device_equal(module->device, dist->device))
         return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_ddp_new: the module is on %s but this rank's device is %s",
                             cg_device_str(module->device, a, sizeof a), cg_device_str(dist->device, b, sizeof b));
