@@ -460,8 +460,9 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
     if (flags & ~CG_SAFETENSORS_ALLOW_UNEXPECTED)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn, flags & ~CG_SAFETENSORS_ALLOW_UNEXPECTED);
     cg_safetensors *st = NULL;
+    int np = cg_module_num_parameters(m); /* -1: m is inside another module */
+    if (np < 0) return cg__fail_context("%s", fn);
     CG_TRY(read_file(fn, path, &st));
-    int np = cg_module_num_parameters(m);
     cg_status s = CG_OK;
     int *match = calloc((size_t)np + 1, sizeof(int));
     bool *used = calloc((size_t)st->n + 1, sizeof(bool));
@@ -738,7 +739,8 @@ cg_status cg_safetensors_write(const char *path, int n, const char *const *names
 cg_status cg_save_safetensors(const cg_module *m, const char *path) {
     const char *fn = "cg_save_safetensors";
     if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
-    int np = cg_module_num_parameters(m);
+    int np = cg_module_num_parameters(m); /* -1: m is inside another module */
+    if (np < 0) return cg__fail_context("%s", fn);
     const char **names = malloc(((size_t)np + 1) * sizeof *names);
     const cg_tensor **ts = malloc(((size_t)np + 1) * sizeof *ts);
     cg_status s = CG_OK;

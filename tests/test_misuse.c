@@ -58,6 +58,8 @@
  *  dataset_files_disagree          IDX files of 5 images and 4 labels             SHAPE    cg_dataset_load_idx, both paths, 5 images, 4 labels
  *  dataset_truncated_labels        labels IDX promising 5 bytes, holding 3        IO       cg_idx_load, the path, truncated
  *  load_missing_file               cg_load_safetensors of a missing file          IO       cg_load_safetensors, the path, No such file
+ *  safetensors_child_module        save / load (strict and not) of a Sequential's INVALID  cg_save_safetensors / cg_load_safetensors,
+ *                                  child Linear                                            part of a Sequential
  *  safetensors_write_freed         cg_safetensors_write of a freed tensor         INVALID  cg_safetensors_write, tensors[0], freed
  *  safetensors_bad_index           cg_safetensors_tensor(st, 2) of 2 tensors      INVALID  cg_safetensors_tensor, index 2, 0..1
  *  to_missing_device               cg_to(t, cuda:99), cg_to(t, type 7)            DEVICE   cg_to, cuda:99 / unknown device type 7
@@ -527,6 +529,25 @@ static void load_missing_file(cg_device d) {
     cg_module_free(m);
 }
 
+/* A child's parameters live in its parent's buffers: saving or loading the child alone is refused
+ * (a non-strict load used to succeed having loaded nothing), and the file and the model are untouched. */
+static void safetensors_child_module(cg_device d) {
+    char path[128];
+    cg_test_tmp_path("child.safetensors", path, sizeof path);
+    cg_module *lin = cg_linear_new(3, 2, true, d), *parts[2] = {lin, cg_relu_new()};
+    cg_module *seq = cg_sequential_new(2, parts);
+    assert_non_null(seq);
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_save_safetensors(lin, path), "cg_save_safetensors", "part of a Sequential");
+    assert_int_equal(access(path, F_OK), -1);
+    CG_TEST_STATUS_OK(cg_save_safetensors(seq, path));
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_load_safetensors(lin, path), "cg_load_safetensors", "part of a Sequential");
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_load_safetensors_flags(lin, path, CG_SAFETENSORS_ALLOW_UNEXPECTED),
+                  "cg_load_safetensors", "part of a Sequential");
+    assert_forward_works(seq, d, 2, 3, 2);
+    remove(path);
+    cg_module_free(seq);
+}
+
 static void safetensors_write_freed(cg_device d) {
     char path[128];
     cg_test_tmp_path("freed.safetensors", path, sizeof path);
@@ -677,7 +698,7 @@ static const misuse_case kCases[] = {
     CASE(sgd_nesterov_without_momentum), CASE(adam_bad_betas),                CASE(optimizer_null),
     CASE(loader_batch_zero),             CASE(loader_null),                   CASE(dataset_label_count),
     CASE(dataset_files_disagree),        CASE(dataset_truncated_labels),      CASE(load_missing_file),
-    CASE(safetensors_write_freed),       CASE(safetensors_bad_index),         CASE(to_missing_device),
+    CASE(safetensors_child_module),      CASE(safetensors_write_freed),       CASE(safetensors_bad_index),         CASE(to_missing_device),
     CASE(device_parse_missing),          CASE(memory_stats_missing_device),   CASE(data_parallel_missing_device),
     GPU_CASE(data_parallel_device_twice), CASE(out_of_memory),                 CASE(graph_capture_failing_fn),
     GPU_CASE(linear_device_mismatch),    GPU_CASE(mse_device_mismatch),       GPU_CASE(sequential_mixed_devices),
