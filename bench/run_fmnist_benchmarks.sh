@@ -50,7 +50,7 @@ gpu=0
 if [ "$only" != cpu ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
 
 mlp=(--model mlp --optimizer adam --lr 1e-3 --batch 128 --epochs 10)
-cnn=(--model cnn --optimizer sgd --lr 0.05 --momentum 0.9 --batch 128 --epochs 15)
+cnn=(--model cnn --dropout 0 --optimizer sgd --lr 0.05 --momentum 0.9 --batch 128 --epochs 15)
 cnn_drop=(--model cnn --dropout "$cnn_dropout" --optimizer sgd --lr 0.05 --momentum 0.9 --batch 128 --epochs 15)
 gpu_configs=(mlp cnn)
 [ "$cnn_dropout" != 0 ] && gpu_configs+=(cnn_drop)
