@@ -184,6 +184,13 @@ typedef struct cg_backend {
     /* row-major C(m,n) = op(A) op(B); op(A) is (m,k); lda/ldb are the row strides as stored */
     cg_status (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, int index);
+    /* gemm with a bias pass fused into it (cg_linear), NULL where the backend has none: with bias (n),
+     * C = op(A) op(B) + bias on every row; with bias_grad (m), also bias_grad = the sums of op(A)'s rows
+     * (over k); exactly one of the two is non-NULL, contiguous. *fused false: nothing was done (shapes
+     * the backend sends elsewhere), and the caller runs gemm and the bias pass itself. */
+    cg_status (*gemm_bias)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
+                           float *bias_grad, int index, bool *fused);
     /* classification (cross-entropy, argmax) and Adam */
     /* logits (n, c), targets (n) class indices as floats: logp (n, c) = log_softmax of each row, computed as
      * (x - max) - log(sum exp(x - max)); row_loss (n) = -logp[target], NaN for a target that is not an integer

@@ -26,20 +26,33 @@ static cg_status operand_of(const cg_tensor *t, gemm_operand *op) {
     return CG_OK;
 }
 
-/* out (m, n) = a (m, k) @ b (k, n); a and b may be transposed views. Not recorded. */
-static cg_status gemm_into(const cg_tensor *a, const cg_tensor *b, cg_tensor *out) {
+/* out (m, n) = a (m, k) @ b (k, n); a and b may be transposed views. With bias (n,) or bias_grad (m,)
+ * (at most one, contiguous), the backend may fuse the bias pass into the GEMM (cg_backend.gemm_bias):
+ * out += bias on every row, or bias_grad = the sums of a's rows; *fused says whether it did, and
+ * when it did not the caller runs that pass. Not recorded. */
+static cg_status gemm_bias_into(const cg_tensor *a, const cg_tensor *b, const cg_tensor *bias, cg_tensor *bias_grad,
+                                cg_tensor *out, bool *fused) {
     int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
     const cg_backend *be = cg__backend_for(a->device);
+    *fused = false;
     if (out->numel == 0) return CG_OK;
     if (k == 0) return be->fill(out, 0.0f);
     gemm_operand oa, ob = {0};
     cg_status s = operand_of(a, &oa);
-    if (s == CG_OK && (s = operand_of(b, &ob)) == CG_OK)
+    if (s == CG_OK && (s = operand_of(b, &ob)) == CG_OK && be->gemm_bias && (bias || bias_grad))
+        s = be->gemm_bias(oa.trans, ob.trans, m, n, k, cg__data(oa.t), oa.ld, cg__data(ob.t), ob.ld, cg__data(out), n,
+                          bias ? cg__data(bias) : NULL, bias_grad ? cg__data(bias_grad) : NULL, a->device.index, fused);
+    if (s == CG_OK && !*fused)
         s = be->gemm(oa.trans, ob.trans, m, n, k, cg__data(oa.t), oa.ld, cg__data(ob.t), ob.ld, cg__data(out), n,
                      a->device.index);
     cg_tensor_free(oa.copy);
     cg_tensor_free(ob.copy);
     return s;
+}
+
+static cg_status gemm_into(const cg_tensor *a, const cg_tensor *b, cg_tensor *out) {
+    bool fused;
+    return gemm_bias_into(a, b, NULL, NULL, out, &fused);
 }
 
 /* A transposed view of a 2-D tensor that no scope or tape sees. */
@@ -98,20 +111,45 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     return finish(out, s);
 }
 
+/* dW = g^T x, into W's gradient buffer when it is empty (as after zero_grad), else into a new
+ * grad_in[1]. fuse_bias: the backend may also reduce db = the sum of g over the batch in the same
+ * GEMM, into b's empty buffer or a new grad_in[2]; *bias_done says whether it did. */
+static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x, bool fuse_bias, cg_tensor **grad_in,
+                             bool *bias_done) {
+    cg_tensor *dw = cg__leaf_grad_target(n, 1), *db = fuse_bias ? cg__leaf_grad_target(n, 2) : NULL;
+    cg_tensor *new_dw = dw ? NULL : cg__tensor_new(2, (int64_t[]){g->shape[1], x->shape[1]}, g->device);
+    cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new(1, &g->shape[1], g->device) : NULL;
+    cg_tensor *gt = transposed(g);
+    *bias_done = false;
+    cg_status s = gt && (dw || new_dw) && (!fuse_bias || db || new_db)
+                      ? gemm_bias_into(gt, x, NULL, db ? db : new_db, dw ? dw : new_dw, bias_done)
+                      : cg_last_status();
+    cg_tensor_free(gt);
+    if (s != CG_OK || !*bias_done) { /* db is left to the caller's own pass */
+        cg_tensor_free(new_db);
+        new_db = NULL;
+    }
+    if (s != CG_OK) {
+        cg_tensor_free(new_dw);
+        return s;
+    }
+    if (new_dw) grad_in[1] = new_dw;
+    else cg__leaf_grad_written(n, 1);
+    if (new_db) grad_in[2] = new_db;
+    else if (*bias_done) cg__leaf_grad_written(n, 2);
+    return CG_OK;
+}
+
 /* y = x W^T + b: dx = g W, dW = g^T x, db = sum of g over the batch. dW and db go straight into the
- * parameters' gradient buffers when those are empty, as they are after zero_grad. */
+ * parameters' gradient buffers when those are empty, as they are after zero_grad; on a GPU db comes
+ * out of dW's GEMM where cuBLASLt can fuse it. */
 static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *x = n->saved[0], *w = n->saved[1];
+    bool want_db = n->ninputs == 3 && n->needs_grad[2], db_done = false;
     if (n->needs_grad[0] && !(grad_in[0] = cg_matmul(g, w))) return cg_last_status();
-    if (n->needs_grad[1]) {
-        cg_tensor *gt = transposed(g), *dst = cg__leaf_grad_target(n, 1);
-        cg_status s = !gt ? cg_last_status() : dst ? gemm_into(gt, x, dst) : CG_OK;
-        if (s == CG_OK && !dst && !(grad_in[1] = cg_matmul(gt, x))) s = cg_last_status();
-        cg_tensor_free(gt);
-        CG_TRY(s);
-        if (dst) cg__leaf_grad_written(n, 1);
-    }
-    if (n->ninputs == 3 && n->needs_grad[2]) {
+    if (n->needs_grad[1])
+        CG_TRY(weight_grad(n, g, x, want_db && cg__backend_for(g->device)->gemm_bias, grad_in, &db_done));
+    if (want_db && !db_done) {
         cg_tensor *dst = cg__leaf_grad_target(n, 2);
         if (dst) {
             CG_TRY(cg__sum_rows_into(g, dst));
@@ -138,9 +176,11 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
                             bias ? cg__shape_str(bias, sb, sizeof sb) : "none");
     cg_tensor *out = cg__tensor_new(2, (int64_t[]){x->shape[0], weight->shape[0]}, x->device);
     cg_tensor *wt = out ? transposed(weight) : NULL;
-    cg_status s = wt ? gemm_into(x, wt, out) : cg_last_status();
+    bool fused = false;
+    cg_status s = wt ? gemm_bias_into(x, wt, bias && cg_is_contiguous(bias) ? bias : NULL, NULL, out, &fused)
+                     : cg_last_status();
     cg_tensor_free(wt);
-    if (s == CG_OK && bias) s = cg__add_(out, bias);
+    if (s == CG_OK && bias && !fused) s = cg__add_(out, bias);
     const cg_tensor *inputs[3] = {x, weight, bias};
     int ninputs = bias ? 3 : 2;
     if (s == CG_OK && cg__should_record(ninputs, inputs) &&

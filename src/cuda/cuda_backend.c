@@ -158,14 +158,19 @@ static cg_status cuda_reduce_sum(const float *x, int64_t outer, int64_t n, int64
 
 static bool aligned4(const float *p, int64_t ld) { return ((uintptr_t)p & 15) == 0 && ld % 4 == 0; }
 
-/* Runs a skinny GEMM if the shape suits one; *done says whether it did. */
-static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                             const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, bool *done) {
-    *done = false;
+/* Whether a skinny kernel takes this GEMM: nt (y = x w^T, n <= 16) or tn (dw = g^T x, m <= 16), the large
+ * operand big enough and the rows vector-aligned. */
+static bool skinny_fits(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, const float *c) {
     bool nt = !trans_a && trans_b && n <= SKINNY_MAX && m * k >= SKINNY_MIN_ELEMENTS && k % 4 == 0;
     bool tn = trans_a && !trans_b && m <= SKINNY_MAX && k * n >= SKINNY_MIN_ELEMENTS && n % 4 == 0;
-    if (!(nt && aligned4(a, lda) && aligned4(b, ldb)) && !(tn && aligned4(b, ldb) && ((uintptr_t)c & 15) == 0))
-        return CG_OK;
+    return (nt && aligned4(a, lda) && aligned4(b, ldb)) || (tn && aligned4(b, ldb) && ((uintptr_t)c & 15) == 0);
+}
+
+/* Runs the skinny kernel of a GEMM that skinny_fits: nt when a is not transposed, else tn. */
+static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int64_t n, int64_t k, const float *a,
+                             int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+    bool nt = !trans_a;
     cg_device d = cg_cuda(ctx->index);
     int64_t chunks = nt ? 0 : cg_skinny_tn_chunks((int)m, k, n);
     size_t bytes = (size_t)(nt ? cg_skinny_nt_scratch(m, k, (int)n) : chunks * m * n) * sizeof(float);
@@ -175,7 +180,6 @@ static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, bool trans_b, i
                        : cg_launch_skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc, chunks, scratch, ctx->stream);
     cg__free(d, scratch, bytes); /* stream order makes the reuse safe */
     if (e != cudaSuccess) return cg__cuda_error(e, nt ? "cg_launch_skinny_nt" : "cg_launch_skinny_tn", __FILE__, __LINE__);
-    *done = true;
     return CG_OK;
 }
 
@@ -204,17 +208,20 @@ static cg_status cuda_scaled_diff(const float *a, const float *b, const float *g
     return CG_OK;
 }
 
+static bool dims_fit_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
 static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                            const float *b, int64_t ldb, float *c, int64_t ldc, int index) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
+    if (!dims_fit_int(m, n, k, lda, ldb, ldc))
         return cg__fail(CG_ERR_SHAPE, "cuda gemm: dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int", (long long)m,
                         (long long)n, (long long)k);
-    bool done;
-    CG_TRY(skinny_gemm(ctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, &done));
-    if (done) return CG_OK;
+    if (skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c))
+        return skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc);
     cublasMath_t math = cg_get_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     if (math != ctx->cublas_math) {
         CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, math));
@@ -224,6 +231,18 @@ static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     CG_CUBLAS_CHECK(cublasSgemm(ctx->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                                 (int)n, (int)m, (int)k, &one, b, (int)ldb, a, (int)lda, &zero, c, (int)ldc));
     return CG_OK;
+}
+
+/* The bias-fused GEMM for the shapes cuda_gemm would give cuBLAS; the skinny kernels keep theirs. */
+static cg_status cuda_gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                                int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
+                                float *bias_grad, int index, bool *fused) {
+    cg_cuda_context *ctx;
+    *fused = false;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (!dims_fit_int(m, n, k, lda, ldb, ldc) || skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c))
+        return CG_OK;
+    return cg__cuda_gemm_lt(ctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, bias, bias_grad, fused);
 }
 
 static cg_status cuda_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
@@ -250,6 +269,7 @@ static const cg_backend cuda_backend = {
     .sum_sqdiff = cuda_sum_sqdiff,
     .scaled_diff = cuda_scaled_diff,
     .gemm = cuda_gemm,
+    .gemm_bias = cuda_gemm_bias,
     .sgd_step = cuda_sgd_step,
     .capture_begin = cg__cuda_capture_begin,
     .capture_end = cg__cuda_capture_end,

@@ -67,6 +67,7 @@ static cg_status context_create(int index, cg_cuda_context **out) {
     CG_CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, ctx->cublas_workspace, CG_CUBLAS_WORKSPACE));
     ctx->cublas_math = CUBLAS_DEFAULT_MATH; /* true fp32 (PyTorch's default) */
     CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, ctx->cublas_math));
+    CG_CUBLAS_CHECK(cublasLtCreate(&ctx->cublaslt));
     CG_CURAND_CHECK(curandCreateGenerator(&ctx->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
     CG_CURAND_CHECK(curandSetStream(ctx->curand, ctx->stream));
     CG_CUDA_CHECK(cudaMalloc((void **)&ctx->scratch, 64 * sizeof(float)));

@@ -2,6 +2,7 @@
 #ifndef CGRAD_CUDA_INTERNAL_H
 #define CGRAD_CUDA_INTERNAL_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -50,6 +51,10 @@ typedef struct cg_cuda_context {
     cublasHandle_t cublas;
     void *cublas_workspace;    /* CG_CUBLAS_WORKSPACE bytes */
     cublasMath_t cublas_math;  /* the math mode last set on the handle */
+    cublasLtHandle_t cublaslt; /* bias-fused GEMMs (cuda_gemm_lt.c), sharing cuBLAS's workspace: both run in
+                                  this stream's order */
+    struct cg_lt_cache *lt_cache; /* cuda_gemm_lt.c's descriptors and algorithms per GEMM shape, made on
+                                     the first fused GEMM */
     curandGenerator_t curand;
     uint64_t seed_generation;  /* cg__seed_generation() when curand was last seeded */
     float *scratch;            /* 64 floats for odd-sized normal draws */
@@ -68,6 +73,12 @@ void cg__cuda_graph_destroy(void *exec);
 
 /* Makes `index` the current device and returns its context, created on first use. */
 cg_status cg__cuda_enter(int index, cg_cuda_context **ctx);
+
+/* The cuBLASLt GEMM with the bias in its epilogue behind cg_backend.gemm_bias (cuda_gemm_lt.c), for shapes
+ * cuda_backend.c sends to cuBLAS; dims fit in int. *fused false: cuBLASLt has no algorithm for it. */
+cg_status cg__cuda_gemm_lt(cg_cuda_context *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                           const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                           const float *bias, float *bias_grad, bool *fused);
 
 /* classification (cross-entropy, argmax), the loader's row gather and Adam (cuda_classify.c) */
 cg_status cg__cuda_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,

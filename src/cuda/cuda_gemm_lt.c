@@ -1,0 +1,153 @@
+/* cg_linear's GEMMs with the bias pass inside cuBLASLt's epilogue, as PyTorch's addmm does on the GPU:
+ *   forward   y (N, out) = x W^T + b            CUBLASLT_EPILOGUE_BIAS   (b added to every row of y)
+ *   backward  dW (out, in) = g^T x, db = sum_N g   CUBLASLT_EPILOGUE_BGRADB (the sums of cuBLAS's B over k)
+ * saving the separate pass over the (N, out) output and the separate bias-gradient reduction.
+ *
+ * Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so cuBLAS's A is our b and its B our a
+ * (as in cuda_gemm): the bias (n) runs along the rows of cuBLAS's D, and the sums of op(a)'s rows (m) are
+ * its B reduced over k, i.e. BGRADB.
+ *
+ * Each (shape, layout, epilogue, math, pointer alignments) gets a plan in a small cache in the device's
+ * context: descriptors initialised in place (no allocation) and the algorithm cuBLASLt's heuristic ranks
+ * first. The heuristic runs nothing on the GPU and depends on these inputs only, so the same shapes get
+ * the same algorithm, hence the same bits, run after run; a step then only sets the bias pointer and
+ * launches (no allocation, no synchronisation: capturable in a CUDA graph). Split-K stays deterministic:
+ * every reduction scheme cuBLASLt has is ordered (INPLACE serialises the parts with counters, the others
+ * add them in a pass of their own), and results are never reduced with atomics unless asked for
+ * (CUBLASLT_MATMUL_DESC_ATOMIC_SYNC_*, unused). Math: CUBLAS_COMPUTE_32F (true fp32) unless
+ * cg_set_allow_tf32 is on, then CUBLAS_COMPUTE_32F_FAST_TF32, as cuda_gemm's math modes. Where the
+ * heuristic has no algorithm the plan says so, and the caller falls back to cublasSgemm and its own pass. */
+#include "cuda/cuda_internal.h"
+
+#define LT_PLANS 32 /* shapes cached per device (round robin): two per distinct Linear layer */
+
+/* All int32, so that memcmp compares keys (no padding). */
+typedef struct lt_key {
+    int32_t trans_a, trans_b, grad, tf32; /* grad: BGRADB into the vector, else BIAS from it */
+    int32_t m, n, k, lda, ldb, ldc;        /* row-major, as cg_backend.gemm_bias gets them */
+    int32_t align_a, align_b, align_c, align_vec; /* pointer alignments in bytes, 4..256 */
+} lt_key;
+
+typedef struct lt_plan {
+    bool used;
+    bool fusable; /* the heuristic found an algorithm */
+    lt_key key;
+    cublasLtMatmulDescOpaque_t desc;
+    cublasLtMatrixLayoutOpaque_t a, b, c; /* cuBLAS's A (our b), B (our a), and C = D; column-major */
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+struct cg_lt_cache {
+    lt_plan plans[LT_PLANS];
+    int next; /* the slot the next new shape takes */
+};
+
+static cg_status lt_fail(cublasStatus_t e, const char *call, const lt_key *key, int line) {
+    return cg__fail(e == CUBLAS_STATUS_ALLOC_FAILED ? CG_ERR_OOM : CG_ERR_BACKEND,
+                    "cg_linear: %s failed for the GEMM (%d, %d) x (%d, %d) with %s in its epilogue at %s:%d: %s", call,
+                    key->m, key->k, key->k, key->n, key->grad ? "the bias gradient" : "the bias", __FILE__, line,
+                    cublasGetStatusString(e));
+}
+
+/* Like CG_CUBLAS_CHECK, naming the GEMM's shapes and epilogue too. */
+#define LT_CHECK(call, key)                                                                                  \
+    do {                                                                                                     \
+        cublasStatus_t lt__e = (call);                                                                       \
+        if (lt__e != CUBLAS_STATUS_SUCCESS) return lt_fail(lt__e, #call, (key), __LINE__);                   \
+    } while (0)
+#define DESC_SET(p, attr, value) \
+    LT_CHECK(cublasLtMatmulDescSetAttribute(&(p)->desc, (attr), &(value), sizeof(value)), &(p)->key)
+#define PREF_SET(pref, attr, value, key) \
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(&(pref), (attr), &(value), sizeof(value)), (key))
+
+/* The largest power of two up to 256 that divides the address: what the heuristic may assume. */
+static int32_t alignment(const void *p) {
+    int32_t a = 256;
+    while (a > 1 && (uintptr_t)p % (uintptr_t)a) a /= 2;
+    return a;
+}
+
+/* cuBLASLt's best algorithm for the plan's descriptors within our workspace and alignments, if any. */
+static cg_status choose_algorithm(cublasLtHandle_t h, lt_plan *p) {
+    const lt_key *key = &p->key;
+    cublasLtMatmulPreferenceOpaque_t pref;
+    LT_CHECK(cublasLtMatmulPreferenceInit(&pref), key);
+    uint64_t workspace = CG_CUBLAS_WORKSPACE;
+    uint32_t align_a = (uint32_t)key->align_b, align_b = (uint32_t)key->align_a, align_c = (uint32_t)key->align_c;
+    PREF_SET(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace, key);
+    PREF_SET(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a, key);
+    PREF_SET(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b, key);
+    PREF_SET(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c, key);
+    PREF_SET(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c, key);
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    cublasStatus_t e = cublasLtMatmulAlgoGetHeuristic(h, &p->desc, &p->a, &p->b, &p->c, &p->c, &pref, 1, &result, &found);
+    if (e != CUBLAS_STATUS_SUCCESS && e != CUBLAS_STATUS_NOT_SUPPORTED)
+        return lt_fail(e, "cublasLtMatmulAlgoGetHeuristic", key, __LINE__);
+    p->fusable = e == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    if (p->fusable) p->algo = result.algo;
+    return CG_OK;
+}
+
+/* Sets p's descriptors to key (vec: the bias or bias-gradient pointer, whose alignment the heuristic
+ * reads) and chooses its algorithm. */
+static cg_status plan_make(cublasLtHandle_t h, lt_plan *p, const lt_key *key, const void *vec) {
+    p->used = false;
+    p->key = *key;
+    int32_t op_a = key->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = key->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint32_t epilogue = key->grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BIAS;
+    LT_CHECK(cublasLtMatmulDescInit(&p->desc, key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+             key);
+    DESC_SET(p, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+    DESC_SET(p, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+    DESC_SET(p, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    DESC_SET(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vec);
+    /* stored shapes, before the op: cuBLAS's A is b, (n, k) after op_a; its B is a, (k, m) after op_b */
+    LT_CHECK(cublasLtMatrixLayoutInit(&p->a, CUDA_R_32F, (uint64_t)(key->trans_b ? key->k : key->n),
+                                      (uint64_t)(key->trans_b ? key->n : key->k), key->ldb), key);
+    LT_CHECK(cublasLtMatrixLayoutInit(&p->b, CUDA_R_32F, (uint64_t)(key->trans_a ? key->m : key->k),
+                                      (uint64_t)(key->trans_a ? key->k : key->m), key->lda), key);
+    LT_CHECK(cublasLtMatrixLayoutInit(&p->c, CUDA_R_32F, (uint64_t)key->n, (uint64_t)key->m, key->ldc), key);
+    CG_TRY(choose_algorithm(h, p));
+    p->used = true;
+    return CG_OK;
+}
+
+static cg_status plan_for(cg_cuda_context *ctx, const lt_key *key, const void *vec, lt_plan **out) {
+    struct cg_lt_cache *cache = ctx->lt_cache;
+    if (!cache && !(cache = ctx->lt_cache = calloc(1, sizeof *cache)))
+        return cg__fail(CG_ERR_OOM, "cg_linear: out of host memory for cuda:%d's GEMM plan cache", ctx->index);
+    for (int i = 0; i < LT_PLANS; i++) {
+        lt_plan *p = &cache->plans[i];
+        if (p->used && memcmp(&p->key, key, sizeof *key) == 0) {
+            *out = p;
+            return CG_OK;
+        }
+    }
+    lt_plan *p = &cache->plans[cache->next];
+    cache->next = (cache->next + 1) % LT_PLANS;
+    CG_TRY(plan_make(ctx->cublaslt, p, key, vec));
+    *out = p;
+    return CG_OK;
+}
+
+cg_status cg__cuda_gemm_lt(cg_cuda_context *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                           const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                           const float *bias, float *bias_grad, bool *fused) {
+    const void *vec = bias ? (const void *)bias : bias_grad;
+    lt_key key = {.trans_a = trans_a, .trans_b = trans_b, .grad = bias_grad != NULL, .tf32 = cg_get_allow_tf32(),
+                  .m = (int32_t)m, .n = (int32_t)n, .k = (int32_t)k,
+                  .lda = (int32_t)lda, .ldb = (int32_t)ldb, .ldc = (int32_t)ldc,
+                  .align_a = alignment(a), .align_b = alignment(b), .align_c = alignment(c), .align_vec = alignment(vec)};
+    lt_plan *p = NULL;
+    *fused = false;
+    CG_TRY(plan_for(ctx, &key, vec, &p));
+    if (!p->fusable) return CG_OK;
+    DESC_SET(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vec);
+    const float one = 1.0f, zero = 0.0f;
+    LT_CHECK(cublasLtMatmul(ctx->cublaslt, &p->desc, &one, b, &p->a, a, &p->b, &zero, c, &p->c, c, &p->c, &p->algo,
+                            ctx->cublas_workspace, CG_CUBLAS_WORKSPACE, ctx->stream),
+             &key);
+    *fused = true;
+    return CG_OK;
+}
