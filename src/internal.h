@@ -75,6 +75,10 @@ cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn);
 
 /* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM. */
 cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d);
+/* out when s is CG_OK; otherwise frees out and returns NULL (the failure is already recorded). */
+cg_tensor *cg__finish(cg_tensor *out, cg_status s);
+/* A contiguous handle on t's data (a view when it already is), recorded on no tape. */
+cg_tensor *cg__raw_contiguous(const cg_tensor *t);
 /* A new handle sharing t's storage with the given layout. */
 cg_tensor *cg__view_new(const cg_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                         int64_t offset);

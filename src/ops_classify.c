@@ -5,21 +5,6 @@
 
 #include "kernels/classify_math.h"
 
-/* A contiguous handle on t's data (a view when it already is), recorded on no tape. */
-static cg_tensor *raw_contiguous(const cg_tensor *t) {
-    bool previous = cg_set_grad_enabled(false);
-    cg_tensor *c = cg_contiguous(t);
-    cg_set_grad_enabled(previous);
-    return c;
-}
-
-/* Frees out and returns NULL unless s is CG_OK. */
-static cg_tensor *finish(cg_tensor *out, cg_status s) {
-    if (s == CG_OK) return out;
-    cg_tensor_free(out);
-    return NULL;
-}
-
 static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *targets, const char *fn) {
     char sl[160], st[160];
     CG_TRY(cg__check_tensor(logits, fn, "logits"));
@@ -62,7 +47,7 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: targets require grad, but class indices have no derivative", fn);
     int64_t n = logits->shape[0], c = logits->shape[1];
     const cg_backend *be = cg__backend_for(logits->device);
-    cg_tensor *lc = raw_contiguous(logits), *tc = lc ? raw_contiguous(targets) : NULL;
+    cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
     cg_tensor *logp = tc ? cg__tensor_new(2, logits->shape, logits->device) : NULL;
     cg_tensor *rows = logp ? cg__tensor_new(1, &n, logits->device) : NULL;
     cg_tensor *out = rows ? cg__tensor_new(0, NULL, logits->device) : NULL;
@@ -88,7 +73,7 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
         else s = cg_last_status();
     }
     cg_tensor_free(rows), cg_tensor_free(logp), cg_tensor_free(tc), cg_tensor_free(lc);
-    return finish(out, s);
+    return cg__finish(out, s);
 }
 
 /* ---- argmax and accuracy ------------------------------------------------------------------------------ */
@@ -110,12 +95,12 @@ cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
         if (i != d) shape[ndim++] = t->shape[i];
         else if (keepdim) shape[ndim++] = 1;
     cg_tensor *out = cg__tensor_new(ndim, shape, t->device);
-    cg_tensor *c = out ? raw_contiguous(t) : NULL;
+    cg_tensor *c = out ? cg__raw_contiguous(t) : NULL;
     cg_status s = c ? CG_OK : cg_last_status();
     if (s == CG_OK && out->numel > 0)
         s = cg__backend_for(t->device)->argmax(cg__data(c), outer, n, inner, NULL, cg__data(out), t->device.index);
     cg_tensor_free(c);
-    return finish(out, s);
+    return cg__finish(out, s);
 }
 
 cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct) {
@@ -129,7 +114,7 @@ cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t
         return cg__fail(CG_ERR_SHAPE, "%s: %lld rows; count at most 2^24 at a time (float counts are exact up to there)", fn,
                         (long long)n);
     const cg_backend *be = cg__backend_for(logits->device);
-    cg_tensor *lc = raw_contiguous(logits), *tc = lc ? raw_contiguous(targets) : NULL;
+    cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
     cg_tensor *hits = tc ? cg__tensor_new(1, &n, logits->device) : NULL;
     cg_tensor *count = hits ? cg__tensor_new(0, NULL, logits->device) : NULL;
     cg_status s = count ? CG_OK : cg_last_status();

@@ -5,21 +5,6 @@
 
 #include <limits.h>
 
-/* A contiguous handle on t's data (a view when it already is), recorded on no tape. */
-static cg_tensor *raw_contiguous(const cg_tensor *t) {
-    bool previous = cg_set_grad_enabled(false);
-    cg_tensor *c = cg_contiguous(t);
-    cg_set_grad_enabled(previous);
-    return c;
-}
-
-/* Frees out and returns NULL unless s is CG_OK. */
-static cg_tensor *finish(cg_tensor *out, cg_status s) {
-    if (s == CG_OK) return out;
-    cg_tensor_free(out);
-    return NULL;
-}
-
 static cg_status check_same_device(const cg_tensor *x, const cg_tensor *t, const char *fn, const char *name) {
     if (cg_device_equal(x->device, t->device)) return CG_OK;
     char dx[16], dt[16];
@@ -135,7 +120,7 @@ static cg_status grad_bias(const cg_conv_geom *g, const cg_tensor *x, const cg_t
 static cg_status conv2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
     const cg_tensor *x = node->saved[0], *w = node->saved[1];
     cg_conv_geom g = conv_geom(x->shape, w->shape, node->dim, node->dim2);
-    cg_tensor *gyc = raw_contiguous(gy);
+    cg_tensor *gyc = cg__raw_contiguous(gy);
     if (!gyc) return cg_last_status();
     cg_status s = CG_OK;
     if (node->needs_grad[0]) s = write_grad(node, 0, grad_x, &g, gyc, grad_in);
@@ -149,8 +134,8 @@ cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     const char *fn = "cg_conv2d";
     cg_conv_geom g;
     if (check_conv2d(x, weight, bias, stride, padding, &g) != CG_OK) return NULL;
-    cg_tensor *xc = raw_contiguous(x), *wc = xc ? raw_contiguous(weight) : NULL;
-    cg_tensor *bc = wc && bias ? raw_contiguous(bias) : NULL;
+    cg_tensor *xc = cg__raw_contiguous(x), *wc = xc ? cg__raw_contiguous(weight) : NULL;
+    cg_tensor *bc = wc && bias ? cg__raw_contiguous(bias) : NULL;
     cg_tensor *out = wc && (bc || !bias) ? cg__tensor_new(4, (int64_t[]){g.n, g.k, g.oh, g.ow}, x->device) : NULL;
     cg_status s = out ? CG_OK : cg_last_status();
     if (s == CG_OK && out->numel > 0)
@@ -165,7 +150,7 @@ cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
         else s = cg_last_status();
     }
     cg_tensor_free(bc), cg_tensor_free(wc), cg_tensor_free(xc);
-    return finish(out, s);
+    return cg__finish(out, s);
 }
 
 /* ---- max pooling ------------------------------------------------------------------------------------ */
@@ -179,7 +164,7 @@ static cg_conv_geom pool_geom(const int64_t *x_shape, int64_t kernel, int64_t st
 static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
     const cg_tensor *arg = node->saved[0];
     cg_conv_geom g = pool_geom(node->in_shape[0], node->dim, node->dim2);
-    cg_tensor *gyc = raw_contiguous(gy);
+    cg_tensor *gyc = cg__raw_contiguous(gy);
     cg_tensor *gx = gyc ? cg__tensor_new(4, node->in_shape[0], gy->device) : NULL;
     cg_status s = gx ? CG_OK : cg_last_status();
     if (s == CG_OK && gx->numel > 0) /* then every window holds elements: gy has them too */
@@ -210,7 +195,7 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     const cg_tensor *inputs[1] = {x};
     bool record = cg__should_record(1, inputs);
     int64_t shape[4] = {g.n, g.c, g.oh, g.ow};
-    cg_tensor *xc = raw_contiguous(x), *out = xc ? cg__tensor_new(4, shape, x->device) : NULL;
+    cg_tensor *xc = cg__raw_contiguous(x), *out = xc ? cg__tensor_new(4, shape, x->device) : NULL;
     cg_tensor *arg = out && record ? cg__tensor_new(4, shape, x->device) : NULL;
     cg_status s = out && (arg || !record) ? CG_OK : cg_last_status();
     if (s == CG_OK && out->numel > 0)
@@ -223,5 +208,5 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
         else s = cg_last_status();
     }
     cg_tensor_free(arg), cg_tensor_free(xc);
-    return finish(out, s);
+    return cg__finish(out, s);
 }

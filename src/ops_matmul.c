@@ -92,13 +92,6 @@ static cg_status check_matmul_shapes(const cg_tensor *a, const cg_tensor *b, con
     return CG_OK;
 }
 
-/* Frees out and returns NULL unless s is CG_OK. */
-static cg_tensor *finish(cg_tensor *out, cg_status s) {
-    if (s == CG_OK) return out;
-    cg_tensor_free(out);
-    return NULL;
-}
-
 cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     if (cg__check_same_device(a, b, "cg_matmul") != CG_OK || check_matmul_shapes(a, b, "cg_matmul") != CG_OK)
         return NULL;
@@ -108,7 +101,7 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     const cg_tensor *inputs[2] = {a, b};
     if (s == CG_OK && cg__should_record(2, inputs) && !cg__record(out, "cg_matmul", matmul_backward, 2, inputs, 2, inputs))
         s = cg_last_status();
-    return finish(out, s);
+    return cg__finish(out, s);
 }
 
 /* dW = g^T x, into W's gradient buffer when it is empty (as after zero_grad), else into a new
@@ -186,5 +179,5 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     if (s == CG_OK && cg__should_record(ninputs, inputs) &&
         !cg__record(out, "cg_linear", linear_backward, ninputs, inputs, 2, inputs))
         s = cg_last_status();
-    return finish(out, s);
+    return cg__finish(out, s);
 }

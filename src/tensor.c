@@ -312,18 +312,24 @@ static cg_tensor *created(int ndim, const int64_t *shape, cg_device d, const cha
     return t;
 }
 
-/* Frees t and returns NULL when a backend call failed, t otherwise. */
-static cg_tensor *finish(cg_tensor *t, cg_status s) {
-    if (s == CG_OK) return t;
-    cg_tensor_free(t);
+cg_tensor *cg__finish(cg_tensor *out, cg_status s) {
+    if (s == CG_OK) return out;
+    cg_tensor_free(out);
     return NULL;
+}
+
+cg_tensor *cg__raw_contiguous(const cg_tensor *t) {
+    bool previous = cg_set_grad_enabled(false);
+    cg_tensor *c = cg_contiguous(t);
+    cg_set_grad_enabled(previous);
+    return c;
 }
 
 cg_tensor *cg_empty(int ndim, const int64_t *shape, cg_device d) { return created(ndim, shape, d, "cg_empty"); }
 
 static cg_tensor *filled(int ndim, const int64_t *shape, float value, cg_device d, const char *fn) {
     cg_tensor *t = created(ndim, shape, d, fn);
-    return t ? finish(t, cg__backend_for(d)->fill(t, value)) : NULL;
+    return t ? cg__finish(t, cg__backend_for(d)->fill(t, value)) : NULL;
 }
 cg_tensor *cg_full(int ndim, const int64_t *shape, float value, cg_device d) { return filled(ndim, shape, value, d, "cg_full"); }
 cg_tensor *cg_zeros(int ndim, const int64_t *shape, cg_device d) { return filled(ndim, shape, 0.0f, d, "cg_zeros"); }
@@ -336,7 +342,7 @@ cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape, cg_de
         cg_tensor_free(t);
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_from_data: data is NULL");
     }
-    return finish(t, cg__copy_bytes(d, t->storage->data, cg_cpu(), data, (size_t)t->numel * sizeof(float)));
+    return cg__finish(t, cg__copy_bytes(d, t->storage->data, cg_cpu(), data, (size_t)t->numel * sizeof(float)));
 }
 
 cg_tensor *cg_arange(double start, double end, double step, cg_device d) {
@@ -350,12 +356,12 @@ cg_tensor *cg_arange(double start, double end, double step, cg_device d) {
                             start, end, step, count);
     int64_t n = (int64_t)count;
     cg_tensor *t = created(1, &n, d, "cg_arange");
-    return t ? finish(t, cg__backend_for(d)->arange(t, start, step)) : NULL;
+    return t ? cg__finish(t, cg__backend_for(d)->arange(t, start, step)) : NULL;
 }
 
 static cg_tensor *random_tensor(int ndim, const int64_t *shape, cg_device d, bool normal, const char *fn) {
     cg_tensor *t = created(ndim, shape, d, fn);
-    return t ? finish(t, cg__backend_for(d)->random(t, normal)) : NULL;
+    return t ? cg__finish(t, cg__backend_for(d)->random(t, normal)) : NULL;
 }
 cg_tensor *cg_rand(int ndim, const int64_t *shape, cg_device d) { return random_tensor(ndim, shape, d, false, "cg_rand"); }
 cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d) { return random_tensor(ndim, shape, d, true, "cg_randn"); }
