@@ -8,19 +8,10 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "fuzz_check.h"
 #include "io_internal.h"
 
 #define NAME "fuzz.idx"
-#define CHECK(cond)                                                                                   \
-    do {                                                                                              \
-        if (!(cond)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond,  \
-                    cg_last_error());                                                                 \
-            abort();                                                                                  \
-        }                                                                                             \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *bytes, size_t len);
 
 /* Parses and checks what any successful parse must satisfy. */
 static cg_status parse(const uint8_t *bytes, size_t len, cg_idx *idx) {

@@ -7,19 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_check.h"
 #include "io_internal.h"
 
 #define NAME "fuzz.safetensors"
-#define CHECK(cond)                                                                                   \
-    do {                                                                                              \
-        if (!(cond)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond,  \
-                    cg_last_error());                                                                 \
-            abort();                                                                                  \
-        }                                                                                             \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *bytes, size_t len);
 
 /* Tensor i, whose bytes in the file are data[0, nbytes), through cg_safetensors_tensor on the CPU. */
 static void check_tensor(const cg_safetensors *st, int i, const cg_safetensors_info *info, const uint8_t *data) {
