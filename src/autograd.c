@@ -176,7 +176,6 @@ static cg_status accumulate_leaf(cg_tensor *leaf, cg_tensor *g) {
     s = leaf->grad_defined ? cg__add_(leaf->grad, g) : cg_copy_(leaf->grad, g);
     cg_tensor_free(g);
     if (s == CG_OK) leaf->grad_defined = true;
-    if (s == CG_OK && leaf->grad_hook) leaf->grad_hook(leaf->grad_hook_ctx, leaf);
     return s;
 }
 
@@ -190,7 +189,6 @@ cg_tensor *cg__leaf_grad_target(cg_node *n, int k) {
 void cg__leaf_grad_written(cg_node *n, int k) {
     cg_tensor *leaf = n->leaf[k];
     leaf->grad_defined = true;
-    if (leaf->grad_hook) leaf->grad_hook(leaf->grad_hook_ctx, leaf);
 }
 
 /* *acc = *acc + g, out of place: gradients handed between nodes may share storage. Takes g. */
@@ -252,7 +250,21 @@ static cg_status push(node_stack *st, cg_node *n) {
     return CG_OK;
 }
 
-/* Counts, for each node reachable from root, how many consumers will send it a gradient. */
+/* A hooked leaf counts the nodes of this pass that will send it a gradient. */
+static void expect_leaf_grad(cg_tensor *leaf, uint64_t epoch) {
+    if (leaf->magic != CG_TENSOR_LIVE || !leaf->grad_hook) return;
+    if (leaf->grad_epoch != epoch) leaf->grad_epoch = epoch, leaf->grad_pending = 0;
+    leaf->grad_pending++;
+}
+
+/* One of them ran: after the last, the leaf's gradient is final for this pass. */
+static void leaf_grad_sent(cg_tensor *leaf) {
+    if (leaf->magic == CG_TENSOR_LIVE && leaf->grad_hook && leaf->grad_epoch == backward_epoch && --leaf->grad_pending == 0)
+        leaf->grad_hook(leaf->grad_hook_ctx, leaf);
+}
+
+/* Counts, for each node reachable from root, how many consumers will send it a gradient (and for
+ * each hooked leaf, how many nodes will). */
 static cg_status count_dependencies(cg_node *root, uint64_t epoch) {
     node_stack *st = &pending_stack;
     st->count = 0;
@@ -262,6 +274,7 @@ static cg_status count_dependencies(cg_node *root, uint64_t epoch) {
         cg_node *n = st->items[--st->count];
         for (int k = 0; k < n->ninputs; k++) {
             cg_node *p = n->next[k];
+            if (!p && n->leaf[k]) expect_leaf_grad(n->leaf[k], epoch);
             if (!p) continue;
             if (p->epoch != epoch) {
                 p->epoch = epoch, p->pending = 0;
@@ -312,6 +325,7 @@ static cg_status run_node(cg_node *n) {
             cg_tensor_free(g);
         }
         cg_node *p = n->next[k];
+        if (!p && n->leaf[k]) leaf_grad_sent(n->leaf[k]);
         if (p && --p->pending == 0) {
             cg_status ps = push(&ready_stack, p);
             if (s == CG_OK) s = ps;
@@ -322,7 +336,11 @@ static cg_status run_node(cg_node *n) {
 }
 
 static cg_status backward_from(cg_tensor *out, cg_tensor *grad) {
-    if (!out->grad_fn) return accumulate_leaf(out, grad);
+    if (!out->grad_fn) {
+        cg_status s = accumulate_leaf(out, grad);
+        if (out->grad_hook) out->grad_hook(out->grad_hook_ctx, out);
+        return s;
+    }
     cg_node *root = out->grad_fn;
     if (root->released) {
         cg_tensor_free(grad);

@@ -54,9 +54,12 @@ struct cg_tensor {
     bool grad_defined;             /* grad holds a value produced since the last zero_grad */
     cg_tensor *grad;               /* owned; for parameters a view into the gradient buffer */
     struct cg_node *grad_fn;       /* the op that produced this tensor (one reference), or NULL */
-    /* called after each backward accumulation into grad (data parallelism's bucket readiness) */
+    /* called once per backward pass, when the pass will add nothing more to grad (data
+     * parallelism's bucket readiness): after the last node that sends this leaf a gradient ran */
     void (*grad_hook)(void *ctx, cg_tensor *t);
     void *grad_hook_ctx;
+    int grad_pending;              /* nodes of the current pass yet to send this hooked leaf a gradient */
+    uint64_t grad_epoch;           /* the pass grad_pending counts for */
     cg_tensor *scope_next;         /* intrusive list of the scope's tensors */
     cg_tensor *scope_prev;
 };
@@ -309,10 +312,15 @@ cg_status cg__nccl_unique_id(unsigned char id[CG_NCCL_ID_BYTES]);
  * 60), aborting the communicators, so a failed start-up never hangs. */
 cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int nlocal, const int *devices,
                        cg_nccl **out);
-/* Sums (or averages) bufs[i] (count floats on the i-th local device). side_stream: on a stream of
- * its own that first waits for the work queued so far, so later compute overlaps it; join with
- * cg__nccl_join. Otherwise on each device's compute stream. */
-cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, bool side_stream);
+/* Records the point the compute stream of local device `local` has reached as mark number `mark`
+ * (a small index, reused every step), for a later collective to wait for. In one process the
+ * replicas' backward passes are queued one after another: when the last replica finishes a bucket,
+ * the others' streams already hold the rest of their backward, which the bucket need not wait for. */
+cg_status cg__nccl_mark(cg_nccl *c, int local, int mark);
+/* Sums (or averages) bufs[i] (count floats on the i-th local device) on a stream of its own per
+ * device, which first waits for that device's mark `after` (after < 0: the work queued so far), so
+ * later compute overlaps it; the compute streams wait for it in cg__nccl_join. */
+cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, int after);
 cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int root);
 cg_status cg__nccl_join(cg_nccl *c); /* compute streams wait for the side streams' collectives */
 void cg__nccl_free(cg_nccl *c);

@@ -119,6 +119,7 @@ static void test_cpu_module_rejected(void **state) {
     cg_test_assert_error(CG_ERR_INVALID_ARG, "module is NULL");
 }
 
+/* The DataParallel-only calls refuse other modules. */
 static void test_forward_shards_not_dp(void **state) {
     (void)state;
     cg_module *m = mlp(CG_ACT_RELU, cg_cpu());
@@ -128,6 +129,8 @@ static void test_forward_shards_not_dp(void **state) {
     cg_test_assert_error(CG_ERR_INVALID_ARG, "not a DataParallel module");
     assert_null(cg_data_parallel_forward_shards(NULL, 1, shards));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "not a DataParallel module");
+    assert_int_equal(cg_data_parallel_set_bucket_bytes(m, 4), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "set_bucket_bytes: not a DataParallel module");
     cg_tensor_free(x);
     cg_module_free(m);
 }
@@ -196,6 +199,7 @@ typedef struct dp_case {
     int backwards_per_step;  /* 1, or 2: accumulate two batches without zero_grad */
     bool two_forwards;       /* the batch as two forward calls (rows split 7:6-ish) and one backward of
                                 the summed losses: the wrapper used twice in one graph */
+    size_t bucket_bytes;     /* > 0: cg_data_parallel_set_bucket_bytes (4: a bucket per parameter) */
 } dp_case;
 
 static const cg_sgd_options kPlain = {.lr = 0.1f};
@@ -258,6 +262,7 @@ static void run_case(const dp_case *c) {
     cg_module *base = mlp(CG_ACT_TANH, first);
     cg_module *ref = MODULE_OK(cg_module_clone(base, first));
     cg_module *dp = MODULE_OK(cg_data_parallel_new(base, c->n, c->ids, c->output));
+    if (c->bucket_bytes) CG_TEST_STATUS_OK(cg_data_parallel_set_bucket_bytes(dp, c->bucket_bytes));
     for (int i = 0; i < c->n; i++) assert_true(cg_device_equal(cg_data_parallel_device(dp, i), cg_cuda(c->ids[i])));
     assert_true(cg_device_equal(cg_module_device(dp), first));
     assert_params_close(dp, ref, false, c->label); /* the wrapper lists replica 0: the module itself */
@@ -491,6 +496,22 @@ static void test_two_gpus_two_forwards(void **state) {
     run_case(&acc);
 }
 
+/* Buckets smaller than a parameter: each is summed as soon as both replicas finished it, while the
+ * rest of backward still runs; a replica with no rows, a parameter used twice in one graph, and
+ * gradients accumulated over two backward calls all still give the full-batch gradient. */
+static void test_two_gpus_small_buckets(void **state) {
+    (void)state;
+    dp_case cases[] = {
+        {.label = "2 GPUs, a bucket per parameter, batch 64", .n = 2, .ids = {0, 1}, .output = -1, .batch = 64,
+         .sgd = kNesterov, .bucket_bytes = 4},
+        {.label = "2 GPUs, 1 KB buckets, batch 1 (one replica)", .n = 2, .ids = {0, 1}, .output = -1, .batch = 1,
+         .sgd = kNesterov, .bucket_bytes = 1024},
+        {.label = "2 GPUs, a bucket per parameter, two forwards per backward, two backwards", .n = 2, .ids = {0, 1},
+         .output = 1, .batch = 13, .sgd = kNesterov, .two_forwards = true, .backwards_per_step = 2, .bucket_bytes = 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+}
+
 /* PyTorch: the module must be on device_ids[0]. */
 static void test_two_gpus_module_on_wrong_gpu(void **state) {
     (void)state;
@@ -547,6 +568,8 @@ static void test_four_gpus(void **state) {
          .sgd = kNesterov, .two_forwards = true},
         {.label = "4 GPUs, 3 shards of 5, 1 and 7 rows", .n = 4, .ids = {0, 1, 2, 3}, .output = -1, .batch = 13,
          .sgd = kNesterov, .nshards = 3, .shard_rows = {5, 1, 7}},
+        {.label = "4 GPUs {3,1,0,2}, a bucket per parameter, batch 3 (3 replicas)", .n = 4, .ids = {3, 1, 0, 2},
+         .output = 0, .batch = 3, .sgd = kNesterov, .bucket_bytes = 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
@@ -683,6 +706,7 @@ int main(int argc, char **argv) {
         CG_TEST(test_two_gpus_shards_equal_scatter),
         CG_TEST(test_two_gpus_accumulation),
         CG_TEST(test_two_gpus_two_forwards),
+        CG_TEST(test_two_gpus_small_buckets),
         CG_TEST(test_two_gpus_module_on_wrong_gpu),
         CG_TEST(test_four_gpus),
     };

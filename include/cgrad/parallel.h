@@ -25,8 +25,12 @@ extern "C" {
  * its output, or -1 for device_ids[0]. The module's parameters must be on cuda:device_ids[0].
  * Forward splits the batch along dim 0 as torch.chunk does (chunks of ceil(B / n) rows, so a small
  * batch may use fewer GPUs), runs the replicas concurrently and gathers the output. Backward sums
- * the replicas' gradients with NCCL (the full-batch gradient, as PyTorch's DataParallel). */
+ * the replicas' gradients with NCCL (the full-batch gradient, as PyTorch's DataParallel), in buckets
+ * of 25 MB launched as soon as every replica has finished theirs, so the sums overlap the rest of
+ * backward. */
 cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *device_ids, int output_device);
+/* Sets the size of those buckets (0: 25 MB), as DDP's bucket_bytes. */
+cg_status cg_data_parallel_set_bucket_bytes(cg_module *dp, size_t bytes);
 /* Forward on input already split per device: shards[i] on the i-th device of the list (n <= the
  * number of devices), so no step copies the batch. */
 cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor *const *shards);

@@ -22,6 +22,8 @@ struct cg_nccl {
     cudaStream_t side[CG_NCCL_MAX_LOCAL];      /* collectives that overlap compute */
     cudaEvent_t compute_ready[CG_NCCL_MAX_LOCAL];
     cudaEvent_t side_done[CG_NCCL_MAX_LOCAL];
+    cudaEvent_t *marks[CG_NCCL_MAX_LOCAL];     /* compute-stream points (cg__nccl_mark), nmarks[i] each */
+    int nmarks[CG_NCCL_MAX_LOCAL];
     double timeout_s;
 };
 
@@ -117,15 +119,44 @@ cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int 
     return CG_OK;
 }
 
-/* Launches fn on every local communicator as one group, on the compute or the side streams. */
-static cg_status grouped(cg_nccl *c, float *const *bufs, int64_t count, bool side_stream, int op, int root,
-                         const char *what) {
-    for (int i = 0; side_stream && i < c->nlocal; i++) {
+/* Makes marks [0, n) of local device i exist; the events are made once and reused every step. */
+static cg_status reserve_marks(cg_nccl *c, int i, int n) {
+    if (n <= c->nmarks[i]) return CG_OK;
+    cudaEvent_t *events = realloc(c->marks[i], (size_t)n * sizeof *events);
+    if (!events) return cg__fail(CG_ERR_OOM, "NCCL: out of host memory");
+    c->marks[i] = events;
+    for (; c->nmarks[i] < n; c->nmarks[i]++)
+        CG_CUDA_CHECK(cudaEventCreateWithFlags(&events[c->nmarks[i]], cudaEventDisableTiming));
+    return CG_OK;
+}
+
+cg_status cg__nccl_mark(cg_nccl *c, int local, int mark) {
+    if (local < 0 || local >= c->nlocal || mark < 0)
+        return cg__fail(CG_ERR_INVALID_ARG, "NCCL: mark %d on local device %d of %d", mark, local, c->nlocal);
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(c->devices[local], &ctx));
+    CG_TRY(reserve_marks(c, local, mark + 1));
+    CG_CUDA_CHECK(cudaEventRecord(c->marks[local][mark], ctx->stream));
+    return CG_OK;
+}
+
+/* Side streams wait for mark `after` of their device, or with after < 0 for the work queued so far. */
+static cg_status side_streams_wait(cg_nccl *c, int after) {
+    for (int i = 0; i < c->nlocal; i++) {
+        if (after >= c->nmarks[i])
+            return cg__fail(CG_ERR_INVALID_ARG, "NCCL: mark %d was never recorded on cuda:%d", after, c->devices[i]);
         cg_cuda_context *ctx;
         CG_TRY(cg__cuda_enter(c->devices[i], &ctx));
-        CG_CUDA_CHECK(cudaEventRecord(c->compute_ready[i], ctx->stream));
-        CG_CUDA_CHECK(cudaStreamWaitEvent(c->side[i], c->compute_ready[i], 0));
+        if (after < 0) CG_CUDA_CHECK(cudaEventRecord(c->compute_ready[i], ctx->stream));
+        CG_CUDA_CHECK(cudaStreamWaitEvent(c->side[i], after < 0 ? c->compute_ready[i] : c->marks[i][after], 0));
     }
+    return CG_OK;
+}
+
+/* Launches one collective on every local communicator as one group, on the compute or the side
+ * streams. */
+static cg_status grouped(cg_nccl *c, float *const *bufs, int64_t count, bool side_stream, int op, int root,
+                         const char *what) {
     CG_NCCL_CHECK(ncclGroupStart());
     for (int i = 0; i < c->nlocal; i++) {
         cg_cuda_context *ctx;
@@ -142,9 +173,10 @@ static cg_status grouped(cg_nccl *c, float *const *bufs, int64_t count, bool sid
     return CG_OK;
 }
 
-cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, bool side_stream) {
+cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, int after) {
     if (count == 0) return CG_OK;
-    return grouped(c, bufs, count, side_stream, average ? ncclAvg : ncclSum, 0, "all-reduce");
+    CG_TRY(side_streams_wait(c, after));
+    return grouped(c, bufs, count, true, average ? ncclAvg : ncclSum, 0, "all-reduce");
 }
 
 cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int root) {
@@ -171,7 +203,9 @@ void cg__nccl_free(cg_nccl *c) {
             (void)cudaStreamDestroy(c->side[i]);
             (void)cudaEventDestroy(c->compute_ready[i]);
             (void)cudaEventDestroy(c->side_done[i]);
+            for (int m = 0; m < c->nmarks[i]; m++) (void)cudaEventDestroy(c->marks[i][m]);
         }
+        free(c->marks[i]);
     }
     free(c);
 }

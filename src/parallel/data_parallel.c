@@ -1,12 +1,13 @@
 /* nn.DataParallel in one process: replicas made once and kept identical, the batch split as
- * torch.chunk does, replica gradients summed with NCCL at the end of backward. */
-#include "nn/module.h"
+ * torch.chunk does, replica gradients summed with NCCL in buckets during backward. */
+#include "parallel/grad_buckets.h"
 
 typedef struct dp_state {
     int n;                                  /* devices in the list */
     int devices[CG_NODE_MAX_INPUTS];
     cg_device output;
     cg_nccl *nccl;                          /* NULL for a single device */
+    cg_grad_buckets *buckets;               /* NULL for a single device */
     float *grad_bufs[CG_NODE_MAX_INPUTS];   /* each replica's flat gradient buffer */
     bool in_backward;                       /* begun by the first gather of a backward pass */
 } dp_state;
@@ -24,20 +25,60 @@ cg_device cg_data_parallel_device(const cg_module *dp, int i) {
     return st && i >= 0 && i < st->n ? cg_cuda(st->devices[i]) : cg_cpu();
 }
 
+static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x);
+
 /* ---- gradient synchronisation ----------------------------------------------------------------------- */
-/* Every replica ends backward holding the sum of all replicas' gradients (the full-batch gradient);
- * a parameter counts as having a gradient when any replica produced one. */
+/* Replica r's part of a bucket is final: its device's queue up to here is what the sum waits for. */
+static cg_status dp_replica_done(void *ctx, int replica, int bucket) {
+    dp_state *st = ((cg_module *)ctx)->state;
+    return cg__nccl_mark(st->nccl, replica, bucket);
+}
+
+/* Every replica's part is final: sum the bucket's range across them, on the NCCL side streams. */
+static cg_status dp_launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end) {
+    dp_state *st = ((cg_module *)ctx)->state;
+    float *bufs[CG_NODE_MAX_INPUTS];
+    for (int r = 0; r < st->n; r++) bufs[r] = st->grad_bufs[r] + begin;
+    return cg__nccl_allreduce(st->nccl, bufs, end - begin, false, bucket);
+}
+
+static cg_status dp_make_buckets(cg_module *dp, size_t bytes) {
+    static const cg_grad_bucket_ops ops = {.replica_done = dp_replica_done, .launch = dp_launch_bucket};
+    dp_state *st = dp->state;
+    cg_grad_buckets *made = cg__grad_buckets_new(dp->replicas, dp->nreplicas, bytes, &ops, dp);
+    if (!made) return cg_last_status();
+    cg__grad_buckets_free(st->buckets);
+    st->buckets = made;
+    return CG_OK;
+}
+
+cg_status cg_data_parallel_set_bucket_bytes(cg_module *dp, size_t bytes) {
+    if (!dp || dp->ops->forward != dp_forward)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_data_parallel_set_bucket_bytes: not a DataParallel module");
+    dp_state *st = dp->state;
+    if (st->in_backward) return cg__fail(CG_ERR_INVALID_ARG, "cg_data_parallel_set_bucket_bytes: called during backward");
+    return st->n > 1 ? dp_make_buckets(dp, bytes ? bytes : CG_GRAD_BUCKET_DEFAULT_BYTES) : CG_OK;
+}
+
+/* End of backward: the buckets still waiting go now, the compute streams wait for the sums, and
+ * every replica ends holding the sum of all replicas' gradients (the full-batch gradient); a
+ * parameter counts as having a gradient when any replica produced one. */
 static cg_status dp_sync_gradients(void *ctx) {
     cg_module *dp = ctx;
     dp_state *st = dp->state;
     st->in_backward = false;
-    if (st->n > 1) CG_TRY(cg__nccl_allreduce(st->nccl, st->grad_bufs, dp->replicas[0]->flat_grad->numel, false, false));
+    cg_status s = CG_OK;
+    if (st->n > 1) {
+        s = cg__grad_buckets_flush(st->buckets);
+        cg_status js = cg__nccl_join(st->nccl);
+        if (s == CG_OK) s = js;
+    }
     for (int i = 0; i < dp->nparams; i++) {
         bool any = false;
         for (int r = 0; r < st->n; r++) any |= dp->replicas[r]->params[i].tensor->grad_defined;
         for (int r = 0; r < st->n; r++) dp->replicas[r]->params[i].tensor->grad_defined = any;
     }
-    return CG_OK;
+    return s;
 }
 
 /* Replicas after the first start each backward from zero, so gradients accumulated over several
@@ -46,13 +87,15 @@ static cg_status dp_sync_gradients(void *ctx) {
 static cg_status dp_begin_backward(cg_module *dp) {
     dp_state *st = dp->state;
     if (st->in_backward) return CG_OK;
-    st->in_backward = true;
     for (int r = 1; r < st->n; r++) {
         cg_module *m = dp->replicas[r];
         for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = false;
         CG_TRY(cg__backend_for(m->device)->fill(m->flat_grad, 0.0f));
     }
-    return cg__queue_backward_callback(dp_sync_gradients, dp);
+    CG_TRY(cg__queue_backward_callback(dp_sync_gradients, dp));
+    st->in_backward = true;
+    if (st->buckets) cg__grad_buckets_arm(st->buckets);
+    return CG_OK;
 }
 
 /* A view of rows [start, start + rows) of t that no scope or tape sees. */
@@ -172,6 +215,7 @@ cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor
 /* ---- construction -------------------------------------------------------------------------------------- */
 static void dp_destroy(cg_module *dp) {
     dp_state *st = dp->state;
+    if (st) cg__grad_buckets_free(st->buckets);
     for (int r = 0; r < dp->nreplicas; r++) cg__module_free_owned(dp->replicas[r]);
     free(dp->replicas);
     dp->replicas = NULL, dp->nreplicas = 0;
@@ -246,6 +290,7 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
         st->grad_bufs[r] = cg__data(replica->flat_grad);
     }
     if (s == CG_OK && st->n > 1) s = cg__nccl_new(NULL, st->n, 0, st->n, st->devices, &st->nccl);
+    if (s == CG_OK && st->n > 1) s = dp_make_buckets(dp, CG_GRAD_BUCKET_DEFAULT_BYTES);
     if (s != CG_OK) {
         if (dp->nreplicas > 0) dp->replicas[0] = NULL; /* the caller keeps its module */
         cg_module_free(dp);

@@ -1,7 +1,7 @@
 /* DistributedDataParallel over MPI processes: NCCL (bootstrapped over MPI) between GPU ranks,
  * MPI_Allreduce between CPU ranks, gradients averaged in buckets launched as soon as they are
  * complete during backward. MPI errors are returned, never fatal. */
-#include "nn/module.h"
+#include "parallel/grad_buckets.h"
 
 #ifdef CGRAD_HAVE_MPI
 #include <mpi.h>
@@ -92,60 +92,28 @@ void cg_dist_finalize(cg_dist *d) {
 }
 
 /* ---- DDP module -------------------------------------------------------------------------------- */
-typedef struct ddp_bucket {
-    int64_t begin, end; /* range of the flat gradient buffer */
-    int params;         /* parameters in it */
-    int ready;          /* of those, ready in this backward */
-    bool launched;
-} ddp_bucket;
-
-typedef struct ddp_param_hook {
-    struct ddp_state *st;
-    int index;
-    int bucket;
-    bool ready;
-} ddp_param_hook;
-
 typedef struct ddp_state {
     cg_dist *dist;
     cg_module *module;
-    int nbuckets;
-    ddp_bucket *buckets;
-    ddp_param_hook *hooks; /* per parameter */
+    cg_grad_buckets *buckets;
     bool in_backward;
-    cg_status failure;     /* first failure inside a hook, reported at the end of backward */
 } ddp_state;
 
 /* Averages one bucket across ranks: NCCL on a side stream (overlapping the rest of backward), or
  * MPI on the CPU, where the gradients are already final when the hook runs. */
-static cg_status launch_bucket(ddp_state *st, ddp_bucket *b) {
-    b->launched = true;
+static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end) {
+    (void)bucket;
+    ddp_state *st = ctx;
     cg_module *m = st->module;
-    float *data = cg__data(m->flat_grad) + b->begin;
-    int64_t count = b->end - b->begin;
+    float *data = cg__data(m->flat_grad) + begin;
+    int64_t count = end - begin;
     if (st->dist->world == 1 || count == 0) return CG_OK;
-    if (m->device.type == CG_CUDA) return cg__nccl_allreduce(st->dist->nccl, &data, count, true, true);
+    if (m->device.type == CG_CUDA) return cg__nccl_allreduce(st->dist->nccl, &data, count, true, -1);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: a bucket of %lld floats is too large for MPI", (long long)count);
     CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     float scale = 1.0f / (float)st->dist->world;
     for (int64_t i = 0; i < count; i++) data[i] *= scale;
     return CG_OK;
-}
-
-static void grad_ready(void *ctx, cg_tensor *t) {
-    ddp_param_hook *h = ctx;
-    ddp_state *st = h->st;
-    if (!st->in_backward) return;
-    if (h->ready) { /* used twice in one forward: its bucket may already be on its way */
-        if (st->buckets[h->bucket].launched && st->failure == CG_OK)
-            st->failure = cg__fail(CG_ERR_INVALID_ARG, "DistributedDataParallel: parameter %s got a second gradient after "
-                                   "its bucket was averaged (a parameter used twice in one forward is not supported)",
-                                   st->module->params[h->index].name);
-        return;
-    }
-    h->ready = true;
-    ddp_bucket *b = &st->buckets[h->bucket];
-    if (++b->ready == b->params && st->failure == CG_OK) st->failure = launch_bucket(st, b);
 }
 
 /* End of backward: buckets with parameters that got no gradient go now (their zeros count), the
@@ -154,9 +122,7 @@ static cg_status ddp_finish_backward(void *ctx) {
     ddp_state *st = ctx;
     cg_module *m = st->module;
     st->in_backward = false;
-    cg_status s = st->failure;
-    for (int b = st->nbuckets - 1; b >= 0; b--)
-        if (!st->buckets[b].launched && s == CG_OK) s = launch_bucket(st, &st->buckets[b]);
+    cg_status s = cg__grad_buckets_flush(st->buckets);
     if (m->device.type == CG_CUDA && st->dist->world > 1) {
         cg_status js = cg__nccl_join(st->dist->nccl);
         if (s == CG_OK) s = js;
@@ -169,11 +135,9 @@ static cg_status ddp_finish_backward(void *ctx) {
 static cg_status ddp_output_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
     ddp_state *st = node->ctx;
     if (!st->in_backward) { /* once per backward pass, however many forwards it goes through */
-        st->in_backward = true;
-        st->failure = CG_OK;
-        for (int b = 0; b < st->nbuckets; b++) st->buckets[b].ready = 0, st->buckets[b].launched = false;
-        for (int i = 0; i < st->module->nparams; i++) st->hooks[i].ready = false;
         CG_TRY(cg__queue_backward_callback(ddp_finish_backward, st));
+        st->in_backward = true;
+        cg__grad_buckets_arm(st->buckets);
     }
     grad_in[0] = cg__view_new(g, g->ndim, g->shape, g->strides, g->offset);
     return grad_in[0] ? CG_OK : cg_last_status();
@@ -207,38 +171,14 @@ static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
 static void ddp_destroy(cg_module *ddp) {
     ddp_state *st = ddp->state;
     if (!st) return;
+    cg__grad_buckets_free(st->buckets);
     cg__module_free_owned(st->module);
-    free(st->buckets);
-    free(st->hooks);
     free(st);
     free(ddp->replicas);
     ddp->replicas = NULL, ddp->nreplicas = 0;
 }
 
 static const cg_module_ops ddp_ops = {.type = "DistributedDataParallel", .forward = ddp_forward, .destroy = ddp_destroy};
-
-/* Buckets in reverse parameter order (the order backward produces gradients), each a contiguous
- * range of the flat buffer of at least bucket_bytes (the last may be smaller). */
-static cg_status make_buckets(ddp_state *st, size_t bucket_bytes) {
-    cg_module *m = st->module;
-    st->buckets = calloc((size_t)m->nparams + 1, sizeof *st->buckets);
-    st->hooks = calloc((size_t)m->nparams, sizeof *st->hooks);
-    if (!st->buckets || !st->hooks) return cg__fail(CG_ERR_OOM, "DDP: out of host memory");
-    int64_t limit = (int64_t)(bucket_bytes / sizeof(float));
-    for (int i = m->nparams - 1; i >= 0; i--) {
-        int64_t end = i + 1 < m->nparams ? m->params[i + 1].offset : m->flat_grad->numel;
-        ddp_bucket *b = &st->buckets[st->nbuckets];
-        if (b->params == 0) b->end = end;
-        b->begin = m->params[i].offset;
-        b->params++;
-        st->hooks[i] = (ddp_param_hook){st, i, st->nbuckets, false};
-        cg_tensor *p = m->params[i].tensor;
-        p->grad_hook = grad_ready, p->grad_hook_ctx = &st->hooks[i];
-        if (b->end - b->begin >= limit) st->nbuckets++;
-    }
-    if (m->nparams > 0 && st->buckets[st->nbuckets].params > 0) st->nbuckets++;
-    return CG_OK;
-}
 
 /* Rank 0's parameters everywhere, so replicas start identical (as DDP's constructor). */
 static cg_status broadcast_parameters(ddp_state *st) {
@@ -268,8 +208,9 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     }
     ddp->state = st;
     st->dist = dist, st->module = module;
-    cg_status s = make_buckets(st, bucket_bytes ? bucket_bytes : 25u << 20);
-    if (s == CG_OK) s = broadcast_parameters(st);
+    static const cg_grad_bucket_ops ops = {.launch = launch_bucket};
+    st->buckets = cg__grad_buckets_new(&module, 1, bucket_bytes ? bucket_bytes : CG_GRAD_BUCKET_DEFAULT_BYTES, &ops, st);
+    cg_status s = st->buckets ? broadcast_parameters(st) : cg_last_status();
     if (s == CG_OK && !(ddp->replicas = calloc(1, sizeof *ddp->replicas))) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     if (s == CG_OK) {
         ddp->replicas[0] = module, ddp->nreplicas = 1;
@@ -281,8 +222,8 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
         snprintf(ddp->params[i].name, sizeof ddp->params[i].name, "module.%.80s", module->params[i].name);
     }
     if (s != CG_OK) {
-        for (int i = 0; i < module->nparams; i++) module->params[i].tensor->grad_hook = NULL;
-        st->module = NULL; /* the caller keeps its module */
+        cg__grad_buckets_free(st->buckets); /* unhooks the caller's module, which it keeps */
+        st->buckets = NULL, st->module = NULL;
         cg_module_free(ddp);
         return NULL;
     }

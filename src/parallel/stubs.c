@@ -10,7 +10,8 @@ cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int 
                        cg_nccl **out) {
     return no_nccl();
 }
-cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, bool side_stream) {
+cg_status cg__nccl_mark(cg_nccl *c, int local, int mark) { return no_nccl(); }
+cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, int after) {
     return no_nccl();
 }
 cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int root) { return no_nccl(); }
