@@ -2,73 +2,143 @@
 // floor: y = x w^T with x (n, k) large and w (o, k) small (the forward of a narrow Linear), and
 // dw = g^T x (its weight gradient). Both read x exactly once with 16-byte loads; partial sums
 // over chunks of the long dimension are added in a fixed order, so results are deterministic.
+//
+// Reading x near the memory floor needs tens of KB in flight per SM all the time. Both kernels
+// stream x through a ring in shared memory with asynchronous copies (cp.async): the copies run
+// several steps ahead of the arithmetic without holding registers, and neither a warp's reduction
+// nor a block barrier stops them. Each thread reads back only the slots it copied itself, so
+// waiting on its own copies orders them; the ring needs no barrier.
+#include <cuda_pipeline.h>
+
 #include "kernels.h"
 
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerWarp = 4;
+
+// 16 bytes of x into this thread's ring slot, without waiting; zeros when !ok (past the rows or
+// columns of x), and then src is not read.
+__device__ __forceinline__ void copy16_async(float4 *dst, const float *src, bool ok) {
+    __pipeline_memcpy_async(dst, src, sizeof(float4), ok ? 0 : sizeof(float4));
+}
+
+// Sums v[i] over the warp's lanes for every i. While the count M of values is even, a step swaps
+// half of them (a lane keeps the half its lane bit selects), so it moves M / 2 values, not M: 45
+// shuffles for 40 values instead of 200. Returns the index v[0] stands for afterwards; v[0] ..
+// v[transposed_count(N) - 1] then hold full sums, the same in lanes differing only in
+// duplicate_lanes(N).
+template <int N, int M = N, int Off = 16>
+__device__ __forceinline__ int warp_sum_transposed(float (&v)[N], int lane) {
+    if constexpr (Off == 0) {
+        return 0;
+    } else if constexpr (M % 2 == 0) {
+        const bool upper = lane & Off;
+#pragma unroll
+        for (int i = 0; i < M / 2; i++) {
+            float send = upper ? v[i] : v[i + M / 2], keep = upper ? v[i + M / 2] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, Off);
+        }
+        return (upper ? M / 2 : 0) + warp_sum_transposed<N, M / 2, Off / 2>(v, lane);
+    } else {
+#pragma unroll
+        for (int i = 0; i < M; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], Off);
+        return warp_sum_transposed<N, M, Off / 2>(v, lane);
+    }
+}
+
+__host__ __device__ constexpr int transposed_count(int m) {
+    for (int off = 16; off > 0; off /= 2)
+        if (m % 2 == 0) m /= 2;
+    return m;
+}
+
+__host__ __device__ constexpr int duplicate_lanes(int m) {
+    int mask = 0;
+    for (int off = 16; off > 0; off /= 2) {
+        if (m % 2 == 0) m /= 2;
+        else mask |= off;
+    }
+    return mask;
+}
+
+constexpr int kRowsPerWarp = 4;  // each w value read from shared memory serves 4 rows of x
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;  // 32 rows of x per group
-constexpr int kRowGroups = 4;                          // groups of rows per block
-// k per block: w's chunk lives in (static, at most 48 KB of) shared memory.
+constexpr int kRowGroups = 4;                          // groups per block: a w tile serves 128 rows
+constexpr int kNtStages = 4;  // ring steps: 3 in flight ahead of the one summed, 48 KB per block
+// k per block: w's chunk lives in shared memory next to the ring.
 __host__ __device__ constexpr int chunk_k(int o) { return o <= 10 ? 1024 : 512; }
 
+template <int O>
+constexpr size_t nt_smem_bytes() {
+    return ((size_t)O * chunk_k(O) / 4 + (size_t)kNtStages * kRowsPerWarp * kThreads) * sizeof(float4);
+}
+
 // partial[c][r][j] = sum over k in chunk c of x[r][k] * w[j][k]        x (n, k) ldx, w (O, k) ldw
+// A warp walks its 4 rows of each group in steps of 128 k (one float4 per lane per row), all the
+// block's groups as one stream, so the ring keeps copying across each group's reduction.
 template <int O, int kChunkK = chunk_k(O)>
 __global__ void __launch_bounds__(kThreads) nt_partial(const float *__restrict__ x, int64_t ldx,
                                                         const float *__restrict__ w, int64_t ldw, int64_t n,
                                                         int64_t k, float *__restrict__ partial) {
-    __shared__ float4 w_tile[O][kChunkK / 4];
+    extern __shared__ float4 smem[];
+    float4(*ring)[kRowsPerWarp][kThreads] = reinterpret_cast<float4(*)[kRowsPerWarp][kThreads]>(smem);
+    float4(*w_tile)[kChunkK / 4] = reinterpret_cast<float4(*)[kChunkK / 4]>(smem + kNtStages * kRowsPerWarp * kThreads);
     const int64_t k0 = (int64_t)blockIdx.y * kChunkK;
     const int kc = (int)(k - k0 < kChunkK ? k - k0 : kChunkK);  // a multiple of 4 (checked by the launcher)
+    const int iters = (kc + 127) / 128, steps = kRowGroups * iters;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t first_row = (int64_t)blockIdx.x * kRowGroups * kRowsPerBlock + warp * kRowsPerWarp;
+    auto issue = [&](int t) {  // step t: group t / iters, k from k0 + 128 (t % iters)
+        const int64_t row0 = first_row + (int64_t)(t / iters) * kRowsPerBlock;
+        const int q = lane + 32 * (t % iters);
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; r++)
+            copy16_async(&ring[t % kNtStages][r][threadIdx.x], x + (row0 + r) * ldx + k0 + 4 * q,
+                         t < steps && row0 + r < n && 4 * q < kc);
+        __pipeline_commit();
+    };
+    for (int t = 0; t < kNtStages - 1; t++) issue(t);  // x is on its way while w's tile loads
     for (int i = threadIdx.x; i < O * (kChunkK / 4); i += kThreads) {
         int j = i / (kChunkK / 4), q = i % (kChunkK / 4);
         w_tile[j][q] = 4 * q < kc ? *reinterpret_cast<const float4 *>(w + j * ldw + k0 + 4 * q) : make_float4(0, 0, 0, 0);
     }
     __syncthreads();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // The block walks several groups of rows, so each w tile fetched from L2 serves more of x.
-    for (int group = 0; group < kRowGroups; group++) {
-        const int64_t row0 = ((int64_t)blockIdx.x * kRowGroups + group) * kRowsPerBlock + warp * kRowsPerWarp;
-        if (row0 >= n) break;
-        float acc[kRowsPerWarp][O];
+    float acc[kRowsPerWarp * O];  // acc[r * O + j]: row r of the warp's group, output j
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; r++)
+    for (int i = 0; i < kRowsPerWarp * O; i++) acc[i] = 0.0f;
+    for (int t = 0; t < steps; t++) {
+        issue(t + kNtStages - 1);
+        __pipeline_wait_prior(kNtStages - 1);  // step t's copies have landed
+        const int q = lane + 32 * (t % iters);
+        float4 xv[kRowsPerWarp];
 #pragma unroll
-            for (int j = 0; j < O; j++) acc[r][j] = 0.0f;
-        const float4 *xrow[kRowsPerWarp];
+        for (int r = 0; r < kRowsPerWarp; r++) xv[r] = ring[t % kNtStages][r][threadIdx.x];
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; r++) {
-            int64_t row = min(row0 + r, n - 1);  // rows past the end repeat the last one and are not stored
-            xrow[r] = reinterpret_cast<const float4 *>(x + row * ldx + k0);
-        }
-#pragma unroll 2
-        for (int q = lane; 4 * q < kc; q += 32) {
-            float4 xv[kRowsPerWarp];
+        for (int j = 0; j < O; j++) {
+            const float4 wv = w_tile[j][q];
 #pragma unroll
-            for (int r = 0; r < kRowsPerWarp; r++) xv[r] = __ldcs(xrow[r] + q);  // streamed: read once
-#pragma unroll
-            for (int j = 0; j < O; j++) {
-                float4 wv = w_tile[j][q];
-#pragma unroll
-                for (int r = 0; r < kRowsPerWarp; r++)
-                    acc[r][j] += xv[r].x * wv.x + xv[r].y * wv.y + xv[r].z * wv.z + xv[r].w * wv.w;
+            for (int r = 0; r < kRowsPerWarp; r++) {
+                float a = acc[r * O + j];
+                a = fmaf(xv[r].x, wv.x, a), a = fmaf(xv[r].y, wv.y, a);
+                a = fmaf(xv[r].z, wv.z, a), a = fmaf(xv[r].w, wv.w, a);
+                acc[r * O + j] = a;
             }
         }
+        if (t % iters != iters - 1) continue;
+        // The group's last step: its 4 rows x O sums are contiguous in partial.
+        const int64_t row0 = first_row + (int64_t)(t / iters) * kRowsPerBlock;
+        const int base = warp_sum_transposed(acc, lane);
+        if ((lane & duplicate_lanes(kRowsPerWarp * O)) == 0) {
+            float *out = partial + ((int64_t)blockIdx.y * n + row0) * O;
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; r++)
+            for (int i = 0; i < transposed_count(kRowsPerWarp * O); i++)
+                if (row0 + (base + i) / O < n) out[base + i] = acc[i];
+        }
 #pragma unroll
-            for (int j = 0; j < O; j++)
-#pragma unroll
-                for (int off = 16; off > 0; off /= 2) acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], off);
-        if (lane == 0)
-#pragma unroll
-            for (int r = 0; r < kRowsPerWarp; r++)
-                if (row0 + r < n)
-#pragma unroll
-                    for (int j = 0; j < O; j++) partial[((int64_t)blockIdx.y * n + row0 + r) * O + j] = acc[r][j];
+        for (int i = 0; i < kRowsPerWarp * O; i++) acc[i] = 0.0f;
     }
+    __pipeline_wait_prior(0);  // the zero fills past the end, before the block's shared memory goes
 }
 
 // y[r][j] (ldy) = sum over chunks c of partial[c][r][j], in chunk order.
@@ -82,39 +152,60 @@ __global__ void sum_chunks_rows(const float *__restrict__ partial, int64_t chunk
 }
 
 constexpr int kColsPerBlock = kThreads * 4;  // k per block in the weight-gradient kernel
-constexpr int kRowsPerChunk = 32;            // rows of g staged in shared memory at a time
+constexpr int kTnStages = 8;                 // rows of x in flight per thread: 32 KB per block
+constexpr int kGRows = 128;                  // rows of g staged in shared memory at a time
+constexpr int kMinRowsPerChunk = 32;
 
 // partial[c][j][kk] = sum over rows r in chunk c of g[r][j] * x[r][kk]     g (n, O) ldg, x (n, k) ldx
+// A thread owns 4 columns and walks the chunk's rows; g's rows sit in shared memory, padded to
+// float4s (O4 per row), so a row of g is O4 broadcast loads.
 template <int O>
 __global__ void __launch_bounds__(kThreads) tn_partial(const float *__restrict__ g, int64_t ldg,
                                                         const float *__restrict__ x, int64_t ldx, int64_t n,
                                                         int64_t k, int64_t rows_per_chunk,
                                                         float *__restrict__ partial) {
-    __shared__ float g_tile[kRowsPerChunk][O];
+    constexpr int O4 = (O + 3) / 4;
+    __shared__ float4 ring[kTnStages][kThreads];
+    __shared__ float4 g_tile[kGRows][O4];
     const int64_t col = ((int64_t)blockIdx.x * kThreads + threadIdx.x) * 4;
-    const int64_t r_begin = (int64_t)blockIdx.y * rows_per_chunk, r_end = min(r_begin + rows_per_chunk, n);
+    const int64_t r_begin = (int64_t)blockIdx.y * rows_per_chunk;
+    const int rows = (int)(min(r_begin + rows_per_chunk, n) - r_begin);
+    const bool active = col < k;  // k is a multiple of 4
+    const float *xp = x + r_begin * ldx + col;
+    auto issue = [&](int r) {
+        copy16_async(&ring[r % kTnStages][threadIdx.x], xp + r * ldx, active && r < rows);
+        __pipeline_commit();
+    };
+    for (int r = 0; r < kTnStages - 1; r++) issue(r);
     float4 acc[O];
 #pragma unroll
     for (int j = 0; j < O; j++) acc[j] = make_float4(0, 0, 0, 0);
-    const bool active = col < k;
-    for (int64_t r0 = r_begin; r0 < r_end; r0 += kRowsPerChunk) {
-        const int rows = (int)(r_end - r0 < kRowsPerChunk ? r_end - r0 : kRowsPerChunk);
-        __syncthreads();
-        for (int i = threadIdx.x; i < rows * O; i += kThreads) g_tile[i / O][i % O] = g[(r0 + i / O) * ldg + i % O];
-        __syncthreads();
-        if (!active) continue;
-        const float4 *xp = reinterpret_cast<const float4 *>(x + r0 * ldx + col);
-        const int64_t step = ldx / 4;
-#pragma unroll 4
-        for (int r = 0; r < rows; r++) {
-            float4 xv = __ldcs(xp + r * step);
+    for (int r = 0; r < rows; r++) {
+        if (r % kGRows == 0) {  // the barriers stall the arithmetic only: copies stay in flight
+            __syncthreads();
+            float *gs = reinterpret_cast<float *>(g_tile);
+            for (int i = threadIdx.x; i < kGRows * O4 * 4; i += kThreads) {
+                int rr = i / (O4 * 4), j = i % (O4 * 4);
+                gs[i] = r + rr < rows && j < O ? g[(r_begin + r + rr) * ldg + j] : 0.0f;
+            }
+            __syncthreads();
+        }
+        issue(r + kTnStages - 1);
+        __pipeline_wait_prior(kTnStages - 1);  // row r's copy has landed
+        const float4 xv = ring[r % kTnStages][threadIdx.x];
 #pragma unroll
-            for (int j = 0; j < O; j++) {
-                float gv = g_tile[r][j];
-                acc[j].x += gv * xv.x, acc[j].y += gv * xv.y, acc[j].z += gv * xv.z, acc[j].w += gv * xv.w;
+        for (int q = 0; q < O4; q++) {
+            const float4 gv = g_tile[r % kGRows][q];
+            const float gq[4] = {gv.x, gv.y, gv.z, gv.w};
+#pragma unroll
+            for (int c = 0; c < 4 && 4 * q + c < O; c++) {
+                float4 &a = acc[4 * q + c];
+                a.x = fmaf(gq[c], xv.x, a.x), a.y = fmaf(gq[c], xv.y, a.y);
+                a.z = fmaf(gq[c], xv.z, a.z), a.w = fmaf(gq[c], xv.w, a.w);
             }
         }
     }
+    __pipeline_wait_prior(0);  // the zero fills past the end, before the block's shared memory goes
     if (!active) return;
 #pragma unroll
     for (int j = 0; j < O; j++)
@@ -141,7 +232,10 @@ cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, 
                       int64_t ldy, float *scratch, cudaStream_t stream) {
     const int64_t rows_per_block = (int64_t)kRowsPerBlock * kRowGroups;
     dim3 grid((unsigned)((n + rows_per_block - 1) / rows_per_block), (unsigned)((k + chunk_k(O) - 1) / chunk_k(O)));
-    nt_partial<O><<<grid, kThreads, 0, stream>>>(x, ldx, w, ldw, n, k, scratch);
+    // Past the 48 KB default; the attribute is per device, so set on every launch (a host call only).
+    cudaError_t e = cudaFuncSetAttribute(nt_partial<O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nt_smem_bytes<O>());
+    if (e != cudaSuccess) return e;
+    nt_partial<O><<<grid, kThreads, nt_smem_bytes<O>(), stream>>>(x, ldx, w, ldw, n, k, scratch);
     sum_chunks_rows<<<blocks_for(n * O), kThreads, 0, stream>>>(scratch, grid.y, n, O, y, ldy);
     return cudaGetLastError();
 }
@@ -163,12 +257,12 @@ extern "C" int64_t cg_skinny_nt_scratch(int64_t n, int64_t k, int o) {
 }
 
 extern "C" int64_t cg_skinny_tn_chunks(int o, int64_t n, int64_t k) {
-    // Enough blocks to fill the GPU a few times over (measured better on an H100 than exactly one
-    // wave); more chunks only add partial-sum traffic. Depends only on the shape.
+    // About 6 blocks per SM of an H100 over the whole grid (at k = 100000: 98 x 8 blocks, measured
+    // best among 4 to 16 chunks); more chunks only add partial-sum traffic. Depends only on the shape.
     (void)o;
     int64_t col_blocks = (k + kColsPerBlock - 1) / kColsPerBlock;
-    int64_t chunks = (132 * 6 + col_blocks - 1) / col_blocks;
-    if (chunks > (n + kRowsPerChunk - 1) / kRowsPerChunk) chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
+    int64_t chunks = 132 * 6 / col_blocks;
+    if (chunks > (n + kMinRowsPerChunk - 1) / kMinRowsPerChunk) chunks = (n + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
     return chunks < 1 ? 1 : chunks;
 }
 

@@ -70,6 +70,7 @@ static void test_tn_every_width(void **state) {
     check_tn(5000, 300, 10);    /* many rows, few columns */
     check_tn(1, 1 << 20, 3);    /* a single row */
     check_tn(257, 5003, 10);    /* k not a multiple of 4 */
+    check_tn(4000, 32768, 7);   /* chunks of 167 rows: g staged twice per chunk, rows past the ring */
 }
 
 /* The seed's layer end to end: Linear forward and its weight gradient through autograd. */
