@@ -512,6 +512,30 @@ static void test_two_gpus_small_buckets(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
 
+/* CGRAD_NCCL_CTAS: NCCL's CTA policy or a CTA limit trains the same; a bad value is refused. */
+static void test_two_gpus_cta_settings(void **state) {
+    (void)state;
+    const char *good[] = {"efficiency", "8", "default"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char label[96];
+        snprintf(label, sizeof label, "2 GPUs, CGRAD_NCCL_CTAS=%s", good[i]);
+        dp_case c = {.label = label, .n = 2, .ids = {0, 1}, .output = -1, .batch = 13, .sgd = kNesterov};
+        setenv("CGRAD_NCCL_CTAS", good[i], 1);
+        run_case(&c);
+    }
+    const char *bad[] = {"0", "lots", "65"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("CGRAD_NCCL_CTAS", bad[i], 1);
+        cg_module *m = mlp(CG_ACT_RELU, cg_cuda(0));
+        assert_null(cg_data_parallel_new(m, 2, (int[]){0, 1}, -1));
+        char want[64];
+        snprintf(want, sizeof want, "CGRAD_NCCL_CTAS=%s: expected default, efficiency or a count", bad[i]);
+        cg_test_assert_error(CG_ERR_INVALID_ARG, want);
+        cg_module_free(m); /* still the caller's */
+    }
+    unsetenv("CGRAD_NCCL_CTAS");
+}
+
 /* PyTorch: the module must be on device_ids[0]. */
 static void test_two_gpus_module_on_wrong_gpu(void **state) {
     (void)state;
@@ -635,7 +659,6 @@ static void test_nccl_unreachable_root(void **state) {
     unsetenv("CGRAD_NCCL_TIMEOUT");
 }
 
-/* After the failures, with the environment restored, the same process starts NCCL normally. */
 /* No case checks that the process then starts NCCL normally: NCCL reads NCCL_COMM_ID once per
  * process, so after these failures it keeps the bad value. */
 
@@ -707,6 +730,7 @@ int main(int argc, char **argv) {
         CG_TEST(test_two_gpus_accumulation),
         CG_TEST(test_two_gpus_two_forwards),
         CG_TEST(test_two_gpus_small_buckets),
+        CG_TEST(test_two_gpus_cta_settings),
         CG_TEST(test_two_gpus_module_on_wrong_gpu),
         CG_TEST(test_four_gpus),
     };
