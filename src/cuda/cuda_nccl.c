@@ -1,5 +1,9 @@
 /* NCCL communicators and collectives for data parallelism. Start-up is non-blocking and bounded
- * by a timeout, after which the communicators are aborted: a missing peer never hangs the caller. */
+ * by a timeout, after which the communicators are aborted: a missing peer never hangs the caller.
+ * The started communicators are then split into blocking ones for the collectives: on a
+ * non-blocking communicator every group of collectives cost about 0.15 ms of host time (measured
+ * on 2 H200s: NCCL finishes the launch asynchronously and the caller waits for it), on a blocking
+ * one 15 us, and the seed DataParallel step is mostly that host time. */
 #include "cuda/cuda_internal.h"
 
 #include <nccl.h>
@@ -33,31 +37,30 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Waits until no communicator is still in progress; aborts them all after the timeout. */
-static cg_status wait_ready(cg_nccl *c, const char *what) {
+/* Waits until none of comms[0..n) is still in progress (a NULL one, not yet created by NCCL, counts
+ * as in progress); on an error or after the timeout, aborts them all (of c's devices, comms[i]
+ * and comms[i + nlocal] belong to device i % nlocal). */
+static cg_status wait_comms(cg_nccl *c, ncclComm_t *comms, int n, const char *what) {
     double start = now_s();
+    cg_status s = CG_OK;
     for (;;) {
         bool pending = false;
-        for (int i = 0; i < c->nlocal; i++) {
-            ncclResult_t state;
-            ncclResult_t r = ncclCommGetAsyncError(c->comms[i], &state);
-            if (r != ncclSuccess) state = r;
-            if (state == ncclInProgress) {
-                pending = true;
-            } else if (state != ncclSuccess) {
-                cg_status s = cg__fail(CG_ERR_BACKEND, "NCCL %s failed on cuda:%d: %s (%s)", what, c->devices[i],
-                                       ncclGetErrorString(state), ncclGetLastError(c->comms[i]));
-                for (int j = 0; j < c->nlocal; j++) (void)ncclCommAbort(c->comms[j]); /* the others too */
-                c->nlocal = 0;
-                return s;
-            }
+        for (int i = 0; i < n && s == CG_OK; i++) {
+            ncclResult_t state = ncclInProgress;
+            if (comms[i] && ncclCommGetAsyncError(comms[i], &state) != ncclSuccess) state = ncclInternalError;
+            if (state == ncclInProgress) pending = true;
+            else if (state != ncclSuccess)
+                s = cg__fail(CG_ERR_BACKEND, "NCCL %s failed on cuda:%d: %s (%s)", what, c->devices[i % c->nlocal],
+                             ncclGetErrorString(state), ncclGetLastError(comms[i]));
         }
-        if (!pending) return CG_OK;
-        if (now_s() - start > c->timeout_s) {
-            for (int i = 0; i < c->nlocal; i++) (void)ncclCommAbort(c->comms[i]);
-            c->nlocal = 0;
-            return cg__fail(CG_ERR_BACKEND, "NCCL %s did not complete within %.0f s (a peer never joined?); "
-                            "communicators aborted (CGRAD_NCCL_TIMEOUT sets the limit)", what, c->timeout_s);
+        if (s == CG_OK && !pending) return CG_OK;
+        if (s == CG_OK && now_s() - start > c->timeout_s)
+            s = cg__fail(CG_ERR_BACKEND, "NCCL %s did not complete within %.0f s (a peer never joined?); "
+                         "communicators aborted (CGRAD_NCCL_TIMEOUT sets the limit)", what, c->timeout_s);
+        if (s != CG_OK) {
+            for (int i = 0; i < n; i++)
+                if (comms[i]) (void)ncclCommAbort(comms[i]), comms[i] = NULL;
+            return s;
         }
         /* Enqueueing a collective takes microseconds: spin at first, then back off (start-up
          * over a network can take seconds). */
@@ -66,6 +69,13 @@ static cg_status wait_ready(cg_nccl *c, const char *what) {
             nanosleep(&nap, NULL);
         }
     }
+}
+
+/* The same for the communicators of c: after a failure, c has none left. */
+static cg_status wait_ready(cg_nccl *c, const char *what) {
+    cg_status s = wait_comms(c, c->comms, c->nlocal, what);
+    if (s != CG_OK) c->nlocal = 0;
+    return s;
 }
 
 cg_status cg__nccl_unique_id(unsigned char id[CG_NCCL_ID_BYTES]) {
@@ -100,6 +110,33 @@ static cg_status set_cta_policy(ncclConfig_t *config) {
         return cg__fail(CG_ERR_INVALID_ARG, "CGRAD_NCCL_CTAS=%s: expected default, efficiency or a count from 1 to 64", v);
     config->maxCTAs = (int)n;
     return CG_OK;
+}
+
+/* Replaces the started (non-blocking) communicators with blocking copies of the same ranks. The
+ * peers have all just started, so the split does not wait on a missing one. */
+static cg_status split_blocking(cg_nccl *c, const ncclConfig_t *started, int first_rank) {
+    ncclConfig_t config = *started;
+    config.blocking = 1;
+    /* both[0..n): the new communicators, both[n..2n): the started ones, which report on the split */
+    ncclComm_t both[2 * CG_NCCL_MAX_LOCAL] = {0};
+    int n = c->nlocal;
+    memcpy(both + n, c->comms, (size_t)n * sizeof *both);
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++) {
+        cudaSetDevice(c->devices[i]);
+        r = ncclCommSplit(both[n + i], 0, first_rank + i, &both[i], &config);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess || r == ncclInProgress) r = end;
+    cg_status s = r == ncclSuccess || r == ncclInProgress
+                      ? wait_comms(c, both, 2 * n, "communicator split") /* aborts all on failure */
+                      : cg__fail(CG_ERR_BACKEND, "NCCL communicator split failed: %s (%s)", ncclGetErrorString(r),
+                                 ncclGetLastError(NULL));
+    for (int i = 0; i < 2 * n; i++) /* the started ones are idle, so freed at once */
+        if (both[i] && (i >= n || s != CG_OK)) (void)ncclCommAbort(both[i]);
+    memcpy(c->comms, both, (size_t)n * sizeof *both);
+    if (s != CG_OK) c->nlocal = 0;
+    return s;
 }
 
 cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int nlocal, const int *devices,
@@ -139,6 +176,7 @@ cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int 
                       ? wait_ready(c, "communicator start-up")
                       : cg__fail(CG_ERR_BACKEND, "NCCL communicator start-up failed: %s (%s)", ncclGetErrorString(r),
                                  ncclGetLastError(NULL));
+    if (s == CG_OK) s = split_blocking(c, &config, first_rank);
     if (s != CG_OK) {
         cg__nccl_free(c);
         return s;
