@@ -60,7 +60,8 @@ static void test_nt_every_width(void **state) {
     for (int64_t o = 1; o <= 16; o++) check_nt(37 + o, 30000 + 4 * o, o); /* k past several chunks */
     check_nt(1, 1 << 20, 10);   /* one long row */
     check_nt(300, 4100, 10);    /* rows not a multiple of the block */
-    check_nt(200, 5003, 10);    /* k not a multiple of 4: the general path */
+    check_nt(200, 5003, 10);    /* k not a multiple of 16: the zero-padded tail */
+    check_nt(1 << 17, 9, 10);   /* k shorter than one vector: the tail alone */
     check_nt(64, 1 << 14, 17);  /* wider than the skinny kernels */
 }
 
@@ -69,7 +70,8 @@ static void test_tn_every_width(void **state) {
     for (int64_t o = 1; o <= 16; o++) check_tn(301 + o, 4096 + 4 * o, o);
     check_tn(5000, 300, 10);    /* many rows, few columns */
     check_tn(1, 1 << 20, 3);    /* a single row */
-    check_tn(257, 5003, 10);    /* k not a multiple of 4 */
+    check_tn(257, 5003, 10);    /* k not a multiple of 16: a ragged last tile */
+    check_tn(1 << 17, 9, 10);   /* fewer columns than one vector */
     check_tn(4000, 32768, 7);   /* chunks of 167 rows: g staged twice per chunk, rows past the ring */
 }
 

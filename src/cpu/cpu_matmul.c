@@ -17,30 +17,37 @@
 #include <limits.h>
 #include <omp.h>
 #include <pthread.h>
+#include <string.h>
 
 #define SKINNY_MAX 16
 #define SKINNY_MIN_ELEMENTS (1 << 20)
-#define NT_BLOCK_K 2048 /* w's block (o x 2048 floats) stays in L2 while every row passes over it */
-#define NT_ROWS 4       /* rows sharing each load of w */
-#define TN_BLOCK_K 512  /* columns of dw per task: o x 512 accumulators stay in L1/L2 */
-#define PREFETCH_ROWS 8 /* rows ahead: row segments are far apart, beyond the hardware prefetcher */
+#define NT_W_BLOCK_BYTES (256 << 10) /* w's block, packed, stays in L2 while every row's segment passes it */
+#define NT_AHEAD_BYTES (64 << 10)    /* a tile's rows, prefetched one tile ahead: past the hardware prefetcher */
+#define TN_BLOCK_K 2048              /* columns per block: dw's block (o x 2048) stays in L2 */
+#define TN_ROWS 16 /* rows per pass of the accumulator tile: dw's block is read and written once per 16 rows */
 #define TINY_FLOPS 32768 /* below this, a plain loop beats BLAS's call overhead */
 #define TILED_MIN_FLOPS (1 << 20) /* m n k below this: one BLAS call, on the calling thread */
 #define TILE_MIN 32               /* rows / columns of C per tile, at least (when C has them) */
 #define POOLED_MIN_FLOPS (1LL << 30) /* m n k from here: one call on BLAS's own threads */
 
-/* Compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time by the CPU. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CG_SIMD_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-#else
-#define CG_SIMD_CLONES
-#endif
+/* The skinny kernels stream x from memory once; their job is to keep enough of it in flight. x's rows
+ * are far apart, so each kernel walks short row segments (a few KB) of several rows at a time and
+ * prefetches into L2, one tile ahead, the segments it takes next: the hardware prefetcher alone does
+ * not run ahead across that many streams. Inside a tile, an accumulator tile as large as the vector
+ * registers allow makes each load of w (or g) serve several rows (or column vectors).
+ *
+ * Each kernel is compiled twice, for AVX-512 and for baseline x86-64, picked by the CPU at run time, with
+ * its tile sized to that ISA's registers: counted in v16 accumulators, 32 zmm leave room for 28, 16 xmm
+ * (four per v16) for 3. There is no AVX2 copy: GCC 12 lowers v16 arithmetic for AVX2 through the stack,
+ * and that copy ran slower than the baseline one (3.5 against 6.9 GB/s forward, o=10, on an EPYC).
+ * Other targets get the baseline copy. */
+#define REGS_AVX512 28
+#define REGS_BASE 3
 
-/* 16 floats in a vector register (one zmm, two ymm or four xmm, depending on the clone). */
+/* 16 floats in a vector register (one zmm or four xmm, depending on the copy). */
 typedef float v16 __attribute__((vector_size(64)));
 
-/* Vectors go by pointer: returning one by value would tie the ABI to the clone's ISA. */
-#define LOAD16(dst, p) __builtin_memcpy(&(dst), (p), sizeof(v16))
+#define INLINE static inline __attribute__((always_inline))
 
 static inline float hsum16(const v16 *v) {
     float s = 0.0f;
@@ -48,93 +55,264 @@ static inline float hsum16(const v16 *v) {
     return s;
 }
 
-/* y[r][j] (+)= sum over k in [k0, k1) of x[r][k] w[j][k], for rows [r0, r0 + rows). Outputs go four
- * at a time, two rows at a time: eight independent vector accumulators keep the FMA pipes busy
- * (one chain would wait on each add), and each load of x or w serves several of them. */
-CG_SIMD_CLONES
-static void nt_block(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t r0, int rows,
-                     int64_t k0, int64_t k1, float *y, int64_t ldy, bool first) {
+/* *dst = p[0, n) then zeros: a vector at the ragged end of a row (n >= 16 is a whole vector). */
+INLINE void load_part(v16 *dst, const float *p, int64_t n) {
+    if (n >= 16) {
+        __builtin_memcpy(dst, p, sizeof *dst);
+        return;
+    }
+    *dst = (v16){0};
+    if (n > 0) __builtin_memcpy(dst, p, (size_t)n * sizeof(float));
+}
+
+INLINE void store_part(float *p, const v16 *src, int64_t n) {
+    if (n > 0) __builtin_memcpy(p, src, (size_t)(n < 16 ? n : 16) * sizeof(float));
+}
+
+/* Outputs per pass over the data: all o when at most `most`, else o split into equal groups. */
+INLINE int group_width(int o, int most) {
+    int groups = (o + most - 1) / most;
+    return (o + groups - 1) / groups;
+}
+
+/* nt tiles: J outputs (leaving room for two rows) by R rows, at most 4. */
+INLINE int nt_outputs(int o, int regs) { return group_width(o, regs / 2); }
+INLINE int nt_rows(int o, int regs) {
+    int r = regs / nt_outputs(o, regs);
+    return r < 4 ? r : 4;
+}
+
+/* tn tiles: J outputs by V vectors of 16 columns, at most 4. */
+INLINE int tn_outputs(int o, int regs) { return group_width(o, regs); }
+INLINE int tn_vectors(int o, int regs) {
+    int v = regs / tn_outputs(o, regs);
+    return v < 4 ? v : 4;
+}
+
+/* acc[r][j] += x[r][k, k + 16) * w[j][k, k + 16) for R rows (xr) and J outputs; wp: J vectors of w. */
+INLINE void nt_step(const int R, const int J, const float *const *xr, int64_t k, const float *wp,
+                    v16 acc[][SKINNY_MAX]) {
+    v16 xv[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) __builtin_memcpy(&xv[r], xr[r] + k, sizeof(v16));
+#pragma GCC unroll 16
+    for (int j = 0; j < J; j++) {
+        v16 wv;
+        __builtin_memcpy(&wv, wp + 16 * j, sizeof wv);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r][j] += xv[r] * wv;
+    }
+}
+
+/* y[r][j0 + j] (+)= x[r][k0, k1) . w[j0 + j][k0, k1) for R rows (xr) and J outputs, k1 - k0 a multiple
+ * of 16. wp: packed w from chunk k0 on, o vectors of 16 per chunk. Outputs past o are dropped. Each step
+ * prefetches the same columns of the rows this thread takes next (next) into L2. */
+INLINE void nt_tile(const int R, const int J, int o, const float *const *xr, const float *const *next,
+                    const float *wp, int64_t k0, int64_t k1, int j0, float *y, int64_t ldy, bool first) {
+    v16 acc[4][SKINNY_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
+        for (int j = 0; j < J; j++) acc[r][j] = (v16){0};
+    for (int64_t k = k0; k < k1; k += 16, wp += 16 * o) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) __builtin_prefetch(next[r] + k, 0, 2);
+        nt_step(R, J, xr, k, wp + 16 * j0, acc);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
+        for (int j = 0; j < J; j++) {
+            if (j0 + j >= o) break;
+            v16 a = acc[r][j];
+            float *yj = y + r * ldy + j0 + j;
+            *yj = (first ? 0.0f : *yj) + hsum16(&a);
+        }
+}
+
+/* y[r0, r0 + R) (+)= x[r0, r0 + R)[k0, k1) w[:, k0, k1)^T, o a constant here. The rows of a tile past n
+ * repeat row n - 1 and go to scratch; the ragged end of k goes through the same tile on zero-padded
+ * copies (wp is zero-padded already). */
+INLINE void nt_rows_o(const int o, const int regs, const float *x, int64_t ldx, const float *wp, int64_t n,
+                      int64_t r0, int64_t k0, int64_t k1, float *y, int64_t ldy) {
+    const int R = nt_rows(o, regs), J = nt_outputs(o, regs);
+    int rows = n - r0 < R ? (int)(n - r0) : R;
+    const float *xr[4], *next[4];
+    for (int r = 0; r < R; r++) {
+        xr[r] = x + (r0 + (r < rows ? r : rows - 1)) * ldx;
+        next[r] = x + (r0 + R + r < n ? r0 + R + r : n - 1) * ldx;
+    }
+    float scratch[4 * SKINNY_MAX], *yt = y + r0 * ldy;
+    int64_t ldt = ldy;
+    if (rows < R) {
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < o; j++) scratch[r * SKINNY_MAX + j] = yt[r * ldy + j];
+        yt = scratch, ldt = SKINNY_MAX;
+    }
     int64_t kv = k0 + (k1 - k0) / 16 * 16;
-    for (int r = 0; r < rows; r += 2) {
-        const float *xa = x + (r0 + r) * ldx, *xb = r + 1 < rows ? xa + ldx : xa;
-        for (int64_t k = k0; k < k1; k += 16) __builtin_prefetch(xa + NT_ROWS * ldx + k); /* the next group */
-        for (int j0 = 0; j0 < o; j0 += 4) {
-            const float *w0 = w + j0 * ldw, *w1 = w0 + (j0 + 1 < o ? ldw : 0), *w2 = w0 + (j0 + 2 < o ? 2 * ldw : 0),
-                        *w3 = w0 + (j0 + 3 < o ? 3 * ldw : 0);
-            v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
-            for (int64_t k = k0; k < kv; k += 16) {
-                v16 xv, xw, wv;
-                LOAD16(xv, xa + k), LOAD16(xw, xb + k);
-                LOAD16(wv, w0 + k), a0 += xv * wv, b0 += xw * wv;
-                LOAD16(wv, w1 + k), a1 += xv * wv, b1 += xw * wv;
-                LOAD16(wv, w2 + k), a2 += xv * wv, b2 += xw * wv;
-                LOAD16(wv, w3 + k), a3 += xv * wv, b3 += xw * wv;
-            }
-            float sa[4] = {hsum16(&a0), hsum16(&a1), hsum16(&a2), hsum16(&a3)};
-            float sb[4] = {hsum16(&b0), hsum16(&b1), hsum16(&b2), hsum16(&b3)};
-            for (int64_t k = kv; k < k1; k++) {
-                sa[0] += xa[k] * w0[k], sa[1] += xa[k] * w1[k], sa[2] += xa[k] * w2[k], sa[3] += xa[k] * w3[k];
-                sb[0] += xb[k] * w0[k], sb[1] += xb[k] * w1[k], sb[2] += xb[k] * w2[k], sb[3] += xb[k] * w3[k];
-            }
-            for (int j = j0; j < o && j < j0 + 4; j++) {
-                float *ya = y + (r0 + r) * ldy + j;
-                *ya = first ? sa[j - j0] : *ya + sa[j - j0];
-                if (r + 1 < rows) {
-                    float *yb = ya + ldy;
-                    *yb = first ? sb[j - j0] : *yb + sb[j - j0];
-                }
-            }
-        }
+    float xt[4][16] = {{0}};
+    const float *xp[4];
+    for (int r = 0; r < R; r++) {
+        if (kv < k1) __builtin_memcpy(xt[r], xr[r] + kv, (size_t)(k1 - kv) * sizeof(float));
+        xp[r] = xt[r];
     }
+    for (int j0 = 0; j0 < o; j0 += J) {
+        nt_tile(R, J, o, xr, next, wp + k0 * o, k0, kv, j0, yt, ldt, k0 == 0);
+        if (kv < k1) nt_tile(R, J, o, xp, xp, wp + kv * o, 0, 16, j0, yt, ldt, kv == 0);
+    }
+    if (rows < R)
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < o; j++) y[(r0 + r) * ldy + j] = scratch[r * SKINNY_MAX + j];
 }
 
-static void skinny_nt(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k, float *y,
-                      int64_t ldy) {
-    for (int64_t k0 = 0; k0 < k; k0 += NT_BLOCK_K) {
-        int64_t k1 = k0 + NT_BLOCK_K < k ? k0 + NT_BLOCK_K : k;
-#pragma omp parallel for schedule(static)
-        for (int64_t r0 = 0; r0 < n; r0 += NT_ROWS)
-            nt_block(o, x, ldx, w, ldw, r0, (int)(n - r0 < NT_ROWS ? n - r0 : NT_ROWS), k0, k1, y, ldy, k0 == 0);
-    }
-}
-
-/* dw[j][c] = sum over rows r of g[r][j] x[r][c], for columns [c0, c1). */
-CG_SIMD_CLONES
-static void tn_block(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t c0, int64_t c1,
-                     float *dw, int64_t lddw) {
-    float acc[SKINNY_MAX][TN_BLOCK_K];
-    int width = (int)(c1 - c0);
-    for (int j = 0; j < o; j++)
-        for (int c = 0; c < width; c++) acc[j][c] = 0.0f;
-    int64_t r = 0;
-    for (; r + 4 <= n; r += 4) { /* four rows per pass over the accumulators */
-        const float *x0 = x + r * ldx + c0, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
-        if (r + 4 + PREFETCH_ROWS <= n)
-            for (int q = 0; q < 4; q++)
-                for (int c = 0; c < width; c += 16) __builtin_prefetch(x0 + (PREFETCH_ROWS + q) * ldx + c);
-        for (int j = 0; j < o; j++) {
-            float g0 = g[r * ldg + j], g1 = g[(r + 1) * ldg + j], g2 = g[(r + 2) * ldg + j], g3 = g[(r + 3) * ldg + j];
-#pragma omp simd
-            for (int c = 0; c < width; c++) acc[j][c] += g0 * x0[c] + g1 * x1[c] + g2 * x2[c] + g3 * x3[c];
+/* dw[j0 + j][c, c + 16 V) (+)= sum over rows r in [r0, r1) of g[r][j0 + j] x[r][c, c + 16 V), in row
+ * order, for J outputs (past o: computed from g's last column, not stored) and V vectors of columns, of
+ * which `cols` exist. Each row prefetches the same columns `ahead` floats on (the next pass) into L2. */
+INLINE void tn_tile(const int J, const int V, int o, const float *g, int64_t ldg, const float *x, int64_t ldx,
+                    int64_t r0, int64_t r1, int64_t c, int64_t cols, int j0, float *dw, int64_t lddw,
+                    int64_t ahead) {
+    v16 acc[SKINNY_MAX][4];
+#pragma GCC unroll 16
+    for (int j = 0; j < J; j++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            if (r0 == 0) acc[j][v] = (v16){0};
+            else load_part(&acc[j][v], dw + (j0 + j < o ? j0 + j : 0) * lddw + c + 16 * v, cols - 16 * v);
+        }
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * ldx + c, *gr = g + r * ldg;
+        v16 xv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            __builtin_prefetch(xr + ahead + 16 * v, 0, 2);
+            load_part(&xv[v], xr + 16 * v, cols - 16 * v);
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < J; j++) {
+            float gj = gr[j0 + j < o ? j0 + j : o - 1];
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++) acc[j][v] += gj * xv[v];
         }
     }
-    for (; r < n; r++) {
-        const float *xr = x + r * ldx + c0;
-        for (int j = 0; j < o; j++) {
-            float gv = g[r * ldg + j];
-#pragma omp simd
-            for (int c = 0; c < width; c++) acc[j][c] += gv * xr[c];
-        }
-    }
-    for (int j = 0; j < o; j++)
-        for (int c = 0; c < width; c++) dw[j * lddw + c0 + c] = acc[j][c];
+#pragma GCC unroll 16
+    for (int j = 0; j < J; j++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            if (j0 + j < o) store_part(dw + (j0 + j) * lddw + c + 16 * v, &acc[j][v], cols - 16 * v);
 }
 
+/* dw[:, c0, c1) (+)= g[r0, r1)^T x[r0, r1)[c0, c1), o a constant here. */
+INLINE void tn_block_o(const int o, const int regs, const float *g, int64_t ldg, const float *x, int64_t ldx,
+                       int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *dw, int64_t lddw, int64_t ahead) {
+    const int J = tn_outputs(o, regs), V = tn_vectors(o, regs);
+    int64_t c = c0;
+    for (; c + 16 * V <= c1; c += 16 * V)
+        for (int j0 = 0; j0 < o; j0 += J) tn_tile(J, V, o, g, ldg, x, ldx, r0, r1, c, 16 * V, j0, dw, lddw, ahead);
+    if (c < c1)
+        for (int j0 = 0; j0 < o; j0 += J) tn_tile(J, V, o, g, ldg, x, ldx, r0, r1, c, c1 - c, j0, dw, lddw, ahead);
+}
+
+/* Calls F with o (1 to 16) as a constant, so that every width gets its own unrolled tiles. */
+#define WITH_CONST_O(F, ...)                                                                                      \
+    switch (o) {                                                                                                  \
+    case 1: F(1, __VA_ARGS__); break;                                                                             \
+    case 2: F(2, __VA_ARGS__); break;                                                                             \
+    case 3: F(3, __VA_ARGS__); break;                                                                             \
+    case 4: F(4, __VA_ARGS__); break;                                                                             \
+    case 5: F(5, __VA_ARGS__); break;                                                                             \
+    case 6: F(6, __VA_ARGS__); break;                                                                             \
+    case 7: F(7, __VA_ARGS__); break;                                                                             \
+    case 8: F(8, __VA_ARGS__); break;                                                                             \
+    case 9: F(9, __VA_ARGS__); break;                                                                             \
+    case 10: F(10, __VA_ARGS__); break;                                                                           \
+    case 11: F(11, __VA_ARGS__); break;                                                                           \
+    case 12: F(12, __VA_ARGS__); break;                                                                           \
+    case 13: F(13, __VA_ARGS__); break;                                                                           \
+    case 14: F(14, __VA_ARGS__); break;                                                                           \
+    case 15: F(15, __VA_ARGS__); break;                                                                           \
+    default: F(16, __VA_ARGS__); break;                                                                           \
+    }
+
+typedef void nt_rows_fn(int o, const float *x, int64_t ldx, const float *wp, int64_t n, int64_t r0, int64_t k0,
+                        int64_t k1, float *y, int64_t ldy);
+typedef void tn_block_fn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t r0, int64_t r1,
+                         int64_t c0, int64_t c1, float *dw, int64_t lddw, int64_t ahead);
+
+/* One copy of both kernels for an ISA: `attr` its target attribute, `regs` its accumulator budget. */
+#define SKINNY_COPY(name, attr, regs)                                                                             \
+    attr static void nt_rows_##name(int o, const float *x, int64_t ldx, const float *wp, int64_t n, int64_t r0,  \
+                                    int64_t k0, int64_t k1, float *y, int64_t ldy) {                             \
+        WITH_CONST_O(nt_rows_o, regs, x, ldx, wp, n, r0, k0, k1, y, ldy)                                          \
+    }                                                                                                             \
+    attr static void tn_block_##name(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t r0, \
+                                     int64_t r1, int64_t c0, int64_t c1, float *dw, int64_t lddw, int64_t ahead) { \
+        WITH_CONST_O(tn_block_o, regs, g, ldg, x, ldx, r0, r1, c0, c1, dw, lddw, ahead)                          \
+    }
+
+typedef struct skinny_isa {
+    int regs;
+    nt_rows_fn *nt;
+    tn_block_fn *tn;
+} skinny_isa;
+
+SKINNY_COPY(base, , REGS_BASE)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+SKINNY_COPY(avx512, __attribute__((target("avx512f,avx2,fma"))), REGS_AVX512)
+#endif
+
+static skinny_isa skinny_pick(void) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (__builtin_cpu_supports("avx512f")) return (skinny_isa){REGS_AVX512, nt_rows_avx512, tn_block_avx512};
+#endif
+    return (skinny_isa){REGS_BASE, nt_rows_base, tn_block_base};
+}
+
+/* y (n, o) = x (n, k) w (o, k)^T. w is packed chunk by chunk (16 columns of every row together), so a
+ * tile reads it from one pointer. Each thread takes a fixed range of rows through every block of k. */
+static cg_status skinny_nt(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k,
+                           float *y, int64_t ldy) {
+    skinny_isa isa = skinny_pick();
+    int rows = nt_rows(o, isa.regs);
+    int64_t chunks = (k + 15) / 16, packed = chunks * o * 16;
+    float *wp = aligned_alloc(64, (size_t)(packed + SKINNY_MAX * 16) * sizeof(float));
+    if (!wp) return cg__fail(CG_ERR_OOM, "cpu gemm: out of host memory packing w (%d, %lld)", o, (long long)k);
+    memset(wp + packed, 0, SKINNY_MAX * 16 * sizeof(float)); /* what a last group of outputs reads past o */
+    int64_t block = NT_W_BLOCK_BYTES / (int64_t)(o * sizeof(float)), ahead = NT_AHEAD_BYTES / (rows * sizeof(float));
+    block = (block < ahead ? block : ahead) / 16 * 16;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < chunks; c++)
+            for (int j = 0; j < o; j++)
+                for (int l = 0; l < 16; l++)
+                    wp[(c * o + j) * 16 + l] = c * 16 + l < k ? w[j * ldw + c * 16 + l] : 0.0f;
+        for (int64_t k0 = 0; k0 < k; k0 += block) {
+            int64_t k1 = k0 + block < k ? k0 + block : k;
+#pragma omp for schedule(static) nowait /* the same rows for every block */
+            for (int64_t r0 = 0; r0 < n; r0 += rows) isa.nt(o, x, ldx, wp, n, r0, k0, k1, y, ldy);
+        }
+    }
+    free(wp);
+    return CG_OK;
+}
+
+/* dw (o, k) = g (n, o)^T x (n, k). Each thread takes a range of columns, in blocks; each block passes
+ * down the rows TN_ROWS at a time, prefetching the next pass's rows. */
 static void skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k, float *dw,
                       int64_t lddw) {
-#pragma omp parallel for schedule(static)
-    for (int64_t c0 = 0; c0 < k; c0 += TN_BLOCK_K)
-        tn_block(o, g, ldg, x, ldx, n, c0, c0 + TN_BLOCK_K < k ? c0 + TN_BLOCK_K : k, dw, lddw);
+    skinny_isa isa = skinny_pick();
+#pragma omp parallel
+    {
+        int64_t vectors = (k + 15) / 16, t = omp_get_thread_num(), threads = omp_get_num_threads();
+        int64_t c0 = vectors * t / threads * 16, c1 = vectors * (t + 1) / threads * 16;
+        for (; c0 < c1 && c0 < k; c0 += TN_BLOCK_K) {
+            int64_t b1 = c0 + TN_BLOCK_K < c1 ? c0 + TN_BLOCK_K : c1;
+            for (int64_t r0 = 0; r0 < n; r0 += TN_ROWS) {
+                int64_t r1 = r0 + TN_ROWS < n ? r0 + TN_ROWS : n;
+                isa.tn(o, g, ldg, x, ldx, r0, r1, c0, b1 < k ? b1 : k, dw, lddw, r1 < n ? (r1 - r0) * ldx : 0);
+            }
+        }
+    }
 }
 
 /* C (m, n) = op(A) op(B) for tiny products, summed in order. */
@@ -217,8 +395,7 @@ static void tiled_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float *c, int64_t ldc, int index) {
     if (!trans_a && trans_b && n <= SKINNY_MAX && m * k >= SKINNY_MIN_ELEMENTS) {
-        skinny_nt((int)n, a, lda, b, ldb, m, k, c, ldc); /* C (m, n) = A B^T: y = x w^T */
-        return CG_OK;
+        return skinny_nt((int)n, a, lda, b, ldb, m, k, c, ldc); /* C (m, n) = A B^T: y = x w^T */
     }
     if (trans_a && !trans_b && m <= SKINNY_MAX && k * n >= SKINNY_MIN_ELEMENTS) {
         skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc); /* C (m, n) = A^T B: dw = g^T x */
