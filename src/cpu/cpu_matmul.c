@@ -25,6 +25,8 @@
 #define NT_AHEAD_BYTES (64 << 10)    /* a tile's rows, prefetched one tile ahead: past the hardware prefetcher */
 #define TN_BLOCK_K 2048              /* columns per block: dw's block (o x 2048) stays in L2 */
 #define TN_ROWS 16 /* rows per pass of the accumulator tile: dw's block is read and written once per 16 rows */
+#define TN_GROUP_ROWS 1024 /* rows summed apart before joining dw: rounding grows with fewer, shorter sums */
+#define TN_PART_LD (TN_BLOCK_K + 16) /* the group's block: rows 8 KB + 64 B apart, not on the same cache sets */
 #define TINY_FLOPS 32768 /* below this, a plain loop beats BLAS's call overhead */
 #define TILED_MIN_FLOPS (1 << 20) /* m n k below this: one BLAS call, on the calling thread */
 #define TILE_MIN 32               /* rows / columns of C per tile, at least (when C has them) */
@@ -165,20 +167,19 @@ INLINE void nt_rows_o(const int o, const int regs, const float *x, int64_t ldx, 
             for (int j = 0; j < o; j++) y[(r0 + r) * ldy + j] = scratch[r * SKINNY_MAX + j];
 }
 
-/* dw[j0 + j][c, c + 16 V) (+)= sum over rows r in [r0, r1) of g[r][j0 + j] x[r][c, c + 16 V), in row
- * order, for J outputs (past o: computed from g's last column, not stored) and V vectors of columns, of
- * which `cols` exist. Each row prefetches the same columns `ahead` floats on (the next pass) into L2. */
+/* out[j0 + j][0, 16 V) (+)= sum over rows r in [r0, r1) of g[r][j0 + j] x[r][c, c + 16 V), in row order
+ * (first: =), for J outputs (past o: computed from g's last column, not stored) and V vectors of
+ * columns, of which `cols` exist; out's rows are ldo apart. Each row prefetches the same columns
+ * `ahead` floats on (the next pass) into L2. The pass's rows are summed on their own before joining
+ * the running total, so that total takes n / TN_ROWS additions, not n. */
 INLINE void tn_tile(const int J, const int V, int o, const float *g, int64_t ldg, const float *x, int64_t ldx,
-                    int64_t r0, int64_t r1, int64_t c, int64_t cols, int j0, float *dw, int64_t lddw,
+                    int64_t r0, int64_t r1, int64_t c, int64_t cols, int j0, float *out, int64_t ldo, bool first,
                     int64_t ahead) {
     v16 acc[SKINNY_MAX][4];
 #pragma GCC unroll 16
     for (int j = 0; j < J; j++)
 #pragma GCC unroll 4
-        for (int v = 0; v < V; v++) {
-            if (r0 == 0) acc[j][v] = (v16){0};
-            else load_part(&acc[j][v], dw + (j0 + j < o ? j0 + j : 0) * lddw + c + 16 * v, cols - 16 * v);
-        }
+        for (int v = 0; v < V; v++) acc[j][v] = (v16){0};
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * ldx + c, *gr = g + r * ldg;
         v16 xv[4];
@@ -197,19 +198,30 @@ INLINE void tn_tile(const int J, const int V, int o, const float *g, int64_t ldg
 #pragma GCC unroll 16
     for (int j = 0; j < J; j++)
 #pragma GCC unroll 4
-        for (int v = 0; v < V; v++)
-            if (j0 + j < o) store_part(dw + (j0 + j) * lddw + c + 16 * v, &acc[j][v], cols - 16 * v);
+        for (int v = 0; v < V; v++) {
+            if (j0 + j >= o) continue;
+            float *dst = out + (j0 + j) * ldo + 16 * v;
+            if (!first) {
+                v16 total;
+                load_part(&total, dst, cols - 16 * v);
+                acc[j][v] += total;
+            }
+            store_part(dst, &acc[j][v], cols - 16 * v);
+        }
 }
 
-/* dw[:, c0, c1) (+)= g[r0, r1)^T x[r0, r1)[c0, c1), o a constant here. */
+/* out[:, 0, c1 - c0) (+)= g[r0, r1)^T x[r0, r1)[c0, c1) (first: =), o a constant here. */
 INLINE void tn_block_o(const int o, const int regs, const float *g, int64_t ldg, const float *x, int64_t ldx,
-                       int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *dw, int64_t lddw, int64_t ahead) {
+                       int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *out, int64_t ldo, bool first,
+                       int64_t ahead) {
     const int J = tn_outputs(o, regs), V = tn_vectors(o, regs);
     int64_t c = c0;
-    for (; c + 16 * V <= c1; c += 16 * V)
-        for (int j0 = 0; j0 < o; j0 += J) tn_tile(J, V, o, g, ldg, x, ldx, r0, r1, c, 16 * V, j0, dw, lddw, ahead);
+    for (; c + 16 * V <= c1; c += 16 * V) /* whole tiles: a constant width, so no ragged-end code */
+        for (int j0 = 0; j0 < o; j0 += J)
+            tn_tile(J, V, o, g, ldg, x, ldx, r0, r1, c, 16 * V, j0, out + (c - c0), ldo, first, ahead);
     if (c < c1)
-        for (int j0 = 0; j0 < o; j0 += J) tn_tile(J, V, o, g, ldg, x, ldx, r0, r1, c, c1 - c, j0, dw, lddw, ahead);
+        for (int j0 = 0; j0 < o; j0 += J)
+            tn_tile(J, V, o, g, ldg, x, ldx, r0, r1, c, c1 - c, j0, out + (c - c0), ldo, first, ahead);
 }
 
 /* Calls F with o (1 to 16) as a constant, so that every width gets its own unrolled tiles. */
@@ -236,7 +248,7 @@ INLINE void tn_block_o(const int o, const int regs, const float *g, int64_t ldg,
 typedef void nt_rows_fn(int o, const float *x, int64_t ldx, const float *wp, int64_t n, int64_t r0, int64_t k0,
                         int64_t k1, float *y, int64_t ldy);
 typedef void tn_block_fn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t r0, int64_t r1,
-                         int64_t c0, int64_t c1, float *dw, int64_t lddw, int64_t ahead);
+                         int64_t c0, int64_t c1, float *out, int64_t ldo, bool first, int64_t ahead);
 
 /* One copy of both kernels for an ISA: `attr` its target attribute, `regs` its accumulator budget. */
 #define SKINNY_COPY(name, attr, regs)                                                                             \
@@ -245,8 +257,9 @@ typedef void tn_block_fn(int o, const float *g, int64_t ldg, const float *x, int
         WITH_CONST_O(nt_rows_o, regs, x, ldx, wp, n, r0, k0, k1, y, ldy)                                          \
     }                                                                                                             \
     attr static void tn_block_##name(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t r0, \
-                                     int64_t r1, int64_t c0, int64_t c1, float *dw, int64_t lddw, int64_t ahead) { \
-        WITH_CONST_O(tn_block_o, regs, g, ldg, x, ldx, r0, r1, c0, c1, dw, lddw, ahead)                          \
+                                     int64_t r1, int64_t c0, int64_t c1, float *out, int64_t ldo, bool first,     \
+                                     int64_t ahead) {                                                             \
+        WITH_CONST_O(tn_block_o, regs, g, ldg, x, ldx, r0, r1, c0, c1, out, ldo, first, ahead)                   \
     }
 
 typedef struct skinny_isa {
@@ -296,20 +309,37 @@ static cg_status skinny_nt(int o, const float *x, int64_t ldx, const float *w, i
     return CG_OK;
 }
 
+/* dw[:, c0, c1) (+)= part[:, 0, c1 - c0) (first: =), part's rows TN_PART_LD apart. */
+static void add_part(int o, const float *part, int64_t c0, int64_t c1, float *dw, int64_t lddw, bool first) {
+    for (int j = 0; j < o; j++) {
+        float *d = dw + j * lddw + c0;
+        const float *p = part + j * TN_PART_LD;
+        for (int64_t c = 0; c < c1 - c0; c++) d[c] = first ? p[c] : d[c] + p[c];
+    }
+}
+
 /* dw (o, k) = g (n, o)^T x (n, k). Each thread takes a range of columns, in blocks; each block passes
- * down the rows TN_ROWS at a time, prefetching the next pass's rows. */
+ * down the rows TN_ROWS at a time, prefetching the next pass's rows. The passes of TN_GROUP_ROWS rows
+ * add up in a block of the thread's own, which then joins dw: sums over many rows (with cancellation)
+ * stay within fp32 tolerances, as over 2^17 rows a single running total did not. */
 static void skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k, float *dw,
                       int64_t lddw) {
     skinny_isa isa = skinny_pick();
 #pragma omp parallel
     {
+        float part[SKINNY_MAX * TN_PART_LD]; /* (o, TN_BLOCK_K): 128 KB, in L2 */
         int64_t vectors = (k + 15) / 16, t = omp_get_thread_num(), threads = omp_get_num_threads();
         int64_t c0 = vectors * t / threads * 16, c1 = vectors * (t + 1) / threads * 16;
         for (; c0 < c1 && c0 < k; c0 += TN_BLOCK_K) {
             int64_t b1 = c0 + TN_BLOCK_K < c1 ? c0 + TN_BLOCK_K : c1;
-            for (int64_t r0 = 0; r0 < n; r0 += TN_ROWS) {
-                int64_t r1 = r0 + TN_ROWS < n ? r0 + TN_ROWS : n;
-                isa.tn(o, g, ldg, x, ldx, r0, r1, c0, b1 < k ? b1 : k, dw, lddw, r1 < n ? (r1 - r0) * ldx : 0);
+            if (b1 > k) b1 = k;
+            for (int64_t s0 = 0; s0 < n; s0 += TN_GROUP_ROWS) {
+                int64_t s1 = s0 + TN_GROUP_ROWS < n ? s0 + TN_GROUP_ROWS : n;
+                for (int64_t r0 = s0; r0 < s1; r0 += TN_ROWS) {
+                    int64_t r1 = r0 + TN_ROWS < s1 ? r0 + TN_ROWS : s1;
+                    isa.tn(o, g, ldg, x, ldx, r0, r1, c0, b1, part, TN_PART_LD, r0 == s0, r1 < n ? (r1 - r0) * ldx : 0);
+                }
+                add_part(o, part, c0, b1, dw, lddw, s0 == 0);
             }
         }
     }
