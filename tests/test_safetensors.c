@@ -384,15 +384,23 @@ static void test_malformed_headers(void **state) {
     }
 }
 
+/* A fixture file's bytes (the caller frees them) and the header length they start with. */
+static uint8_t *fixture_bytes(const char *name, size_t *len, uint64_t *hlen) {
+    char src[512];
+    uint8_t *bytes = slurp(data_path(name, src, sizeof src), len);
+    assert_non_null(bytes);
+    *hlen = 0;
+    for (int i = 7; i >= 0; i--) *hlen = (*hlen << 8) | bytes[i];
+    return bytes;
+}
+
 static void test_truncated_and_oversized(void **state) {
     (void)state;
-    char path[128], src[512];
+    char path[128];
     cg_test_tmp_path("cut.safetensors", path, sizeof path);
     size_t len;
-    uint8_t *good = slurp(data_path("st_mlp.safetensors", src, sizeof src), &len);
-    assert_non_null(good);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | good[i];
+    uint64_t hlen;
+    uint8_t *good = fixture_bytes("st_mlp.safetensors", &len, &hlen);
 
     write_bytes(path, good, 0);
     expect_read_fails(path, "empty file", "truncated: 0 bytes");
@@ -447,13 +455,11 @@ static void test_truncated_and_oversized(void **state) {
  * either succeeds or fails with CG_ERR_IO. */
 static void test_corrupted_bytes(void **state) {
     (void)state;
-    char path[128], src[512];
+    char path[128];
     cg_test_tmp_path("flip.safetensors", path, sizeof path);
     size_t len;
-    uint8_t *good = slurp(data_path("st_linear.safetensors", src, sizeof src), &len);
-    assert_non_null(good);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | good[i];
+    uint64_t hlen;
+    uint8_t *good = fixture_bytes("st_linear.safetensors", &len, &hlen);
     const uint8_t flips[] = {0x01, 0x80, 0xff, 0x20};
     for (size_t at = 0; at < 8 + hlen; at++)
         for (size_t f = 0; f < sizeof flips; f++) {
