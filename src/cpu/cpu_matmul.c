@@ -280,6 +280,20 @@ static skinny_isa skinny_pick(void) {
     return (skinny_isa){REGS_BASE, nt_rows_base, tn_block_base};
 }
 
+/* The buffer w is packed into, kept between calls and grown when needed, so a training step does
+ * not allocate (as the tape's stacks). floats is a multiple of 16: whole 64-byte lines. */
+static float *packed_w_buffer(size_t floats) {
+    static _Thread_local float *buffer;
+    static _Thread_local size_t capacity;
+    if (floats > capacity) {
+        float *grown = aligned_alloc(64, floats * sizeof(float));
+        if (!grown) return NULL;
+        free(buffer);
+        buffer = grown, capacity = floats;
+    }
+    return buffer;
+}
+
 /* y (n, o) = x (n, k) w (o, k)^T. w is packed chunk by chunk (16 columns of every row together), so a
  * tile reads it from one pointer. Each thread takes a fixed range of rows through every block of k. */
 static cg_status skinny_nt(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k,
@@ -287,7 +301,7 @@ static cg_status skinny_nt(int o, const float *x, int64_t ldx, const float *w, i
     skinny_isa isa = skinny_pick();
     int rows = nt_rows(o, isa.regs);
     int64_t chunks = (k + 15) / 16, packed = chunks * o * 16;
-    float *wp = aligned_alloc(64, (size_t)(packed + SKINNY_MAX * 16) * sizeof(float));
+    float *wp = packed_w_buffer((size_t)(packed + SKINNY_MAX * 16));
     if (!wp) return cg__fail(CG_ERR_OOM, "cpu gemm: out of host memory packing w (%d, %lld)", o, (long long)k);
     memset(wp + packed, 0, SKINNY_MAX * 16 * sizeof(float)); /* what a last group of outputs reads past o */
     int64_t block = NT_W_BLOCK_BYTES / (int64_t)(o * sizeof(float)), ahead = NT_AHEAD_BYTES / (rows * sizeof(float));
@@ -305,7 +319,6 @@ static cg_status skinny_nt(int o, const float *x, int64_t ldx, const float *w, i
             for (int64_t r0 = 0; r0 < n; r0 += rows) isa.nt(o, x, ldx, wp, n, r0, k0, k1, y, ldy);
         }
     }
-    free(wp);
     return CG_OK;
 }
 
