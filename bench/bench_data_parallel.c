@@ -20,7 +20,8 @@
  *
  * Output: comment lines start with '#'; each measurement is one line
  *   result work=<workload>_<mode>_g<N> impl=cgrad median_ms=<t> runs=<k>
- * with mode single (1 GPU, N = 1) or dp (one process, N GPUs). */
+ * with mode single (1 GPU, N = 1), dp (one process, N GPUs) or dpgraph (the dp step captured once
+ * over the N GPUs with cg_graph_capture_devices and replayed: one launch a step). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,15 +94,26 @@ static void sync_all(int n) {
     for (int i = 0; i < n; i++) CHECK_OK(cg_synchronize(cg_cuda(i)));
 }
 
-/* Median step time in seconds: warm-up steps, then `steps` steps, each synchronised on every GPU. */
-static double time_steps(stepper *s, int warmup, int steps) {
-    for (int i = 0; i < warmup; i++) step(s, 0);
+static cg_status graph_step(void *ctx) {
+    step(ctx, 0);
+    return CG_OK;
+}
+
+static void one_step(stepper *s, cg_graph *graph) {
+    if (graph) CHECK_OK(cg_graph_replay(graph));
+    else step(s, 0);
+}
+
+/* Median step time in seconds: warm-up steps, then `steps` steps, each synchronised on every GPU.
+ * With a graph, each step is its replay. */
+static double time_steps(stepper *s, cg_graph *graph, int warmup, int steps) {
+    for (int i = 0; i < warmup; i++) one_step(s, graph);
     sync_all(s->ndevices);
     double *t = malloc((size_t)steps * sizeof *t);
     eu_expect(t != NULL, "host allocation");
     for (int i = 0; i < steps; i++) {
         double t0 = eu_now();
-        step(s, 0);
+        one_step(s, graph);
         sync_all(s->ndevices); /* every GPU's share of the step is done */
         t[i] = eu_now() - t0;
     }
@@ -182,7 +194,7 @@ static void run_workload(const workload *w, int ngpus, int warmup) {
     int64_t nparams;
     float *ref = host_parameters(single, &nparams);
     eu_expect(isfinite(ref_loss), "the 1-GPU loss is finite");
-    double t1 = time_steps(&s1, warmup, w->steps);
+    double t1 = time_steps(&s1, NULL, warmup, w->steps);
     result(w->name, "single", 1, t1, w->steps);
     cg_optimizer_free(s1.optimizer);
     cg_module_free(single);
@@ -214,9 +226,17 @@ static void run_workload(const workload *w, int ngpus, int warmup) {
             eu_expect(0, "the data-parallel loss equals the 1-GPU loss");
         }
         expect_same_parameters(dp, ref, w->name);
-        double tn = time_steps(&sn, warmup, w->steps);
+        double tn = time_steps(&sn, NULL, warmup, w->steps);
         result(w->name, "dp", ngpus, tn, w->steps);
         printf("# %s: %d GPUs %.4f ms vs 1 GPU %.4f ms: %.2fx\n", w->name, ngpus, 1e3 * tn, 1e3 * t1, t1 / tn);
+        /* The same step captured once over all the GPUs and replayed: one launch a step. */
+        cg_device devices[MAX_GPUS];
+        for (int i = 0; i < ngpus; i++) devices[i] = cg_data_parallel_device(dp, i);
+        cg_graph *graph = cg_graph_capture_devices(ngpus, devices, graph_step, &sn);
+        eu_expect(graph != NULL, cg_last_error());
+        double tg = time_steps(&sn, graph, warmup, w->steps);
+        result(w->name, "dpgraph", ngpus, tg, w->steps);
+        cg_graph_free(graph);
         for (int i = 0; i < sn.nshards; i++) cg_tensor_free(sn.shards[i]);
         cg_optimizer_free(sn.optimizer);
         cg_module_free(dp);

@@ -185,6 +185,11 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
  * Free kept tensors only after the graph. On the CPU, replay simply calls fn(ctx) again. */
 typedef struct cg_graph cg_graph;
 cg_graph *cg_graph_capture(cg_device d, cg_status (*fn)(void *ctx), void *ctx);
+/* The same over several GPUs at once (e.g. a DataParallel step): every listed GPU's work in fn goes
+ * into one graph, replayed with one launch from devices[0]; cg_synchronize(devices[0]) after a
+ * replay waits for all of them. The GPUs must be distinct; one CPU device alone is allowed. */
+#define CG_GRAPH_MAX_DEVICES 16
+cg_graph *cg_graph_capture_devices(int n, const cg_device *devices, cg_status (*fn)(void *ctx), void *ctx);
 cg_status cg_graph_replay(cg_graph *g);
 void cg_graph_free(cg_graph *g);
 

@@ -177,6 +177,9 @@ typedef struct cg_backend {
     /* graph capture of the device's stream (NULL on the CPU); capture_end always ends the
      * capture and instantiates it only when keep is true */
     cg_status (*capture_begin)(int index);
+    /* device waiter's queue waits for the work queued so far on device signaller's (NULL on the
+     * CPU): how a capture begun on one GPU takes in others, and gives them back */
+    cg_status (*stream_wait)(int waiter, int signaller);
     cg_status (*capture_end)(int index, bool keep, void **exec);
     cg_status (*graph_launch)(int index, void *exec);
     void (*graph_destroy)(void *exec);

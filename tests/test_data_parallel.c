@@ -573,6 +573,68 @@ static void test_default_device_list(void **state) {
     cg_module_free(dp);
 }
 
+/* ---- a whole step in one CUDA graph over two GPUs ------------------------------------------------------------ */
+typedef struct graph_step {
+    cg_module *model;
+    cg_optimizer *opt;
+    cg_tensor *x, *t; /* (batch, IN) and (batch, OUT) on cuda:0, kept */
+} graph_step;
+
+static cg_status run_graph_step(void *ctx) {
+    graph_step *g = ctx;
+    cg_scope *scope = cg_scope_begin();
+    cg_status s = cg_optimizer_zero_grad(g->opt);
+    cg_tensor *y = s == CG_OK ? cg_module_forward(g->model, g->x) : NULL;
+    cg_tensor *loss = y ? cg_mse_loss(y, g->t, CG_REDUCTION_MEAN) : NULL;
+    s = loss ? cg_backward(loss) : cg_last_status();
+    if (s == CG_OK) s = cg_optimizer_step(g->opt);
+    cg_scope_end(scope);
+    return s;
+}
+
+/* A DataParallel training step (scatter, replicas, gather, loss, backward, NCCL sum, SGD on every
+ * replica) captured once over both GPUs and replayed: the same parameters as eager steps of the
+ * plain model on the full batch. Bad device lists are refused. */
+static void test_two_gpus_graph(void **state) {
+    (void)state;
+    const int64_t batch = 64;
+    const int replays = 4;
+    cg_device first = cg_cuda(0), both[2] = {cg_cuda(0), cg_cuda(1)};
+    cg_module *base = mlp(CG_ACT_TANH, first);
+    cg_module *ref = MODULE_OK(cg_module_clone(base, first));
+    cg_module *dp = MODULE_OK(cg_data_parallel_new(base, 2, (int[]){0, 1}, -1));
+    float *hx = cg_test_uniform_buf((size_t)batch * IN, -1.5, 1.5), *ht = cg_test_uniform_buf((size_t)batch * OUT, -1, 1);
+    graph_step g = {.model = dp, .opt = OPT_OK(cg_sgd_new(dp, kNesterov)),
+                    .x = cg_test_tensor_at(hx, 2, (int64_t[]){batch, IN}, first, __FILE__, __LINE__),
+                    .t = cg_test_tensor_at(ht, 2, (int64_t[]){batch, OUT}, first, __FILE__, __LINE__)};
+    graph_step r = {.model = ref, .opt = OPT_OK(cg_sgd_new(ref, kNesterov)), .x = g.x, .t = g.t};
+    CG_TEST_STATUS_OK(run_graph_step(&g)); /* an eager step first: lazy set-up stays out of the graph */
+    CG_TEST_STATUS_OK(run_graph_step(&r));
+
+    assert_null(cg_graph_capture_devices(2, (cg_device[]){cg_cuda(0), cg_cuda(0)}, run_graph_step, &g));
+    cg_test_assert_error(CG_ERR_DEVICE, "cg_graph_capture_devices", "cuda:0 is listed twice");
+    assert_null(cg_graph_capture_devices(2, (cg_device[]){cg_cuda(0), cg_cpu()}, run_graph_step, &g));
+    cg_test_assert_error(CG_ERR_DEVICE, "cg_graph_capture_devices", "needs GPUs");
+
+    cg_graph *graph = cg_graph_capture_devices(2, both, run_graph_step, &g);
+    if (!graph) fail_msg("cg_graph_capture_devices: %s", cg_last_error());
+    assert_params_close(dp, ref, false, "graph: capturing runs nothing");
+    for (int i = 0; i < replays; i++) {
+        CG_TEST_STATUS_OK(cg_graph_replay(graph));
+        CG_TEST_STATUS_OK(run_graph_step(&r));
+    }
+    CG_TEST_STATUS_OK(cg_synchronize(first)); /* waits for both GPUs: the graph ends on cuda:0 */
+    assert_params_close(dp, ref, false, "graph: after the replays");
+    cg_graph_free(graph);
+    CG_TEST_STATUS_OK(run_graph_step(&g)); /* eager again after the graph */
+    CG_TEST_STATUS_OK(run_graph_step(&r));
+    assert_params_close(dp, ref, false, "graph: an eager step after it");
+    free(hx), free(ht);
+    cg_tensor_free(g.x), cg_tensor_free(g.t);
+    cg_optimizer_free(g.opt), cg_optimizer_free(r.opt);
+    cg_module_free(dp), cg_module_free(ref);
+}
+
 /* ---- four GPUs ------------------------------------------------------------------------------------------- */
 static void test_four_gpus(void **state) {
     (void)state;
@@ -722,6 +784,7 @@ int main(int argc, char **argv) {
         return failed ? failed : CG_TEST_SKIP;
     }
     const struct CMUnitTest multi[] = {
+        CG_TEST(test_two_gpus_graph),
         CG_TEST(test_two_gpus_even_batch),
         CG_TEST(test_two_gpus_small_batches),
         CG_TEST(test_two_gpus_output_device),

@@ -272,6 +272,7 @@ static const cg_backend cuda_backend = {
     .gemm_bias = cuda_gemm_bias,
     .sgd_step = cuda_sgd_step,
     .capture_begin = cg__cuda_capture_begin,
+    .stream_wait = cg__cuda_stream_wait,
     .capture_end = cg__cuda_capture_end,
     .graph_launch = cg__cuda_graph_launch,
     .graph_destroy = cg__cuda_graph_destroy,

@@ -110,24 +110,29 @@ static void enable_peer(int dst, int src) {
     (void)cudaGetLastError(); /* "already enabled" is not an error for us */
 }
 
+cg_status cg__cuda_stream_wait(int waiter, int signaller) {
+    cg_cuda_context *wctx, *sctx;
+    CG_TRY(cg__cuda_enter(waiter, &wctx));
+    CG_TRY(cg__cuda_enter(signaller, &sctx));
+    CG_CUDA_CHECK(cudaEventRecord(sctx->marker, sctx->stream));
+    CG_CUDA_CHECK(cudaSetDevice(waiter));
+    CG_CUDA_CHECK(cudaStreamWaitEvent(wctx->stream, sctx->marker, 0));
+    return CG_OK;
+}
+
 /* Orders the copy after the work queued on both devices, and both devices' later work after it. */
 cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void *src, size_t bytes) {
     cg_cuda_context *dctx, *sctx;
     CG_TRY(cg__cuda_enter(dst_index, &dctx));
     CG_TRY(cg__cuda_enter(src_index, &sctx));
-    if (dst_index == src_index) {
-        CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, sctx->stream));
-        return CG_OK;
+    bool cross = dst_index != src_index;
+    if (cross) {
+        pthread_mutex_lock(&context_lock);
+        enable_peer(dst_index, src_index);
+        pthread_mutex_unlock(&context_lock);
+        CG_TRY(cg__cuda_stream_wait(src_index, dst_index));
     }
-    pthread_mutex_lock(&context_lock);
-    enable_peer(dst_index, src_index);
-    pthread_mutex_unlock(&context_lock);
-    CG_CUDA_CHECK(cudaSetDevice(dst_index));
-    CG_CUDA_CHECK(cudaEventRecord(dctx->marker, dctx->stream));
-    CG_CUDA_CHECK(cudaSetDevice(src_index));
-    CG_CUDA_CHECK(cudaStreamWaitEvent(sctx->stream, dctx->marker, 0));
-    CG_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_index, src, src_index, bytes, sctx->stream));
-    CG_CUDA_CHECK(cudaEventRecord(sctx->marker, sctx->stream));
-    CG_CUDA_CHECK(cudaStreamWaitEvent(dctx->stream, sctx->marker, 0));
-    return CG_OK;
+    /* A unified-address copy, not cudaMemcpyPeerAsync: stream capture refuses that one. */
+    CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, sctx->stream));
+    return cross ? cg__cuda_stream_wait(dst_index, src_index) : CG_OK;
 }

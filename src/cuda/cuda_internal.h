@@ -66,6 +66,8 @@ typedef struct cg_cuda_context {
 } cg_cuda_context;
 
 /* Graph capture (cuda_graph.c), entries of the backend table. */
+/* waiter's stream waits for the work queued so far on signaller's stream (any two GPUs). */
+cg_status cg__cuda_stream_wait(int waiter, int signaller);
 cg_status cg__cuda_capture_begin(int index);
 cg_status cg__cuda_capture_end(int index, bool keep, void **exec);
 cg_status cg__cuda_graph_launch(int index, void *exec);
