@@ -7,7 +7,8 @@
  *   print(output)
  *
  * then what the seed leaves out: which GPU computed which rows, and a short training loop (MSELoss
- * to a random target, SGD), the reason to split a batch over GPUs in the first place.
+ * to a random target, SGD), the reason to split a batch over GPUs in the first place. With --graph
+ * the steps after the first are one CUDA graph over all the GPUs, replayed: one launch a step.
  *
  * cgrad's DataParallel has PyTorch's surface (the batch split along dim 0 as torch.chunk does, one
  * replica per GPU, the output gathered on the first GPU, gradients summed over the replicas) but
@@ -22,10 +23,33 @@
 
 #define MAX_GPUS 16
 
+typedef struct {
+    cg_module *model; /* the DataParallel wrapper */
+    cg_optimizer *optimizer;
+    cg_tensor *x, *target;
+    cg_tensor *loss; /* () the last step's loss, kept out of its scope */
+} trainer;
+
+/* optimizer.zero_grad(); loss = loss_fn(model(x), target); loss.backward(); optimizer.step()
+ * Shaped as cg_graph_capture_devices wants it; a failure exits through CHECK with its message. */
+static cg_status train_step(void *ctx) {
+    trainer *t = ctx;
+    cg_scope *scope = cg_scope_begin(); /* frees the step's output, loss and tape together */
+    CHECK_OK(cg_optimizer_zero_grad(t->optimizer));
+    cg_tensor *loss = CHECK(cg_mse_loss(CHECK(cg_module_forward(t->model, t->x)), t->target, CG_REDUCTION_MEAN));
+    CHECK_OK(cg_backward(loss));            /* replica gradients summed with NCCL */
+    CHECK_OK(cg_optimizer_step(t->optimizer)); /* steps every replica: they stay identical */
+    cg_tensor_free(t->loss); /* a handle, not a read: a captured step must not wait for results */
+    t->loss = cg_keep(CHECK(cg_detach(loss)));
+    cg_scope_end(scope);
+    return CG_OK;
+}
+
 int main(int argc, char **argv) {
     int gpus = 2;   /* device_ids=[0, 1] */
     int steps = 20;
     float lr = 0.1f;
+    bool graph = eu_take_switch(&argc, argv, "--graph");
     eu_flag flags[] = {
         {"--gpus", EU_INT, &gpus, 1, "GPUs to split the batch over: device_ids = [0, ..., N-1]"},
         {"--steps", EU_INT, &steps, 0, "training steps after the forward pass (0: none)"},
@@ -33,7 +57,9 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv,
                    "nn.DataParallel(nn.Linear(10, 2), device_ids=[0, ..., N-1]) on randn(64, 10), "
-                   "then a few SGD steps on MSELoss",
+                   "then a few SGD steps on MSELoss\n"
+                   "  --graph  after the first step, capture one step over all the GPUs as a CUDA graph "
+                   "and replay it",
                    flags, (int)(sizeof flags / sizeof flags[0]));
 
     /* DataParallel needs the GPUs it is given: say so plainly rather than fall back to the CPU. */
@@ -113,28 +139,41 @@ int main(int argc, char **argv) {
          *       optimizer.zero_grad(); loss = loss_fn(model(x), target); loss.backward(); optimizer.step()
          * The optimizer is built on the wrapper: it steps every replica, and backward left each of
          * them holding the sum of all replicas' gradients, so they stay identical. */
-        printf("\ntraining on %d GPUs (parameters named %s, ...): MSELoss to a random target, SGD(lr=%g)\n",
-               gpus, wname, (double)lr);
-        cg_tensor *target = CHECK(cg_randn(CG_SHAPE(64, 2), cg_cuda(device_ids[0])));
-        cg_optimizer *optimizer = cg_sgd_new(dp, (cg_sgd_options){.lr = lr});
-        eu_expect(optimizer != NULL, cg_last_error());
+        printf("\ntraining on %d GPUs (parameters named %s, ...): MSELoss to a random target, SGD(lr=%g)%s\n",
+               gpus, wname, (double)lr, graph ? ", steps after the first replayed as one CUDA graph" : "");
+        trainer t = {.model = dp, .x = x, .target = CHECK(cg_randn(CG_SHAPE(64, 2), cg_cuda(device_ids[0])))};
+        t.optimizer = cg_sgd_new(dp, (cg_sgd_options){.lr = lr});
+        eu_expect(t.optimizer != NULL, cg_last_error());
+        cg_graph *replay = NULL;
         float first = NAN, last = NAN;
+        double start = 0.0;
         for (int step = 1; step <= steps; step++) {
-            cg_scope *scope = cg_scope_begin(); /* frees the step's output, loss and tape together */
-            CHECK_OK(cg_optimizer_zero_grad(optimizer));
-            cg_tensor *out = CHECK(cg_module_forward(dp, x));
-            cg_tensor *loss = CHECK(cg_mse_loss(out, target, CG_REDUCTION_MEAN));
-            CHECK_OK(cg_backward(loss));
-            CHECK_OK(cg_optimizer_step(optimizer));
-            CHECK_OK(cg_item(loss, &last)); /* the loss before this step's update */
-            cg_scope_end(scope);
-            if (step == 1) first = last;
+            if (replay) CHECK_OK(cg_graph_replay(replay));
+            else train_step(&t);
+            CHECK_OK(cg_item(t.loss, &last)); /* the loss before this step's update (waits for the step) */
+            if (step == 1) {
+                first = last, start = eu_now(); /* the clock leaves out the first step's set-up */
+                if (graph) { /* the first step ran eagerly; record the next one over every GPU */
+                    cg_device devices[MAX_GPUS];
+                    for (int i = 0; i < gpus; i++) devices[i] = cg_data_parallel_device(dp, i);
+                    replay = cg_graph_capture_devices(gpus, devices, train_step, &t);
+                    eu_expect(replay != NULL, cg_last_error());
+                }
+            }
             if (step == 1 || step % 5 == 0 || step == steps) printf("  step %3d  loss %.6f\n", step, last);
+        }
+        if (steps > 1) {
+            char per_step[32];
+            printf("steps 2..%d: %s a step (%s, each with its loss read back)\n", steps,
+                   eu_fmt_seconds((eu_now() - start) / (steps - 1), per_step, sizeof per_step),
+                   graph ? "CUDA graph replays" : "eager");
         }
         eu_expect(isfinite(first) && isfinite(last), "the loss is finite");
         eu_expect(steps < 2 || last < first, "the loss went down over the steps");
-        cg_optimizer_free(optimizer);
-        cg_tensor_free(target);
+        cg_graph_free(replay); /* before the tensors the captured step kept */
+        cg_tensor_free(t.loss);
+        cg_optimizer_free(t.optimizer);
+        cg_tensor_free(t.target);
     }
 
     cg_tensor_free(output);

@@ -27,7 +27,6 @@
  * side with PyTorch (bench/run_step_benchmarks.sh). */
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "cgrad.h"
 #include "example_util.h"
@@ -155,14 +154,7 @@ int main(int argc, char **argv) {
     int64_t n = 10000;   /* num_training_examples */
     int steps = 10;
     int threads = cg_get_num_threads();
-    /* --graph is a switch (eu_parse_flags takes flags with values): take it out of argv first. */
-    bool graph = false;
-    int kept = 1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--graph") == 0) graph = true;
-        else argv[kept++] = argv[i];
-    }
-    argc = kept;
+    bool graph = eu_take_switch(&argc, argv, "--graph"); /* a switch: eu_parse_flags takes flags with values */
     eu_flag flags[] = {
         {"--in", EU_SIZE, &in, 1, "input_dim: features per example"},
         {"--out", EU_SIZE, &out, 1, "output_dim: outputs per example"},

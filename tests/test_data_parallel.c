@@ -573,7 +573,7 @@ static void test_default_device_list(void **state) {
     cg_module_free(dp);
 }
 
-/* ---- a whole step in one CUDA graph over two GPUs ------------------------------------------------------------ */
+/* ---- a whole step in one CUDA graph over the GPUs -------------------------------------------------------------- */
 typedef struct graph_step {
     cg_module *model;
     cg_optimizer *opt;
@@ -592,17 +592,20 @@ static cg_status run_graph_step(void *ctx) {
     return s;
 }
 
-/* A DataParallel training step (scatter, replicas, gather, loss, backward, NCCL sum, SGD on every
- * replica) captured once over both GPUs and replayed: the same parameters as eager steps of the
- * plain model on the full batch. Bad device lists are refused. */
-static void test_two_gpus_graph(void **state) {
+/* A DataParallel training step (scatter, replicas, gather, loss, backward, NCCL sums in several
+ * buckets, SGD on every replica) captured once over 2 to 4 GPUs and replayed: the same parameters
+ * as eager steps of the plain model on the full batch. Bad device lists are refused. */
+static void test_gpus_graph(void **state) {
     (void)state;
     const int64_t batch = 64;
-    const int replays = 4;
-    cg_device first = cg_cuda(0), both[2] = {cg_cuda(0), cg_cuda(1)};
+    const int replays = 4, n = g_gpus < 4 ? g_gpus : 4;
+    cg_device first = cg_cuda(0), devices[4];
+    int ids[4];
+    for (int i = 0; i < n; i++) ids[i] = i, devices[i] = cg_cuda(i);
     cg_module *base = mlp(CG_ACT_TANH, first);
     cg_module *ref = MODULE_OK(cg_module_clone(base, first));
-    cg_module *dp = MODULE_OK(cg_data_parallel_new(base, 2, (int[]){0, 1}, -1));
+    cg_module *dp = MODULE_OK(cg_data_parallel_new(base, n, ids, -1));
+    CG_TEST_STATUS_OK(cg_data_parallel_set_bucket_bytes(dp, 256)); /* several NCCL groups in the graph */
     float *hx = cg_test_uniform_buf((size_t)batch * IN, -1.5, 1.5), *ht = cg_test_uniform_buf((size_t)batch * OUT, -1, 1);
     graph_step g = {.model = dp, .opt = OPT_OK(cg_sgd_new(dp, kNesterov)),
                     .x = cg_test_tensor_at(hx, 2, (int64_t[]){batch, IN}, first, __FILE__, __LINE__),
@@ -616,14 +619,14 @@ static void test_two_gpus_graph(void **state) {
     assert_null(cg_graph_capture_devices(2, (cg_device[]){cg_cuda(0), cg_cpu()}, run_graph_step, &g));
     cg_test_assert_error(CG_ERR_DEVICE, "cg_graph_capture_devices", "needs GPUs");
 
-    cg_graph *graph = cg_graph_capture_devices(2, both, run_graph_step, &g);
+    cg_graph *graph = cg_graph_capture_devices(n, devices, run_graph_step, &g);
     if (!graph) fail_msg("cg_graph_capture_devices: %s", cg_last_error());
     assert_params_close(dp, ref, false, "graph: capturing runs nothing");
     for (int i = 0; i < replays; i++) {
         CG_TEST_STATUS_OK(cg_graph_replay(graph));
         CG_TEST_STATUS_OK(run_graph_step(&r));
     }
-    CG_TEST_STATUS_OK(cg_synchronize(first)); /* waits for both GPUs: the graph ends on cuda:0 */
+    CG_TEST_STATUS_OK(cg_synchronize(first)); /* waits for every GPU: the graph ends on cuda:0 */
     assert_params_close(dp, ref, false, "graph: after the replays");
     cg_graph_free(graph);
     CG_TEST_STATUS_OK(run_graph_step(&g)); /* eager again after the graph */
@@ -784,7 +787,7 @@ int main(int argc, char **argv) {
         return failed ? failed : CG_TEST_SKIP;
     }
     const struct CMUnitTest multi[] = {
-        CG_TEST(test_two_gpus_graph),
+        CG_TEST(test_gpus_graph),
         CG_TEST(test_two_gpus_even_batch),
         CG_TEST(test_two_gpus_small_batches),
         CG_TEST(test_two_gpus_output_device),

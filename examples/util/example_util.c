@@ -51,6 +51,17 @@ static int parse_integer(const char *s, int64_t *out) {
     return 1;
 }
 
+bool eu_take_switch(int *argc, char **argv, const char *name) {
+    bool found = false;
+    int kept = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], name) == 0) found = true;
+        else argv[kept++] = argv[i];
+    }
+    *argc = kept;
+    return found;
+}
+
 void eu_parse_flags(int argc, char **argv, const char *about, eu_flag *flags, int nflags) {
     const char *prog = argc > 0 ? argv[0] : "program";
     for (int i = 1; i < argc; i++) {

@@ -3,6 +3,7 @@
 #ifndef CGRAD_EXAMPLE_UTIL_H
 #define CGRAD_EXAMPLE_UTIL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cgrad.h"
@@ -26,6 +27,9 @@ typedef struct eu_flag {
 /* Parses argv into the flags. `--help`/`-h` prints the usage and exits 0; an unknown flag, a
  * missing or bad value prints the error and the usage to stderr and exits 2. */
 void eu_parse_flags(int argc, char **argv, const char *about, eu_flag *flags, int nflags);
+/* Takes every `name` (a switch, with no value, e.g. "--graph") out of argv before eu_parse_flags;
+ * returns whether it was there. */
+bool eu_take_switch(int *argc, char **argv, const char *name);
 
 /* ---- errors: any cgrad failure ends the program with cg_last_error() and exit code 1 ------- */
 cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int line);
