@@ -12,7 +12,8 @@
  *   mlp     MLP 4096 -> 4096 x 4 hidden (ReLU) -> 4096, global batch 8192
  * For each: the DDP step (key mode "ddp"), and the same model without DDP on the same local batch
  * ("ddplocal": the compute alone; ddp - ddplocal is the communication the backward pass did not
- * hide). Step time: every rank times its steps, each ending with a synchronisation of its device;
+ * hide), and on GPU ranks the DDP step captured once with cg_graph_capture and replayed ("ddpgraph":
+ * one launch a step). Step time: every rank times its steps, each ending with a synchronisation of its device;
  * per step the slowest rank counts; the median over the steps is reported.
  *
  * All-reduce (GPU ranks, NCCL headers present): ncclAllReduce (average, in place) over a buffer of
@@ -99,14 +100,25 @@ static void step(stepper *s, int read_loss) {
     cg_scope_end(scope);
 }
 
-static double time_steps(stepper *s, int warmup, int steps) {
-    for (int i = 0; i < warmup; i++) step(s, 0);
+static cg_status graph_step(void *ctx) {
+    step(ctx, 0);
+    return CG_OK;
+}
+
+static void one_step(stepper *s, cg_graph *graph) {
+    if (graph) CHECK_OK(cg_graph_replay(graph));
+    else step(s, 0);
+}
+
+/* With a graph, each step is its replay. */
+static double time_steps(stepper *s, cg_graph *graph, int warmup, int steps) {
+    for (int i = 0; i < warmup; i++) one_step(s, graph);
     CHECK_OK(cg_synchronize(s->device));
     double *t = malloc((size_t)steps * sizeof *t);
     eu_expect(t != NULL, "host allocation");
     for (int i = 0; i < steps; i++) {
         double t0 = eu_now();
-        step(s, 0);
+        one_step(s, graph);
         CHECK_OK(cg_synchronize(s->device));
         t[i] = eu_now() - t0;
     }
@@ -162,7 +174,7 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
         s.model = plain;
         s.optimizer = cg_sgd_new(plain, (cg_sgd_options){.lr = lr});
         eu_expect(s.optimizer != NULL, cg_last_error());
-        double t = time_steps(&s, warmup, w->steps);
+        double t = time_steps(&s, NULL, warmup, w->steps);
         if (rank == 0)
             printf("result work=%s_ddplocal_%s impl=cgrad median_ms=%.4f runs=%d\n", w->name, tag, 1e3 * t, w->steps);
         cg_optimizer_free(s.optimizer);
@@ -179,7 +191,13 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
     eu_expect(s.optimizer != NULL, cg_last_error());
     step(&s, 1);
     eu_expect(isfinite(s.loss), "the first DDP loss is finite");
-    double t = time_steps(&s, warmup, w->steps);
+    double t = time_steps(&s, NULL, warmup, w->steps), tg = 0.0;
+    if (dev.type == CG_CUDA) { /* the same step captured once as a CUDA graph, then replayed */
+        cg_graph *graph = cg_graph_capture(dev, graph_step, &s);
+        eu_expect(graph != NULL, cg_last_error());
+        tg = time_steps(&s, graph, warmup, w->steps);
+        cg_graph_free(graph);
+    }
 
     /* The replicas must be identical after all those steps. */
     double *sums = calloc((size_t)world, sizeof *sums);
@@ -190,6 +208,7 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
     free(sums);
     if (rank == 0) {
         printf("result work=%s_ddp_%s impl=cgrad median_ms=%.4f runs=%d\n", w->name, tag, 1e3 * t, w->steps);
+        if (tg > 0.0) printf("result work=%s_ddpgraph_%s impl=cgrad median_ms=%.4f runs=%d\n", w->name, tag, 1e3 * tg, w->steps);
         fflush(stdout);
     }
     cg_optimizer_free(s.optimizer);

@@ -121,7 +121,7 @@ table=$(awk -v torch_ok="$use_torch" '
     }
     function speedup(w, impl,   b) {
         b = w
-        if (!sub(/_(dp|dpgraph|ddp)_g[0-9]+$/, "_single_g1", b)) return "-"
+        if (!sub(/_(dp|dpgraph|ddp|ddpgraph)_g[0-9]+$/, "_single_g1", b)) return "-"
         if (!((b, impl) in t) || !((w, impl) in t) || t[w, impl] <= 0) return "-"
         return sprintf("%.2fx", t[b, impl] / t[w, impl])
     }
@@ -140,7 +140,7 @@ header="# $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ), GPU counts $gpus, $((SECO
 # modes: single_g1 = plain model on 1 GPU; dp_gN = one process over N GPUs (cgrad: linear and mlp shards resident,
 # PyTorch DataParallel: batch scattered from cuda:0 every step); ddp_gN = MPI ranks (cgrad) / DDP processes (PyTorch),
 # shards resident; ddplocal_gN = the same local batch without communication; allreduce = NCCL at the MLP gradient size;
-# dpgraph_gN = cgrad's dp step captured once in a CUDA graph over the N GPUs and replayed"
+# dpgraph_gN / ddpgraph_gN = cgrad's dp / ddp step captured once in a CUDA graph (over the N GPUs / per rank) and replayed"
 echo
 echo "$header"
 grep -h '^# \(gpu\|torch\|MPI\|one process\)' "$raw" | sort -u

@@ -7,7 +7,8 @@
  * MSE: DDP's average of the local means is the full-batch mean because local batches are equal.
  * Also: parameters are broadcast from rank 0 at construction (each rank initialises differently);
  * gradients accumulated over two backward calls; an uneven local batch is an error on every rank
- * (no hang); misuse (NULL, wrong device, a module wrapped twice) is refused.
+ * (no hang); misuse (NULL, wrong device, a module wrapped twice) is refused; a step captured in a
+ * CUDA graph (cg_graph_capture) replays like eager steps.
  *
  * How it runs (tests/CMakeLists.txt):
  *   - `test_ddp`, run directly: MPI singleton, world size 1 (CPU ranks without a GPU, else GPU);
@@ -356,6 +357,61 @@ static void test_accumulation(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
 
+/* ---- a DDP step captured once and replayed ------------------------------------------------------------------- */
+typedef struct step_ctx {
+    cg_module *model;
+    cg_optimizer *opt;
+    cg_tensor *x, *t; /* kept: the captured step reads them on every replay */
+} step_ctx;
+
+static cg_status train_step(void *ctx) {
+    step_ctx *c = ctx;
+    cg_scope *scope = cg_scope_begin();
+    cg_status s = cg_optimizer_zero_grad(c->opt);
+    cg_tensor *y = s == CG_OK ? cg_module_forward(c->model, c->x) : NULL;
+    cg_tensor *loss = y ? cg_mse_loss(y, c->t, CG_REDUCTION_MEAN) : NULL;
+    s = loss ? cg_backward(loss) : cg_last_status();
+    if (s == CG_OK) s = cg_optimizer_step(c->opt);
+    cg_scope_end(scope);
+    return s;
+}
+
+/* cg_graph_capture of a whole DDP step (NCCL averages in 1 KB buckets inside the graph on GPU
+ * ranks; on CPU ranks capture runs the step and replay runs it again), then replays: the same
+ * parameters as eager steps of one model on the full batch. */
+static void test_graph_replays(void **state) {
+    (void)state;
+    g_test = "graph replays";
+    const int64_t local = 4, global = local * g_world;
+    uint64_t init = g_seed + 7919u;
+    cg_module *ref = model_from_seed(init, g_dev);
+    cg_module *ddp = REQ(cg_ddp_new(model_from_seed(init, g_dev), g_dist, 1024));
+    float *hx = cg_test_uniform_buf((size_t)(global * IN), -1.5, 1.5), *ht = cg_test_uniform_buf((size_t)(global * OUT), -1, 1);
+    step_ctx r = {ref, REQ(cg_sgd_new(ref, kNesterov)), REQ(cg_from_data(hx, 2, (int64_t[]){global, IN}, g_dev)),
+                  REQ(cg_from_data(ht, 2, (int64_t[]){global, OUT}, g_dev))};
+    int64_t first = local * g_rank;
+    step_ctx d = {ddp, REQ(cg_sgd_new(ddp, kNesterov)), REQ(cg_from_data(hx + first * IN, 2, (int64_t[]){local, IN}, g_dev)),
+                  REQ(cg_from_data(ht + first * OUT, 2, (int64_t[]){local, OUT}, g_dev))};
+    REQ_OK(train_step(&d)); /* an eager step first: lazy set-up (momentum buffers) stays out of the graph */
+    REQ_OK(train_step(&r));
+    cg_graph *graph = REQ(cg_graph_capture(g_dev, train_step, &d));
+    if (g_dev.type == CG_CPU) REQ_OK(train_step(&r)); /* there, capturing ran the step */
+    check_params(ddp, ref, false, "after the capture");
+    for (int i = 0; i < STEPS; i++) {
+        REQ_OK(cg_graph_replay(graph));
+        REQ_OK(train_step(&r));
+    }
+    char when[64];
+    snprintf(when, sizeof when, "after %d replays", STEPS);
+    check_params(ddp, ref, false, when);
+    cg_graph_free(graph);
+    free(hx), free(ht);
+    cg_tensor_free(d.x), cg_tensor_free(d.t), cg_tensor_free(r.x), cg_tensor_free(r.t);
+    cg_optimizer_free(d.opt), cg_optimizer_free(r.opt);
+    cg_module_free(ddp), cg_module_free(ref);
+    agree();
+}
+
 /* The wrapper called twice before one backward (parameters used twice in one graph). PyTorch's
  * DDP refuses this ("mark a variable ready only once") unless told the graph is static; cgrad gets
  * it right, as a bucket goes only once the tape will add nothing more to its gradients. Reference:
@@ -643,6 +699,7 @@ int main(int argc, char **argv) {
         DDP_TEST(test_nesterov_buckets),
         DDP_TEST(test_accumulation),
         DDP_TEST(test_two_forwards),
+        DDP_TEST(test_graph_replays),
         DDP_TEST(test_uneven_batch),
         DDP_TEST(test_errors),
     };
