@@ -16,7 +16,8 @@ cg_status cg__cuda_capture_end(int index, bool keep, void **exec) {
     cudaError_t e = cudaStreamEndCapture(ctx->stream, &graph);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return keep ? cg__cuda_error(e, "cudaStreamEndCapture (was a result read back during capture?)", __FILE__, __LINE__)
+        return keep ? cg__cuda_error(e, "cudaStreamEndCapture (was a result read back during capture, or a GPU used "
+                                        "that the capture did not list?)", __FILE__, __LINE__)
                     : CG_OK;
     }
     cudaGraphExec_t instance = NULL;
