@@ -18,7 +18,7 @@ typedef struct layer {
     bool backward;
 } layer;
 
-static int run(void *arg) {
+static cg_status run(void *arg) {
     layer *l = arg;
     cg_scope *s = cg_scope_begin();
     if (l->opt) CHECK_OK(cg_optimizer_zero_grad(l->opt));
@@ -26,7 +26,7 @@ static int run(void *arg) {
     cg_tensor *y = CHECK(l->m ? cg_module_forward(l->m, l->x) : cg_max_pool2d(l->x, 2, 2));
     if (l->backward) CHECK_OK(cg_backward_with(y, l->gy));
     cg_scope_end(s);
-    return 0;
+    return CG_OK;
 }
 
 /* A layer's input (n, c, hw, hw) requiring grad or not, its output gradient, and the timings. */
@@ -57,7 +57,7 @@ typedef struct cnn {
     float loss;
 } cnn;
 
-static int cnn_step(void *arg) {
+static cg_status cnn_step(void *arg) {
     cnn *c = arg;
     cg_scope *s = cg_scope_begin();
     CHECK_OK(cg_optimizer_zero_grad(c->opt_features));
@@ -70,7 +70,7 @@ static int cnn_step(void *arg) {
     CHECK_OK(cg_optimizer_step(c->opt_classifier));
     CHECK_OK(cg_item(loss, &c->loss));
     cg_scope_end(s);
-    return 0;
+    return CG_OK;
 }
 
 static void bench_step(cg_device d, int64_t n, const char *where, int runs) {

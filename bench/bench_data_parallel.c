@@ -74,10 +74,13 @@ typedef struct {
     cg_tensor *shards[MAX_GPUS]; /* (rows_i, in) on the i-th GPU */
     cg_tensor *target;         /* (batch, out) on cuda:0 */
     int ndevices;              /* GPUs to synchronise after a step */
-    float loss;                /* the last step's loss, when read */
+    cg_graph *graph;           /* when set, a step is its replay */
+    cg_tensor *loss;           /* () the last step's loss, kept */
 } stepper;
 
-static void step(stepper *s, int read_loss) {
+/* zero_grad, forward, MSE loss, backward, SGD step: timed, and captured for the graph rows. */
+static cg_status step(void *ctx) {
+    stepper *s = ctx;
     cg_scope *scope = cg_scope_begin();
     CHECK_OK(cg_optimizer_zero_grad(s->optimizer));
     cg_tensor *out = s->nshards
@@ -86,37 +89,29 @@ static void step(stepper *s, int read_loss) {
     cg_tensor *loss = CHECK(cg_mse_loss(out, s->target, CG_REDUCTION_MEAN));
     CHECK_OK(cg_backward(loss));
     CHECK_OK(cg_optimizer_step(s->optimizer));
-    if (read_loss) CHECK_OK(cg_item(loss, &s->loss));
+    cg_tensor_free(s->loss); /* a handle, not a read: a captured step must not wait for results */
+    s->loss = cg_keep(CHECK(cg_detach(loss)));
     cg_scope_end(scope);
-}
-
-static void sync_all(int n) {
-    for (int i = 0; i < n; i++) CHECK_OK(cg_synchronize(cg_cuda(i)));
-}
-
-static cg_status graph_step(void *ctx) {
-    step(ctx, 0);
     return CG_OK;
 }
 
-static void one_step(stepper *s, cg_graph *graph) {
-    if (graph) CHECK_OK(cg_graph_replay(graph));
-    else step(s, 0);
+static cg_status timed_step(void *ctx) {
+    stepper *s = ctx;
+    return s->graph ? cg_graph_replay(s->graph) : step(s);
 }
 
-/* Median step time in seconds: warm-up steps, then `steps` steps, each synchronised on every GPU.
- * With a graph, each step is its replay. */
-static double time_steps(stepper *s, cg_graph *graph, int warmup, int steps) {
-    for (int i = 0; i < warmup; i++) one_step(s, graph);
-    sync_all(s->ndevices);
+static cg_status sync_all(void *ctx) {
+    const stepper *s = ctx;
+    for (int i = 0; i < s->ndevices; i++) CHECK_OK(cg_synchronize(cg_cuda(i)));
+    return CG_OK;
+}
+
+/* Median step time in seconds: warm-up steps, then `steps` steps, each synchronised on every GPU
+ * (every GPU's share of the step is done). */
+static double time_steps(stepper *s, int warmup, int steps) {
     double *t = malloc((size_t)steps * sizeof *t);
     eu_expect(t != NULL, "host allocation");
-    for (int i = 0; i < steps; i++) {
-        double t0 = eu_now();
-        one_step(s, graph);
-        sync_all(s->ndevices); /* every GPU's share of the step is done */
-        t[i] = eu_now() - t0;
-    }
+    eu_time_runs(warmup, steps, timed_step, s, sync_all, s, t);
     double median = eu_median(t, steps);
     free(t);
     return median;
@@ -189,13 +184,14 @@ static void run_workload(const workload *w, int ngpus, int warmup) {
     stepper s1 = {.model = single, .x = x, .target = target, .ndevices = 1};
     s1.optimizer = cg_sgd_new(single, (cg_sgd_options){.lr = lr});
     eu_expect(s1.optimizer != NULL, cg_last_error());
-    step(&s1, 1); /* the reference step */
-    float ref_loss = s1.loss;
+    step(&s1); /* the reference step */
+    float ref_loss = eu_item(s1.loss);
     int64_t nparams;
     float *ref = host_parameters(single, &nparams);
     eu_expect(isfinite(ref_loss), "the 1-GPU loss is finite");
-    double t1 = time_steps(&s1, NULL, warmup, w->steps);
+    double t1 = time_steps(&s1, warmup, w->steps);
     result(w->name, "single", 1, t1, w->steps);
+    cg_tensor_free(s1.loss);
     cg_optimizer_free(s1.optimizer);
     cg_module_free(single);
 
@@ -220,24 +216,26 @@ static void run_workload(const workload *w, int ngpus, int warmup) {
         }
         sn.optimizer = cg_sgd_new(dp, (cg_sgd_options){.lr = lr});
         eu_expect(sn.optimizer != NULL, cg_last_error());
-        step(&sn, 1); /* the same step as the reference, split over the GPUs */
-        if (!(fabsf(sn.loss - ref_loss) <= 1e-4f * fabsf(ref_loss) + 1e-6f)) {
-            fprintf(stderr, "%s: loss on %d GPUs %.7g, on 1 GPU %.7g\n", w->name, ngpus, sn.loss, ref_loss);
+        step(&sn); /* the same step as the reference, split over the GPUs */
+        float loss = eu_item(sn.loss);
+        if (!(fabsf(loss - ref_loss) <= 1e-4f * fabsf(ref_loss) + 1e-6f)) {
+            fprintf(stderr, "%s: loss on %d GPUs %.7g, on 1 GPU %.7g\n", w->name, ngpus, loss, ref_loss);
             eu_expect(0, "the data-parallel loss equals the 1-GPU loss");
         }
         expect_same_parameters(dp, ref, w->name);
-        double tn = time_steps(&sn, NULL, warmup, w->steps);
+        double tn = time_steps(&sn, warmup, w->steps);
         result(w->name, "dp", ngpus, tn, w->steps);
         printf("# %s: %d GPUs %.4f ms vs 1 GPU %.4f ms: %.2fx\n", w->name, ngpus, 1e3 * tn, 1e3 * t1, t1 / tn);
         /* The same step captured once over all the GPUs and replayed: one launch a step. */
         cg_device devices[MAX_GPUS];
         for (int i = 0; i < ngpus; i++) devices[i] = cg_data_parallel_device(dp, i);
-        cg_graph *graph = cg_graph_capture_devices(ngpus, devices, graph_step, &sn);
-        eu_expect(graph != NULL, cg_last_error());
-        double tg = time_steps(&sn, graph, warmup, w->steps);
+        sn.graph = cg_graph_capture_devices(ngpus, devices, step, &sn);
+        eu_expect(sn.graph != NULL, cg_last_error());
+        double tg = time_steps(&sn, warmup, w->steps);
         result(w->name, "dpgraph", ngpus, tg, w->steps);
-        cg_graph_free(graph);
+        cg_graph_free(sn.graph);
         for (int i = 0; i < sn.nshards; i++) cg_tensor_free(sn.shards[i]);
+        cg_tensor_free(sn.loss);
         cg_optimizer_free(sn.optimizer);
         cg_module_free(dp);
     }

@@ -86,42 +86,39 @@ typedef struct {
     cg_tensor *x;         /* (local, in) on this rank's device */
     cg_tensor *target;    /* (local, out) */
     cg_device device;
-    float loss;
+    cg_graph *graph;      /* when set, a step is its replay */
+    cg_tensor *loss;      /* () the last step's loss, kept */
 } stepper;
 
-static void step(stepper *s, int read_loss) {
+/* zero_grad, forward, MSE loss, backward, SGD step: timed, and captured for the graph rows. */
+static cg_status step(void *ctx) {
+    stepper *s = ctx;
     cg_scope *scope = cg_scope_begin();
     CHECK_OK(cg_optimizer_zero_grad(s->optimizer));
     cg_tensor *out = CHECK(cg_module_forward(s->model, s->x));
     cg_tensor *loss = CHECK(cg_mse_loss(out, s->target, CG_REDUCTION_MEAN));
     CHECK_OK(cg_backward(loss));
     CHECK_OK(cg_optimizer_step(s->optimizer));
-    if (read_loss) CHECK_OK(cg_item(loss, &s->loss));
+    cg_tensor_free(s->loss); /* a handle, not a read: a captured step must not wait for results */
+    s->loss = cg_keep(CHECK(cg_detach(loss)));
     cg_scope_end(scope);
-}
-
-static cg_status graph_step(void *ctx) {
-    step(ctx, 0);
     return CG_OK;
 }
 
-static void one_step(stepper *s, cg_graph *graph) {
-    if (graph) CHECK_OK(cg_graph_replay(graph));
-    else step(s, 0);
+static cg_status timed_step(void *ctx) {
+    stepper *s = ctx;
+    return s->graph ? cg_graph_replay(s->graph) : step(s);
 }
 
-/* With a graph, each step is its replay. */
-static double time_steps(stepper *s, cg_graph *graph, int warmup, int steps) {
-    for (int i = 0; i < warmup; i++) one_step(s, graph);
-    CHECK_OK(cg_synchronize(s->device));
+static cg_status sync_device(void *ctx) {
+    CHECK_OK(cg_synchronize(((const stepper *)ctx)->device));
+    return CG_OK;
+}
+
+static double time_steps(stepper *s, int warmup, int steps) {
     double *t = malloc((size_t)steps * sizeof *t);
     eu_expect(t != NULL, "host allocation");
-    for (int i = 0; i < steps; i++) {
-        double t0 = eu_now();
-        one_step(s, graph);
-        CHECK_OK(cg_synchronize(s->device));
-        t[i] = eu_now() - t0;
-    }
+    eu_time_runs(warmup, steps, timed_step, s, sync_device, s, t);
     double m = slowest_median(t, steps);
     free(t);
     return m;
@@ -174,7 +171,7 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
         s.model = plain;
         s.optimizer = cg_sgd_new(plain, (cg_sgd_options){.lr = lr});
         eu_expect(s.optimizer != NULL, cg_last_error());
-        double t = time_steps(&s, NULL, warmup, w->steps);
+        double t = time_steps(&s, warmup, w->steps);
         if (rank == 0)
             printf("result work=%s_ddplocal_%s impl=cgrad median_ms=%.4f runs=%d\n", w->name, tag, 1e3 * t, w->steps);
         cg_optimizer_free(s.optimizer);
@@ -189,14 +186,15 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
     s.model = ddp;
     s.optimizer = cg_sgd_new(ddp, (cg_sgd_options){.lr = lr});
     eu_expect(s.optimizer != NULL, cg_last_error());
-    step(&s, 1);
-    eu_expect(isfinite(s.loss), "the first DDP loss is finite");
-    double t = time_steps(&s, NULL, warmup, w->steps), tg = 0.0;
+    step(&s);
+    eu_expect(isfinite(eu_item(s.loss)), "the first DDP loss is finite");
+    double t = time_steps(&s, warmup, w->steps), tg = 0.0;
     if (dev.type == CG_CUDA) { /* the same step captured once as a CUDA graph, then replayed */
-        cg_graph *graph = cg_graph_capture(dev, graph_step, &s);
-        eu_expect(graph != NULL, cg_last_error());
-        tg = time_steps(&s, graph, warmup, w->steps);
-        cg_graph_free(graph);
+        s.graph = cg_graph_capture(dev, step, &s);
+        eu_expect(s.graph != NULL, cg_last_error());
+        tg = time_steps(&s, warmup, w->steps);
+        cg_graph_free(s.graph);
+        s.graph = NULL;
     }
 
     /* The replicas must be identical after all those steps. */
@@ -211,6 +209,7 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
         if (tg > 0.0) printf("result work=%s_ddpgraph_%s impl=cgrad median_ms=%.4f runs=%d\n", w->name, tag, 1e3 * tg, w->steps);
         fflush(stdout);
     }
+    cg_tensor_free(s.loss);
     cg_optimizer_free(s.optimizer);
     cg_module_free(ddp);
     cg_tensor_free(s.x);

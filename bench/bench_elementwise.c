@@ -30,24 +30,24 @@ static cg_tensor *cos2_plus_sin2(const cg_tensor *x) {
     return CHECK(cg_add(c2, s2));
 }
 
-static int run_sequence(void *ctx) {
+static cg_status run_sequence(void *ctx) {
     const work *w = ctx;
     for (int i = 0; i < w->inner; i++) {
         cg_scope *scope = cg_scope_begin();
         cos2_plus_sin2(w->x);
         cg_scope_end(scope); /* temporaries go back to the cache for the next iteration */
     }
-    return 0;
+    return CG_OK;
 }
 
-static int run_clone(void *ctx) {
+static cg_status run_clone(void *ctx) {
     const work *w = ctx;
     for (int i = 0; i < w->inner; i++) {
         cg_scope *scope = cg_scope_begin();
         CHECK(cg_clone(w->x));
         cg_scope_end(scope);
     }
-    return 0;
+    return CG_OK;
 }
 
 int main(int argc, char **argv) {

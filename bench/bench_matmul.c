@@ -16,11 +16,11 @@ typedef struct {
     cg_tensor *x; /* (n, n) */
 } problem;
 
-static int run_matmul(void *ctx) {
+static cg_status run_matmul(void *ctx) {
     cg_scope *scope = cg_scope_begin();
     CHECK(cg_matmul(((problem *)ctx)->x, ((problem *)ctx)->x));
     cg_scope_end(scope);
-    return 0;
+    return CG_OK;
 }
 
 static void bench(cg_device d, int64_t n, int repeats, const char *key) {

@@ -10,14 +10,14 @@ typedef struct work {
     int which; /* 0: read x, 1: forward, 2: weight gradient */
 } work;
 
-static int run(void *arg) {
+static cg_status run(void *arg) {
     work *w = arg;
     cg_scope *s = cg_scope_begin();
     if (w->which == 0) CHECK(cg_sum(w->x));
     else if (w->which == 1) CHECK(cg_matmul(w->x, w->wt));
     else CHECK(cg_matmul(w->gt, w->x));
     cg_scope_end(s);
-    return 0;
+    return CG_OK;
 }
 
 int main(int argc, char **argv) {

@@ -63,10 +63,6 @@ static cg_status train_step(void *ctx) {
     return s;
 }
 
-static int timed_step(void *ctx) { return train_step(ctx) == CG_OK ? 0 : 1; }
-
-static int timed_replay(void *ctx) { return cg_graph_replay(ctx) == CG_OK ? 0 : 1; }
-
 /* The seed's setup: model = Linear(in, out) built on the CPU and moved to d (.to(device)), SGD,
  * data drawn on d (torch.randn(..., device=d): no round trip through host memory). */
 static trainer trainer_new(cg_device d, int64_t in, int64_t out, int64_t n) {
@@ -113,7 +109,7 @@ static double time_steps(trainer *t, const char *key, int warmup, int steps) {
     CHECK_OK(train_step(t));
     float before = loss_value(t);
     for (int i = 1; i < warmup; i++) CHECK_OK(train_step(t));
-    double med = eu_time_median(t->device, 0, steps, timed_step, t);
+    double med = eu_time_median(t->device, 0, steps, train_step, t);
     check_trained(key, before, loss_value(t));
     return med;
 }
@@ -125,11 +121,11 @@ static void print_result(const char *key, double seconds, int runs, const char *
 }
 
 /* ---- device-to-device copy bandwidth -------------------------------------------------------- */
-static int run_clone(void *ctx) {
+static cg_status run_clone(void *ctx) {
     cg_scope *scope = cg_scope_begin();
     CHECK(cg_clone(ctx));
     cg_scope_end(scope);
-    return 0;
+    return CG_OK;
 }
 
 /* Read + write bytes per second of cg_clone on a tensor of `mib` MiB (median of 20). */
@@ -156,12 +152,12 @@ typedef struct {
     const cg_tensor *a, *b;
 } gemm;
 
-static int run_gemm(void *ctx) {
+static cg_status run_gemm(void *ctx) {
     gemm *g = ctx;
     cg_scope *scope = cg_scope_begin();
     CHECK(cg_matmul(g->a, g->b));
     cg_scope_end(scope);
-    return 0;
+    return CG_OK;
 }
 
 /* Host copy of a (rows, cols) tensor, for the checks. */
@@ -269,7 +265,7 @@ static void work_tiny(const config *c) {
         cg_graph *g = cg_graph_capture(c->gpu, train_step, &t);
         eu_expect(g != NULL, cg_last_error());
         for (int i = 0; i < c->warmup; i++) CHECK_OK(cg_graph_replay(g));
-        double med = eu_time_median(c->gpu, 0, c->tiny_steps, timed_replay, g);
+        double med = eu_time_median(c->gpu, 0, c->tiny_steps, eu_replay, g);
         check_trained(key, before, loss_value(&t));
         print_result(key, med, c->tiny_steps, "");
         cg_graph_free(g); /* before the tensors the graph's step kept */

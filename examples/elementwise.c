@@ -32,18 +32,18 @@ static cg_tensor *cos2_plus_sin2(const cg_tensor *x) {
     return CHECK(cg_add(c2, s2));
 }
 
-static int run_cos2_plus_sin2(void *ctx) {
+static cg_status run_cos2_plus_sin2(void *ctx) {
     cg_scope *scope = cg_scope_begin();
     cos2_plus_sin2(((inputs *)ctx)->x);
     cg_scope_end(scope); /* releases y and the temporaries: the next run reuses their memory */
-    return 0;
+    return CG_OK;
 }
 
-static int run_add(void *ctx) {
+static cg_status run_add(void *ctx) {
     cg_scope *scope = cg_scope_begin();
     CHECK(cg_add(((inputs *)ctx)->a, ((inputs *)ctx)->b));
     cg_scope_end(scope);
-    return 0;
+    return CG_OK;
 }
 
 static float *to_host(const cg_tensor *t) {

@@ -22,11 +22,11 @@ typedef struct {
     cg_tensor *x; /* (n, n) */
 } problem;
 
-static int run_matmul(void *ctx) {
+static cg_status run_matmul(void *ctx) {
     cg_scope *scope = cg_scope_begin();
     CHECK(cg_matmul(((problem *)ctx)->x, ((problem *)ctx)->x)); /* result = x @ x */
     cg_scope_end(scope); /* frees the result: the next run reuses its memory from the cache */
-    return 0;
+    return CG_OK;
 }
 
 /* Makes x = rand(n, n) on d, checks x @ x, and returns the median time of x @ x in seconds. */

@@ -39,8 +39,9 @@ typedef struct {
     cg_tensor *loss;        /* () the last step's loss, kept out of its scope */
 } trainer;
 
-/* One training step: zero_grad, forward, loss, backward, step. */
-static int train_step(void *ctx) {
+/* One training step: zero_grad, forward, loss, backward, step. Timed, and captured by --graph (a
+ * failure inside exits through CHECK, with its message). */
+static cg_status train_step(void *ctx) {
     trainer *t = ctx;
     cg_scope *scope = cg_scope_begin();
     CHECK_OK(cg_optimizer_zero_grad(t->optimizer));                             /* zero gradients */
@@ -52,15 +53,7 @@ static int train_step(void *ctx) {
     cg_tensor_free(t->loss);
     t->loss = cg_keep(CHECK(cg_detach(loss)));
     cg_scope_end(scope);
-    return 0;
-}
-
-/* The step as cg_graph_capture wants it (a failure inside exits through CHECK, with its message). */
-static cg_status capture_step(void *ctx) { return train_step(ctx) == 0 ? CG_OK : CG_ERR_BACKEND; }
-
-static int replay_step(void *ctx) {
-    CHECK_OK(cg_graph_replay(ctx));
-    return 0;
+    return CG_OK;
 }
 
 typedef struct {
@@ -111,9 +104,9 @@ static step_times time_on(cg_device d, int64_t in, int64_t out, int64_t n, int s
     if (graph) {
         /* Capture one step (recorded, not run), then replay it: a warm-up replay and the median
          * of --steps replays, each ending with a synchronisation. */
-        cg_graph *g = cg_graph_capture(d, capture_step, &t);
+        cg_graph *g = cg_graph_capture(d, train_step, &t);
         eu_expect(g != NULL, cg_last_error());
-        r.graph_median = eu_time_median(d, 1, steps, replay_step, g);
+        r.graph_median = eu_time_median(d, 1, steps, eu_replay, g);
         CHECK_OK(cg_item(t.loss, &r.graph_loss)); /* the kept loss holds the last replay's value */
         cg_graph_free(g); /* before the tensors the captured step kept */
     }

@@ -684,25 +684,8 @@ static void test_sequential_trains_and_clones(void **state) {
 }
 
 /* ---- a training step captured in a CUDA graph ---------------------------------------------------------------- */
-typedef struct step_ctx {
-    cg_module *model;
-    cg_optimizer *opt;
-    cg_tensor *x, *t;
-} step_ctx;
-
-static cg_status cnn_step(void *arg) {
-    step_ctx *c = arg;
-    cg_scope *scope = cg_scope_begin();
-    cg_status s = cg_optimizer_zero_grad(c->opt);
-    cg_tensor *y = s == CG_OK ? cg_module_forward(c->model, c->x) : NULL;
-    cg_tensor *loss = y ? cg_mse_loss(y, c->t, CG_REDUCTION_MEAN) : NULL;
-    s = loss ? cg_backward(loss) : cg_last_status();
-    if (s == CG_OK) s = cg_optimizer_step(c->opt);
-    cg_scope_end(scope);
-    return s;
-}
-
-static void step_setup(step_ctx *c) {
+static void step_setup(cg_test_step *c) {
+    memset(c, 0, sizeof *c);
     cg_manual_seed(99);
     c->model = small_cnn(dev());
     c->opt = cg_sgd_new(c->model, (cg_sgd_options){.lr = 0.1f, .momentum = 0.9f});
@@ -711,40 +694,26 @@ static void step_setup(step_ctx *c) {
     c->t = CG_TEST_OK(cg_randn(CG_SHAPE(8, 6, 2, 2), dev()));
 }
 
-static float *all_params(const cg_module *m) {
-    size_t n = (size_t)cg_module_parameter_count(m);
-    float *all = cg_test_malloc(n * sizeof *all), *at = all;
-    for (int i = 0; i < cg_module_num_parameters(m); i++) {
-        cg_tensor *p = cg_module_parameter(m, i, NULL);
-        CG_TEST_STATUS_OK(cg_to_host(p, at, (size_t)cg_numel(p)));
-        at += cg_numel(p);
-    }
-    return all;
-}
-
 /* Convolutions and pooling in a captured step: replays give the same bits as eager steps (the GPU
  * work is all on the device's stream, with no host synchronisation or allocation in the step). */
 static void test_graph_replay_equals_eager(void **state) {
     (void)state;
     enum { STEPS = 5 };
-    step_ctx eager, graphed;
+    cg_test_step eager, graphed;
     step_setup(&eager), step_setup(&graphed);
-    for (int i = 0; i < STEPS; i++) CG_TEST_STATUS_OK(cnn_step(&eager));
-    CG_TEST_STATUS_OK(cnn_step(&graphed)); /* warm-up: the allocator's cache and the cuDNN plans */
-    cg_graph *g = cg_graph_capture(dev(), cnn_step, &graphed);
+    for (int i = 0; i < STEPS; i++) CG_TEST_STATUS_OK(cg_test_mse_step(&eager));
+    CG_TEST_STATUS_OK(cg_test_mse_step(&graphed)); /* warm-up: the allocator's cache and the cuDNN plans */
+    cg_graph *g = cg_graph_capture(dev(), cg_test_mse_step, &graphed);
     if (!g) fail_msg("cg_graph_capture: %s", cg_last_error());
     for (int i = cg_test_is_cuda() ? 1 : 2; i < STEPS; i++) CG_TEST_STATUS_OK(cg_graph_replay(g));
     CG_TEST_STATUS_OK(cg_synchronize(dev()));
-    float *a = all_params(eager.model), *b = all_params(graphed.model);
-    assert_memory_equal(a, b, (size_t)cg_module_parameter_count(eager.model) * sizeof *a);
+    size_t n, n2;
+    float *a = cg_test_parameters(eager.model, &n), *b = cg_test_parameters(graphed.model, &n2);
+    assert_int_equal(n, n2);
+    assert_memory_equal(a, b, n * sizeof *a);
     free(a), free(b);
     cg_graph_free(g);
-    step_ctx *all[2] = {&eager, &graphed};
-    for (int i = 0; i < 2; i++) {
-        cg_tensor_free(all[i]->x), cg_tensor_free(all[i]->t);
-        cg_optimizer_free(all[i]->opt);
-        cg_module_free(all[i]->model);
-    }
+    cg_test_step_free(&eager), cg_test_step_free(&graphed);
     cg_manual_seed(cg_test_seed());
 }
 

@@ -574,24 +574,6 @@ static void test_default_device_list(void **state) {
 }
 
 /* ---- a whole step in one CUDA graph over the GPUs -------------------------------------------------------------- */
-typedef struct graph_step {
-    cg_module *model;
-    cg_optimizer *opt;
-    cg_tensor *x, *t; /* (batch, IN) and (batch, OUT) on cuda:0, kept */
-} graph_step;
-
-static cg_status run_graph_step(void *ctx) {
-    graph_step *g = ctx;
-    cg_scope *scope = cg_scope_begin();
-    cg_status s = cg_optimizer_zero_grad(g->opt);
-    cg_tensor *y = s == CG_OK ? cg_module_forward(g->model, g->x) : NULL;
-    cg_tensor *loss = y ? cg_mse_loss(y, g->t, CG_REDUCTION_MEAN) : NULL;
-    s = loss ? cg_backward(loss) : cg_last_status();
-    if (s == CG_OK) s = cg_optimizer_step(g->opt);
-    cg_scope_end(scope);
-    return s;
-}
-
 /* A DataParallel training step (scatter, replicas, gather, loss, backward, NCCL sums in several
  * buckets, SGD on every replica) captured once over 2 to 4 GPUs and replayed: the same parameters
  * as eager steps of the plain model on the full batch. Bad device lists are refused. */
@@ -607,35 +589,34 @@ static void test_gpus_graph(void **state) {
     cg_module *dp = MODULE_OK(cg_data_parallel_new(base, n, ids, -1));
     CG_TEST_STATUS_OK(cg_data_parallel_set_bucket_bytes(dp, 256)); /* several NCCL groups in the graph */
     float *hx = cg_test_uniform_buf((size_t)batch * IN, -1.5, 1.5), *ht = cg_test_uniform_buf((size_t)batch * OUT, -1, 1);
-    graph_step g = {.model = dp, .opt = OPT_OK(cg_sgd_new(dp, kNesterov)),
-                    .x = cg_test_tensor_at(hx, 2, (int64_t[]){batch, IN}, first, __FILE__, __LINE__),
-                    .t = cg_test_tensor_at(ht, 2, (int64_t[]){batch, OUT}, first, __FILE__, __LINE__)};
-    graph_step r = {.model = ref, .opt = OPT_OK(cg_sgd_new(ref, kNesterov)), .x = g.x, .t = g.t};
-    CG_TEST_STATUS_OK(run_graph_step(&g)); /* an eager step first: lazy set-up stays out of the graph */
-    CG_TEST_STATUS_OK(run_graph_step(&r));
+    cg_test_step g = {.model = dp, .opt = OPT_OK(cg_sgd_new(dp, kNesterov)),
+                      .x = cg_test_tensor_at(hx, 2, (int64_t[]){batch, IN}, first, __FILE__, __LINE__),
+                      .t = cg_test_tensor_at(ht, 2, (int64_t[]){batch, OUT}, first, __FILE__, __LINE__)};
+    cg_test_step r = {.model = ref, .opt = OPT_OK(cg_sgd_new(ref, kNesterov)),
+                      .x = CG_TEST_OK(cg_clone(g.x)), .t = CG_TEST_OK(cg_clone(g.t))};
+    CG_TEST_STATUS_OK(cg_test_mse_step(&g)); /* an eager step first: lazy set-up stays out of the graph */
+    CG_TEST_STATUS_OK(cg_test_mse_step(&r));
 
-    assert_null(cg_graph_capture_devices(2, (cg_device[]){cg_cuda(0), cg_cuda(0)}, run_graph_step, &g));
+    assert_null(cg_graph_capture_devices(2, (cg_device[]){cg_cuda(0), cg_cuda(0)}, cg_test_mse_step, &g));
     cg_test_assert_error(CG_ERR_DEVICE, "cg_graph_capture_devices", "cuda:0 is listed twice");
-    assert_null(cg_graph_capture_devices(2, (cg_device[]){cg_cuda(0), cg_cpu()}, run_graph_step, &g));
+    assert_null(cg_graph_capture_devices(2, (cg_device[]){cg_cuda(0), cg_cpu()}, cg_test_mse_step, &g));
     cg_test_assert_error(CG_ERR_DEVICE, "cg_graph_capture_devices", "needs GPUs");
 
-    cg_graph *graph = cg_graph_capture_devices(n, devices, run_graph_step, &g);
+    cg_graph *graph = cg_graph_capture_devices(n, devices, cg_test_mse_step, &g);
     if (!graph) fail_msg("cg_graph_capture_devices: %s", cg_last_error());
     assert_params_close(dp, ref, false, "graph: capturing runs nothing");
     for (int i = 0; i < replays; i++) {
         CG_TEST_STATUS_OK(cg_graph_replay(graph));
-        CG_TEST_STATUS_OK(run_graph_step(&r));
+        CG_TEST_STATUS_OK(cg_test_mse_step(&r));
     }
     CG_TEST_STATUS_OK(cg_synchronize(first)); /* waits for every GPU: the graph ends on cuda:0 */
     assert_params_close(dp, ref, false, "graph: after the replays");
     cg_graph_free(graph);
-    CG_TEST_STATUS_OK(run_graph_step(&g)); /* eager again after the graph */
-    CG_TEST_STATUS_OK(run_graph_step(&r));
+    CG_TEST_STATUS_OK(cg_test_mse_step(&g)); /* eager again after the graph */
+    CG_TEST_STATUS_OK(cg_test_mse_step(&r));
     assert_params_close(dp, ref, false, "graph: an eager step after it");
     free(hx), free(ht);
-    cg_tensor_free(g.x), cg_tensor_free(g.t);
-    cg_optimizer_free(g.opt), cg_optimizer_free(r.opt);
-    cg_module_free(dp), cg_module_free(ref);
+    cg_test_step_free(&g), cg_test_step_free(&r);
 }
 
 /* ---- four GPUs ------------------------------------------------------------------------------------------- */

@@ -358,24 +358,6 @@ static void test_accumulation(void **state) {
 }
 
 /* ---- a DDP step captured once and replayed ------------------------------------------------------------------- */
-typedef struct step_ctx {
-    cg_module *model;
-    cg_optimizer *opt;
-    cg_tensor *x, *t; /* kept: the captured step reads them on every replay */
-} step_ctx;
-
-static cg_status train_step(void *ctx) {
-    step_ctx *c = ctx;
-    cg_scope *scope = cg_scope_begin();
-    cg_status s = cg_optimizer_zero_grad(c->opt);
-    cg_tensor *y = s == CG_OK ? cg_module_forward(c->model, c->x) : NULL;
-    cg_tensor *loss = y ? cg_mse_loss(y, c->t, CG_REDUCTION_MEAN) : NULL;
-    s = loss ? cg_backward(loss) : cg_last_status();
-    if (s == CG_OK) s = cg_optimizer_step(c->opt);
-    cg_scope_end(scope);
-    return s;
-}
-
 /* cg_graph_capture of a whole DDP step (NCCL averages in 1 KB buckets inside the graph on GPU
  * ranks; on CPU ranks capture runs the step and replay runs it again), then replays: the same
  * parameters as eager steps of one model on the full batch. */
@@ -387,28 +369,26 @@ static void test_graph_replays(void **state) {
     cg_module *ref = model_from_seed(init, g_dev);
     cg_module *ddp = REQ(cg_ddp_new(model_from_seed(init, g_dev), g_dist, 1024));
     float *hx = cg_test_uniform_buf((size_t)(global * IN), -1.5, 1.5), *ht = cg_test_uniform_buf((size_t)(global * OUT), -1, 1);
-    step_ctx r = {ref, REQ(cg_sgd_new(ref, kNesterov)), REQ(cg_from_data(hx, 2, (int64_t[]){global, IN}, g_dev)),
-                  REQ(cg_from_data(ht, 2, (int64_t[]){global, OUT}, g_dev))};
     int64_t first = local * g_rank;
-    step_ctx d = {ddp, REQ(cg_sgd_new(ddp, kNesterov)), REQ(cg_from_data(hx + first * IN, 2, (int64_t[]){local, IN}, g_dev)),
-                  REQ(cg_from_data(ht + first * OUT, 2, (int64_t[]){local, OUT}, g_dev))};
-    REQ_OK(train_step(&d)); /* an eager step first: lazy set-up (momentum buffers) stays out of the graph */
-    REQ_OK(train_step(&r));
-    cg_graph *graph = REQ(cg_graph_capture(g_dev, train_step, &d));
-    if (g_dev.type == CG_CPU) REQ_OK(train_step(&r)); /* there, capturing ran the step */
+    cg_test_step r = {ref, REQ(cg_sgd_new(ref, kNesterov)), REQ(cg_from_data(hx, 2, (int64_t[]){global, IN}, g_dev)),
+                      REQ(cg_from_data(ht, 2, (int64_t[]){global, OUT}, g_dev)), NULL};
+    cg_test_step d = {ddp, REQ(cg_sgd_new(ddp, kNesterov)), REQ(cg_from_data(hx + first * IN, 2, (int64_t[]){local, IN}, g_dev)),
+                      REQ(cg_from_data(ht + first * OUT, 2, (int64_t[]){local, OUT}, g_dev)), NULL};
+    REQ_OK(cg_test_mse_step(&d)); /* an eager step first: lazy set-up (momentum buffers) stays out of the graph */
+    REQ_OK(cg_test_mse_step(&r));
+    cg_graph *graph = REQ(cg_graph_capture(g_dev, cg_test_mse_step, &d));
+    if (g_dev.type == CG_CPU) REQ_OK(cg_test_mse_step(&r)); /* there, capturing ran the step */
     check_params(ddp, ref, false, "after the capture");
     for (int i = 0; i < STEPS; i++) {
         REQ_OK(cg_graph_replay(graph));
-        REQ_OK(train_step(&r));
+        REQ_OK(cg_test_mse_step(&r));
     }
     char when[64];
     snprintf(when, sizeof when, "after %d replays", STEPS);
     check_params(ddp, ref, false, when);
     cg_graph_free(graph);
     free(hx), free(ht);
-    cg_tensor_free(d.x), cg_tensor_free(d.t), cg_tensor_free(r.x), cg_tensor_free(r.t);
-    cg_optimizer_free(d.opt), cg_optimizer_free(r.opt);
-    cg_module_free(ddp), cg_module_free(ref);
+    cg_test_step_free(&d), cg_test_step_free(&r);
     agree();
 }
 

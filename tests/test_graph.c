@@ -6,29 +6,7 @@
 
 #include "test_util.h"
 
-typedef struct step_ctx {
-    cg_module *model;
-    cg_optimizer *opt;
-    cg_tensor *x, *y;
-    cg_tensor *loss; /* kept from the step */
-} step_ctx;
-
-static cg_status train_step(void *arg) {
-    step_ctx *c = arg;
-    cg_scope *scope = cg_scope_begin();
-    cg_status s = cg_optimizer_zero_grad(c->opt);
-    cg_tensor *out = s == CG_OK ? cg_module_forward(c->model, c->x) : NULL;
-    cg_tensor *loss = out ? cg_mse_loss(out, c->y, CG_REDUCTION_MEAN) : NULL;
-    if (!loss) s = cg_last_status();
-    if (s == CG_OK) s = cg_backward(loss);
-    if (s == CG_OK) s = cg_optimizer_step(c->opt);
-    cg_tensor_free(c->loss);
-    c->loss = s == CG_OK ? cg_keep(loss) : NULL;
-    cg_scope_end(scope);
-    return s;
-}
-
-static void setup(step_ctx *c, uint64_t seed) {
+static void setup(cg_test_step *c, uint64_t seed) {
     cg_device d = cg_test_device();
     cg_manual_seed(seed);
     memset(c, 0, sizeof *c);
@@ -37,42 +15,25 @@ static void setup(step_ctx *c, uint64_t seed) {
     c->opt = cg_sgd_new(c->model, (cg_sgd_options){.lr = 0.05f, .momentum = 0.9f});
     assert_non_null(c->opt);
     c->x = CG_TEST_OK(cg_randn(CG_SHAPE(5, 10), d));
-    c->y = CG_TEST_OK(cg_randn(CG_SHAPE(5, 1), d));
-}
-
-static void teardown(step_ctx *c) {
-    cg_tensor_free(c->loss), cg_tensor_free(c->x), cg_tensor_free(c->y);
-    cg_optimizer_free(c->opt);
-    cg_module_free(c->model);
-}
-
-static float *parameters(cg_module *m, size_t *n) {
-    *n = (size_t)cg_module_parameter_count(m);
-    float *all = cg_test_malloc(*n * sizeof *all), *at = all;
-    for (int i = 0; i < cg_module_num_parameters(m); i++) {
-        cg_tensor *p = cg_module_parameter(m, i, NULL);
-        CG_TEST_STATUS_OK(cg_to_host(p, at, (size_t)cg_numel(p)));
-        at += cg_numel(p);
-    }
-    return all;
+    c->t = CG_TEST_OK(cg_randn(CG_SHAPE(5, 1), d));
 }
 
 static void test_replay_equals_eager(void **state) {
     (void)state;
     enum { STEPS = 7 };
-    step_ctx eager, graphed;
+    cg_test_step eager, graphed;
     setup(&eager, 1234);
     setup(&graphed, 1234);
-    for (int i = 0; i < STEPS; i++) CG_TEST_STATUS_OK(train_step(&eager));
+    for (int i = 0; i < STEPS; i++) CG_TEST_STATUS_OK(cg_test_mse_step(&eager));
     /* warm-up step, so the allocator's cache holds what the step needs */
-    CG_TEST_STATUS_OK(train_step(&graphed));
-    cg_graph *g = cg_graph_capture(cg_test_device(), train_step, &graphed);
+    CG_TEST_STATUS_OK(cg_test_mse_step(&graphed));
+    cg_graph *g = cg_graph_capture(cg_test_device(), cg_test_mse_step, &graphed);
     assert_non_null(g);
     /* capture does not run the step on a GPU; on the CPU it does, like a replay */
     for (int i = cg_test_is_cuda() ? 1 : 2; i < STEPS; i++) CG_TEST_STATUS_OK(cg_graph_replay(g));
     CG_TEST_STATUS_OK(cg_synchronize(cg_test_device()));
     size_t n, n2;
-    float *a = parameters(eager.model, &n), *b = parameters(graphed.model, &n2);
+    float *a = cg_test_parameters(eager.model, &n), *b = cg_test_parameters(graphed.model, &n2);
     assert_int_equal(n, n2);
     assert_memory_equal(a, b, n * sizeof *a);
     float la, lb;
@@ -81,7 +42,7 @@ static void test_replay_equals_eager(void **state) {
     assert_memory_equal(&la, &lb, sizeof la);
     free(a), free(b);
     cg_graph_free(g);
-    teardown(&eager), teardown(&graphed);
+    cg_test_step_free(&eager), cg_test_step_free(&graphed);
 }
 
 /* Blocks the captured step freed are reserved for the graph: new tensors made between replays
@@ -89,10 +50,10 @@ static void test_replay_equals_eager(void **state) {
 static void test_reserved_memory(void **state) {
     (void)state;
     if (!cg_test_is_cuda()) skip();
-    step_ctx c;
+    cg_test_step c;
     setup(&c, 7);
-    CG_TEST_STATUS_OK(train_step(&c));
-    cg_graph *g = cg_graph_capture(cg_test_device(), train_step, &c);
+    CG_TEST_STATUS_OK(cg_test_mse_step(&c));
+    cg_graph *g = cg_graph_capture(cg_test_device(), cg_test_mse_step, &c);
     assert_non_null(g);
     float ones[5] = {1, 1, 1, 1, 1};
     cg_tensor *probe[64];
@@ -103,7 +64,7 @@ static void test_reserved_memory(void **state) {
         cg_tensor_free(probe[i]);
     }
     cg_graph_free(g);
-    teardown(&c);
+    cg_test_step_free(&c);
 }
 
 static cg_status reads_back(void *arg) {

@@ -417,3 +417,34 @@ const char *cg_test_tmp_path(const char *name, char *buf, size_t len) {
     snprintf(buf, len, "%s/%s", g_tmpdir, name);
     return buf;
 }
+
+cg_status cg_test_mse_step(void *ctx) {
+    cg_test_step *c = ctx;
+    cg_scope *scope = cg_scope_begin();
+    cg_status s = cg_optimizer_zero_grad(c->opt);
+    cg_tensor *y = s == CG_OK ? cg_module_forward(c->model, c->x) : NULL;
+    cg_tensor *loss = y ? cg_mse_loss(y, c->t, CG_REDUCTION_MEAN) : NULL;
+    s = loss ? cg_backward(loss) : cg_last_status();
+    if (s == CG_OK) s = cg_optimizer_step(c->opt);
+    cg_tensor_free(c->loss);
+    c->loss = s == CG_OK ? cg_keep(loss) : NULL;
+    cg_scope_end(scope);
+    return s;
+}
+
+void cg_test_step_free(cg_test_step *c) {
+    cg_tensor_free(c->loss), cg_tensor_free(c->x), cg_tensor_free(c->t);
+    cg_optimizer_free(c->opt);
+    cg_module_free(c->model);
+}
+
+float *cg_test_parameters(const cg_module *m, size_t *n) {
+    *n = (size_t)cg_module_parameter_count(m);
+    float *all = cg_test_malloc((*n ? *n : 1) * sizeof *all), *at = all;
+    for (int i = 0; i < cg_module_num_parameters(m); i++) {
+        cg_tensor *p = cg_module_parameter(m, i, NULL);
+        CG_TEST_STATUS_OK(cg_to_host(p, at, (size_t)cg_numel(p)));
+        at += cg_numel(p);
+    }
+    return all;
+}

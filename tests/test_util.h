@@ -119,6 +119,21 @@ void cg_test_assert_shape_at(const cg_tensor *t, int ndim, const int64_t *shape,
 #define cg_test_assert_shape(t, ndim, ...) cg_test_assert_shape_at((t), (ndim), (__VA_ARGS__), __FILE__, __LINE__)
 #define CG_TEST_ASSERT_SHAPE(t, ...) cg_test_assert_shape_at((t), CG_SHAPE(__VA_ARGS__), __FILE__, __LINE__)
 
+/* ---- a training step, as the graph-capture tests run it ---- */
+typedef struct cg_test_step {
+    cg_module *model;
+    cg_optimizer *opt;
+    cg_tensor *x, *t; /* input and MSE target; a captured step reads them on every replay */
+    cg_tensor *loss;  /* the last step's loss, kept: free it with the rest */
+} cg_test_step;
+/* zero_grad, forward, MSE loss (mean), backward, step, in a scope of its own; ctx is a
+ * cg_test_step. Returns the first failure, as cg_graph_capture wants. */
+cg_status cg_test_mse_step(void *ctx);
+/* The tensors, optimizer and model of a step, freed. */
+void cg_test_step_free(cg_test_step *c);
+/* Every parameter of m, concatenated on the host (free it); *n gets the count. */
+float *cg_test_parameters(const cg_module *m, size_t *n);
+
 /* ---- comparisons ------------------------------------------------------------------------------- */
 /* A label printed with any failure that follows (e.g. "cg_add n=1023"); printf-style. */
 void cg_test_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

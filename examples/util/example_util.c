@@ -163,22 +163,43 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-double eu_time_median(cg_device d, int warmup, int runs, eu_run_fn fn, void *ctx) {
-    if (runs < 1) runs = 1;
-    /* Warm-up: first calls pay for CUDA context/cuBLAS handles, the allocator cache, page faults. */
-    for (int i = 0; i < warmup; i++) {
-        if (fn(ctx) != 0) { fprintf(stderr, "timed run failed: %s\n", cg_last_error()); exit(1); }
-        CHECK_OK(cg_synchronize(d));
+float eu_item(const cg_tensor *t) {
+    float v = NAN;
+    CHECK_OK(cg_item(t, &v));
+    return v;
+}
+
+cg_status eu_replay(void *graph) { return cg_graph_replay(graph); }
+
+static void run_or_exit(eu_run_fn fn, void *ctx) {
+    if (fn(ctx) != CG_OK) {
+        fprintf(stderr, "timed run failed: %s\n", cg_last_error());
+        exit(1);
     }
-    double *t = malloc((size_t)runs * sizeof *t);
-    if (!t) { fprintf(stderr, "out of host memory\n"); exit(1); }
-    CHECK_OK(cg_synchronize(d)); /* start from an idle device */
+}
+
+void eu_time_runs(int warmup, int runs, eu_run_fn fn, void *ctx, eu_run_fn wait, void *wait_ctx, double *t) {
+    /* Warm-up: first calls pay for CUDA context/cuBLAS handles, the allocator cache, page faults. */
+    for (int i = 0; i < warmup; i++) run_or_exit(fn, ctx), run_or_exit(wait, wait_ctx);
+    run_or_exit(wait, wait_ctx); /* start from idle devices */
     for (int i = 0; i < runs; i++) {
         double t0 = eu_now();
-        if (fn(ctx) != 0) { fprintf(stderr, "timed run failed: %s\n", cg_last_error()); exit(1); }
-        CHECK_OK(cg_synchronize(d)); /* GPU ops are asynchronous: wait before reading the clock */
+        run_or_exit(fn, ctx);
+        run_or_exit(wait, wait_ctx); /* GPU ops are asynchronous: wait before reading the clock */
         t[i] = eu_now() - t0;
     }
+}
+
+static cg_status synchronize_device(void *d) {
+    CHECK_OK(cg_synchronize(*(cg_device *)d));
+    return CG_OK;
+}
+
+double eu_time_median(cg_device d, int warmup, int runs, eu_run_fn fn, void *ctx) {
+    if (runs < 1) runs = 1;
+    double *t = malloc((size_t)runs * sizeof *t);
+    if (!t) { fprintf(stderr, "out of host memory\n"); exit(1); }
+    eu_time_runs(warmup, runs, fn, ctx, synchronize_device, &d, t);
     double median = eu_median(t, runs);
     free(t);
     return median;

@@ -36,6 +36,8 @@ cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int
 void eu_check_status(cg_status s, const char *expr, const char *file, int line);
 #define CHECK(expr) eu_check_tensor((expr), #expr, __FILE__, __LINE__)
 #define CHECK_OK(expr) eu_check_status((expr), #expr, __FILE__, __LINE__)
+/* The value of a one-element tensor, read back (cg_item), or exit 1 with the error. */
+float eu_item(const cg_tensor *t);
 /* Prints "check failed: <what>" and exits 1 when ok is false (a wrong result, not an API error). */
 void eu_expect(int ok, const char *what);
 
@@ -47,12 +49,18 @@ void eu_check_square_product(const cg_tensor *x, const cg_tensor *r, int64_t n);
 /* ---- clock and timing ---------------------------------------------------------------------- */
 double eu_now(void); /* seconds on a monotonic clock */
 
-/* One timed run; returns 0 on success (or exits through CHECK). */
-typedef int (*eu_run_fn)(void *ctx);
+/* One timed run; returns CG_OK on success (or exits through CHECK). The type cg_graph_capture
+ * takes too, so a step can be both timed and captured. */
+typedef cg_status (*eu_run_fn)(void *ctx);
+/* An eu_run_fn that replays the cg_graph it is given. */
+cg_status eu_replay(void *graph);
 
 /* Runs fn `warmup` times, then `runs` times, each run followed by cg_synchronize(d) so queued GPU
  * work is inside the measurement; returns the median of the runs in seconds. Exits 1 on failure. */
 double eu_time_median(cg_device d, int warmup, int runs, eu_run_fn fn, void *ctx);
+/* The same with the wait after each run left to wait(wait_ctx) (e.g. every GPU of a step), each
+ * run's seconds written to t[0..runs). */
+void eu_time_runs(int warmup, int runs, eu_run_fn fn, void *ctx, eu_run_fn wait, void *wait_ctx, double *t);
 
 /* The median of v[0..n) (sorts v in place); 0 when n < 1. */
 double eu_median(double *v, int n);
