@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch side of bench/bench_data_parallel.c and bench/bench_ddp.c: the same training steps on
 the same GPUs with nn.DataParallel (one process) and DistributedDataParallel (one process per GPU,
-started with torch.multiprocessing.spawn, NCCL backend, init_method tcp://127.0.0.1:<port>; no
-torchrun), the 1-GPU step, and NCCL's all-reduce through torch.distributed at the gradient size.
+started with torch.multiprocessing.spawn, NCCL backend, init_method file://<a fresh temporary
+file>, so no TCP port to race for; no torchrun), the 1-GPU step, and NCCL's all-reduce through
+torch.distributed at the gradient size.
 
 Workloads (SGD(lr=0.01), MSELoss, float32, TF32 off):
   seed    nn.Linear(10, 2), batch 64: the seed's nn.DataParallel(model, device_ids=[0, 1])
@@ -24,9 +25,9 @@ Prints the same `result work=... impl=pytorch median_ms=...` lines as the C benc
 bench/run_dp_benchmarks.sh can put them side by side."""
 import argparse
 import os
-import socket
 import statistics
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off on the shared machines
@@ -54,7 +55,6 @@ def parse_args():
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb")
     p.add_argument("--allreduce-runs", type=int, default=20,
                    help="timed all-reduces of the MLP's gradient size (0 skips)")
-    p.add_argument("--port", type=int, default=0, help="TCP port for init_method (0: a free one)")
     p.add_argument("--cpu-check", action="store_true",
                    help="smoke-test this script without GPUs: CPU tensors, gloo, --gpus processes "
                         "(the times mean nothing; keep the sizes small)")
@@ -64,7 +64,7 @@ def parse_args():
         p.error(f"--modes: unknown mode(s) {sorted(modes - {'single', 'dp', 'ddp', 'allreduce'})}")
     a.modes = modes
     for name in ("gpus", "warmup", "seed_steps", "linear_steps", "mlp_steps", "mlp_layers",
-                 "allreduce_runs", "port"):
+                 "allreduce_runs"):
         if getattr(a, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0")
     for name in ("linear_in", "linear_n", "mlp_width", "mlp_batch"):
@@ -187,13 +187,13 @@ def slowest_median(torch, dist, times, device):
     return statistics.median(v.tolist())
 
 
-def ddp_worker(rank, world, a, port):
+def ddp_worker(rank, world, a, store):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    init = f"tcp://127.0.0.1:{port}"
+    init = f"file://{store}"
     if a.cpu_check:
         torch.set_num_threads(1)
         device = torch.device("cpu")
@@ -271,12 +271,6 @@ def ddp_worker(rank, world, a, port):
         dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     a = parse_args()
     try:
@@ -304,7 +298,8 @@ def main():
     if a.modes & {"single", "dp"}:
         run_one_process(torch, a, n)
     if a.modes & {"ddp", "allreduce"} and n >= 2:
-        mp.spawn(ddp_worker, args=(n, a, a.port or free_port()), nprocs=n, join=True)
+        with tempfile.TemporaryDirectory() as tmp:  # the rendezvous file, new for this run
+            mp.spawn(ddp_worker, args=(n, a, os.path.join(tmp, "store")), nprocs=n, join=True)
 
 
 if __name__ == "__main__":
