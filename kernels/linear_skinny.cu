@@ -10,6 +10,8 @@
 // waiting on its own copies orders them; the ring needs no barrier.
 #include <cuda_pipeline.h>
 
+#include <atomic>
+
 #include "kernels.h"
 
 namespace {
@@ -227,13 +229,26 @@ unsigned blocks_for(int64_t items) {
     return (unsigned)(b < 1 ? 1 : b > 132 * 16 ? 132 * 16 : b);
 }
 
+// nt_partial<O> may use shared memory past the 48 KB default. The attribute belongs to the current
+// device, so it is set once per device (a bit each for the first 64; any later one on every call).
+template <int O>
+cudaError_t allow_nt_smem() {
+    static std::atomic<unsigned long long> done{0};
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    const unsigned long long bit = device < 64 ? 1ull << device : 0;
+    if (e != cudaSuccess || (done.load(std::memory_order_relaxed) & bit)) return e;
+    e = cudaFuncSetAttribute(nt_partial<O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nt_smem_bytes<O>());
+    if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
+    return e;
+}
+
 template <int O>
 cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k, float *y,
                       int64_t ldy, float *scratch, cudaStream_t stream) {
     const int64_t rows_per_block = (int64_t)kRowsPerBlock * kRowGroups;
     dim3 grid((unsigned)((n + rows_per_block - 1) / rows_per_block), (unsigned)((k + chunk_k(O) - 1) / chunk_k(O)));
-    // Past the 48 KB default; the attribute is per device, so set on every launch (a host call only).
-    cudaError_t e = cudaFuncSetAttribute(nt_partial<O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nt_smem_bytes<O>());
+    cudaError_t e = allow_nt_smem<O>();
     if (e != cudaSuccess) return e;
     nt_partial<O><<<grid, kThreads, nt_smem_bytes<O>(), stream>>>(x, ldx, w, ldw, n, k, scratch);
     sum_chunks_rows<<<blocks_for(n * O), kThreads, 0, stream>>>(scratch, grid.y, n, O, y, ldy);
