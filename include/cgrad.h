@@ -182,7 +182,11 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
  * in fn runs normally; it must not read device results back, e.g. no cg_item). Each replay then
  * performs that work again on the same memory: tensors fn created and kept (cg_keep) hold the
  * latest replay's values. Memory the captured work freed stays reserved until cg_graph_free.
- * Free kept tensors only after the graph. On the CPU, replay simply calls fn(ctx) again. */
+ * Free kept tensors only after the graph. On the CPU, replay simply calls fn(ctx) again.
+ * Values the host works out during the capture are replayed as they were: run one eager step
+ * first (SGD's first momentum step cannot be captured: an error), capture again after
+ * cg_optimizer_set_lr, and step Adam/AdamW outside the graph (capturing it is an error: its bias
+ * corrections change every step). */
 typedef struct cg_graph cg_graph;
 cg_graph *cg_graph_capture(cg_device d, cg_status (*fn)(void *ctx), void *ctx);
 /* The same over several GPUs at once (e.g. a DataParallel step): every listed GPU's work in fn goes

@@ -42,6 +42,10 @@ static cg_status link_devices(const cg_graph *g, const cg_backend *be, bool join
     return s;
 }
 
+static _Thread_local bool capturing; /* this thread is inside fn of a GPU capture */
+
+bool cg__graph_capturing(void) { return capturing; }
+
 /* Runs fn under capture on every device of g and instantiates the graph. */
 static cg_status capture(cg_graph *g, const cg_backend *be) {
     cg_status s = be->capture_begin(g->devices[0].index);
@@ -49,7 +53,9 @@ static cg_status capture(cg_graph *g, const cg_backend *be) {
     bool joined = (s = link_devices(g, be, true)) == CG_OK;
     for (int i = 0; i < g->ndevices && s == CG_OK; i++)
         if (!(g->private_blocks[i] = cg__alloc_capture_begin(g->devices[i]))) s = cg_last_status();
+    capturing = s == CG_OK;
     cg_status run = s == CG_OK ? g->fn(g->ctx) : s;
+    capturing = false;
     for (int i = 0; i < g->ndevices; i++)
         if (g->private_blocks[i]) cg__alloc_capture_end(g->devices[i]);
     cg_status left = joined ? link_devices(g, be, false) : CG_OK;

@@ -88,6 +88,11 @@ cg_tensor *cg__view_new(const cg_tensor *t, int ndim, const int64_t *shape, cons
 void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 int64_t cg__numel_of(int ndim, const int64_t *shape);
 
+/* ---- CUDA graphs (src/graph.c) ------------------------------------------------------------ */
+/* Whether this thread is running the function of a GPU graph capture (cg_graph_capture): its
+ * device work is recorded, and host values it computes are replayed as they are now. */
+bool cg__graph_capturing(void);
+
 /* ---- caching allocator (src/allocator.c) -------------------------------------------------- */
 /* Blocks are cached by rounded size and reused on the same device (one stream per device keeps
  * reuse ordered). `bytes` given to cg__free must be the size given to cg__alloc. */

@@ -1,7 +1,8 @@
 /* cgrad-test: cpu cuda */
 /* CUDA graphs: a captured training step, replayed, gives bit for bit what the same steps give when
  * run eagerly; memory the step frees is not handed to anyone else while the graph lives; a step
- * that reads a result back cannot be captured and says so. */
+ * that reads a result back, or whose optimizer works out per-step values on the host, cannot be
+ * captured and says so. */
 #include <string.h>
 
 #include "test_util.h"
@@ -86,12 +87,57 @@ static void test_capture_rejects_readback(void **state) {
     cg_tensor_free(t);
 }
 
+/* Host values that change from step to step cannot be frozen into a graph: SGD's first momentum
+ * step and any Adam step are refused with an error that says what to do, and the failed capture
+ * leaves the device and the optimizer usable. The way around for Adam (a graph of forward and
+ * backward, the step after each replay) gives the same bits as eager steps. */
+static void test_capture_rejects_changing_host_state(void **state) {
+    (void)state;
+    enum { STEPS = 5 };
+    if (!cg_test_is_cuda()) skip(); /* on the CPU, replay runs the host code again */
+    cg_test_step c;
+    setup(&c, 11); /* SGD with momentum, no step yet */
+    cg_clear_error();
+    assert_null(cg_graph_capture(cg_test_device(), cg_test_mse_step, &c));
+    cg_test_assert_contains(cg_last_error(), "first momentum step", "run one step before capturing");
+    CG_TEST_STATUS_OK(cg_test_mse_step(&c)); /* usable: the eager step, then a capture, work */
+    cg_graph *g = cg_graph_capture(cg_test_device(), cg_test_mse_step, &c);
+    if (!g) fail_msg("capture after one step: %s", cg_last_error());
+    cg_graph_free(g);
+    cg_test_step_free(&c);
+
+    cg_test_step eager, graphed;
+    setup(&eager, 12), setup(&graphed, 12);
+    cg_optimizer_free(eager.opt), cg_optimizer_free(graphed.opt);
+    eager.opt = cg_adam_new(eager.model, cg_adam_defaults());
+    graphed.opt = cg_adam_new(graphed.model, cg_adam_defaults());
+    assert_non_null(eager.opt), assert_non_null(graphed.opt);
+    for (int i = 0; i < STEPS; i++) CG_TEST_STATUS_OK(cg_test_mse_step(&eager));
+    CG_TEST_STATUS_OK(cg_test_mse_step(&graphed));
+    assert_null(cg_graph_capture(cg_test_device(), cg_test_mse_step, &graphed));
+    cg_test_assert_contains(cg_last_error(), "Adam step cannot be captured", "after each replay");
+    g = cg_graph_capture(cg_test_device(), cg_test_mse_backward, &graphed);
+    if (!g) fail_msg("capture of forward and backward: %s", cg_last_error());
+    for (int i = 1; i < STEPS; i++) {
+        CG_TEST_STATUS_OK(cg_graph_replay(g));
+        CG_TEST_STATUS_OK(cg_optimizer_step(graphed.opt));
+    }
+    size_t n, n2;
+    float *a = cg_test_parameters(eager.model, &n), *b = cg_test_parameters(graphed.model, &n2);
+    assert_int_equal(n, n2);
+    assert_memory_equal(a, b, n * sizeof *a);
+    free(a), free(b);
+    cg_graph_free(g);
+    cg_test_step_free(&eager), cg_test_step_free(&graphed);
+}
+
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
         CG_TEST(test_replay_equals_eager),
         CG_TEST(test_reserved_memory),
         CG_TEST(test_capture_rejects_readback),
+        CG_TEST(test_capture_rejects_changing_host_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -418,18 +418,22 @@ const char *cg_test_tmp_path(const char *name, char *buf, size_t len) {
     return buf;
 }
 
-cg_status cg_test_mse_step(void *ctx) {
+cg_status cg_test_mse_backward(void *ctx) {
     cg_test_step *c = ctx;
     cg_scope *scope = cg_scope_begin();
     cg_status s = cg_optimizer_zero_grad(c->opt);
     cg_tensor *y = s == CG_OK ? cg_module_forward(c->model, c->x) : NULL;
     cg_tensor *loss = y ? cg_mse_loss(y, c->t, CG_REDUCTION_MEAN) : NULL;
     s = loss ? cg_backward(loss) : cg_last_status();
-    if (s == CG_OK) s = cg_optimizer_step(c->opt);
     cg_tensor_free(c->loss);
     c->loss = s == CG_OK ? cg_keep(loss) : NULL;
     cg_scope_end(scope);
     return s;
+}
+
+cg_status cg_test_mse_step(void *ctx) {
+    cg_status s = cg_test_mse_backward(ctx);
+    return s == CG_OK ? cg_optimizer_step(((cg_test_step *)ctx)->opt) : s;
 }
 
 void cg_test_step_free(cg_test_step *c) {

@@ -126,8 +126,10 @@ typedef struct cg_test_step {
     cg_tensor *x, *t; /* input and MSE target; a captured step reads them on every replay */
     cg_tensor *loss;  /* the last step's loss, kept: free it with the rest */
 } cg_test_step;
-/* zero_grad, forward, MSE loss (mean), backward, step, in a scope of its own; ctx is a
- * cg_test_step. Returns the first failure, as cg_graph_capture wants. */
+/* zero_grad, forward, MSE loss (mean), backward, in a scope of its own; ctx is a cg_test_step.
+ * Returns the first failure, as cg_graph_capture wants. */
+cg_status cg_test_mse_backward(void *ctx);
+/* The same, then the optimizer's step. */
 cg_status cg_test_mse_step(void *ctx);
 /* The tensors, optimizer and model of a step, freed. */
 void cg_test_step_free(cg_test_step *c);

@@ -93,7 +93,8 @@ cg_adam_options cg_adamw_defaults(void); /* the same with weight_decay 1e-2 */
 cg_optimizer *cg_adam_new(cg_module *m, cg_adam_options options);
 cg_optimizer *cg_adamw_new(cg_module *m, cg_adam_options options);
 
-/* The learning rate of the next step(s), for schedules: set it before cg_optimizer_step. */
+/* The learning rate of the next step(s), for schedules: set it before cg_optimizer_step. A step
+ * captured in a CUDA graph replays the rate of its capture: capture again after a change. */
 cg_status cg_optimizer_set_lr(cg_optimizer *opt, double lr);
 double cg_optimizer_get_lr(const cg_optimizer *opt); /* NaN for NULL */
 /* StepLR (closed form): base_lr * gamma^floor(epoch / step_size). */

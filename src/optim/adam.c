@@ -140,6 +140,11 @@ static cg_status step_root(adam_optimizer *opt, int r) {
 
 static cg_status adam_step(cg_optimizer *base) {
     adam_optimizer *opt = (adam_optimizer *)base;
+    if (cg__graph_capturing()) /* PyTorch refuses too, unless its step count lives on the device */
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: an %s step cannot be captured in a CUDA graph: its bias "
+                        "corrections come from step counts kept on the host, so every replay would repeat the "
+                        "captured step's; capture forward and backward only, and call cg_optimizer_step after "
+                        "each replay", opt->decoupled ? "AdamW" : "Adam");
     for (int r = 0; r < base->nroots; r++) CG_TRY(step_root(opt, r));
     /* Replicas share one gradient pattern, so the step counts advance once for all. */
     cg_module *m = base->roots[0];

@@ -75,6 +75,10 @@ static cg_status step_root(sgd_optimizer *opt, int r) {
             i++;
             continue;
         }
+        if (o->momentum != 0 && !opt->momentum_ready[i] && cg__graph_capturing())
+            return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: SGD's first momentum step of %s cannot be captured "
+                            "in a CUDA graph: it starts the momentum buffer, so every replay would start it again; "
+                            "run one step before capturing", m->params[i].name);
         int j = run_end(opt, m, i);
         int64_t begin, count;
         cg__optimizer_run_range(m, i, j, &begin, &count);
