@@ -44,19 +44,10 @@ dev_flag=()
 matmul_args=(--size "$size" --cpu-size "$cpu_size" --threads "$threads" --repeats "$repeats" "${dev_flag[@]}")
 elem_args=(--n "$n" --threads "$threads" --runs "$runs" --copy-mib "$copy_mib" "${dev_flag[@]}")
 
-raw=$(mktemp)
-trap 'rm -f "$raw"' EXIT
-status=0
-run() { # runs one program, shows its output, keeps it in $raw
-    echo "\$ $*"
-    "$@" 2>&1 | tee -a "$raw"
-    local rc=${PIPESTATUS[0]}
-    [ "$rc" -eq 0 ] || echo "# FAILED (exit $rc): $*" | tee -a "$raw"
-    return "$rc"
-}
+source "$root/bench/bench_lib.sh"
 
-run "$build/bench_matmul" "${matmul_args[@]}" || status=1
-run "$build/bench_elementwise" "${elem_args[@]}" || status=1
+run "$build/bench_matmul" "${matmul_args[@]}"
+run "$build/bench_elementwise" "${elem_args[@]}"
 
 if "$python" -c 'import torch' >/dev/null 2>&1; then
     torch_ok=1
@@ -98,14 +89,7 @@ table=$(awk -v torch_ok="$torch_ok" '
 
 header="# $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ); ratio = cgrad time / PyTorch time (< 1: cgrad faster)
 # floor = 40 bytes/element / copy bandwidth measured by cgrad (cos2sin2 rows)"
-echo
-echo "$header"
-grep -h '^# \(gpu\|cpu\|device\|torch\)' "$raw" | sort -u
-echo "$table"
-if [ -n "${OUT:-}" ]; then
-    mkdir -p "$OUT"
-    { echo "$header"; grep -h '^# \(gpu\|cpu\|device\|torch\)' "$raw" | sort -u; echo "$table"; } > "$OUT/bench.txt"
-    cp "$raw" "$OUT/bench_raw.txt"
-    echo "(written to $OUT/bench.txt)"
-fi
+publish bench "$header
+$(grep -h '^# \(gpu\|cpu\|device\|torch\)' "$raw" | sort -u)
+$table"
 exit $status

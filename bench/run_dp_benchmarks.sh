@@ -74,28 +74,19 @@ if [ "$use_torch" -eq 1 ] && ! "$python" -c 'import torch' >/dev/null 2>&1; then
     use_torch=0
 fi
 
-raw=$(mktemp)
-trap 'rm -f "$raw"' EXIT
-status=0
-run() { # runs one program, shows its output, keeps it in $raw
-    echo "\$ $*"
-    "$@" 2>&1 | tee -a "$raw"
-    local rc=${PIPESTATUS[0]}
-    [ "$rc" -eq 0 ] || echo "# FAILED (exit $rc): $*" | tee -a "$raw"
-    return "$rc"
-}
+source "$root/bench/bench_lib.sh"
 
 start=$SECONDS
 IFS=, read -r -a counts <<< "$gpus"
 for n in "${counts[@]}"; do
     t0=$SECONDS
     echo "# ---- $n GPU(s) ----" | tee -a "$raw"
-    run "$build/bench_data_parallel" --gpus "$n" "${sizes[@]}" || status=1
+    run "$build/bench_data_parallel" --gpus "$n" "${sizes[@]}"
     if [ "$use_mpi" -eq 1 ] && [ "$n" -ge 2 ]; then
-        run "$mpirun" -np "$n" --bind-to none -x NCCL_NVLS_ENABLE "$build/bench_ddp" "${sizes[@]}" "${ar_runs[@]}" || status=1
+        run "$mpirun" -np "$n" --bind-to none -x NCCL_NVLS_ENABLE "$build/bench_ddp" "${sizes[@]}" "${ar_runs[@]}"
     fi
     if [ "$use_torch" -eq 1 ]; then
-        run "$python" "$root/bench/bench_data_parallel.py" --gpus "$n" "${sizes[@]}" "${ar_runs[@]}" || status=1
+        run "$python" "$root/bench/bench_data_parallel.py" --gpus "$n" "${sizes[@]}" "${ar_runs[@]}"
     fi
     echo "# $n GPU(s): $((SECONDS - t0)) s" | tee -a "$raw"
 done
@@ -141,14 +132,7 @@ header="# $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ), GPU counts $gpus, $((SECO
 # PyTorch DataParallel: batch scattered from cuda:0 every step); ddp_gN = MPI ranks (cgrad) / DDP processes (PyTorch),
 # shards resident; ddplocal_gN = the same local batch without communication; allreduce = NCCL at the MLP gradient size;
 # dpgraph_gN / ddpgraph_gN = cgrad's dp / ddp step captured once in a CUDA graph (over the N GPUs / per rank) and replayed"
-echo
-echo "$header"
-grep -h '^# \(gpu\|torch\|MPI\|one process\)' "$raw" | sort -u
-echo "$table"
-if [ -n "${OUT:-}" ]; then
-    mkdir -p "$OUT"
-    { echo "$header"; grep -h '^# \(gpu\|torch\|MPI\|one process\)' "$raw" | sort -u; echo "$table"; } > "$OUT/dp_bench.txt"
-    cp "$raw" "$OUT/dp_bench_raw.txt"
-    echo "(written to $OUT/dp_bench.txt)"
-fi
+publish dp_bench "$header
+$(grep -h '^# \(gpu\|torch\|MPI\|one process\)' "$raw" | sort -u)
+$table"
 exit $status

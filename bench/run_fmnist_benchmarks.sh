@@ -60,10 +60,8 @@ if [ "$quick" -eq 1 ]; then
     mlp[-1]=1 cnn[-1]=1 cnn_drop[-1]=1
     extra=(--limit 5000)
 fi
-raw=$(mktemp)
-trap 'rm -f "$raw"' EXIT
-# Each line of output is kept; `tag` lines tell the table which configuration the results belong to.
-run() { echo "+ $*" >&2; "$@" 2>&1 | tee -a "$raw"; }
+source "$root/bench/bench_lib.sh"
+# `tag` lines in the raw output tell the table which configuration the results belong to.
 tag() { echo "tag $*" >> "$raw"; }
 
 if [ "$gpu" -eq 1 ]; then
@@ -121,10 +119,5 @@ table=$(awk -v threads="$threads" -v cpu_limit="$cpu_limit" -v drop="$cnn_dropou
         row("CPU MLP b128, " threads " threads, " cpu_limit " images", "cpu_mlp", "rate", ">= 1.0x", 1)
         row("CPU CNN b128, " threads " threads, " cpu_limit " images", "cpu_cnn", "rate", ">= 1.0x", 1)
     }' "$raw")
-echo
-echo "$table"
-if [ -n "${OUT:-}" ]; then
-    mkdir -p "$OUT"
-    echo "$table" > "$OUT/fmnist_bench.txt"
-    cp "$raw" "$OUT/fmnist_bench_raw.txt"
-fi
+publish fmnist_bench "$table"
+exit $status

@@ -68,15 +68,7 @@ if [ "$use_torch" -eq 1 ]; then
     [ "$torch_ok" -eq 1 ] || echo "# PyTorch not available (${python:-python3, /usr/bin/python3}: no torch)"
 fi
 
-raw=$(mktemp)
-trap 'rm -f "$raw"' EXIT
-status=0
-run() { # runs one program, shows its output, keeps it in $raw
-    echo "\$ $*"
-    "$@" 2>&1 | tee -a "$raw"
-    local rc=${PIPESTATUS[0]}
-    [ "$rc" -eq 0 ] || { echo "# FAILED (exit $rc): $*" | tee -a "$raw"; status=1; }
-}
+source "$root/bench/bench_lib.sh"
 
 start=$SECONDS
 for work in seed tiny wide cpu_seed; do
@@ -173,14 +165,7 @@ header="# $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs; benchmarks
 # backward, SGD step, synchronise; median of the timed steps (first step: median over processes)
 # floor: 2 x bytes(X) / copy bandwidth measured by cgrad (copy_* rows: read + write bytes / time)"
 notes=$(grep -h '^# \(gpu\|cpu\|torch\|no GPU\|PyTorch\|FAILED\)' "$raw" | sort -u)
-echo
-echo "$header"
-[ -n "$notes" ] && echo "$notes"
-echo "$table"
-if [ -n "${OUT:-}" ]; then
-    mkdir -p "$OUT"
-    { echo "$header"; [ -n "$notes" ] && echo "$notes"; echo "$table"; } > "$OUT/step_bench.txt"
-    cp "$raw" "$OUT/step_bench_raw.txt"
-    echo "(written to $OUT/step_bench.txt)"
-fi
+publish step_bench "$header${notes:+
+$notes}
+$table"
 exit $status
