@@ -59,33 +59,17 @@ else
 fi
 
 # Join the `result work=... impl=...` lines by work key.
-table=$(awk -v torch_ok="$torch_ok" '
-    function field(name,   i, kv) {
-        for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] }
-        return ""
-    }
-    $1 == "result" {
-        w = field("work"); impl = field("impl")
-        if (!(w in seen)) { seen[w] = 1; order[++nw] = w }
-        t[w, impl] = field("median_ms")
-        if (field("gbps") != "") bw[w, impl] = field("gbps")
-        if (impl == "cgrad" && field("floor_ms") != "") fl[w] = field("floor_ms")
-    }
-    function show(w, impl) {
-        if (!((w, impl) in t)) return (impl == "pytorch" && !torch_ok) ? "PyTorch not available" : "-"
-        s = sprintf("%.4f ms", t[w, impl])
-        if ((w, impl) in bw) s = s sprintf(" (%s GB/s)", bw[w, impl])
-        return s
-    }
+table=$(awk -v torch_ok="$torch_ok" -f "$root/bench/results.awk" -f /dev/stdin "$raw" <<'AWK'
     END {
         printf "%-30s | %-24s | %-24s | %-7s | %s\n", "work", "cgrad", "PyTorch", "ratio", "floor"
         for (i = 1; i <= nw; i++) {
             w = order[i]
-            r = ((w, "cgrad") in t && (w, "pytorch") in t) ? sprintf("%.3f", t[w, "cgrad"] / t[w, "pytorch"]) : "-"
             f = (w in fl) ? sprintf("%.4f ms", fl[w]) : "-"
-            printf "%-30s | %-24s | %-24s | %-7s | %s\n", w, show(w, "cgrad"), show(w, "pytorch"), r, f
+            printf "%-30s | %-24s | %-24s | %-7s | %s\n", w, show(w, "cgrad"), show(w, "pytorch"), ratio(w), f
         }
-    }' "$raw")
+    }
+AWK
+)
 
 header="# $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ); ratio = cgrad time / PyTorch time (< 1: cgrad faster)
 # floor = 40 bytes/element / copy bandwidth measured by cgrad (cos2sin2 rows)"

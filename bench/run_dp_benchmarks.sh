@@ -93,23 +93,7 @@ done
 
 # Join the `result work=... impl=...` lines by work key; the speed-up divides a key's time into
 # the time of the same workload's single_g1 key, for each implementation.
-table=$(awk -v torch_ok="$use_torch" '
-    function field(name,   i, kv) {
-        for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] }
-        return ""
-    }
-    $1 == "result" {
-        w = field("work"); impl = field("impl")
-        if (!(w in seen)) { seen[w] = 1; order[++nw] = w }
-        t[w, impl] = field("median_ms")
-        if (field("busbw_gbs") != "") bw[w, impl] = field("busbw_gbs")
-    }
-    function show(w, impl,   s) {
-        if (!((w, impl) in t)) return (impl == "pytorch" && !torch_ok) ? "PyTorch not available" : "-"
-        s = sprintf("%.4f ms", t[w, impl])
-        if ((w, impl) in bw) s = s sprintf(" (%s GB/s)", bw[w, impl])
-        return s
-    }
+table=$(awk -v torch_ok="$use_torch" -f "$root/bench/results.awk" -f /dev/stdin "$raw" <<'AWK'
     function speedup(w, impl,   b) {
         b = w
         if (!sub(/_(dp|dpgraph|ddp|ddpgraph)_g[0-9]+$/, "_single_g1", b)) return "-"
@@ -120,12 +104,13 @@ table=$(awk -v torch_ok="$use_torch" '
         printf "%-46s | %-26s | %-26s | %-6s | %s\n", "work", "cgrad", "PyTorch", "ratio", "speed-up over own 1 GPU (cgrad / PyTorch)"
         for (i = 1; i <= nw; i++) {
             w = order[i]
-            r = ((w, "cgrad") in t && (w, "pytorch") in t && t[w, "pytorch"] > 0) ? sprintf("%.3f", t[w, "cgrad"] / t[w, "pytorch"]) : "-"
             s = speedup(w, "cgrad") " / " speedup(w, "pytorch")
             if (s == "- / -") s = ""
-            printf "%-46s | %-26s | %-26s | %-6s | %s\n", w, show(w, "cgrad"), show(w, "pytorch"), r, s
+            printf "%-46s | %-26s | %-26s | %-6s | %s\n", w, show(w, "cgrad"), show(w, "pytorch"), ratio(w), s
         }
-    }' "$raw")
+    }
+AWK
+)
 
 header="# $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ), GPU counts $gpus, $((SECONDS - start)) s; ratio = cgrad time / PyTorch time (< 1: cgrad faster)
 # modes: single_g1 = plain model on 1 GPU; dp_gN = one process over N GPUs (cgrad: linear and mlp shards resident,
