@@ -442,7 +442,7 @@ void cg_test_step_free(cg_test_step *c) {
     cg_module_free(c->model);
 }
 
-float *cg_test_parameters(const cg_module *m, size_t *n) {
+static float *all_parameters(const cg_module *m, size_t *n) {
     *n = (size_t)cg_module_parameter_count(m);
     float *all = cg_test_malloc((*n ? *n : 1) * sizeof *all), *at = all;
     for (int i = 0; i < cg_module_num_parameters(m); i++) {
@@ -451,4 +451,12 @@ float *cg_test_parameters(const cg_module *m, size_t *n) {
         at += cg_numel(p);
     }
     return all;
+}
+
+void cg_test_assert_same_parameters(const cg_module *a, const cg_module *b) {
+    size_t na, nb;
+    float *pa = all_parameters(a, &na), *pb = all_parameters(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(pa, pb, na * sizeof *pa);
+    free(pa), free(pb);
 }

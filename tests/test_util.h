@@ -133,8 +133,8 @@ cg_status cg_test_mse_backward(void *ctx);
 cg_status cg_test_mse_step(void *ctx);
 /* The tensors, optimizer and model of a step, freed. */
 void cg_test_step_free(cg_test_step *c);
-/* Every parameter of m, concatenated on the host (free it); *n gets the count. */
-float *cg_test_parameters(const cg_module *m, size_t *n);
+/* a and b hold the same parameters, bit for bit (e.g. graph replays against eager steps). */
+void cg_test_assert_same_parameters(const cg_module *a, const cg_module *b);
 
 /* ---- comparisons ------------------------------------------------------------------------------- */
 /* A label printed with any failure that follows (e.g. "cg_add n=1023"); printf-style. */
