@@ -12,9 +12,10 @@
  *   mlp     MLP 4096 -> 4096 x 4 hidden (ReLU) -> 4096, global batch 8192
  * For each: the DDP step (key mode "ddp"), and the same model without DDP on the same local batch
  * ("ddplocal": the compute alone; ddp - ddplocal is the communication the backward pass did not
- * hide), and on GPU ranks the DDP step captured once with cg_graph_capture and replayed ("ddpgraph":
- * one launch a step). Step time: every rank times its steps, each ending with a synchronisation of its device;
- * per step the slowest rank counts; the median over the steps is reported.
+ * hide), and on GPU ranks the DDP step captured once with cg_graph_capture and replayed
+ * ("ddpgraph": one launch a step). Step time: every rank times its steps, each ending with a
+ * synchronisation of its device; per step the slowest rank counts; the median over the steps is
+ * reported.
  *
  * All-reduce (GPU ranks, NCCL headers present): ncclAllReduce (average, in place) over a buffer of
  * the MLP's gradient size, once as one call and once in DDP-bucket-sized calls, timed from a host
