@@ -72,17 +72,6 @@ static void take_string_flag(int *argc, char **argv, const char *name, const cha
     }
 }
 
-/* Takes the switch "--name" out of argv; true when it was there. */
-static bool take_switch(int *argc, char **argv, const char *name) {
-    bool found = false;
-    for (int i = 1; i < *argc; i++)
-        if (strcmp(argv[i], name) == 0) {
-            memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i) * sizeof *argv);
-            (*argc)--, i--, found = true;
-        }
-    return found;
-}
-
 /* ---- data ---------------------------------------------------------------------------------------- */
 /* "<dir>/<name>" when that uncompressed file exists, else "<dir>/<name>.gz". */
 static void idx_path(const char *dir, const char *name, char *buf, size_t len) {
@@ -407,7 +396,7 @@ int main(int argc, char **argv) {
     take_string_flag(&argc, argv, "--plot", &plot_path);
     take_string_flag(&argc, argv, "--save", &save_path);
     take_string_flag(&argc, argv, "--resume", &resume_path);
-    bool stop_on_nonfinite = take_switch(&argc, argv, "--stop-on-nonfinite");
+    bool stop_on_nonfinite = eu_take_switch(&argc, argv, "--stop-on-nonfinite");
     cg_device device = cg_default_device();
     int epochs = 10, seed = 0, threads = 0;
     int64_t batch = 128, limit = 0, save_every = 0;
