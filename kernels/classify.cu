@@ -35,9 +35,9 @@ __global__ void cross_entropy_forward_kernel(const float *__restrict__ x, const 
         float m = -INFINITY;
         for (int64_t j = lane; j < c; j += 32) m = fmaxf(m, row[j]);
         m = warp_max(m);
-        float sum = 0.0f;
-        for (int64_t j = lane; j < c; j += 32) sum += expf(row[j] - m);
-        const float log_sum = logf(warp_sum(sum));
+        float rest = 0.0f, ties = 0.0f;
+        for (int64_t j = lane; j < c; j += 32) cg_log_sum_add(row[j], m, &rest, &ties);
+        const float log_sum = cg_log_sum(m, warp_sum(rest), warp_sum(ties));
         for (int64_t j = lane; j < c; j += 32) out[j] = cg_log_softmax(row[j], m, log_sum);
         if (lane == 0) {
             int64_t k = cg_class_index(targets[i], c);

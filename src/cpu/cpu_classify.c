@@ -9,9 +9,9 @@ cg_status cg__cpu_cross_entropy_forward(const float *logits, const float *target
         float *y = logp + i * c;
         float m = -INFINITY;
         for (int64_t j = 0; j < c; j++) m = fmaxf(m, x[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < c; j++) sum += expf(x[j] - m);
-        float log_sum = logf(sum);
+        float rest = 0.0f, ties = 0.0f;
+        for (int64_t j = 0; j < c; j++) cg_log_sum_add(x[j], m, &rest, &ties);
+        float log_sum = cg_log_sum(m, rest, ties);
         for (int64_t j = 0; j < c; j++) y[j] = cg_log_softmax(x[j], m, log_sum);
         int64_t k = cg_class_index(targets[i], c);
         row_loss[i] = k < 0 ? NAN : -y[k];
