@@ -107,6 +107,19 @@ static void test_against_reference(void **state) {
     }
 }
 
+/* A confident row: the target logit 12 above the other nine, so the loss is log1p(9 e^-12), about
+ * 5.5e-5, and the target's gradient about -5.5e-5. As a plain float sum, 1 + 9 e^-12 rounds away
+ * most of the loss's digits; both must still come out to rtol 1e-5 (the seed of issue 4's CI run
+ * hit a row like this). */
+static void test_tiny_loss(void **state) {
+    (void)state;
+    cg_test_context("confident row on %s", cg_test_device_str());
+    enum { c = 10 };
+    float x[c] = {0.0f}, t[1] = {3.0f};
+    x[3] = 12.0f;
+    check_case(x, t, 1, c, false);
+}
+
 /* Logits of magnitude 1e4: exp would overflow without the row maximum, and m + log(sum) would round
  * to m's ulp (1e-3); the log_softmax form keeps full relative precision. */
 static void test_extreme_logits(void **state) {
@@ -358,7 +371,7 @@ static void test_accuracy(void **state) {
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
-        CG_TEST(test_against_reference), CG_TEST(test_extreme_logits), CG_TEST(test_composition),
+        CG_TEST(test_against_reference), CG_TEST(test_tiny_loss), CG_TEST(test_extreme_logits), CG_TEST(test_composition),
         CG_TEST(test_deterministic),     CG_TEST(test_special_values_and_errors), CG_TEST(test_argmax),
         CG_TEST(test_accuracy),
     };
