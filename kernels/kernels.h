@@ -35,15 +35,17 @@ cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g
                                   cudaStream_t stream);
 
 /* linear_skinny.cu: GEMMs with a side of o <= 16 that read the large operand once.
- * nt: y (n, o; ldy) = x (n, k; ldx) w^T, w (o, k; ldw); scratch holds cg_skinny_nt_scratch floats.
- * tn: dw (o, k; lddw) = g^T x, g (n, o; ldg), x (n, k; ldx); scratch holds chunks * o * k floats.
- * Both need k, the leading dims and the pointers 16-byte aligned (multiples of 4 floats). */
+ * nt: y (n, o; ldy) = x (n, k; ldx) w^T + bias, w (o, k; ldw), bias (o) or NULL; scratch holds
+ *     cg_skinny_nt_scratch floats.
+ * tn: dw (o, k; lddw) = g^T x, g (n, o; ldg), x (n, k; ldx), and db (o) = the sums of g's columns when
+ *     db is set; scratch holds cg_skinny_tn_scratch floats.
+ * Both need k, the leading dims and the pointers of x, w and dw 16-byte aligned (multiples of 4 floats). */
 int64_t cg_skinny_nt_scratch(int64_t n, int64_t k, int o);
-int64_t cg_skinny_tn_chunks(int o, int64_t n, int64_t k);
+int64_t cg_skinny_tn_scratch(int o, int64_t n, int64_t k);
 cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k,
-                                float *y, int64_t ldy, float *scratch, cudaStream_t stream);
+                                const float *bias, float *y, int64_t ldy, float *scratch, cudaStream_t stream);
 cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k,
-                                float *dw, int64_t lddw, int64_t chunks, float *scratch, cudaStream_t stream);
+                                float *dw, int64_t lddw, float *db, float *scratch, cudaStream_t stream);
 
 /* optim.cu: the SGD update over n contiguous parameters (momentum_buf NULL when momentum is 0). */
 cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,

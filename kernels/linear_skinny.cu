@@ -143,36 +143,51 @@ __global__ void __launch_bounds__(kThreads) nt_partial(const float *__restrict__
     __pipeline_wait_prior(0);  // the zero fills past the end, before the block's shared memory goes
 }
 
-// y[r][j] (ldy) = sum over chunks c of partial[c][r][j], in chunk order.
+// y[r][j] (ldy) = bias[j] (when set) + the sum over chunks c of partial[c][r][j]. A block sums 32
+// outputs: warp w adds chunks w, w + 8, ... in order, then the first warp adds the warps' sums in order.
 __global__ void sum_chunks_rows(const float *__restrict__ partial, int64_t chunks, int64_t n, int o,
-                                float *__restrict__ y, int64_t ldy) {
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * o; t += (int64_t)gridDim.x * blockDim.x) {
-        float s = 0.0f;
-        for (int64_t c = 0; c < chunks; c++) s += partial[c * n * o + t];
-        y[(t / o) * ldy + t % o] = s;
-    }
+                                const float *__restrict__ bias, float *__restrict__ y, int64_t ldy) {
+    __shared__ float sums[kWarps][32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t t = (int64_t)blockIdx.x * 32 + lane;
+    float s = 0.0f;
+    if (t < n * o)
+        for (int64_t c = warp; c < chunks; c += kWarps) s += partial[c * n * o + t];
+    sums[warp][lane] = s;
+    __syncthreads();
+    if (warp != 0 || t >= n * o) return;
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; w++) total += sums[w][lane];
+    y[(t / o) * ldy + t % o] = bias ? total + bias[t % o] : total;
 }
 
 constexpr int kColsPerBlock = kThreads * 4;  // k per block in the weight-gradient kernel
 constexpr int kTnStages = 8;                 // rows of x in flight per thread: 32 KB per block
 constexpr int kGRows = 128;                  // rows of g staged in shared memory at a time
 constexpr int kMinRowsPerChunk = 32;
-
-// partial[c][j][kk] = sum over rows r in chunk c of g[r][j] * x[r][kk]     g (n, O) ldg, x (n, k) ldx
-// A thread owns 4 columns and walks the chunk's rows; g's rows sit in shared memory, padded to
-// float4s (O4 per row), so a row of g is O4 broadcast loads.
+// dw[j][kk] (lddw) = sum over rows r of g[r][j] * x[r][kk], and db[j] = sum over r of g[r][j] when db
+// is set; g (n, O) ldg, x (n, k) ldx. The grid is (column blocks, chunks of rows). A thread owns 4
+// columns and walks its chunk's rows; g's rows sit in shared memory, padded to float4s (O4 per row),
+// so a row of g is O4 broadcast loads. Each block leaves its sums in partial[c][j][kk] (and, in column
+// block 0, partial_db[c][j]); the last block of a column block to finish, found by counting in
+// done[column block] (zeroed before the launch), adds the chunks in order.
 template <int O>
-__global__ void __launch_bounds__(kThreads) tn_partial(const float *__restrict__ g, int64_t ldg,
-                                                        const float *__restrict__ x, int64_t ldx, int64_t n,
-                                                        int64_t k, int64_t rows_per_chunk,
-                                                        float *__restrict__ partial) {
+__global__ void __launch_bounds__(kThreads) tn_reduce(const float *__restrict__ g, int64_t ldg,
+                                                       const float *__restrict__ x, int64_t ldx, int64_t n, int64_t k,
+                                                       int64_t rows_per_chunk, float *__restrict__ partial,
+                                                       float *__restrict__ partial_db, unsigned *__restrict__ done,
+                                                       float *__restrict__ dw, int64_t lddw, float *__restrict__ db) {
     constexpr int O4 = (O + 3) / 4;
     __shared__ float4 ring[kTnStages][kThreads];
     __shared__ float4 g_tile[kGRows][O4];
+    __shared__ float g_sums[kWarps][O4 * 4];
+    __shared__ bool last;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t col = ((int64_t)blockIdx.x * kThreads + threadIdx.x) * 4;
     const int64_t r_begin = (int64_t)blockIdx.y * rows_per_chunk;
     const int rows = (int)(min(r_begin + rows_per_chunk, n) - r_begin);
     const bool active = col < k;  // k is a multiple of 4
+    const bool sums_g = db && blockIdx.x == 0;
     const float *xp = x + r_begin * ldx + col;
     auto issue = [&](int r) {
         copy16_async(&ring[r % kTnStages][threadIdx.x], xp + r * ldx, active && r < rows);
@@ -182,6 +197,7 @@ __global__ void __launch_bounds__(kThreads) tn_partial(const float *__restrict__
     float4 acc[O];
 #pragma unroll
     for (int j = 0; j < O; j++) acc[j] = make_float4(0, 0, 0, 0);
+    float g_sum = 0.0f;  // lane j < O: column j of g over the staged rows rr = warp (mod kWarps)
     for (int r = 0; r < rows; r++) {
         if (r % kGRows == 0) {  // the barriers stall the arithmetic only: copies stay in flight
             __syncthreads();
@@ -191,6 +207,8 @@ __global__ void __launch_bounds__(kThreads) tn_partial(const float *__restrict__
                 gs[i] = r + rr < rows && j < O ? g[(r_begin + r + rr) * ldg + j] : 0.0f;
             }
             __syncthreads();
+            if (sums_g && lane < O)
+                for (int rr = warp; rr < kGRows; rr += kWarps) g_sum += gs[rr * O4 * 4 + lane];
         }
         issue(r + kTnStages - 1);
         __pipeline_wait_prior(kTnStages - 1);  // row r's copy has landed
@@ -208,25 +226,40 @@ __global__ void __launch_bounds__(kThreads) tn_partial(const float *__restrict__
         }
     }
     __pipeline_wait_prior(0);  // the zero fills past the end, before the block's shared memory goes
-    if (!active) return;
+    if (active)
 #pragma unroll
-    for (int j = 0; j < O; j++)
-        *reinterpret_cast<float4 *>(partial + ((int64_t)blockIdx.y * O + j) * k + col) = acc[j];
-}
-
-// dw[j][kk] (lddw) = sum over chunks c of partial[c][j][kk], in chunk order.
-__global__ void sum_chunks_cols(const float *__restrict__ partial, int64_t chunks, int o, int64_t k,
-                                float *__restrict__ dw, int64_t lddw) {
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < o * k; t += (int64_t)gridDim.x * blockDim.x) {
-        float s = 0.0f;
-        for (int64_t c = 0; c < chunks; c++) s += partial[c * o * k + t];
-        dw[(t / k) * lddw + t % k] = s;
+        for (int j = 0; j < O; j++)
+            *reinterpret_cast<float4 *>(partial + ((int64_t)blockIdx.y * O + j) * k + col) = acc[j];
+    if (sums_g) {  // the block's sums of g's columns, warps in order
+        if (lane < O) g_sums[warp][lane] = g_sum;
+        __syncthreads();
+        if (threadIdx.x < O) {
+            float s = 0.0f;
+            for (int w = 0; w < kWarps; w++) s += g_sums[w][threadIdx.x];
+            partial_db[blockIdx.y * O + threadIdx.x] = s;
+        }
     }
-}
-
-unsigned blocks_for(int64_t items) {
-    int64_t b = (items + kThreads - 1) / kThreads;
-    return (unsigned)(b < 1 ? 1 : b > 132 * 16 ? 132 * 16 : b);
+    __threadfence();  // this block's partials are visible before it counts itself done
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&done[blockIdx.x], 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (active)
+        for (int j = 0; j < O; j++) {
+            float4 s = make_float4(0, 0, 0, 0);
+            for (unsigned c = 0; c < gridDim.y; c++) {  // L2 reads: the partials come from other SMs
+                const float4 p = __ldcg(reinterpret_cast<const float4 *>(partial + ((int64_t)c * O + j) * k + col));
+                s.x += p.x, s.y += p.y, s.z += p.z, s.w += p.w;
+            }
+            float *out = dw + j * lddw + col;
+            out[0] = s.x, out[1] = s.y, out[2] = s.z, out[3] = s.w;
+        }
+    if (sums_g && threadIdx.x < O) {
+        float s = 0.0f;
+        for (unsigned c = 0; c < gridDim.y; c++) s += __ldcg(partial_db + c * O + threadIdx.x);
+        db[threadIdx.x] = s;
+    }
 }
 
 // nt_partial<O> may use shared memory past the 48 KB default. The attribute belongs to the current
@@ -244,24 +277,37 @@ cudaError_t allow_nt_smem() {
 }
 
 template <int O>
-cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k, float *y,
-                      int64_t ldy, float *scratch, cudaStream_t stream) {
+cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k,
+                      const float *bias, float *y, int64_t ldy, float *scratch, cudaStream_t stream) {
     const int64_t rows_per_block = (int64_t)kRowsPerBlock * kRowGroups;
     dim3 grid((unsigned)((n + rows_per_block - 1) / rows_per_block), (unsigned)((k + chunk_k(O) - 1) / chunk_k(O)));
     cudaError_t e = allow_nt_smem<O>();
     if (e != cudaSuccess) return e;
     nt_partial<O><<<grid, kThreads, nt_smem_bytes<O>(), stream>>>(x, ldx, w, ldw, n, k, scratch);
-    sum_chunks_rows<<<blocks_for(n * O), kThreads, 0, stream>>>(scratch, grid.y, n, O, y, ldy);
+    sum_chunks_rows<<<(unsigned)((n * O + 31) / 32), kThreads, 0, stream>>>(scratch, grid.y, n, O, bias, y, ldy);
     return cudaGetLastError();
+}
+
+// Chunks of rows in the weight-gradient grid: about 6 blocks per SM of an H100 over the whole grid
+// (at k = 100000: 98 x 8 blocks), at least kMinRowsPerChunk rows each. Depends only on the shape.
+int64_t tn_chunks(int64_t n, int64_t k) {
+    const int64_t col_blocks = (k + kColsPerBlock - 1) / kColsPerBlock;
+    int64_t chunks = 132 * 6 / col_blocks;
+    if (chunks > (n + kMinRowsPerChunk - 1) / kMinRowsPerChunk) chunks = (n + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
+    return chunks < 1 ? 1 : chunks;
 }
 
 template <int O>
 cudaError_t launch_tn(const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k, float *dw,
-                      int64_t lddw, int64_t chunks, float *scratch, cudaStream_t stream) {
-    int64_t rows_per_chunk = (n + chunks - 1) / chunks;
-    dim3 grid((unsigned)((k + kColsPerBlock - 1) / kColsPerBlock), (unsigned)chunks);
-    tn_partial<O><<<grid, kThreads, 0, stream>>>(g, ldg, x, ldx, n, k, rows_per_chunk, scratch);
-    sum_chunks_cols<<<blocks_for(O * k), kThreads, 0, stream>>>(scratch, chunks, O, k, dw, lddw);
+                      int64_t lddw, float *db, float *scratch, cudaStream_t stream) {
+    const int64_t chunks = tn_chunks(n, k), rows_per_chunk = (n + chunks - 1) / chunks;
+    const unsigned col_blocks = (unsigned)((k + kColsPerBlock - 1) / kColsPerBlock);
+    float *partial_db = scratch + chunks * O * k;
+    unsigned *done = reinterpret_cast<unsigned *>(partial_db + chunks * O);
+    cudaError_t e = cudaMemsetAsync(done, 0, col_blocks * sizeof *done, stream);
+    if (e != cudaSuccess) return e;
+    tn_reduce<O><<<dim3(col_blocks, (unsigned)chunks), kThreads, 0, stream>>>(g, ldg, x, ldx, n, k, rows_per_chunk, scratch,
+                                                                             partial_db, done, dw, lddw, db);
     return cudaGetLastError();
 }
 
@@ -271,20 +317,16 @@ extern "C" int64_t cg_skinny_nt_scratch(int64_t n, int64_t k, int o) {
     return ((k + chunk_k(o) - 1) / chunk_k(o)) * n * o;
 }
 
-extern "C" int64_t cg_skinny_tn_chunks(int o, int64_t n, int64_t k) {
-    // About 6 blocks per SM of an H100 over the whole grid (at k = 100000: 98 x 8 blocks, measured
-    // best among 4 to 16 chunks); more chunks only add partial-sum traffic. Depends only on the shape.
-    (void)o;
-    int64_t col_blocks = (k + kColsPerBlock - 1) / kColsPerBlock;
-    int64_t chunks = 132 * 6 / col_blocks;
-    if (chunks > (n + kMinRowsPerChunk - 1) / kMinRowsPerChunk) chunks = (n + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
-    return chunks < 1 ? 1 : chunks;
+// The chunks' partials of dw and db, then a counter per column block.
+extern "C" int64_t cg_skinny_tn_scratch(int o, int64_t n, int64_t k) {
+    return tn_chunks(n, k) * (o * k + o) + (k + kColsPerBlock - 1) / kColsPerBlock;
 }
 
 extern "C" cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n,
-                                           int64_t k, float *y, int64_t ldy, float *scratch, cudaStream_t stream) {
+                                           int64_t k, const float *bias, float *y, int64_t ldy, float *scratch,
+                                           cudaStream_t stream) {
     switch (o) {
-#define CASE(O) case O: return launch_nt<O>(x, ldx, w, ldw, n, k, y, ldy, scratch, stream);
+#define CASE(O) case O: return launch_nt<O>(x, ldx, w, ldw, n, k, bias, y, ldy, scratch, stream);
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
         CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
 #undef CASE
@@ -293,10 +335,10 @@ extern "C" cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, c
 }
 
 extern "C" cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n,
-                                           int64_t k, float *dw, int64_t lddw, int64_t chunks, float *scratch,
+                                           int64_t k, float *dw, int64_t lddw, float *db, float *scratch,
                                            cudaStream_t stream) {
     switch (o) {
-#define CASE(O) case O: return launch_tn<O>(g, ldg, x, ldx, n, k, dw, lddw, chunks, scratch, stream);
+#define CASE(O) case O: return launch_tn<O>(g, ldg, x, ldx, n, k, dw, lddw, db, scratch, stream);
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
         CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
 #undef CASE

@@ -135,7 +135,7 @@ static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x,
 
 /* y = x W^T + b: dx = g W, dW = g^T x, db = sum of g over the batch. dW and db go straight into the
  * parameters' gradient buffers when those are empty, as they are after zero_grad; on a GPU db comes
- * out of dW's GEMM where cuBLASLt can fuse it. */
+ * out of dW's GEMM (cuBLASLt's epilogue, or the skinny kernel's pass over g). */
 static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *x = n->saved[0], *w = n->saved[1];
     bool want_db = n->ninputs == 3 && n->needs_grad[2], db_done = false;

@@ -200,6 +200,8 @@ typedef struct dp_case {
     bool two_forwards;       /* the batch as two forward calls (rows split 7:6-ish) and one backward of
                                 the summed losses: the wrapper used twice in one graph */
     size_t bucket_bytes;     /* > 0: cg_data_parallel_set_bucket_bytes (4: a bucket per parameter) */
+    int64_t final_batch;     /* > 0: the last step's batch; a smaller one leaves replicas idle that had
+                                gradients in the steps before, and those must not count */
 } dp_case;
 
 static const cg_sgd_options kPlain = {.lr = 0.1f};
@@ -274,27 +276,28 @@ static void run_case(const dp_case *c) {
         cg_scope *scope = cg_scope_begin();
         CG_TEST_STATUS_OK(cg_optimizer_zero_grad(opt_ref));
         CG_TEST_STATUS_OK(cg_optimizer_zero_grad(opt_dp));
+        const int64_t batch = step == STEPS - 1 && c->final_batch ? c->final_batch : c->batch;
         for (int b = 0; b < backwards; b++) {
-            float *hx = cg_test_uniform_buf((size_t)c->batch * IN, -1.5, 1.5);
-            float *ht = cg_test_uniform_buf((size_t)c->batch * OUT, -1, 1);
+            float *hx = cg_test_uniform_buf((size_t)batch * IN, -1.5, 1.5);
+            float *ht = cg_test_uniform_buf((size_t)batch * OUT, -1, 1);
             if (c->two_forwards) {
                 two_forwards(c, dp, ref, hx, ht);
                 free(hx), free(ht);
                 continue;
             }
             /* reference: the full batch on one GPU */
-            cg_tensor *xr = cg_test_tensor_at(hx, 2, (int64_t[]){c->batch, IN}, first, __FILE__, __LINE__);
-            cg_tensor *tr = cg_test_tensor_at(ht, 2, (int64_t[]){c->batch, OUT}, first, __FILE__, __LINE__);
+            cg_tensor *xr = cg_test_tensor_at(hx, 2, (int64_t[]){batch, IN}, first, __FILE__, __LINE__);
+            cg_tensor *tr = cg_test_tensor_at(ht, 2, (int64_t[]){batch, OUT}, first, __FILE__, __LINE__);
             cg_tensor *yr = CG_TEST_OK(cg_module_forward(ref, xr));
             CG_TEST_STATUS_OK(cg_backward(CG_TEST_OK(cg_mse_loss(yr, tr, CG_REDUCTION_MEAN))));
             /* DataParallel: the output is gathered whole on the output device */
-            cg_test_poison_cache(out_dev, (size_t)c->batch * OUT);
-            cg_tensor *y = dp_forward(c, dp, hx, c->batch);
-            CG_TEST_ASSERT_SHAPE(y, c->batch, OUT);
+            cg_test_poison_cache(out_dev, (size_t)batch * OUT);
+            cg_tensor *y = dp_forward(c, dp, hx, batch);
+            CG_TEST_ASSERT_SHAPE(y, batch, OUT);
             assert_true(cg_device_equal(cg_device_of(y), out_dev));
             snprintf(label, sizeof label, "%s: output, step %d, batch %d", c->label, step, b);
             assert_tensors_close(y, yr, RTOL, label);
-            cg_tensor *t = cg_test_tensor_at(ht, 2, (int64_t[]){c->batch, OUT}, out_dev, __FILE__, __LINE__);
+            cg_tensor *t = cg_test_tensor_at(ht, 2, (int64_t[]){batch, OUT}, out_dev, __FILE__, __LINE__);
             CG_TEST_STATUS_OK(cg_backward(CG_TEST_OK(cg_mse_loss(y, t, CG_REDUCTION_MEAN))));
             free(hx), free(ht);
         }
@@ -412,6 +415,9 @@ static void test_two_gpus_small_batches(void **state) {
     dp_case one = {.label = "2 GPUs, batch 1 (one replica)", .n = 2, .ids = {0, 1}, .output = -1, .batch = 1,
                    .sgd = kNesterov};
     run_case(&one);
+    dp_case shrink = {.label = "2 GPUs, batch 13 then 1", .n = 2, .ids = {0, 1}, .output = -1, .batch = 13,
+                      .sgd = kNesterov, .final_batch = 1};
+    run_case(&shrink);
 }
 
 /* The output device may differ from the first device, and the list need not start at 0. */

@@ -1,10 +1,10 @@
 /* cgrad-test: cpu cuda */
 /* cg_linear's forward and its three gradients against double references, on shapes that take the
  * bias-fused cuBLASLt GEMMs on the GPU (the bias in the forward GEMM's epilogue, the bias gradient out
- * of the weight gradient's GEMM) and on shapes that do not (the skinny kernels): large and odd sizes,
- * one row, with and without bias, transposed inputs, parameters at odd offsets of a module's buffers,
- * gradients accumulated into existing ones, frozen weight or bias, TF32 (looser), and bit-for-bit
- * repeats. The CPU binary runs the same checks on the CPU path. */
+ * of the weight gradient's GEMM) and on shapes that take the skinny kernels (which fuse both too):
+ * large and odd sizes, one row, with and without bias, transposed inputs, parameters at odd offsets of
+ * a module's buffers, gradients accumulated into existing ones, frozen weight or bias, TF32 (looser),
+ * and bit-for-bit repeats. The CPU binary runs the same checks on the CPU path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,7 +163,8 @@ static const int64_t shapes[][3] = {
     {37, 129, 65},      /* odd everywhere */
     {1, 129, 65},       /* one row */
     {300, 64, 17},      /* just wider than the skinny kernels */
-    {2048, 1024, 16},   /* the skinny kernels' (bias added and reduced on its own) */
+    {2048, 1024, 16},   /* the skinny kernels; the weight gradient: 1 column block of 64 row chunks */
+    {200, 40000, 10},   /* the skinny kernels; the weight gradient: 40 column blocks of 7 row chunks */
 };
 
 static void test_shapes(void **state) {

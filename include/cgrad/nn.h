@@ -69,8 +69,9 @@ typedef struct cg_sgd_options {
 
 /* torch.optim.SGD over every parameter of m. */
 cg_optimizer *cg_sgd_new(cg_module *m, cg_sgd_options options);
-/* Sets every gradient to none: one memset of the gradient buffer, and every parameter's
- * "has grad" flag cleared, so step() skips parameters that get no gradient before it. */
+/* Sets every gradient to none, as PyTorch's set_to_none: every parameter's "has grad" flag is
+ * cleared (no kernel runs; the next backward overwrites the buffer), so cg_grad returns NULL and
+ * step() skips parameters that get no gradient before it. */
 cg_status cg_optimizer_zero_grad(cg_optimizer *opt);
 cg_status cg_optimizer_step(cg_optimizer *opt);
 void cg_optimizer_free(cg_optimizer *opt);

@@ -167,17 +167,18 @@ static bool skinny_fits(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
     return (nt && aligned4(a, lda) && aligned4(b, ldb)) || (tn && aligned4(b, ldb) && ((uintptr_t)c & 15) == 0);
 }
 
-/* Runs the skinny kernel of a GEMM that skinny_fits: nt when a is not transposed, else tn. */
+/* Runs the skinny kernel of a GEMM that skinny_fits: nt when a is not transposed (adding bias to
+ * every row when set), else tn (summing a's rows into bias_grad when set). */
 static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int64_t n, int64_t k, const float *a,
-                             int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+                             int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
+                             float *bias_grad) {
     bool nt = !trans_a;
     cg_device d = cg_cuda(ctx->index);
-    int64_t chunks = nt ? 0 : cg_skinny_tn_chunks((int)m, k, n);
-    size_t bytes = (size_t)(nt ? cg_skinny_nt_scratch(m, k, (int)n) : chunks * m * n) * sizeof(float);
+    size_t bytes = (size_t)(nt ? cg_skinny_nt_scratch(m, k, (int)n) : cg_skinny_tn_scratch((int)m, k, n)) * sizeof(float);
     float *scratch = cg__alloc(d, bytes);
     if (!scratch) return cg_last_status();
-    cudaError_t e = nt ? cg_launch_skinny_nt((int)n, a, lda, b, ldb, m, k, c, ldc, scratch, ctx->stream)
-                       : cg_launch_skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc, chunks, scratch, ctx->stream);
+    cudaError_t e = nt ? cg_launch_skinny_nt((int)n, a, lda, b, ldb, m, k, bias, c, ldc, scratch, ctx->stream)
+                       : cg_launch_skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc, bias_grad, scratch, ctx->stream);
     cg__free(d, scratch, bytes); /* stream order makes the reuse safe */
     if (e != cudaSuccess) return cg__cuda_error(e, nt ? "cg_launch_skinny_nt" : "cg_launch_skinny_tn", __FILE__, __LINE__);
     return CG_OK;
@@ -221,7 +222,7 @@ static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
         return cg__fail(CG_ERR_SHAPE, "cuda gemm: dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int", (long long)m,
                         (long long)n, (long long)k);
     if (skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c))
-        return skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc);
+        return skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
     cublasMath_t math = cg_get_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     if (math != ctx->cublas_math) {
         CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, math));
@@ -233,15 +234,21 @@ static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     return CG_OK;
 }
 
-/* The bias-fused GEMM for the shapes cuda_gemm would give cuBLAS; the skinny kernels keep theirs. */
+/* The bias-fused GEMM: the skinny kernels fuse a forward's bias (nt) and a weight gradient's bias
+ * gradient (tn); cuBLASLt's epilogues take the other shapes that cuda_gemm would give cuBLAS. */
 static cg_status cuda_gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                                 int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
                                 float *bias_grad, int index, bool *fused) {
     cg_cuda_context *ctx;
     *fused = false;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    if (!dims_fit_int(m, n, k, lda, ldb, ldc) || skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c))
+    if (!dims_fit_int(m, n, k, lda, ldb, ldc)) return CG_OK;
+    if (skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c)) {
+        if (trans_a ? !bias_grad : !bias) return CG_OK; /* the other pass stays the caller's */
+        CG_TRY(skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, bias, bias_grad));
+        *fused = true;
         return CG_OK;
+    }
     return cg__cuda_gemm_lt(ctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, bias, bias_grad, fused);
 }
 

@@ -39,8 +39,9 @@ cg_status cg_optimizer_zero_grad(cg_optimizer *opt) {
     if (!opt) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_zero_grad: optimizer is NULL");
     for (int r = 0; r < opt->nroots; r++) {
         cg_module *m = opt->roots[r];
+        /* No fill: an undefined gradient is never read (the next backward overwrites it, optimizers
+         * skip it, and gradient buckets zero it when it gets none), as PyTorch's set_to_none. */
         for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = false;
-        CG_TRY(cg__backend_for(m->device)->fill(m->flat_grad, 0.0f));
     }
     return CG_OK;
 }

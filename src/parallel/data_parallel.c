@@ -90,7 +90,6 @@ static cg_status dp_begin_backward(cg_module *dp) {
     for (int r = 1; r < st->n; r++) {
         cg_module *m = dp->replicas[r];
         for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = false;
-        CG_TRY(cg__backend_for(m->device)->fill(m->flat_grad, 0.0f));
     }
     CG_TRY(cg__queue_backward_callback(dp_sync_gradients, dp));
     st->in_backward = true;

@@ -59,6 +59,16 @@ void cg__grad_buckets_arm(cg_grad_buckets *gb) {
     gb->armed = true;
 }
 
+/* zero_grad leaves the buffers alone, so a parameter of bucket b with no gradient since then holds
+ * stale values: zeros go in before the bucket is combined. */
+static void zero_undefined(cg_grad_buckets *gb, int r, int b) {
+    for (int i = 0; i < gb->nparams && gb->failure == CG_OK; i++) {
+        cg_tensor *p = gb->replicas[r]->params[i].tensor;
+        if (gb->hooks[r * gb->nparams + i].bucket == b && !p->grad_defined)
+            gb->failure = cg__backend_for(p->device)->fill(p->grad, 0.0f);
+    }
+}
+
 cg_status cg__grad_buckets_flush(cg_grad_buckets *gb) {
     gb->armed = false;
     for (int b = gb->nbuckets - 1; b >= 0; b--)
@@ -66,6 +76,7 @@ cg_status cg__grad_buckets_flush(cg_grad_buckets *gb) {
             int *done = &gb->done[r * gb->nbuckets + b];
             if (*done == gb->buckets[b].params) continue;
             *done = gb->buckets[b].params;
+            zero_undefined(gb, r, b);
             replica_done(gb, r, b);
         }
     return gb->failure;
