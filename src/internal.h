@@ -327,8 +327,9 @@ cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int 
 cg_status cg__nccl_mark(cg_nccl *c, int local, int mark);
 /* Sums (or averages) bufs[i] (count floats on the i-th local device) on a stream of its own per
  * device, which first waits for that device's mark `after` (after < 0: the work queued so far), so
- * later compute overlaps it; the compute streams wait for it in cg__nccl_join. */
-cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, int after);
+ * later compute overlaps it; the compute streams wait for it in cg__nccl_join. last: nothing later
+ * overlaps it (a pass's final bucket), so it may take the SMs that overlapping ones leave to compute. */
+cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, int after, bool last);
 cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int root);
 cg_status cg__nccl_join(cg_nccl *c); /* compute streams wait for the side streams' collectives */
 void cg__nccl_free(cg_nccl *c);

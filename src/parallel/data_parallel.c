@@ -39,7 +39,8 @@ static cg_status dp_launch_bucket(void *ctx, int bucket, int64_t begin, int64_t 
     dp_state *st = ((cg_module *)ctx)->state;
     float *bufs[CG_NODE_MAX_INPUTS];
     for (int r = 0; r < st->n; r++) bufs[r] = st->grad_bufs[r] + begin;
-    return cg__nccl_allreduce(st->nccl, bufs, end - begin, false, bucket);
+    bool last = bucket == cg__grad_buckets_count(st->buckets) - 1; /* the first parameters: backward's end */
+    return cg__nccl_allreduce(st->nccl, bufs, end - begin, false, bucket, last);
 }
 
 static cg_status dp_make_buckets(cg_module *dp, size_t bytes) {

@@ -11,7 +11,7 @@ cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int 
     return no_nccl();
 }
 cg_status cg__nccl_mark(cg_nccl *c, int local, int mark) { return no_nccl(); }
-cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, int after) {
+cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, int after, bool last) {
     return no_nccl();
 }
 cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int root) { return no_nccl(); }
