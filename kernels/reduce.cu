@@ -25,9 +25,10 @@ __global__ void sum_rows_chunked(const float *__restrict__ x, int64_t n, int64_t
     if (threadIdx.x == 0) partial[blockIdx.x] = shared[0] * scale;
 }
 
-// The first pass of MSE: partial[chunk] = sum over the chunk of (a - b)^2, as sum_rows_chunked.
+// The first pass of MSE: partial[chunk] = scale * the sum over the chunk of (a - b)^2, as
+// sum_rows_chunked.
 __global__ void sum_sqdiff_chunked(const float *__restrict__ a, const float *__restrict__ b, int64_t n,
-                                   int64_t chunk_len, float *__restrict__ partial) {
+                                   int64_t chunk_len, float scale, float *__restrict__ partial) {
     __shared__ float shared[kThreads];
     int64_t lo = blockIdx.x * chunk_len, hi = min(lo + chunk_len, n);
     float acc = 0.0f;
@@ -41,7 +42,7 @@ __global__ void sum_sqdiff_chunked(const float *__restrict__ a, const float *__r
         if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
         __syncthreads();
     }
-    if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
+    if (threadIdx.x == 0) partial[blockIdx.x] = shared[0] * scale;
 }
 
 // MSE's gradient: out = (a - b) * (factor * g[0]), g read on the device (no host round trip).
@@ -69,8 +70,9 @@ __global__ void sum_columns_chunked(const float *__restrict__ x, int64_t outer, 
 }  // namespace
 
 extern "C" cudaError_t cg_launch_sum_sqdiff_chunks(const float *a, const float *b, int64_t n, int64_t chunks,
-                                                   int64_t chunk_len, float *partial, cudaStream_t stream) {
-    sum_sqdiff_chunked<<<(unsigned)chunks, kThreads, 0, stream>>>(a, b, n, chunk_len, partial);
+                                                   int64_t chunk_len, float scale, float *partial,
+                                                   cudaStream_t stream) {
+    sum_sqdiff_chunked<<<(unsigned)chunks, kThreads, 0, stream>>>(a, b, n, chunk_len, scale, partial);
     return cudaGetLastError();
 }
 
