@@ -91,7 +91,7 @@ cg_status cg__nccl_unique_id(unsigned char id[CG_NCCL_ID_BYTES]) {
  * MLP 4096x4 step, batch 8192, one MPI rank per H200, with the CUDA graph: on 4 GPUs 19.78 ms with
  * 8 CTAs against 20.51 with 16, 20.74 with 12, 20.20 with 6 and 20.36 with 4; on 2 GPUs 38.83 with 8,
  * 38.69 with 16. The last collective of a pass overlaps nothing and takes NCCL's own choice (the
- * tail communicators). CGRAD_NCCL_CTAS overrides the overlapping ones' limit: "default" (NCCL's
+ * tail communicators: about 250 MiB more per GPU on 2 H200s). CGRAD_NCCL_CTAS overrides the overlapping ones' limit: "default" (NCCL's
  * choice), "efficiency" (NCCL_CTA_POLICY_EFFICIENCY) or a count. NCCL_MAX_CTAS, when set, is NCCL's
  * to apply to both. */
 #define CG_NCCL_DEFAULT_MAX_CTAS 8
