@@ -35,11 +35,10 @@ static cg_status dp_replica_done(void *ctx, int replica, int bucket) {
 }
 
 /* Every replica's part is final: sum the bucket's range across them, on the NCCL side streams. */
-static cg_status dp_launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end) {
+static cg_status dp_launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end, bool last) {
     dp_state *st = ((cg_module *)ctx)->state;
     float *bufs[CG_NODE_MAX_INPUTS];
     for (int r = 0; r < st->n; r++) bufs[r] = st->grad_bufs[r] + begin;
-    bool last = bucket == cg__grad_buckets_count(st->buckets) - 1; /* the first parameters: backward's end */
     return cg__nccl_allreduce(st->nccl, bufs, end - begin, false, bucket, last);
 }
 

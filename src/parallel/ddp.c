@@ -101,13 +101,13 @@ typedef struct ddp_state {
 
 /* Averages one bucket across ranks: NCCL on a side stream (overlapping the rest of backward), or
  * MPI on the CPU, where the gradients are already final when the hook runs. */
-static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end) {
+static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end, bool last) {
+    (void)bucket;
     ddp_state *st = ctx;
     cg_module *m = st->module;
     float *data = cg__data(m->flat_grad) + begin;
     int64_t count = end - begin;
     if (st->dist->world == 1 || count == 0) return CG_OK;
-    bool last = bucket == cg__grad_buckets_count(st->buckets) - 1; /* the first parameters: backward's end */
     if (m->device.type == CG_CUDA) return cg__nccl_allreduce(st->dist->nccl, &data, count, true, -1, last);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: a bucket of %lld floats is too large for MPI", (long long)count);
     CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));

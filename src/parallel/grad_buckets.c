@@ -27,12 +27,10 @@ struct cg_grad_buckets {
     cg_status failure;  /* the pass's first failure, returned by flush */
 };
 
-int cg__grad_buckets_count(const cg_grad_buckets *gb) { return gb->nbuckets; }
-
 static void launch(cg_grad_buckets *gb, int b) {
     bucket *bk = &gb->buckets[b];
     bk->launched = true;
-    if (gb->failure == CG_OK) gb->failure = gb->ops.launch(gb->ctx, b, bk->begin, bk->end);
+    if (gb->failure == CG_OK) gb->failure = gb->ops.launch(gb->ctx, b, bk->begin, bk->end, b == gb->nbuckets - 1);
 }
 
 static void replica_done(cg_grad_buckets *gb, int r, int b) {

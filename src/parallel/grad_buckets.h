@@ -15,15 +15,15 @@ typedef struct cg_grad_bucket_ops {
     /* Optional: replica r has finished bucket b (what its device has queued so far is all that the
      * bucket must wait for there). */
     cg_status (*replica_done)(void *ctx, int replica, int bucket);
-    /* Every replica has finished bucket b: combine elements [begin, end) of the flat buffers. */
-    cg_status (*launch)(void *ctx, int bucket, int64_t begin, int64_t end);
+    /* Every replica has finished bucket b: combine elements [begin, end) of the flat buffers. last:
+     * the bucket backward finishes last (the first parameters), which nothing overlaps. */
+    cg_status (*launch)(void *ctx, int bucket, int64_t begin, int64_t end, bool last);
 } cg_grad_bucket_ops;
 
 /* Buckets of at least bucket_bytes (the last may be smaller) over the replicas' shared parameter
  * layout, hooked to every replica's parameters. NULL (with the error set) when out of memory. */
 cg_grad_buckets *cg__grad_buckets_new(cg_module *const *replicas, int nreplicas, size_t bucket_bytes,
                                       const cg_grad_bucket_ops *ops, void *ctx);
-int cg__grad_buckets_count(const cg_grad_buckets *b);
 /* At the start of a backward pass: hooks that fire outside an armed pass are ignored. */
 void cg__grad_buckets_arm(cg_grad_buckets *b);
 /* At its end: the buckets not launched yet (parameters that got no gradient) go now, in a fixed
