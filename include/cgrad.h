@@ -62,6 +62,9 @@ int cg_cuda_device_count(void);    /* 0 when there is no GPU or no driver */
 bool cg_cuda_is_available(void);
 /* Why CUDA is unavailable (e.g. "no CUDA driver"), or "" when it is available. */
 const char *cg_cuda_unavailable_reason(void);
+/* Whether cuda:device can read and write cuda:peer's memory directly (NVLink or PCIe peer access), as
+ * torch.cuda.can_device_access_peer; false for a missing device, the same device, or no CUDA. */
+bool cg_cuda_can_access_peer(int device, int peer);
 /* The best device present: cuda:0 when a GPU exists, else the CPU. */
 cg_device cg_default_device(void);
 /* Parses "cpu", "cuda", "cuda:N". Fails (CG_ERR_DEVICE) on anything else or a missing GPU. */

@@ -47,6 +47,27 @@ cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, const float 
 cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k,
                                 float *dw, int64_t lddw, float *db, float *scratch, cudaStream_t stream);
 
+/* allreduce_peer.cu: every participant's bufs[q] (count floats, as this device addresses them) becomes
+ * scale * the sum over q, on all n participants at once; each launches it with its own rank, and the
+ * same count, n and buffers. flags[q]: participant q's barrier slots (CG_PEER_FLAG_WORDS, zeroed at
+ * first), epochs: this participant's call counters (CG_PEER_MAX_BLOCKS, zeroed at first), error: set to
+ * 1 + the missing participant after waiting timeout_ns for it. */
+#define CG_PEER_MAX 8
+#define CG_PEER_MAX_BLOCKS 64
+#define CG_PEER_FLAG_WORDS (CG_PEER_MAX_BLOCKS * 2 * CG_PEER_MAX)
+typedef struct cg_peer_allreduce_args {
+    float *bufs[CG_PEER_MAX];
+    unsigned *flags[CG_PEER_MAX];
+    unsigned *epochs;
+    int *error;
+    int n, rank;
+    int64_t count;
+    float scale;
+    uint64_t timeout_ns;
+} cg_peer_allreduce_args;
+int cg_peer_allreduce_blocks(int64_t count, int n);
+cudaError_t cg_launch_peer_allreduce(const cg_peer_allreduce_args *a, cudaStream_t stream);
+
 /* optim.cu: the SGD update over n contiguous parameters (momentum_buf NULL when momentum is 0). */
 cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
                           cudaStream_t stream);

@@ -17,6 +17,7 @@ cg_status cg__cuda_device_name(int index, char *buf, size_t len) {
     return cg__fail(CG_ERR_DEVICE, "cuda:%d: cgrad was built without CUDA", index);
 }
 const cg_backend *cg__cuda_backend(void) { return NULL; }
+bool cg_cuda_can_access_peer(int device, int peer) { return false; }
 cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void *src, size_t bytes) {
     return cg__fail(CG_ERR_DEVICE, "cuda:%d -> cuda:%d: cgrad was built without CUDA", src_index, dst_index);
 }

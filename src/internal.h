@@ -328,11 +328,39 @@ cg_status cg__nccl_mark(cg_nccl *c, int local, int mark);
 /* Sums (or averages) bufs[i] (count floats on the i-th local device) on a stream of its own per
  * device, which first waits for that device's mark `after` (after < 0: the work queued so far), so
  * later compute overlaps it; the compute streams wait for it in cg__nccl_join. last: nothing later
- * overlaps it (a pass's final bucket), so it may take the SMs that overlapping ones leave to compute. */
-cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, int after, bool last);
+ * overlaps it (a pass's final bucket), so it may take the SMs that overlapping ones leave to compute.
+ * peer (may be NULL): the group's peer all-reduce, over buffers holding bufs, which takes the counts
+ * it is made for (cg__peer_takes) instead of NCCL. */
+typedef struct cg_peer cg_peer;
+cg_status cg__nccl_allreduce(cg_nccl *c, cg_peer *peer, float *const *bufs, int64_t count, bool average, int after,
+                             bool last);
 cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int root);
 cg_status cg__nccl_join(cg_nccl *c); /* compute streams wait for the side streams' collectives */
 void cg__nccl_free(cg_nccl *c);
+
+/* ---- peer all-reduce (src/cuda/cuda_peer.c; without CUDA every call fails) -------------------- */
+/* Small gradient buckets summed by one kernel per GPU that reads and writes the other GPUs' buffers
+ * directly, where NCCL's ring would spend tens of microseconds on latency. For a group on one host
+ * whose GPUs reach each other's memory; each participant registers one buffer (its flat gradient). */
+#define CG_PEER_EXPORT_BYTES 192
+#define CG_PEER_ALLREDUCE_MAX_BYTES ((size_t)16 << 20) /* larger buckets stay with NCCL */
+/* One process driving devices[0..n), bufs[i] (count floats) on devices[i]. Fails, saying which pair,
+ * when two of the devices cannot reach each other's memory. */
+cg_status cg__peer_new_local(int n, const int *devices, float *const *bufs, int64_t count, cg_peer **out);
+/* One MPI rank of n with one device: new_rank, then export (CG_PEER_EXPORT_BYTES) to every rank, then
+ * connect with all ranks' exports in rank order. connect fails when a rank is on another host or its
+ * memory cannot be mapped; the ranks must then all agree to do without. */
+cg_status cg__peer_new_rank(int device, int rank, int n, float *buf, int64_t count, cg_peer **out);
+cg_status cg__peer_export(const cg_peer *p, unsigned char *out);
+cg_status cg__peer_connect(cg_peer *p, const unsigned char *all);
+/* Whether CGRAD_PEER_ALLREDUCE leaves the peer all-reduce on (anything but "0"); false without CUDA. */
+bool cg__peer_enabled(void);
+/* Whether p (may be NULL) takes an all-reduce of count floats. */
+bool cg__peer_takes(const cg_peer *p, int64_t count);
+/* Unmaps the other ranks' memory. Between every rank's disconnect and any rank's free (which frees
+ * memory the others mapped) the ranks must meet, e.g. at an MPI barrier. */
+void cg__peer_disconnect(cg_peer *p);
+void cg__peer_free(cg_peer *p);
 
 /* ---- global state (src/device.c) ------------------------------------------------------------ */
 /* The seed of cg_manual_seed and a counter that changes with each call, so a backend's

@@ -9,6 +9,9 @@
  *   - forward_shards (input already on each GPU) equals the scatter path; a CPU input is scattered;
  *   - gradients accumulated over two backward calls equal the one-GPU accumulation, and so do
  *     two forward calls of the wrapper before one backward (PyTorch's DataParallel allows it);
+ *   - small buckets go through the peer all-reduce when the GPUs reach each other's memory (and
+ *     through NCCL with CGRAD_PEER_ALLREDUCE=0), both equal to the reference, also for buckets at
+ *     odd offsets (no 16-byte vectors) and over several blocks of its kernel;
  *   - bad input: device out of range, listed twice, module on the wrong device (another GPU, the
  *     CPU), wrong shards; each NULL with a message saying why, and the caller keeps its module.
  *
@@ -60,10 +63,12 @@ static cg_module *module_ok_at(cg_module *m, const char *expr, const char *file,
 }
 #define MODULE_OK(...) module_ok_at((__VA_ARGS__), #__VA_ARGS__, __FILE__, __LINE__)
 
-static cg_module *mlp(cg_activation act, cg_device d) {
-    const int64_t sizes[3] = {IN, HID, OUT};
+static cg_module *mlp_hidden(cg_activation act, cg_device d, int64_t hidden) {
+    const int64_t sizes[3] = {IN, hidden, OUT};
     return MODULE_OK(cg_mlp_new(3, sizes, act, d));
 }
+
+static cg_module *mlp(cg_activation act, cg_device d) { return mlp_hidden(act, d, HID); }
 
 static void assert_chunks(int64_t batch, int n, int k, const int64_t *want) {
     int64_t sizes[MAXDEV * 2];
@@ -202,6 +207,8 @@ typedef struct dp_case {
     size_t bucket_bytes;     /* > 0: cg_data_parallel_set_bucket_bytes (4: a bucket per parameter) */
     int64_t final_batch;     /* > 0: the last step's batch; a smaller one leaves replicas idle that had
                                 gradients in the steps before, and those must not count */
+    int64_t hidden;          /* > 0: the MLP's hidden width instead of HID */
+    bool nccl_only;          /* made with CGRAD_PEER_ALLREDUCE=0: NCCL sums every bucket */
 } dp_case;
 
 static const cg_sgd_options kPlain = {.lr = 0.1f};
@@ -257,13 +264,27 @@ static void two_forwards(const dp_case *c, cg_module *dp, cg_module *ref, const 
     CG_TEST_STATUS_OK(cg_backward(loss_dp));
 }
 
+/* Whether every listed GPU reaches every other's memory: then the peer all-reduce takes the small
+ * buckets unless switched off. */
+static bool peers_expected(const dp_case *c) {
+    bool all = c->n > 1 && !c->nccl_only;
+    for (int i = 0; i < c->n; i++)
+        for (int j = 0; j < c->n; j++) all &= i == j || cg_cuda_can_access_peer(c->ids[i], c->ids[j]);
+    return all;
+}
+
 static void run_case(const dp_case *c) {
     char label[256];
     cg_device first = cg_cuda(c->ids[0]);
     cg_device out_dev = cg_cuda(c->output < 0 ? c->ids[0] : c->output);
-    cg_module *base = mlp(CG_ACT_TANH, first);
+    cg_module *base = mlp_hidden(CG_ACT_TANH, first, c->hidden ? c->hidden : HID);
     cg_module *ref = MODULE_OK(cg_module_clone(base, first));
+    if (c->nccl_only) setenv("CGRAD_PEER_ALLREDUCE", "0", 1);
     cg_module *dp = MODULE_OK(cg_data_parallel_new(base, c->n, c->ids, c->output));
+    unsetenv("CGRAD_PEER_ALLREDUCE");
+    if (cg_parallel_peer_allreduce(dp) != peers_expected(c))
+        fail_msg("%s: peer all-reduce %s, expected %s", c->label, cg_parallel_peer_allreduce(dp) ? "on" : "off",
+                 peers_expected(c) ? "on" : "off");
     if (c->bucket_bytes) CG_TEST_STATUS_OK(cg_data_parallel_set_bucket_bytes(dp, c->bucket_bytes));
     for (int i = 0; i < c->n; i++) assert_true(cg_device_equal(cg_data_parallel_device(dp, i), cg_cuda(c->ids[i])));
     assert_true(cg_device_equal(cg_module_device(dp), first));
@@ -518,6 +539,23 @@ static void test_two_gpus_small_buckets(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
 
+/* The peer all-reduce against NCCL's on the same cases, and on gradients whose buckets start at odd
+ * offsets (hidden width 3001: no 16-byte vectors) and span several blocks of its kernel. */
+static void test_two_gpus_peer_and_nccl(void **state) {
+    (void)state;
+    dp_case cases[] = {
+        {.label = "2 GPUs, NCCL only, batch 13", .n = 2, .ids = {0, 1}, .output = -1, .batch = 13, .sgd = kNesterov,
+         .nccl_only = true},
+        {.label = "2 GPUs, NCCL only, a bucket per parameter", .n = 2, .ids = {0, 1}, .output = -1, .batch = 64,
+         .sgd = kNesterov, .bucket_bytes = 4, .nccl_only = true},
+        {.label = "2 GPUs, hidden 3001, one bucket", .n = 2, .ids = {0, 1}, .output = -1, .batch = 33, .sgd = kNesterov,
+         .hidden = 3001},
+        {.label = "2 GPUs, hidden 3001, a bucket per parameter", .n = 2, .ids = {0, 1}, .output = 1, .batch = 33,
+         .sgd = kNesterov, .hidden = 3001, .bucket_bytes = 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+}
+
 /* CGRAD_NCCL_CTAS: NCCL's CTA policy or a CTA limit trains the same; a bad value is refused. */
 static void test_two_gpus_cta_settings(void **state) {
     (void)state;
@@ -646,6 +684,10 @@ static void test_four_gpus(void **state) {
          .sgd = kNesterov, .nshards = 3, .shard_rows = {5, 1, 7}},
         {.label = "4 GPUs {3,1,0,2}, a bucket per parameter, batch 3 (3 replicas)", .n = 4, .ids = {3, 1, 0, 2},
          .output = 0, .batch = 3, .sgd = kNesterov, .bucket_bytes = 4},
+        {.label = "4 GPUs, hidden 3001, a bucket per parameter", .n = 4, .ids = {0, 1, 2, 3}, .output = -1, .batch = 37,
+         .sgd = kNesterov, .hidden = 3001, .bucket_bytes = 4},
+        {.label = "4 GPUs, hidden 3001, NCCL only", .n = 4, .ids = {0, 1, 2, 3}, .output = -1, .batch = 37,
+         .sgd = kNesterov, .hidden = 3001, .nccl_only = true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
@@ -783,6 +825,7 @@ int main(int argc, char **argv) {
         CG_TEST(test_two_gpus_accumulation),
         CG_TEST(test_two_gpus_two_forwards),
         CG_TEST(test_two_gpus_small_buckets),
+        CG_TEST(test_two_gpus_peer_and_nccl),
         CG_TEST(test_two_gpus_cta_settings),
         CG_TEST(test_two_gpus_module_on_wrong_gpu),
         CG_TEST(test_four_gpus),

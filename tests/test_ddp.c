@@ -7,7 +7,8 @@
  * MSE: DDP's average of the local means is the full-batch mean because local batches are equal.
  * Also: parameters are broadcast from rank 0 at construction (each rank initialises differently);
  * gradients accumulated over two backward calls; an uneven local batch is an error on every rank
- * (no hang); misuse (NULL, wrong device, a module wrapped twice) is refused; a step captured in a
+ * (no hang); small buckets go through the peer all-reduce between GPU ranks whose GPUs reach each
+ * other's memory, and through NCCL with CGRAD_PEER_ALLREDUCE=0; misuse (NULL, wrong device, a module wrapped twice) is refused; a step captured in a
  * CUDA graph (cg_graph_capture) replays like eager steps.
  *
  * How it runs (tests/CMakeLists.txt):
@@ -274,10 +275,20 @@ typedef struct ddp_case {
     cg_sgd_options sgd;
     int64_t local;        /* rows per rank */
     int backwards;        /* per step, without zero_grad between */
+    bool nccl_only;       /* made with CGRAD_PEER_ALLREDUCE=0: NCCL averages every bucket */
 } ddp_case;
 
 static const cg_sgd_options kPlain = {.lr = 0.1f};
 static const cg_sgd_options kNesterov = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-2f, .nesterov = true};
+
+/* GPU ranks on one host whose GPUs (cuda:0 .. cuda:world-1) all reach each other's memory take the
+ * peer all-reduce for small buckets, unless it is switched off. */
+static bool peers_expected(bool nccl_only) {
+    bool all = g_dev.type == CG_CUDA && g_world > 1 && !nccl_only;
+    for (int i = 0; i < g_world; i++)
+        for (int j = 0; j < g_world; j++) all &= i == j || cg_cuda_can_access_peer(i, j);
+    return all;
+}
 
 static void run_case(const ddp_case *c) {
     g_test = c->label;
@@ -285,7 +296,11 @@ static void run_case(const ddp_case *c) {
     uint64_t init = g_seed + 104729u;
     cg_module *ref = model_from_seed(init, g_dev);
     /* the DDP model starts elsewhere on ranks other than 0: the broadcast must fix that */
+    if (c->nccl_only) setenv("CGRAD_PEER_ALLREDUCE", "0", 1);
     cg_module *ddp = REQ(cg_ddp_new(model_from_seed(init + (uint64_t)g_rank, g_dev), g_dist, c->bucket_bytes));
+    unsetenv("CGRAD_PEER_ALLREDUCE");
+    check(cg_parallel_peer_allreduce(ddp) == peers_expected(c->nccl_only), "peer all-reduce %s, expected %s",
+          cg_parallel_peer_allreduce(ddp) ? "on" : "off", peers_expected(c->nccl_only) ? "on" : "off");
     check_params(ddp, ref, false, "after cg_ddp_new");
     cg_optimizer *opt_ref = REQ(cg_sgd_new(ref, c->sgd)), *opt_ddp = REQ(cg_sgd_new(ddp, c->sgd));
     int64_t global = c->local * g_world, first = c->local * g_rank;
@@ -330,9 +345,9 @@ static void test_sgd_buckets(void **state) {
     (void)state;
     /* 1 byte: every parameter its own bucket (6); 1 KB: several; 0: one 25 MB bucket */
     const ddp_case cases[] = {
-        {"SGD, 1-byte buckets, 6 rows per rank", 1, kPlain, 6, 1},
-        {"SGD, 1 KB buckets, 6 rows per rank", 1024, kPlain, 6, 1},
-        {"SGD, default buckets, 6 rows per rank", 0, kPlain, 6, 1},
+        {"SGD, 1-byte buckets, 6 rows per rank", 1, kPlain, 6, 1, false},
+        {"SGD, 1 KB buckets, 6 rows per rank", 1024, kPlain, 6, 1, false},
+        {"SGD, default buckets, 6 rows per rank", 0, kPlain, 6, 1, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
@@ -340,10 +355,12 @@ static void test_sgd_buckets(void **state) {
 static void test_nesterov_buckets(void **state) {
     (void)state;
     const ddp_case cases[] = {
-        {"nesterov+wd, 1-byte buckets, 5 rows per rank", 1, kNesterov, 5, 1},
-        {"nesterov+wd, 1 KB buckets, 5 rows per rank", 1024, kNesterov, 5, 1},
-        {"nesterov+wd, default buckets, 5 rows per rank", 0, kNesterov, 5, 1},
-        {"nesterov+wd, 1 KB buckets, 1 row per rank", 1024, kNesterov, 1, 1},
+        {"nesterov+wd, 1-byte buckets, 5 rows per rank", 1, kNesterov, 5, 1, false},
+        {"nesterov+wd, 1 KB buckets, 5 rows per rank", 1024, kNesterov, 5, 1, false},
+        {"nesterov+wd, default buckets, 5 rows per rank", 0, kNesterov, 5, 1, false},
+        {"nesterov+wd, 1 KB buckets, 1 row per rank", 1024, kNesterov, 1, 1, false},
+        {"nesterov+wd, 1-byte buckets, NCCL only", 1, kNesterov, 5, 1, true},
+        {"nesterov+wd, default buckets, NCCL only", 0, kNesterov, 5, 1, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
@@ -351,8 +368,8 @@ static void test_nesterov_buckets(void **state) {
 static void test_accumulation(void **state) {
     (void)state;
     const ddp_case cases[] = {
-        {"two backward calls per step, 1 KB buckets", 1024, kNesterov, 3, 2},
-        {"two backward calls per step, default buckets", 0, kPlain, 4, 2},
+        {"two backward calls per step, 1 KB buckets", 1024, kNesterov, 3, 2, false},
+        {"two backward calls per step, default buckets", 0, kPlain, 4, 2, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }

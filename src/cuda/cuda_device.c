@@ -99,15 +99,25 @@ cg_status cg__cuda_enter(int index, cg_cuda_context **ctx) {
     return s;
 }
 
-/* Lets dst read src's memory directly, once per pair, where the hardware allows. */
-static void enable_peer(int dst, int src) {
-    static bool tried[CG_MAX_CUDA][CG_MAX_CUDA];
-    if (tried[dst][src]) return;
-    tried[dst][src] = true;
-    int can = 0;
-    if (cudaDeviceCanAccessPeer(&can, dst, src) == cudaSuccess && can && cudaSetDevice(dst) == cudaSuccess)
-        (void)cudaDeviceEnablePeerAccess(src, 0);
-    (void)cudaGetLastError(); /* "already enabled" is not an error for us */
+bool cg_cuda_can_access_peer(int device, int peer) {
+    int n = cg__cuda_probe(), can = 0;
+    if (device < 0 || peer < 0 || device >= n || peer >= n || device == peer) return false;
+    bool ok = cudaDeviceCanAccessPeer(&can, device, peer) == cudaSuccess && can;
+    (void)cudaGetLastError();
+    return ok;
+}
+
+/* Lets dst read src's memory directly, once per pair, where the hardware allows; whether it can. */
+bool cg__cuda_enable_peer(int dst, int src) {
+    static signed char state[CG_MAX_CUDA][CG_MAX_CUDA]; /* 0: not tried, 1: can, -1: cannot */
+    if (state[dst][src] == 0) {
+        int can = 0;
+        bool ok = cudaDeviceCanAccessPeer(&can, dst, src) == cudaSuccess && can && cudaSetDevice(dst) == cudaSuccess;
+        cudaError_t e = ok ? cudaDeviceEnablePeerAccess(src, 0) : cudaErrorPeerAccessUnsupported;
+        state[dst][src] = ok && (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) ? 1 : -1;
+        (void)cudaGetLastError(); /* "already enabled" is not an error for us */
+    }
+    return state[dst][src] == 1;
 }
 
 cg_status cg__cuda_stream_wait(int waiter, int signaller) {
@@ -128,7 +138,7 @@ cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void
     bool cross = dst_index != src_index;
     if (cross) {
         pthread_mutex_lock(&context_lock);
-        enable_peer(dst_index, src_index);
+        cg__cuda_enable_peer(dst_index, src_index);
         pthread_mutex_unlock(&context_lock);
         CG_TRY(cg__cuda_stream_wait(src_index, dst_index));
     }

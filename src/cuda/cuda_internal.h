@@ -73,6 +73,12 @@ cg_status cg__cuda_capture_end(int index, bool keep, void **exec);
 cg_status cg__cuda_graph_launch(int index, void *exec);
 void cg__cuda_graph_destroy(void *exec);
 
+/* Turns on dst's direct access to src's memory (once per pair) where the hardware allows; whether it can. */
+bool cg__cuda_enable_peer(int dst, int src);
+/* Local participant `local`'s part of the peer all-reduce of count floats at buf (inside its registered
+ * buffer), times scale, on stream; every participant must launch the same call. */
+cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, float scale, cudaStream_t stream);
+
 /* Makes `index` the current device and returns its context, created on first use. */
 cg_status cg__cuda_enter(int index, cg_cuda_context **ctx);
 

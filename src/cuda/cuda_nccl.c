@@ -20,7 +20,7 @@
     } while (0)
 
 struct cg_nccl {
-    int nlocal;
+    int nranks, nlocal;
     int devices[CG_NCCL_MAX_LOCAL];
     ncclComm_t comms[CG_NCCL_MAX_LOCAL];       /* collectives that overlap compute: few CTAs */
     ncclComm_t tail[CG_NCCL_MAX_LOCAL];        /* the same ranks for the ones nothing overlaps */
@@ -190,7 +190,7 @@ cg_status cg__nccl_new(const unsigned char *id, int nranks, int first_rank, int 
     }
     ncclResult_t end = ncclGroupEnd();
     if (r == ncclSuccess || r == ncclInProgress) r = end;
-    c->nlocal = nlocal;
+    c->nlocal = nlocal, c->nranks = nranks;
     cg_status s = (r == ncclSuccess || r == ncclInProgress)
                       ? wait_ready(c, "communicator start-up")
                       : cg__fail(CG_ERR_BACKEND, "NCCL communicator start-up failed: %s (%s)", ncclGetErrorString(r),
@@ -258,9 +258,22 @@ static cg_status grouped(cg_nccl *c, ncclComm_t *comms, float *const *bufs, int6
     return CG_OK;
 }
 
-cg_status cg__nccl_allreduce(cg_nccl *c, float *const *bufs, int64_t count, bool average, int after, bool last) {
+/* The peer all-reduce in place of NCCL's, on the same side streams. */
+static cg_status peer_allreduce(cg_nccl *c, cg_peer *peer, float *const *bufs, int64_t count, bool average) {
+    const float scale = average ? 1.0f / (float)c->nranks : 1.0f;
+    for (int i = 0; i < c->nlocal; i++) {
+        cg_cuda_context *ctx;
+        CG_TRY(cg__cuda_enter(c->devices[i], &ctx));
+        CG_TRY(cg__peer_allreduce(peer, i, bufs[i], count, scale, c->side[i]));
+    }
+    return CG_OK;
+}
+
+cg_status cg__nccl_allreduce(cg_nccl *c, cg_peer *peer, float *const *bufs, int64_t count, bool average, int after,
+                             bool last) {
     if (count == 0) return CG_OK;
     CG_TRY(side_streams_wait(c, after));
+    if (cg__peer_takes(peer, count)) return peer_allreduce(c, peer, bufs, count, average);
     return grouped(c, last ? c->tail : c->comms, bufs, count, true, average ? ncclAvg : ncclSum, 0, "all-reduce");
 }
 

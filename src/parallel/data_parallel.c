@@ -1,5 +1,6 @@
 /* nn.DataParallel in one process: replicas made once and kept identical, the batch split as
- * torch.chunk does, replica gradients summed with NCCL in buckets during backward. */
+ * torch.chunk does, replica gradients summed in buckets during backward: by NCCL, or for small
+ * buckets by the peer all-reduce when the GPUs reach each other's memory. */
 #include "parallel/grad_buckets.h"
 
 typedef struct dp_state {
@@ -7,6 +8,7 @@ typedef struct dp_state {
     int devices[CG_NODE_MAX_INPUTS];
     cg_device output;
     cg_nccl *nccl;                          /* NULL for a single device */
+    cg_peer *peer;                          /* NULL: NCCL takes every bucket */
     cg_grad_buckets *buckets;               /* NULL for a single device */
     float *grad_bufs[CG_NODE_MAX_INPUTS];   /* each replica's flat gradient buffer */
     bool in_backward;                       /* begun by the first gather of a backward pass */
@@ -39,7 +41,7 @@ static cg_status dp_launch_bucket(void *ctx, int bucket, int64_t begin, int64_t 
     dp_state *st = ((cg_module *)ctx)->state;
     float *bufs[CG_NODE_MAX_INPUTS];
     for (int r = 0; r < st->n; r++) bufs[r] = st->grad_bufs[r] + begin;
-    return cg__nccl_allreduce(st->nccl, bufs, end - begin, false, bucket, last);
+    return cg__nccl_allreduce(st->nccl, st->peer, bufs, end - begin, false, bucket, last);
 }
 
 static cg_status dp_make_buckets(cg_module *dp, size_t bytes) {
@@ -214,7 +216,7 @@ cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor
 /* ---- construction -------------------------------------------------------------------------------------- */
 static void dp_destroy(cg_module *dp) {
     dp_state *st = dp->state;
-    if (st) cg__grad_buckets_free(st->buckets);
+    if (st) cg__grad_buckets_free(st->buckets), cg__peer_free(st->peer);
     for (int r = 0; r < dp->nreplicas; r++) cg__module_free_owned(dp->replicas[r]);
     free(dp->replicas);
     dp->replicas = NULL, dp->nreplicas = 0;
@@ -223,6 +225,11 @@ static void dp_destroy(cg_module *dp) {
 }
 
 static const cg_module_ops dp_ops = {.type = "DataParallel", .forward = dp_forward, .destroy = dp_destroy};
+
+bool cg_parallel_peer_allreduce(const cg_module *m) {
+    if (m && m->ops == &dp_ops) return ((const dp_state *)m->state)->peer != NULL;
+    return cg__ddp_peer_allreduce(m);
+}
 
 /* Checks the device list (defaulting to every GPU) and the module's placement, as PyTorch does. */
 static cg_status check_devices(const cg_module *m, int n, const int *ids, int output_device, dp_state *st) {
@@ -289,6 +296,9 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
         st->grad_bufs[r] = cg__data(replica->flat_grad);
     }
     if (s == CG_OK && st->n > 1) s = cg__nccl_new(NULL, st->n, 0, st->n, st->devices, &st->nccl);
+    if (s == CG_OK && st->n > 1 && cg__peer_enabled() &&
+        cg__peer_new_local(st->n, st->devices, st->grad_bufs, dp->replicas[0]->flat_grad->numel, &st->peer) != CG_OK)
+        st->peer = NULL; /* NCCL does it all: the GPUs cannot reach each other's memory */
     if (s == CG_OK && st->n > 1) s = dp_make_buckets(dp, CG_GRAD_BUCKET_DEFAULT_BYTES);
     if (s != CG_OK) {
         if (dp->nreplicas > 0) dp->replicas[0] = NULL; /* the caller keeps its module */

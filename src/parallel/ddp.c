@@ -1,4 +1,5 @@
-/* DistributedDataParallel over MPI processes: NCCL (bootstrapped over MPI) between GPU ranks,
+/* DistributedDataParallel over MPI processes: NCCL (bootstrapped over MPI) between GPU ranks, or
+ * for small buckets the peer all-reduce when the ranks' GPUs map each other's memory (one host),
  * MPI_Allreduce between CPU ranks, gradients averaged in buckets launched as soon as they are
  * complete during backward. MPI errors are returned, never fatal. */
 #include "parallel/grad_buckets.h"
@@ -96,6 +97,7 @@ typedef struct ddp_state {
     cg_dist *dist;
     cg_module *module;
     cg_grad_buckets *buckets;
+    cg_peer *peer; /* NULL: NCCL takes every bucket */
     bool in_backward;
 } ddp_state;
 
@@ -108,7 +110,7 @@ static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end
     float *data = cg__data(m->flat_grad) + begin;
     int64_t count = end - begin;
     if (st->dist->world == 1 || count == 0) return CG_OK;
-    if (m->device.type == CG_CUDA) return cg__nccl_allreduce(st->dist->nccl, &data, count, true, -1, last);
+    if (m->device.type == CG_CUDA) return cg__nccl_allreduce(st->dist->nccl, st->peer, &data, count, true, -1, last);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: a bucket of %lld floats is too large for MPI", (long long)count);
     CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     float scale = 1.0f / (float)st->dist->world;
@@ -168,10 +170,20 @@ static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
     return out;
 }
 
+/* Every rank unmaps the others' memory before any frees its own (the flags and the gradients). */
+static void free_peer(ddp_state *st) {
+    if (!st->peer) return;
+    cg__peer_disconnect(st->peer);
+    (void)MPI_Barrier(MPI_COMM_WORLD);
+    cg__peer_free(st->peer);
+    st->peer = NULL;
+}
+
 static void ddp_destroy(cg_module *ddp) {
     ddp_state *st = ddp->state;
     if (!st) return;
     cg__grad_buckets_free(st->buckets);
+    free_peer(st);
     cg__module_free_owned(st->module);
     free(st);
     free(ddp->replicas);
@@ -179,6 +191,41 @@ static void ddp_destroy(cg_module *ddp) {
 }
 
 static const cg_module_ops ddp_ops = {.type = "DistributedDataParallel", .forward = ddp_forward, .destroy = ddp_destroy};
+
+bool cg__ddp_peer_allreduce(const cg_module *m) {
+    return m && m->ops == &ddp_ops && ((const ddp_state *)m->state)->peer != NULL;
+}
+
+/* Whether every rank says yes (a failed MPI call counts as a no everywhere it fails). */
+static bool all_agree(bool yes) {
+    int v = yes;
+    return MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) == MPI_SUCCESS && v;
+}
+
+/* The peer all-reduce over the ranks' flat gradients, when all of them can take part; otherwise
+ * (other hosts, no peer access, CGRAD_PEER_ALLREDUCE=0) none does and NCCL takes every bucket. */
+static void connect_peers(ddp_state *st) {
+    cg_dist *d = st->dist;
+    cg_module *m = st->module;
+    if (m->device.type != CG_CUDA || d->world < 2) return;
+    cg_peer *p = NULL;
+    unsigned char *all = calloc((size_t)d->world, CG_PEER_EXPORT_BYTES), mine[CG_PEER_EXPORT_BYTES] = {0};
+    bool ok = all && cg__peer_enabled() &&
+              cg__peer_new_rank(d->device.index, d->rank, d->world, cg__data(m->flat_grad), m->flat_grad->numel, &p) == CG_OK &&
+              cg__peer_export(p, mine) == CG_OK;
+    bool connected = false;
+    if (all_agree(ok) &&
+        MPI_Allgather(mine, CG_PEER_EXPORT_BYTES, MPI_BYTE, all, CG_PEER_EXPORT_BYTES, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS) {
+        connected = all_agree(cg__peer_connect(p, all) == CG_OK);
+        if (!connected) { /* some ranks mapped others' memory: all unmap before any frees */
+            cg__peer_disconnect(p);
+            (void)MPI_Barrier(MPI_COMM_WORLD);
+        }
+    }
+    if (connected) st->peer = p;
+    else cg__peer_free(p);
+    free(all);
+}
 
 /* Rank 0's parameters everywhere, so replicas start identical (as DDP's constructor). */
 static cg_status broadcast_parameters(ddp_state *st) {
@@ -211,6 +258,7 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     static const cg_grad_bucket_ops ops = {.launch = launch_bucket};
     st->buckets = cg__grad_buckets_new(&module, 1, bucket_bytes ? bucket_bytes : CG_GRAD_BUCKET_DEFAULT_BYTES, &ops, st);
     cg_status s = st->buckets ? broadcast_parameters(st) : cg_last_status();
+    if (s == CG_OK) connect_peers(st);
     if (s == CG_OK && !(ddp->replicas = calloc(1, sizeof *ddp->replicas))) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     if (s == CG_OK) {
         ddp->replicas[0] = module, ddp->nreplicas = 1;
@@ -247,4 +295,5 @@ void cg_dist_finalize(cg_dist *d) {}
 cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     return CG_FAIL_NULL(CG_ERR_BACKEND, "cg_ddp_new: cgrad was built without MPI");
 }
+bool cg__ddp_peer_allreduce(const cg_module *m) { return false; }
 #endif

@@ -29,6 +29,8 @@ void cg__grad_buckets_arm(cg_grad_buckets *b);
 /* At its end: the buckets not launched yet (parameters that got no gradient) go now, in a fixed
  * order, the same on every rank. Returns the pass's first failure. */
 cg_status cg__grad_buckets_flush(cg_grad_buckets *b);
+/* Whether m is a DDP module using the peer all-reduce (ddp.c). */
+bool cg__ddp_peer_allreduce(const cg_module *m);
 /* Unhooks the parameters (call it while the replicas still exist) and frees b. */
 void cg__grad_buckets_free(cg_grad_buckets *b);
 
