@@ -65,9 +65,10 @@ __host__ __device__ constexpr int duplicate_lanes(int m) {
 }
 
 constexpr int kRowsPerWarp = 4;  // each w value read from shared memory serves 4 rows of x
-constexpr int kGroupRows = kWarps * kRowsPerWarp;  // 32 rows of x: one work item with a chunk of k
+constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;  // 32 rows of x per group
+constexpr int kRowGroups = 4;                          // groups per block: a w tile serves 128 rows
 constexpr int kNtStages = 4;  // ring steps: 3 in flight ahead of the one summed, 48 KB per block
-// k per work item: w's chunk lives in shared memory next to the ring.
+// k per block: w's chunk lives in shared memory next to the ring.
 __host__ __device__ constexpr int chunk_k(int o) { return o <= 10 ? 1024 : 512; }
 
 template <int O>
@@ -75,65 +76,43 @@ constexpr size_t nt_smem_bytes() {
     return ((size_t)O * chunk_k(O) / 4 + (size_t)kNtStages * kRowsPerWarp * kThreads) * sizeof(float4);
 }
 
-// A work item of the forward: 32 rows of x (group) by one chunk of k, numbered chunk * groups + group.
-struct nt_item {
-    int64_t group, chunk;
-    __device__ void next(int64_t groups) {
-        if (++group == groups) group = 0, ++chunk;
-    }
-};
-
 // partial[c][r][j] = sum over k in chunk c of x[r][k] * w[j][k]        x (n, k) ldx, w (O, k) ldw
-// The grid is what stays resident at once, and block b takes the work items [b, b + 1) * total / grid:
-// every block streams the same amount of x to within one item, so no last wave runs part-empty
-// (with fixed 128-row tiles it cost 25 to 34 us a pass at n = 2500 to 10000, k = 100000, on an H200).
-// A warp walks its 4 rows of each item in steps of 128 k (one float4 per lane per row), the block's
-// items as one stream, so the ring keeps copying across each item's reduction and w's reloads.
+// A warp walks its 4 rows of each group in steps of 128 k (one float4 per lane per row), all the
+// block's groups as one stream, so the ring keeps copying across each group's reduction.
 template <int O, int kChunkK = chunk_k(O)>
 __global__ void __launch_bounds__(kThreads) nt_partial(const float *__restrict__ x, int64_t ldx,
                                                         const float *__restrict__ w, int64_t ldw, int64_t n,
                                                         int64_t k, float *__restrict__ partial) {
-    constexpr int kIters = kChunkK / 128;  // steps per item
     extern __shared__ float4 smem[];
     float4(*ring)[kRowsPerWarp][kThreads] = reinterpret_cast<float4(*)[kRowsPerWarp][kThreads]>(smem);
     float4(*w_tile)[kChunkK / 4] = reinterpret_cast<float4(*)[kChunkK / 4]>(smem + kNtStages * kRowsPerWarp * kThreads);
-    const int64_t groups = (n + kGroupRows - 1) / kGroupRows, total = groups * ((k + kChunkK - 1) / kChunkK);
-    const int64_t first = blockIdx.x * total / gridDim.x, steps = ((blockIdx.x + 1) * total / gridDim.x - first) * kIters;
+    const int64_t k0 = (int64_t)blockIdx.y * kChunkK;
+    const int kc = (int)(k - k0 < kChunkK ? k - k0 : kChunkK);  // a multiple of 4 (checked by the launcher)
+    const int iters = (kc + 127) / 128, steps = kRowGroups * iters;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    nt_item in = {first % groups, first / groups}, at = in;  // the items being copied and summed
-    auto issue = [&](int64_t t) {  // step t: k from 128 (t % kIters) in the item `in`
-        const int64_t row0 = in.group * kGroupRows + warp * kRowsPerWarp, k0 = in.chunk * kChunkK;
-        const int q = lane + 32 * (int)(t % kIters);
+    const int64_t first_row = (int64_t)blockIdx.x * kRowGroups * kRowsPerBlock + warp * kRowsPerWarp;
+    auto issue = [&](int t) {  // step t: group t / iters, k from k0 + 128 (t % iters)
+        const int64_t row0 = first_row + (int64_t)(t / iters) * kRowsPerBlock;
+        const int q = lane + 32 * (t % iters);
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; r++)
             copy16_async(&ring[t % kNtStages][r][threadIdx.x], x + (row0 + r) * ldx + k0 + 4 * q,
-                         t < steps && row0 + r < n && k0 + 4 * q < k);
+                         t < steps && row0 + r < n && 4 * q < kc);
         __pipeline_commit();
-        if (t % kIters == kIters - 1) in.next(groups);
-    };
-    auto load_w = [&](int64_t chunk) {  // k is a multiple of 4 (checked by the launcher)
-        const int64_t k0 = chunk * kChunkK;
-        for (int i = threadIdx.x; i < O * (kChunkK / 4); i += kThreads) {
-            int j = i / (kChunkK / 4), q = i % (kChunkK / 4);
-            w_tile[j][q] = k0 + 4 * q < k ? *reinterpret_cast<const float4 *>(w + j * ldw + k0 + 4 * q) : make_float4(0, 0, 0, 0);
-        }
     };
     for (int t = 0; t < kNtStages - 1; t++) issue(t);  // x is on its way while w's tile loads
-    int64_t tile_chunk = at.chunk;
-    load_w(tile_chunk);
+    for (int i = threadIdx.x; i < O * (kChunkK / 4); i += kThreads) {
+        int j = i / (kChunkK / 4), q = i % (kChunkK / 4);
+        w_tile[j][q] = 4 * q < kc ? *reinterpret_cast<const float4 *>(w + j * ldw + k0 + 4 * q) : make_float4(0, 0, 0, 0);
+    }
     __syncthreads();
-    float acc[kRowsPerWarp * O];  // acc[r * O + j]: row r of the warp's rows, output j
+    float acc[kRowsPerWarp * O];  // acc[r * O + j]: row r of the warp's group, output j
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp * O; i++) acc[i] = 0.0f;
-    for (int64_t t = 0; t < steps; t++) {
-        if (at.chunk != tile_chunk) {  // a new chunk of k, about chunks / grid + 1 times a block: the barriers stop no copy
-            __syncthreads();
-            load_w(tile_chunk = at.chunk);
-            __syncthreads();
-        }
+    for (int t = 0; t < steps; t++) {
         issue(t + kNtStages - 1);
         __pipeline_wait_prior(kNtStages - 1);  // step t's copies have landed
-        const int q = lane + 32 * (int)(t % kIters);
+        const int q = lane + 32 * (t % iters);
         float4 xv[kRowsPerWarp];
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; r++) xv[r] = ring[t % kNtStages][r][threadIdx.x];
@@ -148,19 +127,18 @@ __global__ void __launch_bounds__(kThreads) nt_partial(const float *__restrict__
                 acc[r * O + j] = a;
             }
         }
-        if (t % kIters != kIters - 1) continue;
-        // The item's last step: the warp's 4 rows x O sums are contiguous in partial.
-        const int64_t row0 = at.group * kGroupRows + warp * kRowsPerWarp;
+        if (t % iters != iters - 1) continue;
+        // The group's last step: its 4 rows x O sums are contiguous in partial.
+        const int64_t row0 = first_row + (int64_t)(t / iters) * kRowsPerBlock;
         const int base = warp_sum_transposed(acc, lane);
         if ((lane & duplicate_lanes(kRowsPerWarp * O)) == 0) {
-            float *out = partial + (at.chunk * n + row0) * O;
+            float *out = partial + ((int64_t)blockIdx.y * n + row0) * O;
 #pragma unroll
             for (int i = 0; i < transposed_count(kRowsPerWarp * O); i++)
                 if (row0 + (base + i) / O < n) out[base + i] = acc[i];
         }
 #pragma unroll
         for (int i = 0; i < kRowsPerWarp * O; i++) acc[i] = 0.0f;
-        at.next(groups);
     }
     __pipeline_wait_prior(0);  // the zero fills past the end, before the block's shared memory goes
 }
@@ -285,34 +263,29 @@ __global__ void __launch_bounds__(kThreads) tn_reduce(const float *__restrict__ 
     }
 }
 
-// nt_partial<O> uses shared memory past the 48 KB default, and its grid is as many blocks as stay
-// resident. Both belong to the current device, so they are worked out once per device (the first
-// 64; any later one on every call). Returns the grid, or 0 with *e set.
+// nt_partial<O> may use shared memory past the 48 KB default. The attribute belongs to the current
+// device, so it is set once per device (a bit each for the first 64; any later one on every call).
 template <int O>
-unsigned nt_resident_blocks(cudaError_t *e) {
-    static std::atomic<unsigned> known[64];
-    int device = 0, sms = 0, per_sm = 0;
-    if ((*e = cudaGetDevice(&device)) != cudaSuccess) return 0;
-    if (device < 64 && known[device].load(std::memory_order_relaxed)) return known[device].load(std::memory_order_relaxed);
-    if ((*e = cudaFuncSetAttribute(nt_partial<O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nt_smem_bytes<O>())) != cudaSuccess ||
-        (*e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess ||
-        (*e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, nt_partial<O>, kThreads, nt_smem_bytes<O>())) != cudaSuccess)
-        return 0;
-    const unsigned blocks = (unsigned)(sms * (per_sm > 0 ? per_sm : 1));
-    if (device < 64) known[device].store(blocks, std::memory_order_relaxed);
-    return blocks;
+cudaError_t allow_nt_smem() {
+    static std::atomic<unsigned long long> done{0};
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    const unsigned long long bit = device < 64 ? 1ull << device : 0;
+    if (e != cudaSuccess || (done.load(std::memory_order_relaxed) & bit)) return e;
+    e = cudaFuncSetAttribute(nt_partial<O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nt_smem_bytes<O>());
+    if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
+    return e;
 }
 
 template <int O>
 cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k,
                       const float *bias, float *y, int64_t ldy, float *scratch, cudaStream_t stream) {
-    const int64_t chunks = (k + chunk_k(O) - 1) / chunk_k(O), items = (n + kGroupRows - 1) / kGroupRows * chunks;
-    cudaError_t e = cudaSuccess;
-    const unsigned resident = nt_resident_blocks<O>(&e);
+    const int64_t rows_per_block = (int64_t)kRowsPerBlock * kRowGroups;
+    dim3 grid((unsigned)((n + rows_per_block - 1) / rows_per_block), (unsigned)((k + chunk_k(O) - 1) / chunk_k(O)));
+    cudaError_t e = allow_nt_smem<O>();
     if (e != cudaSuccess) return e;
-    const unsigned grid = (unsigned)(items < resident ? items : resident);
     nt_partial<O><<<grid, kThreads, nt_smem_bytes<O>(), stream>>>(x, ldx, w, ldw, n, k, scratch);
-    sum_chunks_rows<<<(unsigned)((n * O + 31) / 32), kThreads, 0, stream>>>(scratch, chunks, n, O, bias, y, ldy);
+    sum_chunks_rows<<<(unsigned)((n * O + 31) / 32), kThreads, 0, stream>>>(scratch, grid.y, n, O, bias, y, ldy);
     return cudaGetLastError();
 }
 

@@ -80,6 +80,8 @@ static uint64_t g_seed;
 static int g_bad;              /* value checks failed on this rank in the current test */
 static const char *g_test = "";
 
+static double now_s(void);
+
 /* ---- failing without hanging ------------------------------------------------------------------------------- */
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -505,6 +507,43 @@ static void test_uneven_batch(void **state) {
     agree();
 }
 
+/* A rank that stops taking part in the peer all-reduce: the others give up after CGRAD_PEER_TIMEOUT
+ * seconds instead of hanging, and their next backward fails saying so. Rank 0 runs a backward that
+ * rank 1 skips; only GPU ranks with the peer all-reduce. */
+static void test_peer_timeout(void **state) {
+    (void)state;
+    g_test = "peer all-reduce timeout";
+    setenv("CGRAD_PEER_TIMEOUT", "1", 1);
+    cg_module *ddp = REQ(cg_ddp_new(model_from_seed(g_seed + 37u, g_dev), g_dist, 0));
+    unsetenv("CGRAD_PEER_TIMEOUT");
+    if (!cg_parallel_peer_allreduce(ddp)) {
+        cg_module_free(ddp);
+        if (g_rank == 0) printf("      no peer all-reduce between these ranks: skipped\n");
+        skip();
+    }
+    float *hx = cg_test_uniform_buf(4 * IN, -1.5, 1.5), *ht = cg_test_uniform_buf(4 * OUT, -1, 1);
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *x = REQ(cg_from_data(hx, 2, (int64_t[]){4, IN}, g_dev)), *t = REQ(cg_from_data(ht, 2, (int64_t[]){4, OUT}, g_dev));
+    for (int step = 0; step < 2; step++) {
+        cg_tensor *loss = REQ(cg_mse_loss(REQ(cg_module_forward(ddp, x)), t, CG_REDUCTION_MEAN));
+        if (g_rank != 0) continue; /* the rank that stopped */
+        cg_status s = cg_backward(loss);
+        if (step == 0) {
+            check(s == CG_OK, "the first backward failed: %s", cg_last_error());
+            double t0 = now_s();
+            REQ_OK(cg_synchronize(g_dev)); /* the all-reduce gives up after 1 s */
+            check(now_s() - t0 < 30, "the all-reduce waited %.0f s for the missing rank", now_s() - t0);
+        } else {
+            check(s == CG_ERR_BACKEND && strstr(cg_last_error(), "did not arrive within"),
+                  "the backward after the timeout: [%s] %s", cg_status_name(s), s == CG_OK ? "" : cg_last_error());
+        }
+    }
+    cg_scope_end(scope);
+    free(hx), free(ht);
+    cg_module_free(ddp); /* collective: every rank meets before freeing mapped memory */
+    agree();
+}
+
 /* Misuse is refused locally, before any collective. */
 static void test_errors(void **state) {
     (void)state;
@@ -698,6 +737,7 @@ int main(int argc, char **argv) {
         DDP_TEST(test_two_forwards),
         DDP_TEST(test_graph_replays),
         DDP_TEST(test_uneven_batch),
+        DDP_TEST(test_peer_timeout),
         DDP_TEST(test_errors),
     };
     int failed = cmocka_run_group_tests_name("ddp", tests, NULL, NULL);
