@@ -63,11 +63,10 @@ static void test_nt_every_width(void **state) {
     check_nt(200, 5003, 10);    /* k not a multiple of 16: the zero-padded tail */
     check_nt(1 << 17, 9, 10);   /* k shorter than one vector: the tail alone */
     check_nt(64, 1 << 14, 17);  /* wider than the skinny kernels */
-    /* more work items (32 rows by a chunk of k) than resident blocks: each block takes several,
-     * across chunks of k */
+    /* several waves of blocks: partial row tiles, and chunks of k past the last full one */
     check_nt(1000, 30000, 10);
     check_nt(999, 30004, 13);
-    check_nt(40, 1 << 20, 10);  /* more chunks than blocks */
+    check_nt(40, 1 << 20, 10);  /* a thousand chunks of k */
 }
 
 static void test_tn_every_width(void **state) {
