@@ -49,6 +49,9 @@
 #define WATCHDOG_S 60
 
 static const int64_t kSizes[4] = {IN, 32, 32, OUT}; /* MLP 16-32-32-8 (Tanh): 6 parameters, so several buckets */
+/* MLP 16-2049-8: buckets large enough for the peer all-reduce (64 KiB and up): the first weight
+ * (128 KiB) alone, or all in one; the second weight (64 KiB and 32 bytes) at an odd offset. */
+static const int64_t kWideSizes[3] = {IN, 2049, OUT};
 
 #ifndef CGRAD_TEST_MPI
 /* ---- a build without MPI: the API says so ---------------------------------------------------------------- */
@@ -174,17 +177,19 @@ static double rel_l2(const cg_tensor *a, const cg_tensor *ref, int64_t ref_row0,
 
 /* A model of this shape initialised from `seed` on the CPU (the CPU generator: the same values on
  * every rank and every machine), then put on d. */
-static cg_module *model_from_seed(uint64_t seed, cg_device d) {
+static cg_module *sized_model_from_seed(uint64_t seed, cg_device d, bool wide) {
     cg_manual_seed(seed);
-    cg_module *m = REQ(cg_mlp_new(4, kSizes, CG_ACT_TANH, cg_cpu()));
+    cg_module *m = REQ(wide ? cg_mlp_new(3, kWideSizes, CG_ACT_TANH, cg_cpu()) : cg_mlp_new(4, kSizes, CG_ACT_TANH, cg_cpu()));
     REQ_OK(cg_module_to(m, d));
     return m;
 }
 
+static cg_module *model_from_seed(uint64_t seed, cg_device d) { return sized_model_from_seed(seed, d, false); }
+
 /* Parameters (or gradients) of the DDP wrapper against the reference, by name. */
 static void check_params(const cg_module *ddp, const cg_module *ref, bool grads, const char *when) {
     int n = cg_module_num_parameters(ref);
-    check(n == 6 && cg_module_num_parameters(ddp) == n, "%d parameters in DDP, %d in the reference",
+    check(n > 0 && cg_module_num_parameters(ddp) == n, "%d parameters in DDP, %d in the reference",
           cg_module_num_parameters(ddp), n);
     for (int i = 0; i < n; i++) {
         const char *rn = NULL, *dn = NULL;
@@ -278,6 +283,7 @@ typedef struct ddp_case {
     int64_t local;        /* rows per rank */
     int backwards;        /* per step, without zero_grad between */
     bool nccl_only;       /* made with CGRAD_PEER_ALLREDUCE=0: NCCL averages every bucket */
+    bool wide;            /* the MLP 16-2049-8, whose buckets the peer all-reduce takes */
 } ddp_case;
 
 static const cg_sgd_options kPlain = {.lr = 0.1f};
@@ -296,10 +302,10 @@ static void run_case(const ddp_case *c) {
     g_test = c->label;
     char when[192];
     uint64_t init = g_seed + 104729u;
-    cg_module *ref = model_from_seed(init, g_dev);
+    cg_module *ref = sized_model_from_seed(init, g_dev, c->wide);
     /* the DDP model starts elsewhere on ranks other than 0: the broadcast must fix that */
     if (c->nccl_only) setenv("CGRAD_PEER_ALLREDUCE", "0", 1);
-    cg_module *ddp = REQ(cg_ddp_new(model_from_seed(init + (uint64_t)g_rank, g_dev), g_dist, c->bucket_bytes));
+    cg_module *ddp = REQ(cg_ddp_new(sized_model_from_seed(init + (uint64_t)g_rank, g_dev, c->wide), g_dist, c->bucket_bytes));
     unsetenv("CGRAD_PEER_ALLREDUCE");
     check(cg_parallel_peer_allreduce(ddp) == peers_expected(c->nccl_only), "peer all-reduce %s, expected %s",
           cg_parallel_peer_allreduce(ddp) ? "on" : "off", peers_expected(c->nccl_only) ? "on" : "off");
@@ -347,9 +353,9 @@ static void test_sgd_buckets(void **state) {
     (void)state;
     /* 1 byte: every parameter its own bucket (6); 1 KB: several; 0: one 25 MB bucket */
     const ddp_case cases[] = {
-        {"SGD, 1-byte buckets, 6 rows per rank", 1, kPlain, 6, 1, false},
-        {"SGD, 1 KB buckets, 6 rows per rank", 1024, kPlain, 6, 1, false},
-        {"SGD, default buckets, 6 rows per rank", 0, kPlain, 6, 1, false},
+        {"SGD, 1-byte buckets, 6 rows per rank", 1, kPlain, 6, 1, false, false},
+        {"SGD, 1 KB buckets, 6 rows per rank", 1024, kPlain, 6, 1, false, false},
+        {"SGD, default buckets, 6 rows per rank", 0, kPlain, 6, 1, false, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
@@ -357,12 +363,15 @@ static void test_sgd_buckets(void **state) {
 static void test_nesterov_buckets(void **state) {
     (void)state;
     const ddp_case cases[] = {
-        {"nesterov+wd, 1-byte buckets, 5 rows per rank", 1, kNesterov, 5, 1, false},
-        {"nesterov+wd, 1 KB buckets, 5 rows per rank", 1024, kNesterov, 5, 1, false},
-        {"nesterov+wd, default buckets, 5 rows per rank", 0, kNesterov, 5, 1, false},
-        {"nesterov+wd, 1 KB buckets, 1 row per rank", 1024, kNesterov, 1, 1, false},
-        {"nesterov+wd, 1-byte buckets, NCCL only", 1, kNesterov, 5, 1, true},
-        {"nesterov+wd, default buckets, NCCL only", 0, kNesterov, 5, 1, true},
+        {"nesterov+wd, 1-byte buckets, 5 rows per rank", 1, kNesterov, 5, 1, false, false},
+        {"nesterov+wd, 1 KB buckets, 5 rows per rank", 1024, kNesterov, 5, 1, false, false},
+        {"nesterov+wd, default buckets, 5 rows per rank", 0, kNesterov, 5, 1, false, false},
+        {"nesterov+wd, 1 KB buckets, 1 row per rank", 1024, kNesterov, 1, 1, false, false},
+        {"nesterov+wd, 1-byte buckets, NCCL only", 1, kNesterov, 5, 1, true, false},
+        {"nesterov+wd, default buckets, NCCL only", 0, kNesterov, 5, 1, true, false},
+        {"nesterov+wd, MLP 16-2049-8, default buckets", 0, kNesterov, 5, 1, false, true},
+        {"nesterov+wd, MLP 16-2049-8, 1-byte buckets", 1, kNesterov, 5, 1, false, true},
+        {"nesterov+wd, MLP 16-2049-8, 1-byte buckets, NCCL only", 1, kNesterov, 5, 1, true, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
@@ -370,8 +379,8 @@ static void test_nesterov_buckets(void **state) {
 static void test_accumulation(void **state) {
     (void)state;
     const ddp_case cases[] = {
-        {"two backward calls per step, 1 KB buckets", 1024, kNesterov, 3, 2, false},
-        {"two backward calls per step, default buckets", 0, kPlain, 4, 2, false},
+        {"two backward calls per step, 1 KB buckets", 1024, kNesterov, 3, 2, false, false},
+        {"two backward calls per step, default buckets", 0, kPlain, 4, 2, false, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
@@ -514,7 +523,7 @@ static void test_peer_timeout(void **state) {
     (void)state;
     g_test = "peer all-reduce timeout";
     setenv("CGRAD_PEER_TIMEOUT", "1", 1);
-    cg_module *ddp = REQ(cg_ddp_new(model_from_seed(g_seed + 37u, g_dev), g_dist, 0));
+    cg_module *ddp = REQ(cg_ddp_new(sized_model_from_seed(g_seed + 37u, g_dev, true), g_dist, 0));
     unsetenv("CGRAD_PEER_TIMEOUT");
     if (!cg_parallel_peer_allreduce(ddp)) {
         cg_module_free(ddp);

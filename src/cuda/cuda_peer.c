@@ -138,7 +138,8 @@ bool cg__peer_enabled(void) {
 }
 
 bool cg__peer_takes(const cg_peer *p, int64_t count) {
-    return p && count > 0 && (size_t)count * sizeof(float) <= CG_PEER_ALLREDUCE_MAX_BYTES;
+    const size_t bytes = (size_t)count * sizeof(float);
+    return p && count > 0 && bytes >= CG_PEER_ALLREDUCE_MIN_BYTES && bytes <= CG_PEER_ALLREDUCE_MAX_BYTES;
 }
 
 cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, float scale, cudaStream_t stream) {
