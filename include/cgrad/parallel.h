@@ -25,7 +25,8 @@ extern "C" {
  * its output, or -1 for device_ids[0]. The module's parameters must be on cuda:device_ids[0].
  * Forward splits the batch along dim 0 as torch.chunk does (chunks of ceil(B / n) rows, so a small
  * batch may use fewer GPUs), runs the replicas concurrently and gathers the output. Backward sums
- * the replicas' gradients with NCCL (the full-batch gradient, as PyTorch's DataParallel), in buckets
+ * the replicas' gradients with NCCL or the peer all-reduce (cg_parallel_peer_allreduce below; the
+ * full-batch gradient, as PyTorch's DataParallel), in buckets
  * of 25 MB launched as soon as every replica has finished theirs, so the sums overlap the rest of
  * backward. */
 cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *device_ids, int output_device);
