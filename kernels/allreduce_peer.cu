@@ -1,9 +1,9 @@
 // The all-reduce of small gradient buckets between GPUs of one host that reach each other's memory
 // (NVLink or PCIe peer access): one kernel on every participant, no NCCL. NCCL's ring spends tens of
-// microseconds on a 4 MB bucket that the wires move in a few (2 H200s: about 50 us exposed in the
-// Linear(100000, 10) step); here each participant sums its slice of the elements over everyone's
-// buffer and writes the sum into everyone's buffer (a reduce-scatter and an all-gather in one pass),
-// between two barriers of flags in peer memory.
+// microseconds on a 4 MB bucket that NVLink moves in a few (the Linear(100000, 10) DDP step on 2
+// H200s: 1.025 ms with this, 1.045 to 1.071 with NCCL). Each participant sums its slice of the
+// elements over everyone's buffer and writes the sum into everyone's buffer (a reduce-scatter and an
+// all-gather in one pass), between two barriers of flags in peer memory.
 //
 // Barriers: block b of each participant stores the call's epoch into slot [b][phase][its rank] of
 // every participant's flags, then waits until its own slots hold it for all ranks. Epochs count
