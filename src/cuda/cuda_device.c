@@ -110,6 +110,7 @@ bool cg_cuda_can_access_peer(int device, int peer) {
 /* Lets dst read src's memory directly, once per pair, where the hardware allows; whether it can. */
 bool cg__cuda_enable_peer(int dst, int src) {
     static signed char state[CG_MAX_CUDA][CG_MAX_CUDA]; /* 0: not tried, 1: can, -1: cannot */
+    pthread_mutex_lock(&context_lock);
     if (state[dst][src] == 0) {
         int can = 0;
         bool ok = cudaDeviceCanAccessPeer(&can, dst, src) == cudaSuccess && can && cudaSetDevice(dst) == cudaSuccess;
@@ -117,7 +118,9 @@ bool cg__cuda_enable_peer(int dst, int src) {
         state[dst][src] = ok && (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) ? 1 : -1;
         (void)cudaGetLastError(); /* "already enabled" is not an error for us */
     }
-    return state[dst][src] == 1;
+    bool can = state[dst][src] == 1;
+    pthread_mutex_unlock(&context_lock);
+    return can;
 }
 
 cg_status cg__cuda_stream_wait(int waiter, int signaller) {
@@ -137,9 +140,7 @@ cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void
     CG_TRY(cg__cuda_enter(src_index, &sctx));
     bool cross = dst_index != src_index;
     if (cross) {
-        pthread_mutex_lock(&context_lock);
         cg__cuda_enable_peer(dst_index, src_index);
-        pthread_mutex_unlock(&context_lock);
         CG_TRY(cg__cuda_stream_wait(src_index, dst_index));
     }
     /* A unified-address copy, not cudaMemcpyPeerAsync: stream capture refuses that one. */
