@@ -51,28 +51,17 @@ static uint64_t wait_limit_ns(void) {
     return (uint64_t)(s * 1e9);
 }
 
-static cg_peer *peer_alloc(int n, int nlocal, int64_t count) {
+/* A group of n participants, of which this process drives nlocal from `rank` on (devices[l] for the
+ * l-th), each with its flags allocated; the callers fill in the buffers' and flags' addresses. */
+static cg_status peer_make(int n, int nlocal, int rank, const int *devices, int64_t count, cg_peer **out) {
     cg_peer *p = calloc(1, sizeof *p);
-    if (!p) return CG_FAIL_NULL(CG_ERR_OOM, "peer all-reduce: out of host memory");
-    p->n = n, p->nlocal = nlocal, p->count = count, p->timeout_ns = wait_limit_ns();
-    return p;
-}
-
-cg_status cg__peer_new_local(int n, const int *devices, float *const *bufs, int64_t count, cg_peer **out) {
-    if (n < 2 || n > CG_PEER_MAX) return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: %d devices (2 to %d)", n, CG_PEER_MAX);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++)
-            if (i != j && !cg__cuda_enable_peer(devices[i], devices[j]))
-                return cg__fail(CG_ERR_DEVICE, "peer all-reduce: cuda:%d cannot access the memory of cuda:%d", devices[i], devices[j]);
-    cg_peer *p = peer_alloc(n, n, count);
-    if (!p) return cg_last_status();
+    if (!p) return cg__fail(CG_ERR_OOM, "peer all-reduce: out of host memory");
+    p->n = n, p->nlocal = nlocal, p->rank = rank, p->count = count, p->timeout_ns = wait_limit_ns();
     cg_status s = CG_OK;
-    for (int l = 0; l < n && s == CG_OK; l++) {
+    for (int l = 0; l < nlocal && s == CG_OK; l++) {
         p->devices[l] = devices[l];
         s = alloc_own(p, l);
     }
-    for (int l = 0; l < n && s == CG_OK; l++) /* one address space: everyone sees the same pointers */
-        for (int q = 0; q < n; q++) p->bufs[l][q] = bufs[q], p->flags[l][q] = p->own[q];
     if (s != CG_OK) {
         cg__peer_free(p);
         return s;
@@ -81,20 +70,23 @@ cg_status cg__peer_new_local(int n, const int *devices, float *const *bufs, int6
     return CG_OK;
 }
 
+cg_status cg__peer_new_local(int n, const int *devices, float *const *bufs, int64_t count, cg_peer **out) {
+    if (n < 2 || n > CG_PEER_MAX) return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: %d devices (2 to %d)", n, CG_PEER_MAX);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            if (i != j && !cg__cuda_enable_peer(devices[i], devices[j]))
+                return cg__fail(CG_ERR_DEVICE, "peer all-reduce: cuda:%d cannot access the memory of cuda:%d", devices[i], devices[j]);
+    CG_TRY(peer_make(n, n, 0, devices, count, out));
+    for (int l = 0; l < n; l++) /* one address space: every device uses the same pointers */
+        for (int q = 0; q < n; q++) (*out)->bufs[l][q] = bufs[q], (*out)->flags[l][q] = (*out)->own[q];
+    return CG_OK;
+}
+
 cg_status cg__peer_new_rank(int device, int rank, int n, float *buf, int64_t count, cg_peer **out) {
     if (n < 2 || n > CG_PEER_MAX || rank < 0 || rank >= n)
         return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: rank %d of %d (2 to %d ranks)", rank, n, CG_PEER_MAX);
-    cg_peer *p = peer_alloc(n, 1, count);
-    if (!p) return cg_last_status();
-    p->rank = rank, p->devices[0] = device;
-    p->bufs[0][rank] = buf;
-    cg_status s = alloc_own(p, 0);
-    p->flags[0][rank] = p->own[0];
-    if (s != CG_OK) {
-        cg__peer_free(p);
-        return s;
-    }
-    *out = p;
+    CG_TRY(peer_make(n, 1, rank, &device, count, out));
+    (*out)->bufs[0][rank] = buf, (*out)->flags[0][rank] = (*out)->own[0]; /* the others' come with connect */
     return CG_OK;
 }
 
