@@ -12,8 +12,8 @@
  *   mlp     MLP 4096 -> 4096 x 4 hidden (ReLU) -> 4096, global batch 8192
  * For each: the DDP step (key mode "ddp"), and the same model without DDP on the same local batch
  * ("ddplocal": the compute alone; ddp - ddplocal is the communication the backward pass did not
- * hide), and on GPU ranks the DDP step captured once with cg_graph_capture and replayed
- * ("ddpgraph": one launch a step). Step time: every rank times its steps, each ending with a
+ * hide), and on GPU ranks both steps captured once with cg_graph_capture and replayed ("ddpgraph",
+ * "ddplocalgraph": one launch a step). Step time: every rank times its steps, each ending with a
  * synchronisation of its device; per step the slowest rank counts; the median over the steps is
  * reported.
  *
@@ -125,6 +125,16 @@ static double time_steps(stepper *s, int warmup, int steps) {
     return m;
 }
 
+/* The same step captured once as a CUDA graph, then replayed. */
+static double time_graph_steps(stepper *s, int warmup, int steps) {
+    s->graph = cg_graph_capture(s->device, step, s);
+    eu_expect(s->graph != NULL, cg_last_error());
+    double t = time_steps(s, warmup, steps);
+    cg_graph_free(s->graph);
+    s->graph = NULL;
+    return t;
+}
+
 static double parameter_checksum(cg_module *m) {
     double sum = 0.0;
     for (int i = 0; i < cg_module_num_parameters(m); i++) {
@@ -172,9 +182,12 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
         s.model = plain;
         s.optimizer = cg_sgd_new(plain, (cg_sgd_options){.lr = lr});
         eu_expect(s.optimizer != NULL, cg_last_error());
-        double t = time_steps(&s, warmup, w->steps);
-        if (rank == 0)
+        double t = time_steps(&s, warmup, w->steps), tg = 0.0;
+        if (dev.type == CG_CUDA) tg = time_graph_steps(&s, warmup, w->steps);
+        if (rank == 0) {
             printf("result work=%s_ddplocal_%s impl=cgrad median_ms=%.4f runs=%d\n", w->name, tag, 1e3 * t, w->steps);
+            if (tg > 0.0) printf("result work=%s_ddplocalgraph_%s impl=cgrad median_ms=%.4f runs=%d\n", w->name, tag, 1e3 * tg, w->steps);
+        }
         cg_optimizer_free(s.optimizer);
         cg_module_free(plain);
     }
@@ -192,13 +205,7 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
     step(&s);
     eu_expect(isfinite(eu_item(s.loss)), "the first DDP loss is finite");
     double t = time_steps(&s, warmup, w->steps), tg = 0.0;
-    if (dev.type == CG_CUDA) { /* the same step captured once as a CUDA graph, then replayed */
-        s.graph = cg_graph_capture(dev, step, &s);
-        eu_expect(s.graph != NULL, cg_last_error());
-        tg = time_steps(&s, warmup, w->steps);
-        cg_graph_free(s.graph);
-        s.graph = NULL;
-    }
+    if (dev.type == CG_CUDA) tg = time_graph_steps(&s, warmup, w->steps);
 
     /* The replicas must be identical after all those steps. */
     double *sums = calloc((size_t)world, sizeof *sums);

@@ -115,7 +115,7 @@ AWK
 header="# $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ), GPU counts $gpus, $((SECONDS - start)) s; ratio = cgrad time / PyTorch time (< 1: cgrad faster)
 # modes: single_g1 = plain model on 1 GPU; dp_gN = one process over N GPUs (cgrad: linear and mlp shards resident,
 # PyTorch DataParallel: batch scattered from cuda:0 every step); ddp_gN = MPI ranks (cgrad) / DDP processes (PyTorch),
-# shards resident; ddplocal_gN = the same local batch without communication; allreduce = NCCL at the MLP gradient size;
+# shards resident; ddplocal_gN (ddplocalgraph_gN: in a CUDA graph) = the same local batch without communication; allreduce = NCCL at the MLP gradient size;
 # dpgraph_gN / ddpgraph_gN = cgrad's dp / ddp step captured once in a CUDA graph (over the N GPUs / per rank) and replayed"
 publish dp_bench "$header
 $(grep -h '^# \(gpu\|torch\|MPI\|one process\)' "$raw" | sort -u)
