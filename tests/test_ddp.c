@@ -7,9 +7,11 @@
  * MSE: DDP's average of the local means is the full-batch mean because local batches are equal.
  * Also: parameters are broadcast from rank 0 at construction (each rank initialises differently);
  * gradients accumulated over two backward calls; an uneven local batch is an error on every rank
- * (no hang); small buckets go through the peer all-reduce between GPU ranks whose GPUs reach each
- * other's memory, and through NCCL with CGRAD_PEER_ALLREDUCE=0; misuse (NULL, wrong device, a module wrapped twice) is refused; a step captured in a
- * CUDA graph (cg_graph_capture) replays like eager steps.
+ * (no hang); buckets of 64 KiB to 16 MiB go through the peer all-reduce between GPU ranks whose GPUs
+ * reach each other's memory (and through NCCL with CGRAD_PEER_ALLREDUCE=0), and a rank that stops
+ * taking part makes the others fail after CGRAD_PEER_TIMEOUT; misuse (NULL, wrong device, a module
+ * wrapped twice) is refused; a step captured in a CUDA graph (cg_graph_capture) replays like eager
+ * steps.
  *
  * How it runs (tests/CMakeLists.txt):
  *   - `test_ddp`, run directly: MPI singleton, world size 1 (CPU ranks without a GPU, else GPU);
@@ -289,8 +291,8 @@ typedef struct ddp_case {
 static const cg_sgd_options kPlain = {.lr = 0.1f};
 static const cg_sgd_options kNesterov = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-2f, .nesterov = true};
 
-/* GPU ranks on one host whose GPUs (cuda:0 .. cuda:world-1) all reach each other's memory take the
- * peer all-reduce for small buckets, unless it is switched off. */
+/* GPU ranks on one host (as CTest runs them) whose GPUs, cuda:0 .. cuda:world-1, all reach each
+ * other's memory set up the peer all-reduce, unless it is switched off. */
 static bool peers_expected(bool nccl_only) {
     bool all = g_dev.type == CG_CUDA && g_world > 1 && !nccl_only;
     for (int i = 0; i < g_world; i++)
