@@ -388,16 +388,15 @@ static void test_accumulation(void **state) {
 }
 
 /* ---- a DDP step captured once and replayed ------------------------------------------------------------------- */
-/* cg_graph_capture of a whole DDP step (NCCL averages in 1 KB buckets inside the graph on GPU
- * ranks; on CPU ranks capture runs the step and replay runs it again), then replays: the same
- * parameters as eager steps of one model on the full batch. */
-static void test_graph_replays(void **state) {
-    (void)state;
-    g_test = "graph replays";
+/* cg_graph_capture of a whole DDP step (the averages inside the graph on GPU ranks; on CPU ranks
+ * capture runs the step and replay runs it again), then replays: the same parameters as eager
+ * steps of one model on the full batch. */
+static void graph_replays(const char *label, bool wide, size_t bucket_bytes) {
+    g_test = label;
     const int64_t local = 4, global = local * g_world;
     uint64_t init = g_seed + 7919u;
-    cg_module *ref = model_from_seed(init, g_dev);
-    cg_module *ddp = REQ(cg_ddp_new(model_from_seed(init, g_dev), g_dist, 1024));
+    cg_module *ref = sized_model_from_seed(init, g_dev, wide);
+    cg_module *ddp = REQ(cg_ddp_new(sized_model_from_seed(init, g_dev, wide), g_dist, bucket_bytes));
     float *hx = cg_test_uniform_buf((size_t)(global * IN), -1.5, 1.5), *ht = cg_test_uniform_buf((size_t)(global * OUT), -1, 1);
     int64_t first = local * g_rank;
     cg_test_step r = {ref, REQ(cg_sgd_new(ref, kNesterov)), REQ(cg_from_data(hx, 2, (int64_t[]){global, IN}, g_dev)),
@@ -420,6 +419,13 @@ static void test_graph_replays(void **state) {
     free(hx), free(ht);
     cg_test_step_free(&d), cg_test_step_free(&r);
     agree();
+}
+
+static void test_graph_replays(void **state) {
+    (void)state;
+    graph_replays("graph replays, 1 KB buckets", false, 1024);
+    /* the weights' buckets by the peer all-reduce on GPU ranks: its epochs count on across replays */
+    graph_replays("graph replays, MLP 16-2049-8, a bucket per parameter", true, 1);
 }
 
 /* The wrapper called twice before one backward (parameters used twice in one graph). PyTorch's
