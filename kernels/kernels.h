@@ -27,10 +27,12 @@ cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream);
 cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64_t n, int64_t inner, int64_t chunks,
                                  int64_t chunk_len, float scale, float *partial, cudaStream_t stream);
 
-/* reduce.cu, for MSE: partial (chunks) = scale * the sums of (a - b)^2 over chunks of chunk_len; and
+/* reduce.cu, for MSE: out (one float) = scale * the sum of (a - b)^2, in one launch; partial holds
+ * cg_sum_sqdiff_blocks(n) floats and *ticket is 0 (and is again when the launch ends); and
  * out = (a - b) * (factor * g[0]) with g one float on the device. */
-cudaError_t cg_launch_sum_sqdiff_chunks(const float *a, const float *b, int64_t n, int64_t chunks, int64_t chunk_len,
-                                        float scale, float *partial, cudaStream_t stream);
+int64_t cg_sum_sqdiff_blocks(int64_t n);
+cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *partial,
+                                 unsigned *ticket, float *out, cudaStream_t stream);
 cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *out,
                                   cudaStream_t stream);
 

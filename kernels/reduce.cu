@@ -1,13 +1,26 @@
 // Deterministic sums over the middle axis of (outer, n, inner), in chunks: every output is summed
-// in a fixed order that depends only on the shapes (no atomics), so a run repeats bit for bit.
+// in a fixed order that depends only on the shapes (no float atomics), so a run repeats bit for bit.
 #include "kernels.h"
 
 namespace {
 
 constexpr int kThreads = 256;
 
-// inner == 1: one block per (row, chunk); the block's threads stride over the chunk, then a
-// shared-memory tree adds the per-thread sums.
+// The sum of every thread's v over the block, in a fixed order; thread 0 gets it. Ends with a barrier,
+// so the caller may reuse `shared` right after.
+__device__ float block_sum(float v, float *shared) {
+    shared[threadIdx.x] = v;
+    __syncthreads();
+    for (int width = kThreads / 2; width > 0; width /= 2) {
+        if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
+        __syncthreads();
+    }
+    const float total = shared[0];
+    __syncthreads();
+    return total;
+}
+
+// inner == 1: one block per (row, chunk); the block's threads stride over the chunk, then block_sum.
 __global__ void sum_rows_chunked(const float *__restrict__ x, int64_t n, int64_t chunks, int64_t chunk_len,
                                  float scale, float *__restrict__ partial) {
     __shared__ float shared[kThreads];
@@ -16,33 +29,40 @@ __global__ void sum_rows_chunked(const float *__restrict__ x, int64_t n, int64_t
     const float *p = x + row * n;
     float acc = 0.0f;
     for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) acc += p[i];
-    shared[threadIdx.x] = acc;
-    __syncthreads();
-    for (int width = kThreads / 2; width > 0; width /= 2) {
-        if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[blockIdx.x] = shared[0] * scale;
+    const float total = block_sum(acc, shared);
+    if (threadIdx.x == 0) partial[blockIdx.x] = total * scale;
 }
 
-// The first pass of MSE: partial[chunk] = scale * the sum over the chunk of (a - b)^2, as
-// sum_rows_chunked.
-__global__ void sum_sqdiff_chunked(const float *__restrict__ a, const float *__restrict__ b, int64_t n,
-                                   int64_t chunk_len, float scale, float *__restrict__ partial) {
+// MSE's sum in one launch: out = scale * the sum of (a - b)^2. Each block adds its grid-stride share,
+// four elements a thread at a time with all their loads in flight (a loss's inputs are small, so
+// latency, not bandwidth, bounds this), and leaves it in partial[block]; the last block to finish,
+// counted in *ticket, adds the blocks' sums in a fixed order and puts the ticket back to 0.
+__global__ void sum_sqdiff_onepass(const float *__restrict__ a, const float *__restrict__ b, int64_t n, float scale,
+                                   float *__restrict__ partial, unsigned *__restrict__ ticket, float *__restrict__ out) {
     __shared__ float shared[kThreads];
-    int64_t lo = blockIdx.x * chunk_len, hi = min(lo + chunk_len, n);
-    float acc = 0.0f;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
-        float d = a[i] - b[i];
-        acc += d * d;
+    __shared__ bool last;
+    const int64_t stride = (int64_t)gridDim.x * kThreads;
+    int64_t i = blockIdx.x * (int64_t)kThreads + threadIdx.x;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (; i < n; i += 4 * stride)
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const float d = i + u * stride < n ? a[i + u * stride] - b[i + u * stride] : 0.0f;
+            acc[u] += d * d;
+        }
+    const float block_total = block_sum((acc[0] + acc[1]) + (acc[2] + acc[3]), shared);
+    if (threadIdx.x == 0) {
+        partial[blockIdx.x] = block_total;
+        __threadfence();  // the block's sum is visible before it counts itself done
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     }
-    shared[threadIdx.x] = acc;
     __syncthreads();
-    for (int width = kThreads / 2; width > 0; width /= 2) {
-        if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[blockIdx.x] = shared[0] * scale;
+    if (!last) return;
+    __threadfence();
+    float s = 0.0f;
+    for (unsigned j = threadIdx.x; j < gridDim.x; j += kThreads) s += __ldcg(partial + j);
+    const float total = block_sum(s, shared);
+    if (threadIdx.x == 0) *out = total * scale, *ticket = 0;
 }
 
 // MSE's gradient: out = (a - b) * (factor * g[0]), g read on the device (no host round trip).
@@ -69,10 +89,15 @@ __global__ void sum_columns_chunked(const float *__restrict__ x, int64_t outer, 
 
 }  // namespace
 
-extern "C" cudaError_t cg_launch_sum_sqdiff_chunks(const float *a, const float *b, int64_t n, int64_t chunks,
-                                                   int64_t chunk_len, float scale, float *partial,
-                                                   cudaStream_t stream) {
-    sum_sqdiff_chunked<<<(unsigned)chunks, kThreads, 0, stream>>>(a, b, n, chunk_len, scale, partial);
+// Four elements per thread (one round of loads), at most 8 blocks per SM of an H100.
+extern "C" int64_t cg_sum_sqdiff_blocks(int64_t n) {
+    const int64_t blocks = (n + 4 * kThreads - 1) / (4 * kThreads);
+    return blocks < 1 ? 1 : blocks > 132 * 8 ? 132 * 8 : blocks;
+}
+
+extern "C" cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *partial,
+                                            unsigned *ticket, float *out, cudaStream_t stream) {
+    sum_sqdiff_onepass<<<(unsigned)cg_sum_sqdiff_blocks(n), kThreads, 0, stream>>>(a, b, n, scale, partial, ticket, out);
     return cudaGetLastError();
 }
 

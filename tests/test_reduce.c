@@ -1,6 +1,8 @@
 /* cgrad-test: cpu cuda */
 /* sum and mean over all elements (1, 7, 1023, 2^20+3 elements) and along each dim of odd 2-D/3-D
- * shapes, keepdim both ways, against double-precision references; rtol 1e-4.
+ * shapes, keepdim both ways, against double-precision references; rtol 1e-4. MSE's sum of squared
+ * differences (one launch on a GPU, its blocks counted in a per-device ticket) at sizes from one
+ * block to past the grid's cap, repeated call after call.
  *
  * Inputs are uniform in [-0.5, 1.5): mixed signs, but a well-conditioned sum (sum|x| / |sum x| is
  * about 1.25), so the fp32 tolerance measures the implementation, not cancellation. */
@@ -255,6 +257,43 @@ static void test_reduction_deterministic(void **state) {
     free(hx);
 }
 
+/* cg_mse_loss's sums: one block, several, and more elements than the capped grid covers in one
+ * sweep (2^21 + 5); each size twice in a row, the second bit-identical to the first (the GPU kernel's
+ * ticket must be back at 0 after every launch), and the mean of an empty input NaN, as PyTorch. */
+static void test_mse_sums(void **state) {
+    (void)state;
+    static const int64_t sizes[] = {1, 7, 2048, 2049, 50000, (1 << 21) + 5};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int64_t n = sizes[s];
+        float *ha = cg_test_uniform_buf((size_t)n, LO, HI), *hb = cg_test_uniform_buf((size_t)n, LO, HI);
+        double want[2] = {0, 0}; /* sum, mean */
+        for (int64_t i = 0; i < n; i++) want[0] += ((double)ha[i] - hb[i]) * ((double)ha[i] - hb[i]);
+        want[1] = want[0] / (double)n;
+        cg_tensor *a = cg_test_tensor(ha, 1, &n), *b = cg_test_tensor(hb, 1, &n);
+        for (int mean = 0; mean < 2; mean++) {
+            cg_test_context("cg_mse_loss %s n=%lld on %s", mean ? "mean" : "sum", (long long)n, cg_test_device_str());
+            cg_reduction r = mean ? CG_REDUCTION_MEAN : CG_REDUCTION_SUM;
+            cg_test_poison_cache(cg_test_device(), 1);
+            cg_tensor *first = CG_TEST_OK(cg_mse_loss(a, b, r));
+            cg_test_assert_tensor_close(first, &want[mean], 1, RTOL);
+            float bits = NAN;
+            CG_TEST_STATUS_OK(cg_item(first, &bits));
+            cg_tensor *again = CG_TEST_OK(cg_mse_loss(a, b, r));
+            cg_test_assert_tensor_bits(again, &bits, 1);
+            cg_tensor_free(again), cg_tensor_free(first);
+        }
+        cg_tensor_free(b), cg_tensor_free(a);
+        free(ha), free(hb);
+    }
+    cg_test_context("cg_mse_loss mean of no elements on %s", cg_test_device_str());
+    cg_tensor *e = CG_TEST_OK(cg_empty(CG_SHAPE(0), cg_test_device()));
+    cg_tensor *m = CG_TEST_OK(cg_mse_loss(e, e, CG_REDUCTION_MEAN));
+    float v = 0.0f;
+    CG_TEST_STATUS_OK(cg_item(m, &v));
+    assert_true(isnan(v));
+    cg_tensor_free(m), cg_tensor_free(e);
+}
+
 /* As PyTorch: the sum of no elements is 0, their mean NaN; a reduction over a non-empty dim of a
  * tensor with another empty dim is empty. */
 static void test_empty_reductions(void **state) {
@@ -296,6 +335,7 @@ int main(void) {
         CG_TEST(test_dim_of_transposed_view),
         CG_TEST(test_reduction_deterministic),
         CG_TEST(test_empty_reductions),
+        CG_TEST(test_mse_sums),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,7 +76,7 @@ static void test_tn_every_width(void **state) {
     check_tn(1, 1 << 20, 3);    /* a single row */
     check_tn(257, 5003, 10);    /* k not a multiple of 16: a ragged last tile */
     check_tn(1 << 17, 9, 10);   /* fewer columns than one vector */
-    check_tn(4000, 32768, 7);   /* chunks of 167 rows: g staged twice per chunk, rows past the ring */
+    check_tn(4000, 32768, 7);   /* chunks of 334 rows: g staged three times per chunk, rows past the ring */
 }
 
 /* The seed's layer end to end: Linear forward and its weight gradient through autograd. */

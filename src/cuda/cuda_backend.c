@@ -184,26 +184,18 @@ static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int6
     return CG_OK;
 }
 
-/* One fused pass over (a - b)^2 into chunk partials, then the usual passes over them; one chunk
- * (n <= 4096) is the whole sum, written at once. */
+/* MSE's sum: one launch, its blocks' sums in a scratch buffer. */
 static cg_status cuda_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *out, int index) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    int64_t chunks = chunks_for(1, n, 1), chunk_len = (n + chunks - 1) / chunks;
-    chunks = (n + chunk_len - 1) / chunk_len;
-    if (chunks == 1) {
-        CG_CUDA_CHECK(cg_launch_sum_sqdiff_chunks(a, b, n, 1, n, scale, out, ctx->stream));
-        return CG_OK;
-    }
     cg_device d = cg_cuda(index);
-    size_t bytes = (size_t)chunks * sizeof(float);
+    size_t bytes = (size_t)cg_sum_sqdiff_blocks(n) * sizeof(float);
     float *partial = cg__alloc(d, bytes);
     if (!partial) return cg_last_status();
-    cudaError_t e = cg_launch_sum_sqdiff_chunks(a, b, n, chunks, chunk_len, 1.0f, partial, ctx->stream);
-    cg_status s = e == cudaSuccess ? cuda_reduce_sum(partial, 1, chunks, 1, scale, out, index)
-                                   : cg__cuda_error(e, "cg_launch_sum_sqdiff_chunks", __FILE__, __LINE__);
-    cg__free(d, partial, bytes);
-    return s;
+    cudaError_t e = cg_launch_sum_sqdiff(a, b, n, scale, partial, ctx->ticket, out, ctx->stream);
+    cg__free(d, partial, bytes); /* stream order makes the reuse safe */
+    if (e != cudaSuccess) return cg__cuda_error(e, "cg_launch_sum_sqdiff", __FILE__, __LINE__);
+    return CG_OK;
 }
 
 static cg_status cuda_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,
