@@ -202,7 +202,7 @@ static void run_workload(const workload *w, int ngpus, int warmup) {
         for (int i = 0; i < ngpus; i++) ids[i] = i;
         cg_module *dp = cg_data_parallel_new(model, ngpus, ids, -1);
         eu_expect(dp != NULL, cg_last_error());
-        printf("# %s: buckets of 64 KiB to 16 MiB summed by %s\n", w->name, cg_parallel_peer_allreduce(dp) ? "the peer all-reduce" : "NCCL");
+        printf("# %s: buckets up to 16 MiB summed by %s\n", w->name, cg_parallel_peer_allreduce(dp) ? "the peer all-reduce" : "NCCL");
         stepper sn = {.model = dp, .target = target, .ndevices = ngpus};
         if (w->resident) {
             /* Each GPU's shard, cut from host memory and uploaded once. */

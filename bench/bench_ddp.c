@@ -198,7 +198,7 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
         exit(1);
     }
     if (rank == 0 && dev.type == CG_CUDA)
-        printf("# %s: buckets of 64 KiB to 16 MiB averaged by %s\n", w->name, cg_parallel_peer_allreduce(ddp) ? "the peer all-reduce" : "NCCL");
+        printf("# %s: buckets up to 16 MiB averaged by %s\n", w->name, cg_parallel_peer_allreduce(ddp) ? "the peer all-reduce" : "NCCL");
     s.model = ddp;
     s.optimizer = cg_sgd_new(ddp, (cg_sgd_options){.lr = lr});
     eu_expect(s.optimizer != NULL, cg_last_error());

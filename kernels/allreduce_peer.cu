@@ -1,14 +1,24 @@
-// The all-reduce of small gradient buckets between GPUs of one host that reach each other's memory
-// (NVLink or PCIe peer access): one kernel on every participant, no NCCL. NCCL's ring spends tens of
-// microseconds on a 4 MB bucket that NVLink moves in a few (the Linear(100000, 10) DDP step on 2
-// H200s: 1.025 ms with this, 1.045 to 1.071 with NCCL). Each participant sums its slice of the
-// elements over everyone's buffer and writes the sum into everyone's buffer (a reduce-scatter and an
-// all-gather in one pass), between two barriers of flags in peer memory.
+// The all-reduce of gradient buckets up to 16 MiB between GPUs of one host that reach each other's
+// memory (NVLink or PCIe peer access): one kernel on every participant, no NCCL.
 //
-// Barriers: block b of each participant stores the call's epoch into slot [b][phase][its rank] of
-// every participant's flags, then waits until its own slots hold it for all ranks. Epochs count
-// calls per block in device memory, so a CUDA graph's replays (whose arguments are frozen) keep
-// counting. A participant that never arrives sets *error after timeout_ns instead of hanging.
+// Buckets over CG_PEER_LL_MAX_FLOATS: NCCL's ring spends tens of microseconds on a 4 MB bucket that
+// NVLink moves in a few (the Linear(100000, 10) DDP step on 2 H200s: 1.025 ms with this, 1.045 to
+// 1.071 with NCCL). Each participant sums its slice of the elements over everyone's buffer and writes
+// the sum into everyone's buffer (a reduce-scatter and an all-gather in one pass), between two
+// barriers of flags in peer memory. Block b of each participant stores the call's epoch into slot
+// [b][phase][its rank] of every participant's flags, then waits until its own slots hold it for all
+// ranks.
+//
+// Smaller buckets: one trip over the links instead of two barriers and two passes. Every participant
+// stores each of its values, paired with the call's epoch in one 8-byte store, into its mailbox slot
+// at every other participant, then waits in its own mailboxes for the others' pairs; a pair with the
+// right epoch is there whole, so no fence or barrier is needed (NCCL's low-latency protocol works so).
+// Mailboxes alternate with the epoch's parity: a participant sending epoch e has received everyone's
+// e - 1, which each sent after reading its mailboxes of e - 2.
+//
+// Epochs count calls per block in device memory, so a CUDA graph's replays (whose arguments are
+// frozen) keep counting. A participant that never arrives sets *error after timeout_ns instead of
+// hanging. Sums run in rank order, so every participant gets the same bits.
 #include "kernels.h"
 
 namespace {
@@ -34,8 +44,21 @@ __device__ __forceinline__ uint64_t global_ns() {
     return t;
 }
 
-__device__ __forceinline__ unsigned *slot(unsigned *flags, int block, int phase, int rank) {
-    return flags + (block * 2 + phase) * CG_PEER_MAX + rank;
+__device__ __forceinline__ unsigned *slot(unsigned *own, int block, int phase, int rank) {
+    return own + (block * 2 + phase) * CG_PEER_MAX + rank;
+}
+
+// Called on every spin of a wait for participant `who`: false, once the wait has lasted timeout_ns,
+// with *error set to say who is missing (plus one).
+__device__ bool still_in_time(const cg_peer_allreduce_args &a, unsigned spins, uint64_t &start, int who) {
+    if (spins % 1024 != 0) return true;
+    const uint64_t t = global_ns();
+    if (start == 0) start = t;
+    else if (t - start > a.timeout_ns) {
+        *(volatile int *)a.error = 1 + who;
+        return false;
+    }
+    return true;
 }
 
 // false (in every thread) when a participant did not arrive in time.
@@ -43,19 +66,11 @@ __device__ bool barrier(const cg_peer_allreduce_args &a, int phase, unsigned epo
     __syncthreads();  // this block's writes come before its arrival
     bool ok = true;
     if (threadIdx.x < a.n) {
-        store_release(slot(a.flags[threadIdx.x], blockIdx.x, phase, a.rank), epoch);
-        const unsigned *mine = slot(a.flags[a.rank], blockIdx.x, phase, threadIdx.x);
+        store_release(slot(a.own[threadIdx.x], blockIdx.x, phase, a.rank), epoch);
+        const unsigned *mine = slot(a.own[a.rank], blockIdx.x, phase, threadIdx.x);
         uint64_t start = 0;
-        for (unsigned spins = 0; (int)(load_acquire(mine) - epoch) < 0; spins++) {
-            if (spins % 1024 != 0) continue;
-            const uint64_t t = global_ns();
-            if (start == 0) start = t;
-            else if (t - start > a.timeout_ns) {
-                *(volatile int *)a.error = 1 + threadIdx.x;  // which participant is missing, plus one
-                ok = false;
-                break;
-            }
-        }
+        for (unsigned spins = 0; ok && (int)(load_acquire(mine) - epoch) < 0; spins++)
+            ok = still_in_time(a, spins, start, threadIdx.x);
     }
     return __syncthreads_and(ok);
 }
@@ -112,20 +127,83 @@ __global__ void __launch_bounds__(kThreads) peer_allreduce(cg_peer_allreduce_arg
     if (barrier(a, 1, epoch) && threadIdx.x == 0) a.epochs[blockIdx.x] = epoch;
 }
 
-}  // namespace
+constexpr int kLlThreads = 1024;  // elements per block of the low-latency kernel, one per thread
+
+// Participant `to`'s mailbox slot for element i from participant `from`, on the epoch's side.
+__device__ __forceinline__ uint2 *mailbox(unsigned *own_to, unsigned epoch, int from, int64_t i) {
+    uint2 *boxes = reinterpret_cast<uint2 *>(reinterpret_cast<char *>(own_to) + CG_PEER_MAIL_OFFSET);
+    return boxes + ((epoch & 1) * CG_PEER_MAX + from) * (int64_t)CG_PEER_LL_MAX_FLOATS + i;
+}
+
+__device__ __forceinline__ void store_pair(uint2 *p, float v, unsigned epoch) {
+    asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(__float_as_uint(v)), "r"(epoch) : "memory");
+}
+
+__device__ __forceinline__ uint2 load_pair(const uint2 *p) {
+    uint2 v;
+    asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
+    return v;
+}
+
+// Buckets of up to CG_PEER_LL_MAX_FLOATS: element i is block i / kLlThreads's, whatever the count, so
+// each block's epochs advance alike on every participant.
+template <int N>
+__global__ void __launch_bounds__(kLlThreads) peer_allreduce_ll(cg_peer_allreduce_args a) {
+    unsigned *epochs = a.epochs + CG_PEER_MAX_BLOCKS;
+    const unsigned epoch = epochs[blockIdx.x] + 1;
+    const int64_t i = (int64_t)blockIdx.x * kLlThreads + threadIdx.x;
+    bool ok = true;
+    if (i < a.count) {
+        float *mine = a.bufs[a.rank];
+        const float v = mine[i];
+#pragma unroll
+        for (int q = 0; q < N; q++)
+            if (q != a.rank) store_pair(mailbox(a.own[q], epoch, a.rank, i), v, epoch);
+        float got[N];
+        uint64_t start = 0;
+        for (unsigned spins = 0;; spins++) {
+            int missing = -1;
+#pragma unroll
+            for (int q = 0; q < N; q++) {
+                const uint2 p = q == a.rank ? make_uint2(__float_as_uint(v), epoch) : load_pair(mailbox(a.own[a.rank], epoch, q, i));
+                got[q] = __uint_as_float(p.x);
+                if (p.y != epoch) missing = q;
+            }
+            if (missing < 0 || !(ok = still_in_time(a, spins, start, missing))) break;
+        }
+        float s = got[0];
+#pragma unroll
+        for (int q = 1; q < N; q++) s = s + got[q];
+        if (ok) mine[i] = s * a.scale;
+    }
+    if (__syncthreads_and(ok) && threadIdx.x == 0) epochs[blockIdx.x] = epoch;  // every thread has read it
+}
 
 // The same on every participant for a given count, so block b always meets block b. Threads take
 // two rounds where the count allows, so one round's writes to the peers overlap the next round's
 // reads (Linear(100000, 10) DDP step on 2 H200s, CUDA graph: 1.025 ms against 1.031 with one round).
-extern "C" int cg_peer_allreduce_blocks(int64_t count, int n) {
+int barrier_kernel_blocks(int64_t count, int n) {
     const int64_t per_block = 2 * (int64_t)kThreads * unroll_for(n) * 4, blocks = (count / n + per_block - 1) / per_block;
     return blocks < 1 ? 1 : blocks > CG_PEER_MAX_BLOCKS ? CG_PEER_MAX_BLOCKS : (int)blocks;
 }
 
+template <int N>
+void launch(const cg_peer_allreduce_args &a, cudaStream_t stream) {
+    if (a.count <= CG_PEER_LL_MAX_FLOATS) {
+        const unsigned blocks = (unsigned)((a.count + kLlThreads - 1) / kLlThreads);
+        const unsigned threads = a.count < kLlThreads ? (unsigned)(a.count + 31) / 32 * 32 : kLlThreads;
+        peer_allreduce_ll<N><<<blocks, threads, 0, stream>>>(a);
+    } else {
+        peer_allreduce<N><<<(unsigned)barrier_kernel_blocks(a.count, N), kThreads, 0, stream>>>(a);
+    }
+}
+
+}  // namespace
+
 extern "C" cudaError_t cg_launch_peer_allreduce(const cg_peer_allreduce_args *a, cudaStream_t stream) {
-    const unsigned blocks = (unsigned)cg_peer_allreduce_blocks(a->count, a->n);
+    if (a->count < 1) return cudaErrorInvalidValue;
     switch (a->n) {
-#define CASE(N) case N: peer_allreduce<N><<<blocks, kThreads, 0, stream>>>(*a); break;
+#define CASE(N) case N: launch<N>(*a, stream); break;
         CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
 #undef CASE
     default: return cudaErrorInvalidValue;

@@ -51,15 +51,21 @@ cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float 
 
 /* allreduce_peer.cu: every participant's bufs[q] (count floats, as this device addresses them) becomes
  * scale * the sum over q, on all n participants at once; each launches it with its own rank, and the
- * same count, n and buffers. flags[q]: participant q's barrier slots (CG_PEER_FLAG_WORDS, zeroed at
- * first), epochs: this participant's call counters (CG_PEER_MAX_BLOCKS, zeroed at first), error: set to
- * 1 + the missing participant after waiting timeout_ns for it. */
+ * same count, n and buffers. own[q]: participant q's CG_PEER_OWN_BYTES of device memory, zeroed at
+ * first: barrier flags, call counters and mailboxes; epochs: this participant's call counters (inside
+ * its own block); error: set to 1 + the missing participant after waiting timeout_ns for it. Counts
+ * up to CG_PEER_LL_MAX_FLOATS go through the mailboxes, larger ones through the barriers. */
 #define CG_PEER_MAX 8
 #define CG_PEER_MAX_BLOCKS 64
+#define CG_PEER_LL_MAX_FLOATS 16384
+#define CG_PEER_LL_BLOCKS 16
 #define CG_PEER_FLAG_WORDS (CG_PEER_MAX_BLOCKS * 2 * CG_PEER_MAX)
+#define CG_PEER_EPOCH_WORDS (CG_PEER_MAX_BLOCKS + CG_PEER_LL_BLOCKS)
+#define CG_PEER_MAIL_OFFSET ((CG_PEER_FLAG_WORDS + CG_PEER_EPOCH_WORDS) * 4 + 15) / 16 * 16
+#define CG_PEER_OWN_BYTES (CG_PEER_MAIL_OFFSET + 2 * CG_PEER_MAX * CG_PEER_LL_MAX_FLOATS * 8)
 typedef struct cg_peer_allreduce_args {
     float *bufs[CG_PEER_MAX];
-    unsigned *flags[CG_PEER_MAX];
+    unsigned *own[CG_PEER_MAX];
     unsigned *epochs;
     int *error;
     int n, rank;
@@ -67,7 +73,6 @@ typedef struct cg_peer_allreduce_args {
     float scale;
     uint64_t timeout_ns;
 } cg_peer_allreduce_args;
-int cg_peer_allreduce_blocks(int64_t count, int n);
 cudaError_t cg_launch_peer_allreduce(const cg_peer_allreduce_args *a, cudaStream_t stream);
 
 /* optim.cu: the SGD update over n contiguous parameters (momentum_buf NULL when momentum is 0). */

@@ -343,12 +343,9 @@ void cg__nccl_free(cg_nccl *c);
  * directly, where NCCL's ring would spend tens of microseconds on latency. For a group on one host
  * whose GPUs reach each other's memory; each participant registers one buffer (its flat gradient). */
 #define CG_PEER_EXPORT_BYTES 192
-/* The buckets it takes: NCCL's ring spends tens of microseconds on a few MB (Linear(100000, 10) DDP
- * step on 2 H200s, CUDA graph: 1.025 ms against 1.045 to 1.071 with NCCL), but its low-latency
- * protocol is as quick on tiny ones (the seed's 88-byte bucket, DataParallel graph step: 0.058 to
- * 0.062 ms with NCCL, 0.070 to 0.073 with this), and larger ones overlap backward, where SMs spent
- * spinning on peers would be lost to the GEMMs. */
-#define CG_PEER_ALLREDUCE_MIN_BYTES ((size_t)64 << 10)
+/* The buckets it takes: up to 16 MiB (NCCL's ring spends tens of microseconds on a few MB, and on
+ * tiny ones its several hops cost more than the mailboxes' one, see kernels/allreduce_peer.cu); larger
+ * ones overlap backward, where SMs spent spinning on peers would be lost to the GEMMs. */
 #define CG_PEER_ALLREDUCE_MAX_BYTES ((size_t)16 << 20)
 /* One process driving devices[0..n), bufs[i] (count floats) on devices[i]. Fails, saying which pair,
  * when two of the devices cannot reach each other's memory. */

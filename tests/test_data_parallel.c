@@ -540,7 +540,10 @@ static void test_two_gpus_small_buckets(void **state) {
 }
 
 /* The peer all-reduce against NCCL's on the same cases, and on gradients whose buckets start at odd
- * offsets (hidden width 3001: no 16-byte vectors) and span several blocks of its kernel. */
+ * offsets (hidden width 3001: no 16-byte vectors) and span several blocks of its kernels; hidden
+ * width 1024 and 1025, a bucket per parameter: the first weight's 16384 floats are the most the
+ * mailboxes take (16 blocks), its 16400 go through the barriers, and the biases of 1024 and 1025 fill
+ * one block or spill one element into a second. */
 static void test_two_gpus_peer_and_nccl(void **state) {
     (void)state;
     dp_case cases[] = {
@@ -552,6 +555,10 @@ static void test_two_gpus_peer_and_nccl(void **state) {
          .hidden = 3001},
         {.label = "2 GPUs, hidden 3001, a bucket per parameter", .n = 2, .ids = {0, 1}, .output = 1, .batch = 33,
          .sgd = kNesterov, .hidden = 3001, .bucket_bytes = 4},
+        {.label = "2 GPUs, hidden 1024, a bucket per parameter", .n = 2, .ids = {0, 1}, .output = -1, .batch = 33,
+         .sgd = kNesterov, .hidden = 1024, .bucket_bytes = 4},
+        {.label = "2 GPUs, hidden 1025, a bucket per parameter", .n = 2, .ids = {0, 1}, .output = -1, .batch = 33,
+         .sgd = kNesterov, .hidden = 1025, .bucket_bytes = 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }

@@ -7,8 +7,8 @@
  * MSE: DDP's average of the local means is the full-batch mean because local batches are equal.
  * Also: parameters are broadcast from rank 0 at construction (each rank initialises differently);
  * gradients accumulated over two backward calls; an uneven local batch is an error on every rank
- * (no hang); buckets of 64 KiB to 16 MiB go through the peer all-reduce between GPU ranks whose GPUs
- * reach each other's memory (and through NCCL with CGRAD_PEER_ALLREDUCE=0), and a rank that stops
+ * (no hang); buckets up to 16 MiB go through the peer all-reduce between GPU ranks whose GPUs reach
+ * each other's memory (and through NCCL with CGRAD_PEER_ALLREDUCE=0), and a rank that stops
  * taking part makes the others fail after CGRAD_PEER_TIMEOUT; misuse (NULL, wrong device, a module
  * wrapped twice) is refused; a step captured in a CUDA graph (cg_graph_capture) replays like eager
  * steps.
@@ -51,8 +51,10 @@
 #define WATCHDOG_S 60
 
 static const int64_t kSizes[4] = {IN, 32, 32, OUT}; /* MLP 16-32-32-8 (Tanh): 6 parameters, so several buckets */
-/* MLP 16-2049-8: buckets large enough for the peer all-reduce (64 KiB and up): the first weight
- * (128 KiB) alone, or all in one; the second weight (64 KiB and 32 bytes) at an odd offset. */
+/* MLP 16-2049-8: buckets past the peer all-reduce's mailboxes (64 KiB), which go through its
+ * barriers: the first weight (128 KiB) alone, or all in one; the second weight (64 KiB and 32 bytes)
+ * at an odd offset; with a bucket per parameter, the hidden bias (2049 floats) goes through the
+ * mailboxes, over three blocks. */
 static const int64_t kWideSizes[3] = {IN, 2049, OUT};
 
 #ifndef CGRAD_TEST_MPI

@@ -64,12 +64,12 @@ void cg_dist_finalize(cg_dist *dist); /* tears down NCCL, then MPI_Finalize */
 cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes);
 
 /* ---- both ---------------------------------------------------------------------------------------------- */
-/* Whether a DataParallel or DistributedDataParallel module sums its buckets of 64 KiB to 16 MiB with
- * cgrad's peer all-reduce instead of NCCL: one kernel per GPU that reads and writes the other GPUs'
- * buffers directly (CUDA peer access in one process, CUDA IPC between the ranks of one host), where
- * NCCL's ring spends tens of microseconds on such sizes (smaller buckets go to NCCL's low-latency
- * protocol, larger ones overlap backward, which SMs spinning on peers would slow). It is chosen when every GPU of
- * the group reaches every other's memory; CGRAD_PEER_ALLREDUCE=0 (read when the module is made)
+/* Whether a DataParallel or DistributedDataParallel module sums its buckets of up to 16 MiB with
+ * cgrad's peer all-reduce instead of NCCL: one kernel per GPU that writes (and for buckets over 64 KiB
+ * also reads) the other GPUs' memory directly (CUDA peer access in one process, CUDA IPC between the
+ * ranks of one host), where NCCL's ring takes several hops (larger buckets stay with NCCL, overlapping
+ * backward, which SMs spinning on peers would slow). It is chosen when every GPU of the group reaches
+ * every other's memory; CGRAD_PEER_ALLREDUCE=0 (read when the module is made)
  * leaves every bucket to NCCL. A rank that stops arriving makes the others give up after
  * CGRAD_PEER_TIMEOUT seconds (default 600) and their next backward fail. With it, freeing a DDP
  * module is collective (the ranks meet at an MPI barrier before freeing mapped memory). */

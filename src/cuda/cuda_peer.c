@@ -7,9 +7,9 @@
 
 #include <unistd.h>
 
-/* What one rank tells the others: its buffer and flags as IPC handles, and its host. */
+/* What one rank tells the others: its buffer and its own block (kernels.h) as IPC handles, and its host. */
 typedef struct peer_export {
-    cudaIpcMemHandle_t buf, flags;
+    cudaIpcMemHandle_t buf, own;
     char host[64];
 } peer_export;
 _Static_assert(sizeof(peer_export) <= CG_PEER_EXPORT_BYTES, "CG_PEER_EXPORT_BYTES is too small");
@@ -21,20 +21,19 @@ struct cg_peer {
     int devices[CG_PEER_MAX];                 /* of the local participants */
     int64_t count;                            /* floats in every buffer */
     float *bufs[CG_PEER_MAX][CG_PEER_MAX];    /* [local][q]: participant q's buffer as local sees it */
-    unsigned *flags[CG_PEER_MAX][CG_PEER_MAX];
-    unsigned *own[CG_PEER_MAX];               /* [local]: its flags, then its epochs (one allocation) */
-    bool imported[CG_PEER_MAX];               /* [q]: bufs[0][q] and flags[0][q] are IPC mappings */
+    unsigned *owns[CG_PEER_MAX][CG_PEER_MAX]; /* [local][q]: participant q's own block as local sees it */
+    unsigned *own[CG_PEER_MAX];               /* [local]: its own block: flags, epochs, mailboxes */
+    bool imported[CG_PEER_MAX];               /* [q]: bufs[0][q] and owns[0][q] are IPC mappings */
     int *error;                               /* host-mapped: 1 + a participant that never arrived */
     uint64_t timeout_ns;
 };
 
-/* The flags and epoch counters of local participant l, zeroed; and the shared error word. */
+/* The own block of local participant l (flags, epochs and mailboxes), zeroed; and the shared error word. */
 static cg_status alloc_own(cg_peer *p, int l) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(p->devices[l], &ctx));
-    size_t bytes = (CG_PEER_FLAG_WORDS + CG_PEER_MAX_BLOCKS) * sizeof(unsigned);
-    CG_CUDA_CHECK(cudaMalloc((void **)&p->own[l], bytes));
-    CG_CUDA_CHECK(cudaMemset(p->own[l], 0, bytes));
+    CG_CUDA_CHECK(cudaMalloc((void **)&p->own[l], CG_PEER_OWN_BYTES));
+    CG_CUDA_CHECK(cudaMemset(p->own[l], 0, CG_PEER_OWN_BYTES));
     CG_CUDA_CHECK(cudaDeviceSynchronize());
     if (!p->error) {
         CG_CUDA_CHECK(cudaHostAlloc((void **)&p->error, sizeof *p->error, cudaHostAllocMapped | cudaHostAllocPortable));
@@ -52,7 +51,7 @@ static uint64_t wait_limit_ns(void) {
 }
 
 /* A group of n participants, of which this process drives nlocal from `rank` on (devices[l] for the
- * l-th), each with its flags allocated; the callers fill in the buffers' and flags' addresses. */
+ * l-th), each with its own block allocated; the callers fill in the buffers' and blocks' addresses. */
 static cg_status peer_make(int n, int nlocal, int rank, const int *devices, int64_t count, cg_peer **out) {
     cg_peer *p = calloc(1, sizeof *p);
     if (!p) return cg__fail(CG_ERR_OOM, "peer all-reduce: out of host memory");
@@ -78,7 +77,7 @@ cg_status cg__peer_new_local(int n, const int *devices, float *const *bufs, int6
                 return cg__fail(CG_ERR_DEVICE, "peer all-reduce: cuda:%d cannot access the memory of cuda:%d", devices[i], devices[j]);
     CG_TRY(peer_make(n, n, 0, devices, count, out));
     for (int l = 0; l < n; l++) /* one address space: every device uses the same pointers */
-        for (int q = 0; q < n; q++) (*out)->bufs[l][q] = bufs[q], (*out)->flags[l][q] = (*out)->own[q];
+        for (int q = 0; q < n; q++) (*out)->bufs[l][q] = bufs[q], (*out)->owns[l][q] = (*out)->own[q];
     return CG_OK;
 }
 
@@ -86,7 +85,7 @@ cg_status cg__peer_new_rank(int device, int rank, int n, float *buf, int64_t cou
     if (n < 2 || n > CG_PEER_MAX || rank < 0 || rank >= n)
         return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: rank %d of %d (2 to %d ranks)", rank, n, CG_PEER_MAX);
     CG_TRY(peer_make(n, 1, rank, &device, count, out));
-    (*out)->bufs[0][rank] = buf, (*out)->flags[0][rank] = (*out)->own[0]; /* the others' come with connect */
+    (*out)->bufs[0][rank] = buf, (*out)->owns[0][rank] = (*out)->own[0]; /* the others' come with connect */
     return CG_OK;
 }
 
@@ -96,7 +95,7 @@ cg_status cg__peer_export(const cg_peer *p, unsigned char *out) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(p->devices[0], &ctx));
     CG_CUDA_CHECK(cudaIpcGetMemHandle(&e.buf, p->bufs[0][p->rank]));
-    CG_CUDA_CHECK(cudaIpcGetMemHandle(&e.flags, p->own[0]));
+    CG_CUDA_CHECK(cudaIpcGetMemHandle(&e.own, p->own[0]));
     if (gethostname(e.host, sizeof e.host - 1) != 0) return cg__fail(CG_ERR_BACKEND, "peer all-reduce: gethostname failed");
     memcpy(out, &e, sizeof e);
     return CG_OK;
@@ -112,14 +111,14 @@ cg_status cg__peer_connect(cg_peer *p, const unsigned char *all) {
         memcpy(&e, all + (size_t)q * CG_PEER_EXPORT_BYTES, sizeof e);
         if (strncmp(e.host, mine.host, sizeof e.host) != 0)
             return cg__fail(CG_ERR_DEVICE, "peer all-reduce: rank %d is on host %.63s, rank %d on %.63s", q, e.host, p->rank, mine.host);
-        void *buf = NULL, *flags = NULL;
+        void *buf = NULL, *own = NULL;
         CG_CUDA_CHECK(cudaIpcOpenMemHandle(&buf, e.buf, cudaIpcMemLazyEnablePeerAccess));
-        cudaError_t err = cudaIpcOpenMemHandle(&flags, e.flags, cudaIpcMemLazyEnablePeerAccess);
+        cudaError_t err = cudaIpcOpenMemHandle(&own, e.own, cudaIpcMemLazyEnablePeerAccess);
         if (err != cudaSuccess) {
             (void)cudaIpcCloseMemHandle(buf);
-            return cg__cuda_error(err, "cudaIpcOpenMemHandle(flags)", __FILE__, __LINE__);
+            return cg__cuda_error(err, "cudaIpcOpenMemHandle(own block)", __FILE__, __LINE__);
         }
-        p->bufs[0][q] = buf, p->flags[0][q] = flags, p->imported[q] = true;
+        p->bufs[0][q] = buf, p->owns[0][q] = own, p->imported[q] = true;
     }
     return CG_OK;
 }
@@ -131,7 +130,7 @@ bool cg__peer_enabled(void) {
 
 bool cg__peer_takes(const cg_peer *p, int64_t count) {
     const size_t bytes = (size_t)count * sizeof(float);
-    return p && count > 0 && bytes >= CG_PEER_ALLREDUCE_MIN_BYTES && bytes <= CG_PEER_ALLREDUCE_MAX_BYTES;
+    return p && count > 0 && bytes <= CG_PEER_ALLREDUCE_MAX_BYTES;
 }
 
 cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, float scale, cudaStream_t stream) {
@@ -149,7 +148,7 @@ cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, f
     cg_peer_allreduce_args a = {.epochs = p->own[local] + CG_PEER_FLAG_WORDS, .n = p->n, .rank = me, .count = count,
                                 .scale = scale, .timeout_ns = p->timeout_ns};
     a.error = p->error; /* mapped host memory: the same address on every device (unified addressing) */
-    for (int q = 0; q < p->n; q++) a.bufs[q] = p->bufs[local][q] + offset, a.flags[q] = p->flags[local][q];
+    for (int q = 0; q < p->n; q++) a.bufs[q] = p->bufs[local][q] + offset, a.own[q] = p->owns[local][q];
     CG_CUDA_CHECK(cg_launch_peer_allreduce(&a, stream));
     return CG_OK;
 }
@@ -160,7 +159,7 @@ void cg__peer_disconnect(cg_peer *p) {
     for (int q = 0; q < p->n; q++)
         if (p->imported[q]) {
             (void)cudaIpcCloseMemHandle(p->bufs[0][q]);
-            (void)cudaIpcCloseMemHandle(p->flags[0][q]);
+            (void)cudaIpcCloseMemHandle(p->owns[0][q]);
             p->imported[q] = false;
         }
 }
