@@ -61,7 +61,7 @@ cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float 
 #define CG_PEER_LL_BLOCKS 16
 #define CG_PEER_FLAG_WORDS (CG_PEER_MAX_BLOCKS * 2 * CG_PEER_MAX)
 #define CG_PEER_EPOCH_WORDS (CG_PEER_MAX_BLOCKS + CG_PEER_LL_BLOCKS)
-#define CG_PEER_MAIL_OFFSET ((CG_PEER_FLAG_WORDS + CG_PEER_EPOCH_WORDS) * 4 + 15) / 16 * 16
+#define CG_PEER_MAIL_OFFSET (((CG_PEER_FLAG_WORDS + CG_PEER_EPOCH_WORDS) * 4 + 15) / 16 * 16)
 #define CG_PEER_OWN_BYTES (CG_PEER_MAIL_OFFSET + 2 * CG_PEER_MAX * CG_PEER_LL_MAX_FLOATS * 8)
 typedef struct cg_peer_allreduce_args {
     float *bufs[CG_PEER_MAX];
