@@ -49,6 +49,10 @@ cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, const float 
 cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k,
                                 float *dw, int64_t lddw, float *db, float *scratch, cudaStream_t stream);
 
+/* copy.cu: bytes from src to dst (both addresses and bytes multiples of 4), on stream's device; dst
+ * may be another GPU's memory that this one has peer access to. */
+cudaError_t cg_launch_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream);
+
 /* allreduce_peer.cu: every participant's bufs[q] (count floats, as this device addresses them) becomes
  * scale * the sum over q, on all n participants at once; each launches it with its own rank, and the
  * same count, n and buffers. own[q]: participant q's CG_PEER_OWN_BYTES of device memory, zeroed at

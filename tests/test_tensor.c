@@ -338,6 +338,21 @@ static void test_to_between_gpus(void **state) {
     cg_tensor *ts[] = {a, b, c, y, z};
     for (int i = 0; i < 5; i++) cg_tensor_free(ts[i]);
     free(h);
+    /* small copies, which a kernel on the source GPU stores (up to 256 KiB, in 16-byte units where
+     * the size allows, else 4-byte ones), and the first size past them, which a copy engine does */
+    static const int64_t sizes[] = {1, 3, 4, 4099, 65536, 65537};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        int64_t m = sizes[i];
+        cg_test_context("cg_to of %lld floats between cuda:0 and cuda:1", (long long)m);
+        float *hm = cg_test_uniform_buf((size_t)m, -10, 10);
+        cg_tensor *x0 = CG_TEST_OK(cg_from_data(hm, 1, &m, cg_cuda(0)));
+        cg_tensor *x1 = CG_TEST_OK(cg_to(x0, cg_cuda(1)));
+        cg_test_assert_tensor_bits(x1, hm, (size_t)m);
+        cg_tensor *again = CG_TEST_OK(cg_to(x1, cg_cuda(0)));
+        cg_test_assert_tensor_bits(again, hm, (size_t)m);
+        cg_tensor_free(again), cg_tensor_free(x1), cg_tensor_free(x0);
+        free(hm);
+    }
 }
 
 /* ---- shape ops --------------------------------------------------------------------------------- */

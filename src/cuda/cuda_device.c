@@ -135,17 +135,26 @@ cg_status cg__cuda_stream_wait(int waiter, int signaller) {
     return CG_OK;
 }
 
+/* Copies between GPUs up to this size are stored by a kernel on the source GPU into the destination's
+ * memory when it can reach it: a copy engine takes longer to start than such a kernel to run (the
+ * seed's DataParallel step over 2 H200s in a CUDA graph, three such copies: 0.052 ms against 0.063 to
+ * 0.068 with copy-engine copies). */
+#define CG_KERNEL_COPY_MAX_BYTES ((size_t)256 << 10)
+
 /* Orders the copy after the work queued on both devices, and both devices' later work after it. */
 cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void *src, size_t bytes) {
     cg_cuda_context *dctx, *sctx;
     CG_TRY(cg__cuda_enter(dst_index, &dctx));
     CG_TRY(cg__cuda_enter(src_index, &sctx));
-    bool cross = dst_index != src_index;
+    bool cross = dst_index != src_index, by_kernel = false;
     if (cross) {
         cg__cuda_enable_peer(dst_index, src_index);
+        by_kernel = bytes <= CG_KERNEL_COPY_MAX_BYTES && ((uintptr_t)dst | (uintptr_t)src | bytes) % 4 == 0 &&
+                    cg__cuda_enable_peer(src_index, dst_index);
         CG_TRY(cg__cuda_stream_wait(src_index, dst_index));
     }
+    if (by_kernel) CG_CUDA_CHECK(cg_launch_copy(dst, src, bytes, sctx->stream));
     /* A unified-address copy, not cudaMemcpyPeerAsync: stream capture refuses that one. */
-    CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, sctx->stream));
+    else CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, sctx->stream));
     return cross ? cg__cuda_stream_wait(dst_index, src_index) : CG_OK;
 }
