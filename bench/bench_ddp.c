@@ -41,8 +41,7 @@
 /* NCCL and the CUDA runtime, straight, for the all-reduce measurement: CMake defines
  * BENCH_HAVE_NCCL when cgrad was built with NCCL (and so links NCCL and the CUDA runtime). */
 #ifdef BENCH_HAVE_NCCL
-#include <cuda_runtime.h>
-#include <nccl.h>
+#include "bench_cuda_check.h"
 #define BENCH_NCCL 1
 #endif
 
@@ -229,23 +228,6 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
 
 /* ---- all-reduce bandwidth ----------------------------------------------------------------------- */
 #ifdef BENCH_NCCL
-#define CUDA_OK(call)                                                                                 \
-    do {                                                                                              \
-        cudaError_t e_ = (call);                                                                      \
-        if (e_ != cudaSuccess) {                                                                      \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                                  \
-        }                                                                                             \
-    } while (0)
-#define NCCL_OK(call)                                                                                 \
-    do {                                                                                              \
-        ncclResult_t r_ = (call);                                                                     \
-        if (r_ != ncclSuccess) {                                                                      \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
-            exit(1);                                                                                  \
-        }                                                                                             \
-    } while (0)
-
 static void bench_allreduce(int64_t bytes, int64_t chunk_bytes, int warmup, int runs) {
     int rank = cg_dist_rank(g_dist), world = cg_dist_world_size(g_dist);
     cg_device dev = cg_dist_device(g_dist);

@@ -8,32 +8,13 @@
  *   result work=allreduce_<bytes>B_g<N> impl=<peer|nccl> us_per_call=<t> algbw_gbs=<bytes / t> runs=<k>
  *
  * usage: bench_peer_allreduce [--gpus N] [--calls K] [--runs R]   (NCCL_NVLS_ENABLE=0 is set) */
-#include <nccl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "bench_cuda_check.h"
 #include "kernels/allreduce_peer.cu"
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define NCK(call)                                                                                  \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 struct group {
     int n;
@@ -45,49 +26,49 @@ struct group {
 };
 
 static void all_reduce(group &g, bool peer, int64_t count) {
-    if (!peer) NCK(ncclGroupStart());
+    if (!peer) NCCL_OK(ncclGroupStart());
     for (int d = 0; d < g.n; d++) {
-        CK(cudaSetDevice(d));
+        CUDA_OK(cudaSetDevice(d));
         if (!peer) {
-            NCK(ncclAllReduce(g.bufs[d], g.bufs[d], (size_t)count, ncclFloat, ncclSum, g.comms[d], g.streams[d]));
+            NCCL_OK(ncclAllReduce(g.bufs[d], g.bufs[d], (size_t)count, ncclFloat, ncclSum, g.comms[d], g.streams[d]));
             continue;
         }
         cg_peer_allreduce_args a = {};
         for (int q = 0; q < g.n; q++) a.bufs[q] = g.bufs[q], a.own[q] = g.owns[q];
         a.epochs = g.owns[d] + CG_PEER_FLAG_WORDS, a.error = g.error, a.n = g.n, a.rank = d, a.count = count;
         a.scale = 1.0f / (float)g.n, a.timeout_ns = 10ull * 1000000000ull;
-        CK(cg_launch_peer_allreduce(&a, g.streams[d]));
+        CUDA_OK(cg_launch_peer_allreduce(&a, g.streams[d]));
     }
-    if (!peer) NCK(ncclGroupEnd());
+    if (!peer) NCCL_OK(ncclGroupEnd());
 }
 
 // The median over runs of the time per call of `calls` back-to-back all-reduces, in microseconds.
 static double time_per_call(group &g, bool peer, int64_t count, int calls, int runs) {
     cudaEvent_t start, stop;
-    CK(cudaSetDevice(0));
-    CK(cudaEventCreate(&start));
-    CK(cudaEventCreate(&stop));
+    CUDA_OK(cudaSetDevice(0));
+    CUDA_OK(cudaEventCreate(&start));
+    CUDA_OK(cudaEventCreate(&stop));
     std::vector<double> t;
     for (int r = -1; r < runs; r++) {  // run -1 warms up
         for (int d = 0; d < g.n; d++) {
-            CK(cudaSetDevice(d));
-            CK(cudaDeviceSynchronize());
+            CUDA_OK(cudaSetDevice(d));
+            CUDA_OK(cudaDeviceSynchronize());
         }
-        CK(cudaSetDevice(0));
-        CK(cudaEventRecord(start, g.streams[0]));
+        CUDA_OK(cudaSetDevice(0));
+        CUDA_OK(cudaEventRecord(start, g.streams[0]));
         for (int c = 0; c < calls; c++) all_reduce(g, peer, count);
-        CK(cudaSetDevice(0));
-        CK(cudaEventRecord(stop, g.streams[0]));
+        CUDA_OK(cudaSetDevice(0));
+        CUDA_OK(cudaEventRecord(stop, g.streams[0]));
         for (int d = 0; d < g.n; d++) {
-            CK(cudaSetDevice(d));
-            CK(cudaDeviceSynchronize());
+            CUDA_OK(cudaSetDevice(d));
+            CUDA_OK(cudaDeviceSynchronize());
         }
         float ms = 0.0f;
-        CK(cudaEventElapsedTime(&ms, start, stop));
+        CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
         if (r >= 0) t.push_back(1e3 * ms / calls);
     }
-    CK(cudaEventDestroy(start));
-    CK(cudaEventDestroy(stop));
+    CUDA_OK(cudaEventDestroy(start));
+    CUDA_OK(cudaEventDestroy(stop));
     if (*g.error) {
         fprintf(stderr, "peer all-reduce: participant %d never arrived\n", *g.error - 1);
         exit(1);
@@ -105,7 +86,7 @@ static int flag_value(int argc, char **argv, const char *name, int fallback) {
 int main(int argc, char **argv) {
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     int available = 0;
-    CK(cudaGetDeviceCount(&available));
+    CUDA_OK(cudaGetDeviceCount(&available));
     group g = {};
     g.n = flag_value(argc, argv, "--gpus", available < CG_PEER_MAX ? available : CG_PEER_MAX);
     const int calls = flag_value(argc, argv, "--calls", 100), runs = flag_value(argc, argv, "--runs", 5);
@@ -116,29 +97,29 @@ int main(int argc, char **argv) {
     }
     const int64_t max_count = 4 << 20;  // 16 MiB of floats
     for (int d = 0; d < g.n; d++) {
-        CK(cudaSetDevice(d));
+        CUDA_OK(cudaSetDevice(d));
         for (int q = 0; q < g.n; q++) {
             int can = 0;
-            CK(cudaDeviceCanAccessPeer(&can, d, q));
+            CUDA_OK(cudaDeviceCanAccessPeer(&can, d, q));
             if (q != d && !can) {
                 fprintf(stderr, "cuda:%d cannot access the memory of cuda:%d: no peer all-reduce here\n", d, q);
                 return 1;
             }
-            if (q != d) CK(cudaDeviceEnablePeerAccess(q, 0));
+            if (q != d) CUDA_OK(cudaDeviceEnablePeerAccess(q, 0));
         }
-        CK(cudaMalloc((void **)&g.bufs[d], max_count * sizeof(float)));
-        CK(cudaMemset(g.bufs[d], 0, max_count * sizeof(float)));  // summing zeros keeps them finite
-        CK(cudaMalloc((void **)&g.owns[d], CG_PEER_OWN_BYTES));
-        CK(cudaMemset(g.owns[d], 0, CG_PEER_OWN_BYTES));
-        CK(cudaStreamCreateWithFlags(&g.streams[d], cudaStreamNonBlocking));
+        CUDA_OK(cudaMalloc((void **)&g.bufs[d], max_count * sizeof(float)));
+        CUDA_OK(cudaMemset(g.bufs[d], 0, max_count * sizeof(float)));  // summing zeros keeps them finite
+        CUDA_OK(cudaMalloc((void **)&g.owns[d], CG_PEER_OWN_BYTES));
+        CUDA_OK(cudaMemset(g.owns[d], 0, CG_PEER_OWN_BYTES));
+        CUDA_OK(cudaStreamCreateWithFlags(&g.streams[d], cudaStreamNonBlocking));
     }
-    CK(cudaHostAlloc((void **)&g.error, sizeof *g.error, cudaHostAllocMapped | cudaHostAllocPortable));
+    CUDA_OK(cudaHostAlloc((void **)&g.error, sizeof *g.error, cudaHostAllocMapped | cudaHostAllocPortable));
     *g.error = 0;
     int devices[CG_PEER_MAX];
     for (int d = 0; d < g.n; d++) devices[d] = d;
-    NCK(ncclCommInitAll(g.comms, g.n, devices));
+    NCCL_OK(ncclCommInitAll(g.comms, g.n, devices));
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
     printf("# %d x %s; mailboxes up to %d floats, barriers above\n", g.n, prop.name, CG_PEER_LL_MAX_FLOATS);
     const int64_t counts[] = {1, 22, 4096, CG_PEER_LL_MAX_FLOATS, CG_PEER_LL_MAX_FLOATS + 4, 1 << 18, 1000010, max_count};
     for (int64_t count : counts)
@@ -149,12 +130,12 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     for (int d = 0; d < g.n; d++) {
-        NCK(ncclCommDestroy(g.comms[d]));
-        CK(cudaSetDevice(d));
-        CK(cudaFree(g.bufs[d]));
-        CK(cudaFree(g.owns[d]));
-        CK(cudaStreamDestroy(g.streams[d]));
+        NCCL_OK(ncclCommDestroy(g.comms[d]));
+        CUDA_OK(cudaSetDevice(d));
+        CUDA_OK(cudaFree(g.bufs[d]));
+        CUDA_OK(cudaFree(g.owns[d]));
+        CUDA_OK(cudaStreamDestroy(g.streams[d]));
     }
-    CK(cudaFreeHost(g.error));
+    CUDA_OK(cudaFreeHost(g.error));
     return 0;
 }
