@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(kLlThreads) peer_allreduce_ll(cg_peer_allreduc
 }
 
 // The same on every participant for a given count, so block b always meets block b. Threads take
-// two rounds where the count allows, so one round's writes to the peers overlap the next round's
-// reads (Linear(100000, 10) DDP step on 2 H200s, CUDA graph: 1.025 ms against 1.031 with one round).
+// two rounds where the count allows, which keeps fewer blocks spinning at the barriers and costs no
+// time: on 2 H200s a 4 MB bucket took 20 us a call with 16 to 124 blocks alike.
 int barrier_kernel_blocks(int64_t count, int n) {
     const int64_t per_block = 2 * (int64_t)kThreads * unroll_for(n) * 4, blocks = (count / n + per_block - 1) / per_block;
     return blocks < 1 ? 1 : blocks > CG_PEER_MAX_BLOCKS ? CG_PEER_MAX_BLOCKS : (int)blocks;
