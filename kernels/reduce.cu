@@ -96,8 +96,8 @@ extern "C" int64_t cg_sum_sqdiff_blocks(int64_t n) {
 }
 
 extern "C" cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *partial,
-                                            unsigned *ticket, float *out, cudaStream_t stream) {
-    sum_sqdiff_onepass<<<(unsigned)cg_sum_sqdiff_blocks(n), kThreads, 0, stream>>>(a, b, n, scale, partial, ticket, out);
+                                            unsigned *tickets, float *out, cudaStream_t stream) {
+    sum_sqdiff_onepass<<<(unsigned)cg_sum_sqdiff_blocks(n), kThreads, 0, stream>>>(a, b, n, scale, partial, tickets, out);
     return cudaGetLastError();
 }
 

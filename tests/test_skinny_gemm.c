@@ -77,6 +77,8 @@ static void test_tn_every_width(void **state) {
     check_tn(257, 5003, 10);    /* k not a multiple of 16: a ragged last tile */
     check_tn(1 << 17, 9, 10);   /* fewer columns than one vector */
     check_tn(4000, 32768, 7);   /* chunks of 334 rows: g staged three times per chunk, rows past the ring */
+    check_tn(3, 4096 * 1024, 2);     /* 4096 column blocks: every counter the device has (CG_TICKETS) */
+    check_tn(3, 4096 * 1024 + 4, 2); /* one more: counters of its own, zeroed before the launch */
 }
 
 /* The seed's layer end to end: Linear forward and its weight gradient through autograd. */

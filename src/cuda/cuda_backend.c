@@ -178,7 +178,8 @@ static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int6
     float *scratch = cg__alloc(d, bytes);
     if (!scratch) return cg_last_status();
     cudaError_t e = nt ? cg_launch_skinny_nt((int)n, a, lda, b, ldb, m, k, bias, c, ldc, scratch, ctx->stream)
-                       : cg_launch_skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc, bias_grad, scratch, ctx->stream);
+                       : cg_launch_skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc, bias_grad, scratch, ctx->tickets,
+                                             ctx->stream);
     cg__free(d, scratch, bytes); /* stream order makes the reuse safe */
     if (e != cudaSuccess) return cg__cuda_error(e, nt ? "cg_launch_skinny_nt" : "cg_launch_skinny_tn", __FILE__, __LINE__);
     return CG_OK;
@@ -192,7 +193,7 @@ static cg_status cuda_sum_sqdiff(const float *a, const float *b, int64_t n, floa
     size_t bytes = (size_t)cg_sum_sqdiff_blocks(n) * sizeof(float);
     float *partial = cg__alloc(d, bytes);
     if (!partial) return cg_last_status();
-    cudaError_t e = cg_launch_sum_sqdiff(a, b, n, scale, partial, ctx->ticket, out, ctx->stream);
+    cudaError_t e = cg_launch_sum_sqdiff(a, b, n, scale, partial, ctx->tickets, out, ctx->stream);
     cg__free(d, partial, bytes); /* stream order makes the reuse safe */
     if (e != cudaSuccess) return cg__cuda_error(e, "cg_launch_sum_sqdiff", __FILE__, __LINE__);
     return CG_OK;

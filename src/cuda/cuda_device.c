@@ -71,8 +71,8 @@ static cg_status context_create(int index, cg_cuda_context **out) {
     CG_CURAND_CHECK(curandCreateGenerator(&ctx->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
     CG_CURAND_CHECK(curandSetStream(ctx->curand, ctx->stream));
     CG_CUDA_CHECK(cudaMalloc((void **)&ctx->scratch, 64 * sizeof(float)));
-    CG_CUDA_CHECK(cudaMalloc((void **)&ctx->ticket, sizeof *ctx->ticket));
-    CG_CUDA_CHECK(cudaMemset(ctx->ticket, 0, sizeof *ctx->ticket));
+    CG_CUDA_CHECK(cudaMalloc((void **)&ctx->tickets, CG_TICKETS * sizeof *ctx->tickets));
+    CG_CUDA_CHECK(cudaMemset(ctx->tickets, 0, CG_TICKETS * sizeof *ctx->tickets));
     CG_CUDA_CHECK(cudaEventCreateWithFlags(&ctx->marker, cudaEventDisableTiming));
     CG_CUDNN_CHECK(cudnnCreate(&ctx->cudnn));
     CG_CUDNN_CHECK(cudnnSetStream(ctx->cudnn, ctx->stream));

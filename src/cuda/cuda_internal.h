@@ -58,8 +58,8 @@ typedef struct cg_cuda_context {
     curandGenerator_t curand;
     uint64_t seed_generation;  /* cg__seed_generation() when curand was last seeded */
     float *scratch;            /* 64 floats for odd-sized normal draws */
-    unsigned *ticket;          /* 0 between launches: one-launch reductions count their finished blocks
-                                  here and the last block puts it back (one stream, so never shared) */
+    unsigned *tickets;         /* CG_TICKETS, 0 between launches: one-launch reductions count their finished
+                                  blocks here and put them back (one stream, so never shared) */
     cudaEvent_t marker;        /* "the stream got here", for other streams to wait on; reused, since a
                                   wait takes the event's state when it is enqueued */
     cudnnHandle_t cudnn;
