@@ -88,19 +88,25 @@ __global__ void __launch_bounds__(kThreads) nt_partial(const float *__restrict__
     float4(*w_tile)[kChunkK / 4] = reinterpret_cast<float4(*)[kChunkK / 4]>(smem + kNtStages * kRowsPerWarp * kThreads);
     const int64_t k0 = (int64_t)blockIdx.y * kChunkK;
     const int kc = (int)(k - k0 < kChunkK ? k - k0 : kChunkK);  // a multiple of 4 (checked by the launcher)
-    const int iters = (kc + 127) / 128, steps = kRowGroups * iters;
+    const int iters = (kc + 127) / 128;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t first_row = (int64_t)blockIdx.x * kRowGroups * kRowsPerBlock + warp * kRowsPerWarp;
-    auto issue = [&](int t) {  // step t: group t / iters, k from k0 + 128 (t % iters)
-        const int64_t row0 = first_row + (int64_t)(t / iters) * kRowsPerBlock;
-        const int q = lane + 32 * (t % iters);
+    // The next step to copy: group ig, k from k0 + 128 ii, into ring slot is. Counters, where dividing
+    // the step by the runtime iters cost 13% of the instructions and 46 registers: on an H200 at
+    // n = 10000, 0.975 / 1.25 ms at o = 10 / 16, against 0.981 / 1.30 with the divisions.
+    int ig = 0, ii = 0, is = 0;
+    auto issue = [&]() {
+        const int64_t row0 = first_row + (int64_t)ig * kRowsPerBlock;
+        const int q = lane + 32 * ii;
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; r++)
-            copy16_async(&ring[t % kNtStages][r][threadIdx.x], x + (row0 + r) * ldx + k0 + 4 * q,
-                         t < steps && row0 + r < n && 4 * q < kc);
+            copy16_async(&ring[is][r][threadIdx.x], x + (row0 + r) * ldx + k0 + 4 * q,
+                         ig < kRowGroups && row0 + r < n && 4 * q < kc);
         __pipeline_commit();
+        if (++ii == iters) ii = 0, ig++;
+        is = (is + 1) % kNtStages;
     };
-    for (int t = 0; t < kNtStages - 1; t++) issue(t);  // x is on its way while w's tile loads
+    for (int t = 0; t < kNtStages - 1; t++) issue();  // x is on its way while w's tile loads
     for (int i = threadIdx.x; i < O * (kChunkK / 4); i += kThreads) {
         int j = i / (kChunkK / 4), q = i % (kChunkK / 4);
         w_tile[j][q] = 4 * q < kc ? *reinterpret_cast<const float4 *>(w + j * ldw + k0 + 4 * q) : make_float4(0, 0, 0, 0);
@@ -109,27 +115,28 @@ __global__ void __launch_bounds__(kThreads) nt_partial(const float *__restrict__
     float acc[kRowsPerWarp * O];  // acc[r * O + j]: row r of the warp's group, output j
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp * O; i++) acc[i] = 0.0f;
-    for (int t = 0; t < steps; t++) {
-        issue(t + kNtStages - 1);
-        __pipeline_wait_prior(kNtStages - 1);  // step t's copies have landed
-        const int q = lane + 32 * (t % iters);
-        float4 xv[kRowsPerWarp];
+    for (int grp = 0, slot = 0; grp < kRowGroups; grp++) {
+        for (int it = 0; it < iters; it++, slot = (slot + 1) % kNtStages) {
+            issue();
+            __pipeline_wait_prior(kNtStages - 1);  // this step's copies have landed
+            const int q = lane + 32 * it;
+            float4 xv[kRowsPerWarp];
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; r++) xv[r] = ring[t % kNtStages][r][threadIdx.x];
+            for (int r = 0; r < kRowsPerWarp; r++) xv[r] = ring[slot][r][threadIdx.x];
 #pragma unroll
-        for (int j = 0; j < O; j++) {
-            const float4 wv = w_tile[j][q];
+            for (int j = 0; j < O; j++) {
+                const float4 wv = w_tile[j][q];
 #pragma unroll
-            for (int r = 0; r < kRowsPerWarp; r++) {
-                float a = acc[r * O + j];
-                a = fmaf(xv[r].x, wv.x, a), a = fmaf(xv[r].y, wv.y, a);
-                a = fmaf(xv[r].z, wv.z, a), a = fmaf(xv[r].w, wv.w, a);
-                acc[r * O + j] = a;
+                for (int r = 0; r < kRowsPerWarp; r++) {
+                    float a = acc[r * O + j];
+                    a = fmaf(xv[r].x, wv.x, a), a = fmaf(xv[r].y, wv.y, a);
+                    a = fmaf(xv[r].z, wv.z, a), a = fmaf(xv[r].w, wv.w, a);
+                    acc[r * O + j] = a;
+                }
             }
         }
-        if (t % iters != iters - 1) continue;
         // The group's last step: its 4 rows x O sums are contiguous in partial.
-        const int64_t row0 = first_row + (int64_t)(t / iters) * kRowsPerBlock;
+        const int64_t row0 = first_row + (int64_t)grp * kRowsPerBlock;
         const int base = warp_sum_transposed(acc, lane);
         if ((lane & duplicate_lanes(kRowsPerWarp * O)) == 0) {
             float *out = partial + ((int64_t)blockIdx.y * n + row0) * O;

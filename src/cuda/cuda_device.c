@@ -153,6 +153,7 @@ cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void
                     cg__cuda_enable_peer(src_index, dst_index);
         CG_TRY(cg__cuda_stream_wait(src_index, dst_index));
     }
+    CG_CUDA_CHECK(cudaSetDevice(src_index)); /* the copy is queued on the source's stream, from its device */
     if (by_kernel) CG_CUDA_CHECK(cg_launch_copy(dst, src, bytes, sctx->stream));
     /* A unified-address copy, not cudaMemcpyPeerAsync: stream capture refuses that one. */
     else CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, sctx->stream));
