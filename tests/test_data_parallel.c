@@ -427,6 +427,10 @@ static void test_two_gpus_even_batch(void **state) {
     dp_case nest = {.label = "2 GPUs, batch 64, SGD momentum+nesterov+weight_decay", .n = 2, .ids = {0, 1},
                     .output = -1, .batch = 64, .sgd = kNesterov};
     run_case(&nest);
+    /* 4100 rows of 16 inputs a replica: scattered by a copy engine (past the copy kernel's 256 KiB), the
+       outputs and their gradients by the kernel */
+    dp_case big = {.label = "2 GPUs, batch 8200", .n = 2, .ids = {0, 1}, .output = -1, .batch = 8200, .sgd = kNesterov};
+    run_case(&big);
 }
 
 static void test_two_gpus_small_batches(void **state) {
