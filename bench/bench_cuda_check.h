@@ -8,21 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CUDA_OK(call)                                                                                     \
-    do {                                                                                                  \
-        cudaError_t e_ = (call);                                                                          \
-        if (e_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                                      \
-        }                                                                                                 \
+/* call's result, of type T, must equal ok; else where, what and why (describe(result)), and exit 1. */
+#define BENCH_CHECK(T, ok, describe, call)                                                              \
+    do {                                                                                                \
+        T r_ = (call);                                                                                  \
+        if (r_ != (ok)) {                                                                               \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, describe(r_));         \
+            exit(1);                                                                                    \
+        }                                                                                               \
     } while (0)
-#define NCCL_OK(call)                                                                                     \
-    do {                                                                                                  \
-        ncclResult_t r_ = (call);                                                                         \
-        if (r_ != ncclSuccess) {                                                                          \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
+#define CUDA_OK(call) BENCH_CHECK(cudaError_t, cudaSuccess, cudaGetErrorString, call)
+#define NCCL_OK(call) BENCH_CHECK(ncclResult_t, ncclSuccess, ncclGetErrorString, call)
 
 #endif
