@@ -328,7 +328,8 @@ cg_status cg__nccl_mark(cg_nccl *c, int local, int mark);
 /* Sums (or averages) bufs[i] (count floats on the i-th local device) on a stream of its own per
  * device, which first waits for that device's mark `after` (after < 0: the work queued so far), so
  * later compute overlaps it; the compute streams wait for it in cg__nccl_join. last: nothing later
- * overlaps it (a pass's final bucket), so it may take the SMs that overlapping ones leave to compute.
+ * overlaps it (a pass's final bucket), so it runs on the compute streams, after the side streams'
+ * collectives, and may take the SMs that overlapping ones leave to compute.
  * peer (may be NULL): the group's peer all-reduce, over buffers holding bufs, which takes the counts
  * it is made for (cg__peer_takes) instead of NCCL. */
 typedef struct cg_peer cg_peer;

@@ -29,6 +29,7 @@ struct cg_nccl {
     cudaEvent_t side_done[CG_NCCL_MAX_LOCAL];
     cudaEvent_t *marks[CG_NCCL_MAX_LOCAL];     /* compute-stream points (cg__nccl_mark), nmarks[i] each */
     int nmarks[CG_NCCL_MAX_LOCAL];
+    bool side_busy;                            /* collectives queued on the side streams since the last join */
     double timeout_s;
 };
 
@@ -258,23 +259,30 @@ static cg_status grouped(cg_nccl *c, ncclComm_t *comms, float *const *bufs, int6
     return CG_OK;
 }
 
-/* The peer all-reduce in place of NCCL's, on the same side streams. */
-static cg_status peer_allreduce(cg_nccl *c, cg_peer *peer, float *const *bufs, int64_t count, bool average) {
+/* The peer all-reduce in place of NCCL's, on the same streams. */
+static cg_status peer_allreduce(cg_nccl *c, cg_peer *peer, float *const *bufs, int64_t count, bool average,
+                                bool side_stream) {
     const float scale = average ? 1.0f / (float)c->nranks : 1.0f;
     for (int i = 0; i < c->nlocal; i++) {
         cg_cuda_context *ctx;
         CG_TRY(cg__cuda_enter(c->devices[i], &ctx));
-        CG_TRY(cg__peer_allreduce(peer, i, bufs[i], count, scale, c->side[i]));
+        CG_TRY(cg__peer_allreduce(peer, i, bufs[i], count, scale, side_stream ? c->side[i] : ctx->stream));
     }
     return CG_OK;
 }
 
+/* A pass's last bucket has no backward work left to overlap, so it runs on the compute streams (after
+ * the side streams' buckets, if any), sparing the two hops between streams around it. The seed's
+ * DataParallel step on 2 H200s: 0.102 to 0.110 ms against 0.128 to 0.184 eagerly, 0.050 against 0.053
+ * as a CUDA graph. */
 cg_status cg__nccl_allreduce(cg_nccl *c, cg_peer *peer, float *const *bufs, int64_t count, bool average, int after,
                              bool last) {
     if (count == 0) return CG_OK;
-    CG_TRY(side_streams_wait(c, after));
-    if (cg__peer_takes(peer, count)) return peer_allreduce(c, peer, bufs, count, average);
-    return grouped(c, last ? c->tail : c->comms, bufs, count, true, average ? ncclAvg : ncclSum, 0, "all-reduce");
+    if (last) CG_TRY(cg__nccl_join(c));
+    else CG_TRY(side_streams_wait(c, after));
+    c->side_busy |= !last;
+    if (cg__peer_takes(peer, count)) return peer_allreduce(c, peer, bufs, count, average, !last);
+    return grouped(c, last ? c->tail : c->comms, bufs, count, !last, average ? ncclAvg : ncclSum, 0, "all-reduce");
 }
 
 cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int root) {
@@ -283,6 +291,8 @@ cg_status cg__nccl_broadcast(cg_nccl *c, float *const *bufs, int64_t count, int 
 }
 
 cg_status cg__nccl_join(cg_nccl *c) {
+    if (!c->side_busy) return CG_OK;
+    c->side_busy = false;
     for (int i = 0; i < c->nlocal; i++) {
         cg_cuda_context *ctx;
         CG_TRY(cg__cuda_enter(c->devices[i], &ctx));
