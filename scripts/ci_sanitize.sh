@@ -11,7 +11,7 @@
 #  - test_step_memory wraps malloc & co. at link time (-Wl,--wrap): its __real_malloc is the
 #    plain malloc symbol, which ASan's runtime (libasan.so) interposes, so every allocation still
 #    goes through ASan and the counting works unchanged. Nothing to exclude.
-#  - The MPI tests (test_ddp*: an MPI singleton, and mpirun with 2 ranks) run in a second ctest
+#  - The MPI tests (test_ddp*: an MPI singleton, and mpirun with 1 or 2 ranks) run in a second ctest
 #    pass with fast_unwind_on_malloc=0, so that OpenMPI's own leaks carry the OpenMPI frames that
 #    tests/lsan.supp matches (slow unwinding everywhere would slow the other tests down).
 #    test_ddp_mpi_init_failure is WILL_FAIL (the job must fail, not hang), so it cannot show a
