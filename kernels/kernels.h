@@ -54,7 +54,7 @@ cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, const float 
  * g and x: both end with scale * (their dw + the other's), and the same for db. Each column block of
  * dw, once summed, is pushed into the other's receive space and announced in its slots; then the
  * other's is awaited, added, and acknowledged (so the next call's push cannot overwrite it unread).
- * A missing partner sets *error to 2 after timeout_ns and leaves the local sums. */
+ * A missing partner sets *error to 1 + its rank after timeout_ns and leaves the local sums. */
 #define CG_PAIR_SLOTS 512 /* column blocks of dw at most */
 #define CG_PAIR_SLOT_WORDS (3 * CG_PAIR_SLOTS)
 typedef struct cg_pair_exchange {
@@ -62,6 +62,7 @@ typedef struct cg_pair_exchange {
     const float *recv_dw, *recv_db; /* this GPU's receive space, where the other pushes */
     unsigned *slots, *peer_slots;   /* CG_PAIR_SLOT_WORDS, zeroed at first: call counters, arrivals, acks */
     int *error;
+    int partner; /* the other's rank */
     float scale;
     uint64_t timeout_ns;
 } cg_pair_exchange;

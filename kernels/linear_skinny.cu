@@ -181,7 +181,7 @@ __device__ __forceinline__ unsigned *pair_acks(unsigned *slots) { return slots +
 // Whether the partner has read what this block's previous call pushed, so its space is free again.
 __device__ bool pair_space_free(const cg_pair_exchange &ex) {
     bool ok = true;
-    if (threadIdx.x == 0) ok = wait_for(pair_acks(ex.slots), *pair_calls(ex.slots), ex.timeout_ns, ex.error, 1);
+    if (threadIdx.x == 0) ok = wait_for(pair_acks(ex.slots), *pair_calls(ex.slots), ex.timeout_ns, ex.error, ex.partner);
     return __syncthreads_and(ok);
 }
 
@@ -196,7 +196,7 @@ __device__ void pair_combine(const cg_pair_exchange &ex, float *dw, int64_t lddw
     if (threadIdx.x == 0) {
         epoch = *pair_calls(ex.slots) + 1;
         store_release(pair_arrivals(ex.peer_slots), epoch);
-        ok = wait_for(pair_arrivals(ex.slots), epoch, ex.timeout_ns, ex.error, 1);
+        ok = wait_for(pair_arrivals(ex.slots), epoch, ex.timeout_ns, ex.error, ex.partner);
     }
     if (!__syncthreads_and(ok)) return;
     if (active)

@@ -182,7 +182,7 @@ cg_status cg__peer_pair_exchange(cg_peer *p, const float *dw, int64_t dw_count, 
     *out = (cg_pair_exchange){.peer_dw = p->peer_recv + w, .peer_db = p->peer_recv + b, .recv_dw = p->recv + w,
                               .recv_db = p->recv + b, .slots = slots,
                               .peer_slots = p->owns[0][1 - p->rank] + CG_PEER_PAIR_OFFSET / sizeof(unsigned),
-                              .error = p->error, .scale = scale, .timeout_ns = p->timeout_ns};
+                              .error = p->error, .partner = 1 - p->rank, .scale = scale, .timeout_ns = p->timeout_ns};
     return CG_OK;
 }
 
