@@ -21,19 +21,45 @@
 // frozen) keep counting. A participant that never arrives sets *error after timeout_ns instead of
 // hanging. Sums run in rank order, so every participant gets the same bits.
 #include "kernels.h"
-#include "peer_sync.cuh"
 
 namespace {
-
-using namespace cg_peer_sync;
 
 constexpr int kThreads = 512;
 // float4s per thread in flight from every participant: 16 from all of them together at most, so
 // the registers hold them without spilling.
 __host__ __device__ constexpr int unroll_for(int n) { return 16 / n > 4 ? 4 : 16 / n; }
 
+__device__ __forceinline__ void store_release(unsigned *p, unsigned v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 __device__ __forceinline__ unsigned *slot(unsigned *own, int block, int phase, int rank) {
     return own + (block * 2 + phase) * CG_PEER_MAX + rank;
+}
+
+// Called on every spin of a wait for participant `who`: false, once the wait has lasted timeout_ns,
+// with *error set to say who is missing (plus one).
+__device__ bool still_in_time(const cg_peer_allreduce_args &a, unsigned spins, uint64_t &start, int who) {
+    if (spins % 1024 != 0) return true;
+    const uint64_t t = global_ns();
+    if (start == 0) start = t;
+    else if (t - start > a.timeout_ns) {
+        *(volatile int *)a.error = 1 + who;
+        return false;
+    }
+    return true;
 }
 
 // false (in every thread) when a participant did not arrive in time.
@@ -42,7 +68,10 @@ __device__ bool barrier(const cg_peer_allreduce_args &a, int phase, unsigned epo
     bool ok = true;
     if (threadIdx.x < a.n) {
         store_release(slot(a.own[threadIdx.x], blockIdx.x, phase, a.rank), epoch);
-        ok = wait_for(slot(a.own[a.rank], blockIdx.x, phase, threadIdx.x), epoch, a.timeout_ns, a.error, threadIdx.x);
+        const unsigned *mine = slot(a.own[a.rank], blockIdx.x, phase, threadIdx.x);
+        uint64_t start = 0;
+        for (unsigned spins = 0; ok && (int)(load_acquire(mine) - epoch) < 0; spins++)
+            ok = still_in_time(a, spins, start, threadIdx.x);
     }
     return __syncthreads_and(ok);
 }
@@ -141,7 +170,7 @@ __global__ void __launch_bounds__(kLlThreads) peer_allreduce_ll(cg_peer_allreduc
                 got[q] = __uint_as_float(p.x);
                 if (p.y != epoch) missing = q;
             }
-            if (missing < 0 || !(ok = still_in_time(a.timeout_ns, a.error, spins, start, missing))) break;
+            if (missing < 0 || !(ok = still_in_time(a, spins, start, missing))) break;
         }
         float s = got[0];
 #pragma unroll

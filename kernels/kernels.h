@@ -50,28 +50,9 @@ int64_t cg_skinny_nt_scratch(int64_t n, int64_t k, int o);
 int64_t cg_skinny_tn_scratch(int o, int64_t n, int64_t k);
 cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t n, int64_t k,
                                 const float *bias, float *y, int64_t ldy, float *scratch, cudaStream_t stream);
-/* The exchange of tn's dw and db with the other GPU of a pair, which runs the same kernel on its own
- * g and x: both end with scale * (their dw + the other's), and the same for db. Each column block of
- * dw, once summed, is pushed into the other's receive space and announced in its slots; then the
- * other's is awaited, added, and acknowledged (so the next call's push cannot overwrite it unread).
- * A missing partner sets *error to 1 + its rank after timeout_ns and leaves the local sums. */
-#define CG_PAIR_SLOTS 512 /* column blocks of dw at most */
-#define CG_PAIR_SLOT_WORDS (3 * CG_PAIR_SLOTS)
-typedef struct cg_pair_exchange {
-    float *peer_dw, *peer_db;       /* the other's receive space for this GPU's dw (lddw) and db */
-    const float *recv_dw, *recv_db; /* this GPU's receive space, where the other pushes */
-    unsigned *slots, *peer_slots;   /* CG_PAIR_SLOT_WORDS, zeroed at first: call counters, arrivals, acks */
-    int *error;
-    int partner; /* the other's rank */
-    float scale;
-    uint64_t timeout_ns;
-} cg_pair_exchange;
-/* Whether a tn of these sizes can take an exchange: its blocks must all be resident at once (one
- * spinning on its partner cannot hold up another of its kernel's). */
-int cg_skinny_tn_can_exchange(int o, int64_t n, int64_t k);
 cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k,
                                 float *dw, int64_t lddw, float *db, float *scratch, unsigned *tickets,
-                                const cg_pair_exchange *exchange, cudaStream_t stream);
+                                cudaStream_t stream);
 
 /* copy.cu: bytes from src to dst (both addresses and bytes multiples of 4), on stream's device; dst
  * may be another GPU's memory that this one has peer access to. */
@@ -90,8 +71,7 @@ cudaError_t cg_launch_copy(void *dst, const void *src, size_t bytes, cudaStream_
 #define CG_PEER_FLAG_WORDS (CG_PEER_MAX_BLOCKS * 2 * CG_PEER_MAX)
 #define CG_PEER_EPOCH_WORDS (CG_PEER_MAX_BLOCKS + CG_PEER_LL_BLOCKS)
 #define CG_PEER_MAIL_OFFSET (((CG_PEER_FLAG_WORDS + CG_PEER_EPOCH_WORDS) * 4 + 15) / 16 * 16)
-#define CG_PEER_PAIR_OFFSET (CG_PEER_MAIL_OFFSET + 2 * CG_PEER_MAX * CG_PEER_LL_MAX_FLOATS * 8)
-#define CG_PEER_OWN_BYTES (CG_PEER_PAIR_OFFSET + CG_PAIR_SLOT_WORDS * 4) /* then a pair's exchange slots */
+#define CG_PEER_OWN_BYTES (CG_PEER_MAIL_OFFSET + 2 * CG_PEER_MAX * CG_PEER_LL_MAX_FLOATS * 8)
 typedef struct cg_peer_allreduce_args {
     float *bufs[CG_PEER_MAX];
     unsigned *own[CG_PEER_MAX];

@@ -13,11 +13,8 @@
 #include <atomic>
 
 #include "kernels.h"
-#include "peer_sync.cuh"
 
 namespace {
-
-using namespace cg_peer_sync;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -171,50 +168,6 @@ __global__ void sum_chunks_rows(const float *__restrict__ partial, int64_t chunk
     y[(t / o) * ldy + t % o] = bias ? total + bias[t % o] : total;
 }
 
-// The pair exchange (kernels.h) of column block blockIdx.x. Its slot words: [0, CG_PAIR_SLOTS) count
-// this GPU's calls, [CG_PAIR_SLOTS, 2 CG_PAIR_SLOTS) the partner's arrivals, the rest the partner's
-// acknowledgements; the partner stores into the last two. Thread 0 waits, the block learns the outcome.
-__device__ __forceinline__ unsigned *pair_calls(unsigned *slots) { return slots + blockIdx.x; }
-__device__ __forceinline__ unsigned *pair_arrivals(unsigned *slots) { return slots + CG_PAIR_SLOTS + blockIdx.x; }
-__device__ __forceinline__ unsigned *pair_acks(unsigned *slots) { return slots + 2 * CG_PAIR_SLOTS + blockIdx.x; }
-
-// Whether the partner has read what this block's previous call pushed, so its space is free again.
-__device__ bool pair_space_free(const cg_pair_exchange &ex) {
-    bool ok = true;
-    if (threadIdx.x == 0) ok = wait_for(pair_acks(ex.slots), *pair_calls(ex.slots), ex.timeout_ns, ex.error, ex.partner);
-    return __syncthreads_and(ok);
-}
-
-// After the block has pushed its sums (dw's columns col..col + 3 in each thread, and db when set):
-// announce them, await the partner's, and leave scale * (own + partner's) in dw and db. The sum of two
-// is the same in either order, so both GPUs get the same bits.
-template <int O>
-__device__ void pair_combine(const cg_pair_exchange &ex, float *dw, int64_t lddw, int64_t col, bool active, float *db) {
-    __shared__ unsigned epoch;
-    __syncthreads();  // the block's pushes come before its arrival
-    bool ok = true;
-    if (threadIdx.x == 0) {
-        epoch = *pair_calls(ex.slots) + 1;
-        store_release(pair_arrivals(ex.peer_slots), epoch);
-        ok = wait_for(pair_arrivals(ex.slots), epoch, ex.timeout_ns, ex.error, ex.partner);
-    }
-    if (!__syncthreads_and(ok)) return;
-    if (active)
-#pragma unroll
-        for (int j = 0; j < O; j++) {
-            float *out = dw + j * lddw + col;
-            const float4 r = __ldcg(reinterpret_cast<const float4 *>(ex.recv_dw + j * lddw + col));
-            out[0] = (out[0] + r.x) * ex.scale, out[1] = (out[1] + r.y) * ex.scale;
-            out[2] = (out[2] + r.z) * ex.scale, out[3] = (out[3] + r.w) * ex.scale;
-        }
-    if (db && threadIdx.x < O) db[threadIdx.x] = (db[threadIdx.x] + __ldcg(ex.recv_db + threadIdx.x)) * ex.scale;
-    __syncthreads();  // every read of the receive space comes before the acknowledgement
-    if (threadIdx.x == 0) {
-        store_release(pair_acks(ex.peer_slots), epoch);
-        *pair_calls(ex.slots) = epoch;
-    }
-}
-
 constexpr int kColsPerBlock = kThreads * 4;  // k per block in the weight-gradient kernel
 constexpr int kTnStages = 8;                 // rows of x in flight per thread: 32 KB per block
 constexpr int kGRows = 128;                  // rows of g staged in shared memory at a time
@@ -225,15 +178,13 @@ constexpr int kMinRowsPerChunk = 32;
 // columns and walks its chunk's rows; g's rows sit in shared memory, padded to float4s (O4 per row),
 // so a row of g is O4 broadcast loads. Each block leaves its sums in partial[c][j][kk] (and, in column
 // block 0, partial_db[c][j]); the last block of a column block to finish, found by counting in
-// done[column block] (0 at the launch), adds the chunks in order and puts the count back to 0. With an
-// exchange (ex.slots set), that block also trades its column block with the pair's other GPU.
+// done[column block] (0 at the launch), adds the chunks in order and puts the count back to 0.
 template <int O>
 __global__ void __launch_bounds__(kThreads) tn_reduce(const float *__restrict__ g, int64_t ldg,
                                                        const float *__restrict__ x, int64_t ldx, int64_t n, int64_t k,
                                                        int64_t rows_per_chunk, float *__restrict__ partial,
                                                        float *__restrict__ partial_db, unsigned *__restrict__ done,
-                                                       float *__restrict__ dw, int64_t lddw, float *__restrict__ db,
-                                                       cg_pair_exchange ex) {
+                                                       float *__restrict__ dw, int64_t lddw, float *__restrict__ db) {
     constexpr int O4 = (O + 3) / 4;
     __shared__ float4 ring[kTnStages][kThreads];
     __shared__ float4 g_tile[kGRows][O4];
@@ -303,7 +254,6 @@ __global__ void __launch_bounds__(kThreads) tn_reduce(const float *__restrict__ 
     if (!last) return;
     if (threadIdx.x == 0) done[blockIdx.x] = 0;
     __threadfence();
-    const bool pushing = ex.slots && pair_space_free(ex);
     // Half of the outputs at a time, a chunk's loads of all of them in flight together (in the 80
     // registers that keep 3 blocks on an SM): on an H200 at n = 10000 / 5000, k = 100000, 0.915 / 0.468 ms
     // against 0.944 / 0.477 summing one output at a time.
@@ -324,7 +274,6 @@ __global__ void __launch_bounds__(kThreads) tn_reduce(const float *__restrict__ 
             for (int j = 0; j < kHalf && j0 + j < O; j++) {
                 float *out = dw + (j0 + j) * lddw + col;
                 out[0] = s[j].x, out[1] = s[j].y, out[2] = s[j].z, out[3] = s[j].w;
-                if (pushing) *reinterpret_cast<float4 *>(ex.peer_dw + (j0 + j) * lddw + col) = s[j];
             }
         }
     }
@@ -332,9 +281,7 @@ __global__ void __launch_bounds__(kThreads) tn_reduce(const float *__restrict__ 
         float s = 0.0f;
         for (unsigned c = 0; c < gridDim.y; c++) s += __ldcg(partial_db + c * O + threadIdx.x);
         db[threadIdx.x] = s;
-        if (pushing) ex.peer_db[threadIdx.x] = s;
     }
-    if (pushing) pair_combine<O>(ex, dw, lddw, col, active, sums_g ? db : nullptr);
 }
 
 // nt_partial<O> may use shared memory past the 48 KB default. The attribute belongs to the current
@@ -374,43 +321,13 @@ int64_t tn_chunks(int64_t n, int64_t k) {
     return chunks < 1 ? 1 : chunks;
 }
 
-// How many blocks of tn_reduce<O> the current device holds at once, found once per device (for the
-// first 64; any later one on every call).
-template <int O>
-cudaError_t resident_tn_blocks(int *out) {
-    static std::atomic<int> known[64];
-    int device = 0, per_sm = 0, sms = 0;
-    cudaError_t e = cudaGetDevice(&device);
-    if (e == cudaSuccess && device < 64 && (*out = known[device].load(std::memory_order_relaxed)) > 0) return e;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tn_reduce<O>, kThreads, 0);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (e != cudaSuccess) return e;
-    *out = per_sm * sms;
-    if (device < 64) known[device].store(*out, std::memory_order_relaxed);
-    return e;
-}
-
-template <int O>
-bool can_exchange(int64_t n, int64_t k) {
-    const int64_t col_blocks = (k + kColsPerBlock - 1) / kColsPerBlock;
-    int resident = 0;
-    return resident_tn_blocks<O>(&resident) == cudaSuccess && col_blocks <= CG_PAIR_SLOTS &&
-           col_blocks * tn_chunks(n, k) <= resident;
-}
-
 // The counters are the device's tickets where there are enough (no memset before the launch, one
 // graph node less), else zeroed ones in scratch.
 template <int O>
 cudaError_t launch_tn(const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n, int64_t k, float *dw,
-                      int64_t lddw, float *db, float *scratch, unsigned *tickets, const cg_pair_exchange *exchange,
-                      cudaStream_t stream) {
+                      int64_t lddw, float *db, float *scratch, unsigned *tickets, cudaStream_t stream) {
     const int64_t chunks = tn_chunks(n, k), rows_per_chunk = (n + chunks - 1) / chunks;
     const unsigned col_blocks = (unsigned)((k + kColsPerBlock - 1) / kColsPerBlock);
-    cg_pair_exchange ex = {};
-    if (exchange) {
-        if (!can_exchange<O>(n, k) || lddw % 4 != 0) return cudaErrorInvalidValue;
-        ex = *exchange;
-    }
     float *partial_db = scratch + chunks * O * k;
     unsigned *done = col_blocks <= CG_TICKETS ? tickets : reinterpret_cast<unsigned *>(partial_db + chunks * O);
     if (done != tickets) {
@@ -418,7 +335,7 @@ cudaError_t launch_tn(const float *g, int64_t ldg, const float *x, int64_t ldx, 
         if (e != cudaSuccess) return e;
     }
     tn_reduce<O><<<dim3(col_blocks, (unsigned)chunks), kThreads, 0, stream>>>(g, ldg, x, ldx, n, k, rows_per_chunk, scratch,
-                                                                             partial_db, done, dw, lddw, db, ex);
+                                                                             partial_db, done, dw, lddw, db);
     return cudaGetLastError();
 }
 
@@ -445,21 +362,11 @@ extern "C" cudaError_t cg_launch_skinny_nt(int o, const float *x, int64_t ldx, c
     }
 }
 
-extern "C" int cg_skinny_tn_can_exchange(int o, int64_t n, int64_t k) {
-    switch (o) {
-#define CASE(O) case O: return can_exchange<O>(n, k);
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-        CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
-#undef CASE
-    default: return 0;
-    }
-}
-
 extern "C" cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float *x, int64_t ldx, int64_t n,
                                            int64_t k, float *dw, int64_t lddw, float *db, float *scratch,
-                                           unsigned *tickets, const cg_pair_exchange *exchange, cudaStream_t stream) {
+                                           unsigned *tickets, cudaStream_t stream) {
     switch (o) {
-#define CASE(O) case O: return launch_tn<O>(g, ldg, x, ldx, n, k, dw, lddw, db, scratch, tickets, exchange, stream);
+#define CASE(O) case O: return launch_tn<O>(g, ldg, x, ldx, n, k, dw, lddw, db, scratch, tickets, stream);
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
         CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
 #undef CASE

@@ -191,36 +191,6 @@ void cg__leaf_grad_written(cg_node *n, int k) {
     leaf->grad_defined = true;
 }
 
-static uint64_t backward_epoch;
-
-/* The hook contexts of leaves ks[0..n) of node: each a distinct leaf whose empty gradient this node
- * sends last in the pass, all hooked alike with an exchange. NULL hook when they are not. */
-static const cg_grad_hook *exchange_hooks(cg_node *node, const int *ks, int n, void **ctxs) {
-    const cg_grad_hook *hook = NULL;
-    for (int i = 0; i < n; i++) {
-        cg_tensor *leaf = node->leaf[ks[i]];
-        if (!cg__leaf_grad_target(node, ks[i]) || !leaf->grad_hook || !leaf->grad_hook->exchange ||
-            (hook && leaf->grad_hook != hook) || leaf->grad_epoch != backward_epoch || leaf->grad_pending != 1)
-            return NULL;
-        for (int j = 0; j < i; j++)
-            if (ctxs[j] == leaf->grad_hook_ctx) return NULL;
-        hook = leaf->grad_hook, ctxs[i] = leaf->grad_hook_ctx;
-    }
-    return hook;
-}
-
-bool cg__leaf_grad_exchange(cg_node *node, const int *ks, int n, cg_grad_exchange *out) {
-    void *ctxs[CG_NODE_MAX_INPUTS];
-    const cg_grad_hook *hook = n <= CG_NODE_MAX_INPUTS ? exchange_hooks(node, ks, n, ctxs) : NULL;
-    return hook && hook->exchange(ctxs, n, out);
-}
-
-void cg__leaf_grad_exchanged(cg_node *node, const int *ks, int n) {
-    void *ctxs[CG_NODE_MAX_INPUTS];
-    for (int i = 0; i < n; i++) ctxs[i] = node->leaf[ks[i]]->grad_hook_ctx;
-    node->leaf[ks[0]]->grad_hook->exchanged(ctxs, n);
-}
-
 /* *acc = *acc + g, out of place: gradients handed between nodes may share storage. Takes g. */
 static cg_status accumulate_node(cg_tensor **acc, cg_tensor *g) {
     if (!*acc) {
@@ -242,6 +212,7 @@ typedef struct node_stack {
 } node_stack;
 
 static _Thread_local node_stack pending_stack, ready_stack; /* kept between calls: no steady-state malloc */
+static uint64_t backward_epoch;
 
 #define MAX_BACKWARD_CALLBACKS 16
 typedef struct backward_callback {
@@ -289,7 +260,7 @@ static void expect_leaf_grad(cg_tensor *leaf, uint64_t epoch) {
 /* One of them ran: after the last, the leaf's gradient is final for this pass. */
 static void leaf_grad_sent(cg_tensor *leaf) {
     if (leaf->magic == CG_TENSOR_LIVE && leaf->grad_hook && leaf->grad_epoch == backward_epoch && --leaf->grad_pending == 0)
-        leaf->grad_hook->final(leaf->grad_hook_ctx, leaf);
+        leaf->grad_hook(leaf->grad_hook_ctx, leaf);
 }
 
 /* Counts, for each node reachable from root, how many consumers will send it a gradient (and for
@@ -367,7 +338,7 @@ static cg_status run_node(cg_node *n) {
 static cg_status backward_from(cg_tensor *out, cg_tensor *grad) {
     if (!out->grad_fn) {
         cg_status s = accumulate_leaf(out, grad);
-        if (out->grad_hook) out->grad_hook->final(out->grad_hook_ctx, out);
+        if (out->grad_hook) out->grad_hook(out->grad_hook_ctx, out);
         return s;
     }
     cg_node *root = out->grad_fn;

@@ -36,8 +36,6 @@ typedef struct cg_storage {
     struct cg_storage *next_free;
 } cg_storage;
 
-typedef struct cg_grad_exchange cg_grad_exchange; /* an average done by the kernel computing the gradients */
-
 #define CG_TENSOR_LIVE 0x7e45011eu
 #define CG_TENSOR_DEAD 0xdeadbeefu
 
@@ -56,7 +54,9 @@ struct cg_tensor {
     bool grad_defined;             /* grad holds a value produced since the last zero_grad */
     cg_tensor *grad;               /* owned; for parameters a view into the gradient buffer */
     struct cg_node *grad_fn;       /* the op that produced this tensor (one reference), or NULL */
-    const struct cg_grad_hook *grad_hook; /* data parallelism's, on parameters; NULL elsewhere */
+    /* called once per backward pass, when the pass will add nothing more to grad (data
+     * parallelism's bucket readiness): after the last node that sends this leaf a gradient ran */
+    void (*grad_hook)(void *ctx, cg_tensor *t);
     void *grad_hook_ctx;
     int grad_pending;              /* nodes of the current pass yet to send this hooked leaf a gradient */
     uint64_t grad_epoch;           /* the pass grad_pending counts for */
@@ -206,12 +206,6 @@ typedef struct cg_backend {
     cg_status (*gemm_bias)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                            int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
                            float *bias_grad, int index, bool *fused);
-    /* Optional: a weight gradient C = A^T B (a transposed, b not) with bias_grad (may be NULL) = the
-     * sums of A^T's rows, whose kernel also averages C and bias_grad across ex's data-parallel pair.
-     * *done false: not for these shapes or buffers, nothing was done. */
-    cg_status (*gemm_exchange)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                               int64_t ldb, float *c, int64_t ldc, float *bias_grad, const cg_grad_exchange *ex,
-                               int index, bool *done);
     /* classification (cross-entropy, argmax) and Adam */
     /* logits (n, c), targets (n) class indices as floats: logp (n, c) = log_softmax of each row, computed as
      * (x - max) - log(sum exp(x - max)); row_loss (n) = -logp[target], NaN for a target that is not an integer
@@ -313,23 +307,6 @@ cg_status cg__queue_backward_callback(cg_status (*fn)(void *ctx), void *ctx);
  * writing it, call cg__leaf_grad_written and leave grad_in[k] NULL. */
 cg_tensor *cg__leaf_grad_target(cg_node *n, int k);
 void cg__leaf_grad_written(cg_node *n, int k);
-
-/* What a leaf's gradient hook (data parallelism's gradient buckets) hears from the tape. */
-typedef struct cg_grad_hook {
-    /* Once per backward pass, when the pass will add nothing more to the leaf's grad: after the last
-     * node that sends it a gradient ran. */
-    void (*final)(void *ctx, cg_tensor *leaf);
-    /* Optional. ctxs[0..n): leaves whose gradients one node is about to write whole, as their last
-     * contribution in this pass. true: the kernel writing them may also average them across the
-     * data-parallel group, as *out says; if it does, exchanged follows, and the group's own
-     * averaging of them is skipped this pass. */
-    bool (*exchange)(void *const *ctxs, int n, cg_grad_exchange *out);
-    void (*exchanged)(void *const *ctxs, int n);
-} cg_grad_hook;
-/* For a backward writing leaves ks[0..n)'s gradients into their cg__leaf_grad_target buffers: whether
- * their hooks accept an exchange (see cg_grad_hook), and then that the kernel did it. */
-bool cg__leaf_grad_exchange(cg_node *node, const int *ks, int n, cg_grad_exchange *out);
-void cg__leaf_grad_exchanged(cg_node *node, const int *ks, int n);
 /* g summed over the dims that were broadcast from shape (ndim, shape); a new tensor. */
 cg_tensor *cg__sum_to(const cg_tensor *g, int ndim, const int64_t *shape);
 
@@ -366,7 +343,7 @@ void cg__nccl_free(cg_nccl *c);
 /* Small gradient buckets summed by one kernel per GPU that reads and writes the other GPUs' buffers
  * directly, where NCCL's ring would spend tens of microseconds on latency. For a group on one host
  * whose GPUs reach each other's memory; each participant registers one buffer (its flat gradient). */
-#define CG_PEER_EXPORT_BYTES 272
+#define CG_PEER_EXPORT_BYTES 192
 /* The buckets it takes: up to 16 MiB (NCCL's ring spends tens of microseconds on a few MB, and on
  * tiny ones its several hops cost more than the mailboxes' one, see kernels/allreduce_peer.cu); larger
  * ones overlap backward, where SMs spent spinning on peers would be lost to the GEMMs. */
@@ -384,14 +361,6 @@ cg_status cg__peer_connect(cg_peer *p, const unsigned char *all);
 bool cg__peer_enabled(void);
 /* Whether p (may be NULL) takes an all-reduce of count floats. */
 bool cg__peer_takes(const cg_peer *p, int64_t count);
-/* A pair's average done by the kernel computing the gradients (DDP on two GPUs of one host; see
- * kernels.h's cg_pair_exchange): when p (may be NULL) is such a pair with its receive space, made for
- * buffers of up to CG_PEER_ALLREDUCE_MAX_BYTES unless CGRAD_FUSED_EXCHANGE=0. */
-struct cg_grad_exchange {
-    cg_peer *peer;
-    float scale;
-};
-bool cg__peer_can_exchange(const cg_peer *p);
 /* Unmaps the other ranks' memory. Between every rank's disconnect and any rank's free (which frees
  * memory the others mapped) the ranks must meet, e.g. at an MPI barrier. */
 void cg__peer_disconnect(cg_peer *p);

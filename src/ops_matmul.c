@@ -104,36 +104,12 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     return cg__finish(out, s);
 }
 
-/* dW = g^T x into dw, and db = the sum of g over the batch into db when set, averaged across a
- * data-parallel group by the GEMM's own kernel, when the parameters' hooks (cg_grad_hook.exchange)
- * and the backend allow: *done says whether it happened. */
-static cg_status exchange_weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x, cg_tensor *dw, cg_tensor *db,
-                                      bool *done) {
-    const int ks[2] = {1, 2}, count = db ? 2 : 1;
-    const cg_backend *be = cg__backend_for(g->device);
-    cg_grad_exchange ex;
-    *done = false;
-    if (!be->gemm_exchange || !cg_is_contiguous(g) || !cg_is_contiguous(x) || !cg__leaf_grad_exchange(n, ks, count, &ex))
-        return CG_OK;
-    int64_t o = g->shape[1], batch = g->shape[0], in = x->shape[1];
-    CG_TRY(be->gemm_exchange(o, in, batch, cg__data(g), o, cg__data(x), in, cg__data(dw), in, db ? cg__data(db) : NULL,
-                             &ex, g->device.index, done));
-    if (!*done) return CG_OK;
-    cg__leaf_grad_exchanged(n, ks, count);
-    for (int i = 0; i < count; i++) cg__leaf_grad_written(n, ks[i]);
-    return CG_OK;
-}
-
 /* dW = g^T x, into W's gradient buffer when it is empty (as after zero_grad), else into a new
  * grad_in[1]. fuse_bias: the backend may also reduce db = the sum of g over the batch in the same
  * GEMM, into b's empty buffer or a new grad_in[2]; *bias_done says whether it did. */
 static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x, bool fuse_bias, cg_tensor **grad_in,
                              bool *bias_done) {
     cg_tensor *dw = cg__leaf_grad_target(n, 1), *db = fuse_bias ? cg__leaf_grad_target(n, 2) : NULL;
-    bool exchanged = false;
-    if (dw && (!fuse_bias || db)) CG_TRY(exchange_weight_grad(n, g, x, dw, db, &exchanged));
-    *bias_done = exchanged && db;
-    if (exchanged) return CG_OK;
     cg_tensor *new_dw = dw ? NULL : cg__tensor_new(2, (int64_t[]){g->shape[1], x->shape[1]}, g->device);
     cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new(1, &g->shape[1], g->device) : NULL;
     cg_tensor *gt = transposed(g);

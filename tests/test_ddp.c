@@ -430,107 +430,6 @@ static void test_graph_replays(void **state) {
     graph_replays("graph replays, MLP 16-2049-8, a bucket per parameter", true, 1);
 }
 
-/* ---- a weight gradient averaged by the kernel that computes it ---------------------------------------------- */
-/* Linear(2048, 10) with 512 rows per rank: cgrad's skinny kernel computes the weight gradient (2^20
- * elements of x), and weight and bias make one bucket. On two GPU ranks with the peer all-reduce
- * that kernel averages them itself (cg_parallel_fused_buckets 1; with no bias, the weight alone).
- * Against the same DDP made with CGRAD_FUSED_EXCHANGE=0 (a separate all-reduce adds the same two
- * numbers), the gradients and parameters agree bit for bit, eagerly, in a second backward that
- * accumulates (not exchanged: the kernel does not write the gradient whole), and in a captured step's
- * replays; and they match one model on the full batch within RTOL. */
-#define FUSED_IN 2048
-#define FUSED_OUT 10
-#define FUSED_ROWS 512
-
-static cg_module *linear_from_seed(uint64_t seed, bool bias) {
-    cg_manual_seed(seed);
-    cg_module *m = REQ(cg_linear_new(FUSED_IN, FUSED_OUT, bias, cg_cpu()));
-    REQ_OK(cg_module_to(m, g_dev));
-    return m;
-}
-
-/* The parameters (or gradients) of a and b, bit for bit. */
-static void check_same_bits(const cg_module *a, const cg_module *b, bool grads, const char *when) {
-    for (int i = 0; i < cg_module_num_parameters(a); i++) {
-        const char *name = NULL;
-        cg_tensor *pa = REQ(cg_module_parameter(a, i, &name)), *pb = REQ(cg_module_parameter(b, i, NULL));
-        const cg_tensor *ta = grads ? cg_grad(pa) : pa, *tb = grads ? cg_grad(pb) : pb;
-        if (!ta || !tb) {
-            check(false, "%s: no gradient of %s", when, name);
-            continue;
-        }
-        float *ha = read_host(ta), *hb = read_host(tb);
-        check(memcmp(ha, hb, (size_t)cg_numel(ta) * sizeof *ha) == 0, "%s: %s%s differs from the unfused DDP's", when,
-              grads ? "the gradient of " : "", name);
-        free(ha), free(hb);
-    }
-}
-
-static void check_fused(const cg_module *fused, const cg_module *plain, int want, const char *when) {
-    check(cg_parallel_fused_buckets(fused) == want, "%s: %d buckets averaged by their kernel, expected %d", when,
-          cg_parallel_fused_buckets(fused), want);
-    check(cg_parallel_fused_buckets(plain) == 0, "%s: CGRAD_FUSED_EXCHANGE=0, yet %d buckets averaged by their kernel",
-          when, cg_parallel_fused_buckets(plain));
-}
-
-static void fused_exchange(bool bias) {
-    g_test = bias ? "weight gradient averaged by its kernel" : "weight gradient averaged by its kernel, no bias";
-    const int64_t global = FUSED_ROWS * g_world, first = FUSED_ROWS * g_rank;
-    const int want = g_world == 2 && peers_expected(false) ? 1 : 0;
-    uint64_t init = g_seed + 2027u;
-    float *hx = cg_test_uniform_buf((size_t)(global * FUSED_IN), -1, 1), *ht = cg_test_uniform_buf((size_t)(global * FUSED_OUT), -1, 1);
-    cg_test_step r = {linear_from_seed(init, bias), NULL, REQ(cg_from_data(hx, 2, (int64_t[]){global, FUSED_IN}, g_dev)),
-                      REQ(cg_from_data(ht, 2, (int64_t[]){global, FUSED_OUT}, g_dev)), NULL};
-    cg_test_step f = {REQ(cg_ddp_new(linear_from_seed(init, bias), g_dist, 0)), NULL,
-                      REQ(cg_from_data(hx + first * FUSED_IN, 2, (int64_t[]){FUSED_ROWS, FUSED_IN}, g_dev)),
-                      REQ(cg_from_data(ht + first * FUSED_OUT, 2, (int64_t[]){FUSED_ROWS, FUSED_OUT}, g_dev)), NULL};
-    setenv("CGRAD_FUSED_EXCHANGE", "0", 1);
-    cg_test_step p = {REQ(cg_ddp_new(linear_from_seed(init, bias), g_dist, 0)), NULL, REQ(cg_clone(f.x)), REQ(cg_clone(f.t)), NULL};
-    unsetenv("CGRAD_FUSED_EXCHANGE");
-    r.opt = REQ(cg_sgd_new(r.model, kNesterov)), f.opt = REQ(cg_sgd_new(f.model, kNesterov)), p.opt = REQ(cg_sgd_new(p.model, kNesterov));
-    char when[64];
-    for (int step = 0; step < STEPS; step++) {
-        snprintf(when, sizeof when, "step %d", step);
-        REQ_OK(cg_test_mse_backward(&f));
-        REQ_OK(cg_test_mse_backward(&p));
-        REQ_OK(cg_test_mse_backward(&r));
-        check_fused(f.model, p.model, want, when);
-        check_same_bits(f.model, p.model, true, when);
-        check_params(f.model, r.model, true, when);
-        REQ_OK(cg_optimizer_step(f.opt));
-        REQ_OK(cg_optimizer_step(p.opt));
-        REQ_OK(cg_optimizer_step(r.opt));
-    }
-    /* a second backward adds to the gradients: the group averages it as usual */
-    cg_scope *scope = cg_scope_begin();
-    cg_test_step *both[2] = {&f, &p};
-    for (int i = 0; i < 2; i++) {
-        REQ_OK(cg_test_mse_backward(both[i]));
-        REQ_OK(cg_backward(REQ(cg_mse_loss(REQ(cg_module_forward(both[i]->model, both[i]->x)), both[i]->t, CG_REDUCTION_MEAN))));
-    }
-    check_fused(f.model, p.model, 0, "a second backward");
-    check_same_bits(f.model, p.model, true, "a second backward");
-    cg_scope_end(scope);
-    cg_graph *graph = REQ(cg_graph_capture(g_dev, cg_test_mse_step, &f));
-    if (g_dev.type == CG_CPU) REQ_OK(cg_test_mse_step(&p)); /* there, capturing ran the step */
-    for (int i = 0; i < STEPS; i++) {
-        REQ_OK(cg_graph_replay(graph));
-        REQ_OK(cg_test_mse_step(&p));
-    }
-    snprintf(when, sizeof when, "after %d replays", STEPS);
-    check_same_bits(f.model, p.model, false, when);
-    cg_graph_free(graph);
-    free(hx), free(ht);
-    cg_test_step_free(&f), cg_test_step_free(&p), cg_test_step_free(&r);
-    agree();
-}
-
-static void test_fused_exchange(void **state) {
-    (void)state;
-    fused_exchange(true);
-    fused_exchange(false);
-}
-
 /* The wrapper called twice before one backward (parameters used twice in one graph). PyTorch's
  * DDP refuses this ("mark a variable ready only once") unless told the graph is static; cgrad gets
  * it right, as a bucket goes only once the tape will add nothing more to its gradients. Reference:
@@ -629,23 +528,21 @@ static void test_uneven_batch(void **state) {
 
 /* A rank that stops taking part in the peer all-reduce: the others give up after CGRAD_PEER_TIMEOUT
  * seconds instead of hanging, and their next backward fails saying so. Rank 0 runs a backward that
- * rank 1 skips; only GPU ranks with the peer all-reduce. With the MLP 16-2049-8 the all-reduce kernel
- * waits; with the Linear of fused_exchange on a pair, the weight-gradient kernel does. */
-static void peer_timeout(bool fused) {
-    g_test = fused ? "peer timeout in the weight-gradient kernel" : "peer all-reduce timeout";
-    const int64_t rows = fused ? FUSED_ROWS : 4, in = fused ? FUSED_IN : IN, out = fused ? FUSED_OUT : OUT;
+ * rank 1 skips; only GPU ranks with the peer all-reduce. */
+static void test_peer_timeout(void **state) {
+    (void)state;
+    g_test = "peer all-reduce timeout";
     setenv("CGRAD_PEER_TIMEOUT", "1", 1);
-    cg_module *model = fused ? linear_from_seed(g_seed + 37u, true) : sized_model_from_seed(g_seed + 37u, g_dev, true);
-    cg_module *ddp = REQ(cg_ddp_new(model, g_dist, 0));
+    cg_module *ddp = REQ(cg_ddp_new(sized_model_from_seed(g_seed + 37u, g_dev, true), g_dist, 0));
     unsetenv("CGRAD_PEER_TIMEOUT");
-    if (!cg_parallel_peer_allreduce(ddp) || (fused && g_world != 2)) {
+    if (!cg_parallel_peer_allreduce(ddp)) {
         cg_module_free(ddp);
-        if (g_rank == 0) printf("      %s: skipped\n", fused ? "not a pair of GPU ranks with the peer all-reduce" : "no peer all-reduce between these ranks");
+        if (g_rank == 0) printf("      no peer all-reduce between these ranks: skipped\n");
         skip();
     }
-    float *hx = cg_test_uniform_buf((size_t)(rows * in), -1.5, 1.5), *ht = cg_test_uniform_buf((size_t)(rows * out), -1, 1);
+    float *hx = cg_test_uniform_buf(4 * IN, -1.5, 1.5), *ht = cg_test_uniform_buf(4 * OUT, -1, 1);
     cg_scope *scope = cg_scope_begin();
-    cg_tensor *x = REQ(cg_from_data(hx, 2, (int64_t[]){rows, in}, g_dev)), *t = REQ(cg_from_data(ht, 2, (int64_t[]){rows, out}, g_dev));
+    cg_tensor *x = REQ(cg_from_data(hx, 2, (int64_t[]){4, IN}, g_dev)), *t = REQ(cg_from_data(ht, 2, (int64_t[]){4, OUT}, g_dev));
     for (int step = 0; step < 2; step++) {
         cg_tensor *loss = REQ(cg_mse_loss(REQ(cg_module_forward(ddp, x)), t, CG_REDUCTION_MEAN));
         if (g_rank != 0) continue; /* the rank that stopped */
@@ -655,7 +552,6 @@ static void peer_timeout(bool fused) {
             double t0 = now_s();
             REQ_OK(cg_synchronize(g_dev)); /* the all-reduce gives up after 1 s */
             check(now_s() - t0 < 30, "the all-reduce waited %.0f s for the missing rank", now_s() - t0);
-            check(!fused || cg_parallel_fused_buckets(ddp) == 1, "the bucket was not the weight-gradient kernel's");
         } else {
             check(s == CG_ERR_BACKEND && strstr(cg_last_error(), "did not arrive within"),
                   "the backward after the timeout: [%s] %s", cg_status_name(s), s == CG_OK ? "" : cg_last_error());
@@ -665,12 +561,6 @@ static void peer_timeout(bool fused) {
     free(hx), free(ht);
     cg_module_free(ddp); /* collective: every rank meets before freeing mapped memory */
     agree();
-}
-
-static void test_peer_timeout(void **state) {
-    (void)state;
-    peer_timeout(false);
-    peer_timeout(true);
 }
 
 /* Misuse is refused locally, before any collective. */
@@ -865,7 +755,6 @@ int main(int argc, char **argv) {
         DDP_TEST(test_accumulation),
         DDP_TEST(test_two_forwards),
         DDP_TEST(test_graph_replays),
-        DDP_TEST(test_fused_exchange),
         DDP_TEST(test_uneven_batch),
         DDP_TEST(test_peer_timeout),
         DDP_TEST(test_errors),

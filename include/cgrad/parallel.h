@@ -74,13 +74,6 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes);
  * CGRAD_PEER_TIMEOUT seconds (default 600) and their next backward fail. With it, freeing a DDP
  * module is collective (the ranks meet at an MPI barrier before freeing mapped memory). */
 bool cg_parallel_peer_allreduce(const cg_module *m);
-/* How many buckets of m's last backward pass the kernel that computed their gradients averaged itself,
- * with no all-reduce after it: DDP over the two GPUs of a peer all-reduce pair, for a bucket that is
- * exactly a narrow Linear's weight and bias (at most 16 outputs, so cgrad's skinny kernel computes
- * the weight gradient) written whole in the pass. Each column block of the weight gradient goes to
- * the other GPU as soon as it is summed; it saves the all-reduce's launch, barriers and most of its
- * link time. CGRAD_FUSED_EXCHANGE=0 (read when the module is made) turns it off. 0 for other modules. */
-int cg_parallel_fused_buckets(const cg_module *m);
 
 #ifdef __cplusplus
 }

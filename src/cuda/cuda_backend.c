@@ -168,11 +168,10 @@ static bool skinny_fits(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
 }
 
 /* Runs the skinny kernel of a GEMM that skinny_fits: nt when a is not transposed (adding bias to
- * every row when set), else tn (summing a's rows into bias_grad when set, and exchanging both when
- * exchange is set). */
+ * every row when set), else tn (summing a's rows into bias_grad when set). */
 static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int64_t n, int64_t k, const float *a,
                              int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
-                             float *bias_grad, const cg_pair_exchange *exchange) {
+                             float *bias_grad) {
     bool nt = !trans_a;
     cg_device d = cg_cuda(ctx->index);
     size_t bytes = (size_t)(nt ? cg_skinny_nt_scratch(m, k, (int)n) : cg_skinny_tn_scratch((int)m, k, n)) * sizeof(float);
@@ -180,7 +179,7 @@ static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int6
     if (!scratch) return cg_last_status();
     cudaError_t e = nt ? cg_launch_skinny_nt((int)n, a, lda, b, ldb, m, k, bias, c, ldc, scratch, ctx->stream)
                        : cg_launch_skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc, bias_grad, scratch, ctx->tickets,
-                                             exchange, ctx->stream);
+                                             ctx->stream);
     cg__free(d, scratch, bytes); /* stream order makes the reuse safe */
     if (e != cudaSuccess) return cg__cuda_error(e, nt ? "cg_launch_skinny_nt" : "cg_launch_skinny_tn", __FILE__, __LINE__);
     return CG_OK;
@@ -221,7 +220,7 @@ static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
         return cg__fail(CG_ERR_SHAPE, "cuda gemm: dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int", (long long)m,
                         (long long)n, (long long)k);
     if (skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c))
-        return skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL, NULL);
+        return skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
     cublasMath_t math = cg_get_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     if (math != ctx->cublas_math) {
         CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, math));
@@ -244,28 +243,11 @@ static cg_status cuda_gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n
     if (!dims_fit_int(m, n, k, lda, ldb, ldc)) return CG_OK;
     if (skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c)) {
         if (trans_a ? !bias_grad : !bias) return CG_OK; /* the other pass stays the caller's */
-        CG_TRY(skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, bias, bias_grad, NULL));
+        CG_TRY(skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, bias, bias_grad));
         *fused = true;
         return CG_OK;
     }
     return cg__cuda_gemm_lt(ctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, bias, bias_grad, fused);
-}
-
-/* The weight gradient's skinny kernel, averaging with the pair as it goes (cg_backend.gemm_exchange). */
-static cg_status cuda_gemm_exchange(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                                    int64_t ldb, float *c, int64_t ldc, float *bias_grad, const cg_grad_exchange *ex,
-                                    int index, bool *done) {
-    cg_cuda_context *ctx;
-    *done = false;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (!dims_fit_int(m, n, k, lda, ldb, ldc) || !skinny_fits(true, false, m, n, k, a, lda, b, ldb, c) || ldc % 4 != 0 ||
-        !cg_skinny_tn_can_exchange((int)m, k, n))
-        return CG_OK;
-    cg_pair_exchange pair;
-    CG_TRY(cg__peer_pair_exchange(ex->peer, c, (m - 1) * ldc + n, bias_grad, m, ex->scale, &pair));
-    CG_TRY(skinny_gemm(ctx, true, m, n, k, a, lda, b, ldb, c, ldc, NULL, bias_grad, &pair));
-    *done = true;
-    return CG_OK;
 }
 
 static cg_status cuda_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
@@ -293,7 +275,6 @@ static const cg_backend cuda_backend = {
     .scaled_diff = cuda_scaled_diff,
     .gemm = cuda_gemm,
     .gemm_bias = cuda_gemm_bias,
-    .gemm_exchange = cuda_gemm_exchange,
     .sgd_step = cuda_sgd_step,
     .capture_begin = cg__cuda_capture_begin,
     .stream_wait = cg__cuda_stream_wait,

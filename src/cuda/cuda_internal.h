@@ -80,10 +80,6 @@ bool cg__cuda_enable_peer(int dst, int src);
 /* Local participant `local`'s part of the peer all-reduce of count floats at buf (inside its registered
  * buffer), times scale, on stream; every participant must launch the same call. */
 cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, float scale, cudaStream_t stream);
-/* The kernel arguments of a pair's exchange (cg__peer_can_exchange) of dw and db (NULL: none), which
- * lie in this rank's registered buffer, averaged with scale. */
-cg_status cg__peer_pair_exchange(cg_peer *p, const float *dw, int64_t dw_count, const float *db, int64_t db_count,
-                                 float scale, cg_pair_exchange *out);
 
 /* Makes `index` the current device and returns its context, created on first use. */
 cg_status cg__cuda_enter(int index, cg_cuda_context **ctx);

@@ -7,11 +7,9 @@
 
 #include <unistd.h>
 
-/* What one rank tells the others: its buffer, its own block (kernels.h) and its receive space for a
- * pair's exchange (when it has one) as IPC handles, and its host. */
+/* What one rank tells the others: its buffer and its own block (kernels.h) as IPC handles, and its host. */
 typedef struct peer_export {
-    cudaIpcMemHandle_t buf, own, recv;
-    bool has_recv;
+    cudaIpcMemHandle_t buf, own;
     char host[64];
 } peer_export;
 _Static_assert(sizeof(peer_export) <= CG_PEER_EXPORT_BYTES, "CG_PEER_EXPORT_BYTES is too small");
@@ -26,8 +24,6 @@ struct cg_peer {
     unsigned *owns[CG_PEER_MAX][CG_PEER_MAX]; /* [local][q]: participant q's own block as local sees it */
     unsigned *own[CG_PEER_MAX];               /* [local]: its own block: flags, epochs, mailboxes */
     bool imported[CG_PEER_MAX];               /* [q]: bufs[0][q] and owns[0][q] are IPC mappings */
-    float *recv, *peer_recv;                  /* a pair's exchange (one MPI rank of two): the receive spaces */
-    bool exchange;                            /* both ranks have one */
     int *error;                               /* host-mapped: 1 + a participant that never arrived */
     uint64_t timeout_ns;
 };
@@ -85,23 +81,11 @@ cg_status cg__peer_new_local(int n, const int *devices, float *const *bufs, int6
     return CG_OK;
 }
 
-/* A pair's exchange needs a receive space the size of the buffer: kept to the buffers the peer
- * all-reduce takes whole. */
-static bool wants_exchange(int n, int64_t count) {
-    const char *v = getenv("CGRAD_FUSED_EXCHANGE");
-    return n == 2 && (size_t)count * sizeof(float) <= CG_PEER_ALLREDUCE_MAX_BYTES && !(v && strcmp(v, "0") == 0);
-}
-
 cg_status cg__peer_new_rank(int device, int rank, int n, float *buf, int64_t count, cg_peer **out) {
     if (n < 2 || n > CG_PEER_MAX || rank < 0 || rank >= n)
         return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: rank %d of %d (2 to %d ranks)", rank, n, CG_PEER_MAX);
     CG_TRY(peer_make(n, 1, rank, &device, count, out));
-    cg_peer *p = *out;
-    p->bufs[0][rank] = buf, p->owns[0][rank] = p->own[0]; /* the others' come with connect */
-    if (wants_exchange(n, count) && cudaMalloc((void **)&p->recv, (size_t)count * sizeof(float)) != cudaSuccess) {
-        (void)cudaGetLastError();
-        p->recv = NULL; /* no exchange, which is only faster */
-    }
+    (*out)->bufs[0][rank] = buf, (*out)->owns[0][rank] = (*out)->own[0]; /* the others' come with connect */
     return CG_OK;
 }
 
@@ -112,7 +96,6 @@ cg_status cg__peer_export(const cg_peer *p, unsigned char *out) {
     CG_TRY(cg__cuda_enter(p->devices[0], &ctx));
     CG_CUDA_CHECK(cudaIpcGetMemHandle(&e.buf, p->bufs[0][p->rank]));
     CG_CUDA_CHECK(cudaIpcGetMemHandle(&e.own, p->own[0]));
-    if ((e.has_recv = p->recv != NULL)) CG_CUDA_CHECK(cudaIpcGetMemHandle(&e.recv, p->recv));
     if (gethostname(e.host, sizeof e.host - 1) != 0) return cg__fail(CG_ERR_BACKEND, "peer all-reduce: gethostname failed");
     memcpy(out, &e, sizeof e);
     return CG_OK;
@@ -136,9 +119,7 @@ cg_status cg__peer_connect(cg_peer *p, const unsigned char *all) {
             return cg__cuda_error(err, "cudaIpcOpenMemHandle(own block)", __FILE__, __LINE__);
         }
         p->bufs[0][q] = buf, p->owns[0][q] = own, p->imported[q] = true;
-        if (mine.has_recv && e.has_recv) CG_CUDA_CHECK(cudaIpcOpenMemHandle((void **)&p->peer_recv, e.recv, cudaIpcMemLazyEnablePeerAccess));
     }
-    p->exchange = p->peer_recv != NULL;
     return CG_OK;
 }
 
@@ -152,47 +133,18 @@ bool cg__peer_takes(const cg_peer *p, int64_t count) {
     return p && count > 0 && bytes <= CG_PEER_ALLREDUCE_MAX_BYTES;
 }
 
-/* A participant missing in an earlier call left wrong gradients behind: every later call says so. */
-static cg_status earlier_failure(const cg_peer *p) {
-    if (!*(volatile int *)p->error) return CG_OK;
-    return cg__fail(CG_ERR_BACKEND, "peer all-reduce: participant %d did not arrive within %.0f s in an earlier "
-                    "call (a rank stopped, or was busy longer; CGRAD_PEER_TIMEOUT sets the limit); those "
-                    "gradients are wrong", *p->error - 1, (double)p->timeout_ns * 1e-9);
-}
-
-bool cg__peer_can_exchange(const cg_peer *p) { return p && p->exchange; }
-
-/* Elements [offset, offset + count) of local participant l's buffer, for a pointer that should lie in it. */
-static cg_status buffer_range(const cg_peer *p, int l, const float *ptr, int64_t count, int64_t *offset) {
-    *offset = ptr - p->bufs[l][p->rank + l];
-    if (*offset < 0 || count < 0 || *offset + count > p->count)
-        return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: elements [%lld, %lld) outside the %lld registered",
-                        (long long)*offset, (long long)(*offset + count), (long long)p->count);
-    return CG_OK;
-}
-
-cg_status cg__peer_pair_exchange(cg_peer *p, const float *dw, int64_t dw_count, const float *db, int64_t db_count,
-                                 float scale, cg_pair_exchange *out) {
-    CG_TRY(earlier_failure(p));
-    if (!cg__peer_can_exchange(p)) return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: not a pair with an exchange");
-    int64_t w = 0, b = 0;
-    CG_TRY(buffer_range(p, 0, dw, dw_count, &w));
-    if (db) CG_TRY(buffer_range(p, 0, db, db_count, &b));
-    unsigned *slots = p->own[0] + CG_PEER_PAIR_OFFSET / sizeof(unsigned);
-    *out = (cg_pair_exchange){.peer_dw = p->peer_recv + w, .peer_db = p->peer_recv + b, .recv_dw = p->recv + w,
-                              .recv_db = p->recv + b, .slots = slots,
-                              .peer_slots = p->owns[0][1 - p->rank] + CG_PEER_PAIR_OFFSET / sizeof(unsigned),
-                              .error = p->error, .partner = 1 - p->rank, .scale = scale, .timeout_ns = p->timeout_ns};
-    return CG_OK;
-}
-
 cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, float scale, cudaStream_t stream) {
-    CG_TRY(earlier_failure(p));
+    if (*(volatile int *)p->error)
+        return cg__fail(CG_ERR_BACKEND, "peer all-reduce: participant %d did not arrive within %.0f s in an earlier "
+                        "call (a rank stopped, or was busy longer; CGRAD_PEER_TIMEOUT sets the limit); those "
+                        "gradients are wrong", *p->error - 1, (double)p->timeout_ns * 1e-9);
     if (local < 0 || local >= p->nlocal)
         return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: local participant %d of %d", local, p->nlocal);
     const int me = p->rank + local;
-    int64_t offset;
-    CG_TRY(buffer_range(p, local, buf, count, &offset));
+    const int64_t offset = buf - p->bufs[local][me];
+    if (offset < 0 || count < 0 || offset + count > p->count)
+        return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: elements [%lld, %lld) outside the %lld registered",
+                        (long long)offset, (long long)(offset + count), (long long)p->count);
     cg_peer_allreduce_args a = {.epochs = p->own[local] + CG_PEER_FLAG_WORDS, .n = p->n, .rank = me, .count = count,
                                 .scale = scale, .timeout_ns = p->timeout_ns};
     a.error = p->error; /* mapped host memory: the same address on every device (unified addressing) */
@@ -210,8 +162,6 @@ void cg__peer_disconnect(cg_peer *p) {
             (void)cudaIpcCloseMemHandle(p->owns[0][q]);
             p->imported[q] = false;
         }
-    if (p->peer_recv) (void)cudaIpcCloseMemHandle(p->peer_recv);
-    p->peer_recv = NULL, p->exchange = false;
 }
 
 void cg__peer_free(cg_peer *p) {
@@ -222,10 +172,6 @@ void cg__peer_free(cg_peer *p) {
             cudaSetDevice(p->devices[l]);
             (void)cudaFree(p->own[l]);
         }
-    if (p->recv) {
-        cudaSetDevice(p->devices[0]);
-        (void)cudaFree(p->recv);
-    }
     if (p->error) (void)cudaFreeHost(p->error);
     free(p);
 }

@@ -231,8 +231,6 @@ bool cg_parallel_peer_allreduce(const cg_module *m) {
     return cg__ddp_peer_allreduce(m);
 }
 
-int cg_parallel_fused_buckets(const cg_module *m) { return cg__ddp_fused_buckets(m); }
-
 /* Checks the device list (defaulting to every GPU) and the module's placement, as PyTorch does. */
 static cg_status check_devices(const cg_module *m, int n, const int *ids, int output_device, dp_state *st) {
     int count = cg_cuda_device_count();

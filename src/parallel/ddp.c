@@ -118,17 +118,6 @@ static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end
     return CG_OK;
 }
 
-/* A bucket that one kernel computes whole (a narrow Linear's weight and bias) is averaged by that
- * kernel between the two GPUs of a pair: the all-reduce's own launch, barriers and link time after
- * the kernel go (kernels/linear_skinny.cu). */
-static bool exchange_bucket(void *ctx, int bucket, cg_grad_exchange *out) {
-    (void)bucket;
-    ddp_state *st = ctx;
-    if (!cg__peer_can_exchange(st->peer)) return false;
-    *out = (cg_grad_exchange){st->peer, 1.0f / (float)st->dist->world};
-    return true;
-}
-
 /* End of backward: buckets with parameters that got no gradient go now (their zeros count), the
  * compute stream waits for the averages, and every parameter holds the averaged gradient. */
 static cg_status ddp_finish_backward(void *ctx) {
@@ -207,10 +196,6 @@ bool cg__ddp_peer_allreduce(const cg_module *m) {
     return m && m->ops == &ddp_ops && ((const ddp_state *)m->state)->peer != NULL;
 }
 
-int cg__ddp_fused_buckets(const cg_module *m) {
-    return m && m->ops == &ddp_ops ? cg__grad_buckets_exchanged(((const ddp_state *)m->state)->buckets) : 0;
-}
-
 /* Whether every rank says yes (a failed MPI call counts as a no everywhere it fails). */
 static bool all_agree(bool yes) {
     int v = yes;
@@ -270,7 +255,7 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     }
     ddp->state = st;
     st->dist = dist, st->module = module;
-    static const cg_grad_bucket_ops ops = {.launch = launch_bucket, .exchange = exchange_bucket};
+    static const cg_grad_bucket_ops ops = {.launch = launch_bucket};
     st->buckets = cg__grad_buckets_new(&module, 1, bucket_bytes ? bucket_bytes : CG_GRAD_BUCKET_DEFAULT_BYTES, &ops, st);
     cg_status s = st->buckets ? broadcast_parameters(st) : cg_last_status();
     if (s == CG_OK) connect_peers(st);
@@ -311,5 +296,4 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     return CG_FAIL_NULL(CG_ERR_BACKEND, "cg_ddp_new: cgrad was built without MPI");
 }
 bool cg__ddp_peer_allreduce(const cg_module *m) { return false; }
-int cg__ddp_fused_buckets(const cg_module *m) { return 0; }
 #endif

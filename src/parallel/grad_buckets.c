@@ -7,7 +7,6 @@ typedef struct bucket {
     int params;         /* parameters in it (per replica) */
     int replicas_done;  /* in this pass */
     bool launched;
-    bool exchanged;     /* in this pass, by the kernel that computed it (one replica only) */
 } bucket;
 
 typedef struct param_hook {
@@ -31,8 +30,7 @@ struct cg_grad_buckets {
 static void launch(cg_grad_buckets *gb, int b) {
     bucket *bk = &gb->buckets[b];
     bk->launched = true;
-    if (gb->failure == CG_OK && !bk->exchanged)
-        gb->failure = gb->ops.launch(gb->ctx, b, bk->begin, bk->end, b == gb->nbuckets - 1);
+    if (gb->failure == CG_OK) gb->failure = gb->ops.launch(gb->ctx, b, bk->begin, bk->end, b == gb->nbuckets - 1);
 }
 
 static void replica_done(cg_grad_buckets *gb, int r, int b) {
@@ -51,33 +49,8 @@ static void grad_final(void *ctx, cg_tensor *t) {
         replica_done(gb, h->replica, h->bucket);
 }
 
-/* The bucket that hooks ctxs[0..n) make up exactly, in an armed pass of one replica whose ops can
- * exchange; -1 when they do not. */
-static int exchange_bucket(void *const *ctxs, int n) {
-    const param_hook *first = ctxs[0];
-    cg_grad_buckets *gb = first->owner;
-    if (!gb->armed || gb->nreplicas != 1 || !gb->ops.exchange || gb->buckets[first->bucket].params != n) return -1;
-    for (int i = 1; i < n; i++)
-        if (((const param_hook *)ctxs[i])->owner != gb || ((const param_hook *)ctxs[i])->bucket != first->bucket) return -1;
-    return first->bucket;
-}
-
-static bool offer_exchange(void *const *ctxs, int n, cg_grad_exchange *out) {
-    int b = exchange_bucket(ctxs, n);
-    cg_grad_buckets *gb = ((const param_hook *)ctxs[0])->owner;
-    return b >= 0 && gb->ops.exchange(gb->ctx, b, out);
-}
-
-static void mark_exchanged(void *const *ctxs, int n) {
-    int b = exchange_bucket(ctxs, n);
-    if (b >= 0) ((const param_hook *)ctxs[0])->owner->buckets[b].exchanged = true;
-}
-
-static const cg_grad_hook bucket_hook = {.final = grad_final, .exchange = offer_exchange, .exchanged = mark_exchanged};
-
 void cg__grad_buckets_arm(cg_grad_buckets *gb) {
-    for (int b = 0; b < gb->nbuckets; b++)
-        gb->buckets[b].replicas_done = 0, gb->buckets[b].launched = false, gb->buckets[b].exchanged = false;
+    for (int b = 0; b < gb->nbuckets; b++) gb->buckets[b].replicas_done = 0, gb->buckets[b].launched = false;
     for (int i = 0; i < gb->nreplicas * gb->nbuckets; i++) gb->done[i] = 0;
     for (int i = 0; i < gb->nreplicas * gb->nparams; i++) gb->hooks[i].done = false;
     gb->failure = CG_OK;
@@ -105,12 +78,6 @@ cg_status cg__grad_buckets_flush(cg_grad_buckets *gb) {
             replica_done(gb, r, b);
         }
     return gb->failure;
-}
-
-int cg__grad_buckets_exchanged(const cg_grad_buckets *gb) {
-    int n = 0;
-    for (int b = 0; b < gb->nbuckets; b++) n += gb->buckets[b].exchanged;
-    return n;
 }
 
 /* Walks the parameters from the last: a bucket closes once it holds bucket_bytes. */
@@ -148,7 +115,7 @@ cg_grad_buckets *cg__grad_buckets_new(cg_module *const *replicas, int nreplicas,
     for (int r = 0; r < nreplicas; r++)
         for (int i = 0; i < nparams; i++) {
             cg_tensor *p = replicas[r]->params[i].tensor;
-            p->grad_hook = &bucket_hook, p->grad_hook_ctx = &gb->hooks[r * nparams + i];
+            p->grad_hook = grad_final, p->grad_hook_ctx = &gb->hooks[r * nparams + i];
         }
     return gb;
 }

@@ -18,9 +18,6 @@ typedef struct cg_grad_bucket_ops {
     /* Every replica has finished bucket b: combine elements [begin, end) of the flat buffers. last:
      * the bucket backward finishes last (the first parameters), which nothing overlaps. */
     cg_status (*launch)(void *ctx, int bucket, int64_t begin, int64_t end, bool last);
-    /* Optional, with one replica: whether the kernel computing all of bucket b's gradients may average
-     * them itself, as *out says (cg_grad_hook.exchange); a bucket it did is not launched that pass. */
-    bool (*exchange)(void *ctx, int bucket, cg_grad_exchange *out);
 } cg_grad_bucket_ops;
 
 /* Buckets of at least bucket_bytes (the last may be smaller) over the replicas' shared parameter
@@ -32,11 +29,8 @@ void cg__grad_buckets_arm(cg_grad_buckets *b);
 /* At its end: the buckets not launched yet (parameters that got no gradient) go now, in a fixed
  * order, the same on every rank. Returns the pass's first failure. */
 cg_status cg__grad_buckets_flush(cg_grad_buckets *b);
-/* Buckets of the last pass that their kernels averaged (cg_grad_bucket_ops.exchange). */
-int cg__grad_buckets_exchanged(const cg_grad_buckets *b);
-/* Whether m is a DDP module using the peer all-reduce, and its buckets exchanged in the last pass (ddp.c). */
+/* Whether m is a DDP module using the peer all-reduce (ddp.c). */
 bool cg__ddp_peer_allreduce(const cg_module *m);
-int cg__ddp_fused_buckets(const cg_module *m);
 /* Unhooks the parameters (call it while the replicas still exist) and frees b. */
 void cg__grad_buckets_free(cg_grad_buckets *b);
 

@@ -32,7 +32,6 @@ cg_status cg__peer_export(const cg_peer *p, unsigned char *out) { return no_cuda
 cg_status cg__peer_connect(cg_peer *p, const unsigned char *all) { return no_cuda(); }
 bool cg__peer_enabled(void) { return false; }
 bool cg__peer_takes(const cg_peer *p, int64_t count) { return false; }
-bool cg__peer_can_exchange(const cg_peer *p) { return false; }
 void cg__peer_disconnect(cg_peer *p) {}
 void cg__peer_free(cg_peer *p) {}
 #endif
