@@ -7,7 +7,11 @@
 // the sum into everyone's buffer (a reduce-scatter and an all-gather in one pass), between two
 // barriers of flags in peer memory. Block b of each participant stores the call's epoch into slot
 // [b][phase][its rank] of every participant's flags, then waits until its own slots hold it for all
-// ranks.
+// ranks. Doing the exchange inside the weight-gradient kernel instead (each column block pushed to
+// the other GPU as soon as it is summed; reverted in f6ad3e7) was slower on 2 H200s: that kernel's
+// column blocks all finish within 3 to 5 us, so the 4 MB still cross the link after its work (17 to
+// 19 us from the first block's push to the last one's average; this kernel after it adds 21 us),
+// and the added code slowed the kernel's main loop.
 //
 // Smaller buckets: one trip over the links instead of two barriers and two passes. Every participant
 // stores each of its values, paired with the call's epoch in one 8-byte store, into its mailbox slot
