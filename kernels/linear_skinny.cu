@@ -66,10 +66,11 @@ __host__ __device__ constexpr int duplicate_lanes(int m) {
 
 constexpr int kRowsPerWarp = 4;  // each w value read from shared memory serves 4 rows of x
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;  // 32 rows of x per group
-// Groups per block: a w tile serves 128 rows. The kernel's time on an H200 is about 19 us plus
-// 0.0956 us a row at k = 100000, and those 19 us are not the last wave's tail. Two grids were tried
-// (2026-11-23): one group a block in the last chunks, and one wave of blocks that each take an equal
-// run of groups. The first was no faster (494 us at n = 5000 either way); the second was slower (507).
+// Groups per block: a w tile serves 128 rows. On an H200 at k = 100000 the kernel takes about 19 us
+// plus 0.0956 us a row. Two other grids were tried (2026-11-23). Blocks of one group for the last
+// chunks, to shorten the last wave, were no faster (494 us at n = 5000 either way). One wave of
+// blocks that each take an equal run of groups was slower (507 us): a per-block trace shows blocks
+// of the same work taking 20 to 39 us, so an equal split waits for the slowest SMs.
 constexpr int kRowGroups = 4;
 constexpr int kNtStages = 4;  // ring steps: 3 in flight ahead of the one summed, 48 KB per block
 // k per block: w's chunk lives in shared memory next to the ring.
