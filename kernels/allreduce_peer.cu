@@ -11,7 +11,14 @@
 // the other GPU as soon as it is summed; reverted in f6ad3e7) was slower on 2 H200s: that kernel's
 // column blocks all finish within 3 to 5 us, so the 4 MB still cross the link after its work (17 to
 // 19 us from the first block's push to the last one's average; this kernel after it adds 21 us),
-// and the added code slowed the kernel's main loop.
+// and the added code slowed the kernel's main loop. Two other forms measured no faster on 2 H200s
+// (2026-11-23, prototypes not kept):
+// - Push only, for two GPUs: each copies its whole bucket into the other's receive space, raises one
+//   flag per block, then adds the two locally. 4 MB took 18.8 us a call against 20.1 us, and the same
+//   after the weight-gradient kernel (490.8 against 491.1 us).
+// - Tiles of the weight gradient finishing in column order (linear_skinny.cu, tn_chunks), each
+//   pushed as it finished: the pushes still left 11 to 15 us after the kernel (the final average and
+//   the flags), and the staggered kernel itself was 27 to 70 us slower.
 //
 // Smaller buckets: one trip over the links instead of two barriers and two passes. Every participant
 // stores each of its values, paired with the call's epoch in one 8-byte store, into its mailbox slot
