@@ -18,7 +18,7 @@
 //   after the weight-gradient kernel (490.8 against 491.1 us).
 // - Tiles of the weight gradient finishing in column order (linear_skinny.cu, tn_chunks), each
 //   pushed as it finished: the pushes still left 11 to 15 us after the kernel (the final average and
-//   the flags), and the staggered kernel itself was 27 to 70 us slower.
+//   the flags), and the staggered kernel itself was 27 to 68 us slower.
 //
 // Smaller buckets: one trip over the links instead of two barriers and two passes. Every participant
 // stores each of its values, paired with the call's epoch in one 8-byte store, into its mailbox slot

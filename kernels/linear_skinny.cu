@@ -321,7 +321,7 @@ cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, 
 // and more with 6, 12 or 16 chunks, whose last wave is partly empty. Depends only on the shape.
 // All column blocks finish together at the end of the one wave. A grid whose columns finish in order
 // instead (so the first could go to another GPU during the rest: tiles of 512 or 256 columns, 2 or 4
-// waves, the threads of a block splitting the rows) was 27 to 33 or 60 to 70 us slower at n = 5000.
+// waves, the threads of a block splitting the rows) was 27 to 30 or 58 to 68 us slower at n = 5000.
 int64_t tn_chunks(int64_t n, int64_t k) {
     const int64_t col_blocks = (k + kColsPerBlock - 1) / kColsPerBlock;
     int64_t chunks = 132 * 3 / col_blocks;
