@@ -16,12 +16,13 @@
  * Before timing, each workload checks the parallel step against the 1-GPU step on the same data
  * and the same initial parameters: the loss, and every parameter after one step
  * (||a - ref|| / ||ref|| <= 1e-5). Then: warm-up steps, then the median of --*-steps steps, every
- * step ending with a synchronisation of every GPU it used.
+ * step ending with a synchronisation of every GPU it used; eager steps and graph replays take turns.
  *
  * Output: comment lines start with '#'; each measurement is one line
  *   result work=<workload>_<mode>_g<N> impl=cgrad median_ms=<t> runs=<k>
- * with mode single (1 GPU, N = 1), dp (one process, N GPUs) or dpgraph (the dp step captured once
- * over the N GPUs with cg_graph_capture_devices and replayed: one launch a step). */
+ * with mode single (1 GPU, N = 1), dp (one process, N GPUs), or singlegraph / dpgraph (the single /
+ * dp step captured once over its GPUs with cg_graph_capture_devices and replayed: one launch a
+ * step). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +75,6 @@ typedef struct {
     cg_tensor *shards[MAX_GPUS]; /* (rows_i, in) on the i-th GPU */
     cg_tensor *target;         /* (batch, out) on cuda:0 */
     int ndevices;              /* GPUs to synchronise after a step */
-    cg_graph *graph;           /* when set, a step is its replay */
     cg_tensor *loss;           /* () the last step's loss, kept */
 } stepper;
 
@@ -95,26 +95,29 @@ static cg_status step(void *ctx) {
     return CG_OK;
 }
 
-static cg_status timed_step(void *ctx) {
-    stepper *s = ctx;
-    return s->graph ? cg_graph_replay(s->graph) : step(s);
-}
-
 static cg_status sync_all(void *ctx) {
     const stepper *s = ctx;
     for (int i = 0; i < s->ndevices; i++) CHECK_OK(cg_synchronize(cg_cuda(i)));
     return CG_OK;
 }
 
-/* Median step time in seconds: warm-up steps, then `steps` steps, each synchronised on every GPU
- * (every GPU's share of the step is done). */
-static double time_steps(stepper *s, int warmup, int steps) {
-    double *t = malloc((size_t)steps * sizeof *t);
+/* Median step times in seconds of the eager step and of its replay from a CUDA graph captured
+ * once over the first n GPUs (one launch a step), the two taking turns: warm-up steps, then
+ * `steps` steps each, every one synchronised on every GPU (every GPU's share of the step is done). */
+static void time_eager_and_graph(stepper *s, int n, int warmup, int steps, double *eager, double *graph) {
+    cg_device devices[MAX_GPUS];
+    for (int i = 0; i < n; i++) devices[i] = cg_cuda(i);
+    cg_graph *g = cg_graph_capture_devices(n, devices, step, s);
+    eu_expect(g != NULL, cg_last_error());
+    double *t = malloc(2 * (size_t)steps * sizeof *t);
     eu_expect(t != NULL, "host allocation");
-    eu_time_runs(warmup, steps, timed_step, s, sync_all, s, t);
-    double median = eu_median(t, steps);
+    const eu_run_fn fns[2] = {step, eu_replay};
+    void *const ctxs[2] = {s, g};
+    double *const times[2] = {t, t + steps};
+    eu_time_turns(warmup, steps, 2, fns, ctxs, sync_all, s, times);
+    *eager = eu_median(times[0], steps), *graph = eu_median(times[1], steps);
     free(t);
-    return median;
+    cg_graph_free(g);
 }
 
 /* All parameters of m, concatenated on the host. */
@@ -189,8 +192,10 @@ static void run_workload(const workload *w, int ngpus, int warmup) {
     int64_t nparams;
     float *ref = host_parameters(single, &nparams);
     eu_expect(isfinite(ref_loss), "the 1-GPU loss is finite");
-    double t1 = time_steps(&s1, warmup, w->steps);
+    double t1, t1g;
+    time_eager_and_graph(&s1, 1, warmup, w->steps, &t1, &t1g);
     result(w->name, "single", 1, t1, w->steps);
+    result(w->name, "singlegraph", 1, t1g, w->steps);
     cg_tensor_free(s1.loss);
     cg_optimizer_free(s1.optimizer);
     cg_module_free(single);
@@ -224,17 +229,11 @@ static void run_workload(const workload *w, int ngpus, int warmup) {
             eu_expect(0, "the data-parallel loss equals the 1-GPU loss");
         }
         expect_same_parameters(dp, ref, w->name);
-        double tn = time_steps(&sn, warmup, w->steps);
+        double tn, tng;
+        time_eager_and_graph(&sn, ngpus, warmup, w->steps, &tn, &tng);
         result(w->name, "dp", ngpus, tn, w->steps);
         printf("# %s: %d GPUs %.4f ms vs 1 GPU %.4f ms: %.2fx\n", w->name, ngpus, 1e3 * tn, 1e3 * t1, t1 / tn);
-        /* The same step captured once over all the GPUs and replayed: one launch a step. */
-        cg_device devices[MAX_GPUS];
-        for (int i = 0; i < ngpus; i++) devices[i] = cg_data_parallel_device(dp, i);
-        sn.graph = cg_graph_capture_devices(ngpus, devices, step, &sn);
-        eu_expect(sn.graph != NULL, cg_last_error());
-        double tg = time_steps(&sn, warmup, w->steps);
-        result(w->name, "dpgraph", ngpus, tg, w->steps);
-        cg_graph_free(sn.graph);
+        result(w->name, "dpgraph", ngpus, tng, w->steps);
         for (int i = 0; i < sn.nshards; i++) cg_tensor_free(sn.shards[i]);
         cg_tensor_free(sn.loss);
         cg_optimizer_free(sn.optimizer);

@@ -15,7 +15,7 @@
  * hide), and on GPU ranks both steps captured once with cg_graph_capture and replayed ("ddpgraph",
  * "ddplocalgraph": one launch a step). Step time: every rank times its steps, each ending with a
  * synchronisation of its device; per step the slowest rank counts; the median over the steps is
- * reported.
+ * reported. Eager steps and graph replays take turns, so both see the same GPU clocks.
  *
  * All-reduce (GPU ranks, NCCL headers present): ncclAllReduce (average, in place) over a buffer of
  * the MLP's gradient size, once as one call and once in DDP-bucket-sized calls, timed from a host
@@ -86,7 +86,6 @@ typedef struct {
     cg_tensor *x;         /* (local, in) on this rank's device */
     cg_tensor *target;    /* (local, out) */
     cg_device device;
-    cg_graph *graph;      /* when set, a step is its replay */
     cg_tensor *loss;      /* () the last step's loss, kept */
 } stepper;
 
@@ -105,33 +104,29 @@ static cg_status step(void *ctx) {
     return CG_OK;
 }
 
-static cg_status timed_step(void *ctx) {
-    stepper *s = ctx;
-    return s->graph ? cg_graph_replay(s->graph) : step(s);
-}
-
 static cg_status sync_device(void *ctx) {
     CHECK_OK(cg_synchronize(((const stepper *)ctx)->device));
     return CG_OK;
 }
 
-static double time_steps(stepper *s, int warmup, int steps) {
-    double *t = malloc((size_t)steps * sizeof *t);
+/* Median step times (slowest rank per step) of the eager step and, on a GPU, of its replay from a
+ * CUDA graph captured once (one launch a step; *graph = 0 on the CPU), the two taking turns. */
+static void time_eager_and_graph(stepper *s, int warmup, int steps, double *eager, double *graph) {
+    cg_graph *g = NULL;
+    if (s->device.type == CG_CUDA) {
+        g = cg_graph_capture(s->device, step, s);
+        eu_expect(g != NULL, cg_last_error());
+    }
+    double *t = malloc(2 * (size_t)steps * sizeof *t);
     eu_expect(t != NULL, "host allocation");
-    eu_time_runs(warmup, steps, timed_step, s, sync_device, s, t);
-    double m = slowest_median(t, steps);
+    const eu_run_fn fns[2] = {step, eu_replay};
+    void *const ctxs[2] = {s, g};
+    double *const times[2] = {t, t + steps};
+    eu_time_turns(warmup, steps, g ? 2 : 1, fns, ctxs, sync_device, s, times);
+    *eager = slowest_median(times[0], steps);
+    *graph = g ? slowest_median(times[1], steps) : 0.0;
     free(t);
-    return m;
-}
-
-/* The same step captured once as a CUDA graph, then replayed. */
-static double time_graph_steps(stepper *s, int warmup, int steps) {
-    s->graph = cg_graph_capture(s->device, step, s);
-    eu_expect(s->graph != NULL, cg_last_error());
-    double t = time_steps(s, warmup, steps);
-    cg_graph_free(s->graph);
-    s->graph = NULL;
-    return t;
+    cg_graph_free(g);
 }
 
 static double parameter_checksum(cg_module *m) {
@@ -181,8 +176,8 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
         s.model = plain;
         s.optimizer = cg_sgd_new(plain, (cg_sgd_options){.lr = lr});
         eu_expect(s.optimizer != NULL, cg_last_error());
-        double t = time_steps(&s, warmup, w->steps), tg = 0.0;
-        if (dev.type == CG_CUDA) tg = time_graph_steps(&s, warmup, w->steps);
+        double t, tg;
+        time_eager_and_graph(&s, warmup, w->steps, &t, &tg);
         if (rank == 0) {
             printf("result work=%s_ddplocal_%s impl=cgrad median_ms=%.4f runs=%d\n", w->name, tag, 1e3 * t, w->steps);
             if (tg > 0.0) printf("result work=%s_ddplocalgraph_%s impl=cgrad median_ms=%.4f runs=%d\n", w->name, tag, 1e3 * tg, w->steps);
@@ -203,8 +198,8 @@ static void run_workload(const workload *w, int warmup, int local_too, size_t bu
     eu_expect(s.optimizer != NULL, cg_last_error());
     step(&s);
     eu_expect(isfinite(eu_item(s.loss)), "the first DDP loss is finite");
-    double t = time_steps(&s, warmup, w->steps), tg = 0.0;
-    if (dev.type == CG_CUDA) tg = time_graph_steps(&s, warmup, w->steps);
+    double t, tg;
+    time_eager_and_graph(&s, warmup, w->steps, &t, &tg);
 
     /* The replicas must be identical after all those steps. */
     double *sums = calloc((size_t)world, sizeof *sums);

@@ -184,8 +184,9 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
  * cg_graph_capture runs fn(ctx) once with device d's work recorded instead of executed (host code
  * in fn runs normally; it must not read device results back, e.g. no cg_item). Each replay then
  * performs that work again on the same memory: tensors fn created and kept (cg_keep) hold the
- * latest replay's values. Memory the captured work freed stays reserved until cg_graph_free.
- * Free kept tensors only after the graph. On the CPU, replay simply calls fn(ctx) again.
+ * latest replay's values. Memory the captured work allocated or freed stays the graph's until
+ * cg_graph_free, so a kept tensor may be freed at any time (eager steps between replays may free
+ * it): nothing else lands where the replays write. On the CPU, replay simply calls fn(ctx) again.
  * Values the host works out during the capture are replayed as they were: run one eager step
  * first (SGD's first momentum step cannot be captured: an error), capture again after
  * cg_optimizer_set_lr, and step Adam/AdamW outside the graph (capturing it is an error: its bias

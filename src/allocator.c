@@ -21,11 +21,20 @@ typedef struct block_list {
     size_t count, capacity;
 } block_list;
 
+/* A CUDA graph's blocks on one device, from its capture until cg__alloc_release_private. Its
+ * replays use every block the captured work touched: none may go to anyone else meanwhile. */
+typedef struct graph_blocks {
+    block_list reserved; /* freed blocks the graph uses: taken back only by its own capture */
+    block_list made;     /* blocks its capture allocated that are still in use: when freed (say, a
+                            tensor the captured step kept), they join reserved */
+    struct graph_blocks *next;
+} graph_blocks;
+
 typedef struct device_pool {
     cg_spinlock lock;
-    block_list cache;     /* free blocks, unordered */
-    block_list *private;  /* while a CUDA graph is captured: blocks freed during the capture, which
-                             the graph's replays keep using, so nobody else may take them */
+    block_list cache;        /* free blocks, unordered */
+    graph_blocks *capturing; /* the graph being captured, if any */
+    graph_blocks *graphs;    /* every graph with blocks here, capturing included */
     cg_memory_stats stats;
 } device_pool;
 
@@ -65,6 +74,16 @@ static void *list_take(block_list *list, size_t size) {
     return NULL;
 }
 
+/* Takes the block at ptr out of the list; false when it is not there. */
+static bool list_remove(block_list *list, const void *ptr) {
+    for (size_t i = 0; i < list->count; i++)
+        if (list->blocks[i].ptr == ptr) {
+            list->blocks[i] = list->blocks[--list->count];
+            return true;
+        }
+    return false;
+}
+
 static bool list_push(block_list *list, void *ptr, size_t size) {
     if (list->count == list->capacity) {
         size_t capacity = list->capacity ? 2 * list->capacity : 64;
@@ -84,7 +103,7 @@ void *cg__alloc(cg_device d, size_t bytes) {
     size_t size = round_size(bytes);
     void *ptr = NULL;
     cg__spin_lock(&pool->lock);
-    if (pool->private && (ptr = list_take(pool->private, size))) {
+    if (pool->capturing && (ptr = list_take(&pool->capturing->reserved, size))) {
         pool->stats.cache_hits++;
     } else if ((ptr = list_take(&pool->cache, size))) {
         pool->stats.bytes_cached -= size;
@@ -96,6 +115,12 @@ void *cg__alloc(cg_device d, size_t bytes) {
             ptr = be->raw_alloc(d.index, size);
         }
         if (ptr) pool->stats.raw_allocs++;
+    }
+    if (ptr && pool->capturing && !list_push(&pool->capturing->made, ptr, size)) {
+        pool->stats.bytes_in_use += size; /* the free below takes it off again */
+        cg__spin_unlock(&pool->lock);
+        cg__free(d, ptr, size);
+        return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory recording a graph capture's block");
     }
     if (ptr) pool->stats.bytes_in_use += size;
     cg__spin_unlock(&pool->lock);
@@ -113,7 +138,13 @@ void cg__free(cg_device d, void *ptr, size_t bytes) {
     size_t size = round_size(bytes);
     cg__spin_lock(&pool->lock);
     pool->stats.bytes_in_use -= size;
-    if (pool->private && list_push(pool->private, ptr, size)) {
+    graph_blocks *owner = pool->capturing;
+    for (graph_blocks *g = pool->graphs; g; g = g->next)
+        if (list_remove(&g->made, ptr)) {
+            owner = g;
+            break;
+        }
+    if (owner && list_push(&owner->reserved, ptr, size)) {
         cg__spin_unlock(&pool->lock);
         return;
     }
@@ -129,35 +160,44 @@ void cg__free(cg_device d, void *ptr, size_t bytes) {
 
 void *cg__alloc_capture_begin(cg_device d) {
     device_pool *pool = pool_for(d);
-    block_list *private = calloc(1, sizeof *private);
-    if (!private) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory starting a graph capture");
+    graph_blocks *g = calloc(1, sizeof *g);
+    if (!g) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory starting a graph capture");
     cg__spin_lock(&pool->lock);
-    pool->private = private;
+    g->next = pool->graphs;
+    pool->graphs = pool->capturing = g;
     cg__spin_unlock(&pool->lock);
-    return private;
+    return g;
 }
 
 void cg__alloc_capture_end(cg_device d) {
     device_pool *pool = pool_for(d);
     cg__spin_lock(&pool->lock);
-    pool->private = NULL;
+    pool->capturing = NULL;
     cg__spin_unlock(&pool->lock);
 }
 
 void cg__alloc_release_private(cg_device d, void *blocks) {
-    block_list *private = blocks;
-    if (!private) return;
-    for (size_t i = 0; i < private->count; i++) {
-        void *ptr = private->blocks[i].ptr;
-        size_t size = private->blocks[i].size;
-        device_pool *pool = pool_for(d);
+    graph_blocks *g = blocks;
+    if (!g) return;
+    device_pool *pool = pool_for(d);
+    cg__spin_lock(&pool->lock);
+    for (graph_blocks **at = &pool->graphs; *at; at = &(*at)->next)
+        if (*at == g) {
+            *at = g->next;
+            break;
+        }
+    if (pool->capturing == g) pool->capturing = NULL;
+    cg__spin_unlock(&pool->lock);
+    /* Blocks still in use stay with their tensors and are freed as any other. */
+    for (size_t i = 0; i < g->reserved.count; i++) {
         cg__spin_lock(&pool->lock);
-        pool->stats.bytes_in_use += size; /* cg__free takes it off again */
+        pool->stats.bytes_in_use += g->reserved.blocks[i].size; /* cg__free takes it off again */
         cg__spin_unlock(&pool->lock);
-        cg__free(d, ptr, size);
+        cg__free(d, g->reserved.blocks[i].ptr, g->reserved.blocks[i].size);
     }
-    free(private->blocks);
-    free(private);
+    free(g->reserved.blocks);
+    free(g->made.blocks);
+    free(g);
 }
 
 cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out) {

@@ -98,8 +98,9 @@ bool cg__graph_capturing(void);
  * reuse ordered). `bytes` given to cg__free must be the size given to cg__alloc. */
 void *cg__alloc(cg_device d, size_t bytes); /* NULL + CG_ERR_OOM recorded on failure */
 void cg__free(cg_device d, void *ptr, size_t bytes);
-/* CUDA graph capture: blocks freed on d between begin and end are set aside for the graph (its
- * replays reuse them) and returned to the cache by cg__alloc_release_private. */
+/* CUDA graph capture: blocks freed on d between begin and end, and blocks allocated in between
+ * whenever they are freed, are set aside for the graph (its replays reuse them) until
+ * cg__alloc_release_private returns them to the cache. begin returns the graph's record. */
 void *cg__alloc_capture_begin(cg_device d);
 void cg__alloc_capture_end(cg_device d);
 void cg__alloc_release_private(cg_device d, void *blocks);

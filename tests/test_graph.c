@@ -1,8 +1,8 @@
 /* cgrad-test: cpu cuda */
 /* CUDA graphs: a captured training step, replayed, gives bit for bit what the same steps give when
- * run eagerly; memory the step frees is not handed to anyone else while the graph lives; a step
- * that reads a result back, or whose optimizer works out per-step values on the host, cannot be
- * captured and says so. */
+ * run eagerly; memory the step frees, or makes and keeps, is not handed to anyone else while the
+ * graph lives; a step that reads a result back, or whose optimizer works out per-step values on
+ * the host, cannot be captured and says so. */
 #include <string.h>
 
 #include "test_util.h"
@@ -54,6 +54,29 @@ static void test_reserved_memory(void **state) {
     assert_non_null(g);
     float ones[5] = {1, 1, 1, 1, 1};
     cg_tensor *probe[64];
+    for (int i = 0; i < 64; i++) probe[i] = CG_TEST_OK(cg_from_data(ones, CG_SHAPE(5), cg_test_device()));
+    for (int r = 0; r < 3; r++) CG_TEST_STATUS_OK(cg_graph_replay(g));
+    for (int i = 0; i < 64; i++) {
+        cg_test_assert_tensor_bits(probe[i], ones, 5);
+        cg_tensor_free(probe[i]);
+    }
+    cg_graph_free(g);
+    cg_test_step_free(&c);
+}
+
+/* So are the blocks of tensors the captured step made and kept, once freed: here an eager step
+ * frees the loss the capture kept, whose block every replay still writes. */
+static void test_kept_tensor_freed_between_replays(void **state) {
+    (void)state;
+    if (!cg_test_is_cuda()) skip();
+    cg_test_step c;
+    setup(&c, 11);
+    CG_TEST_STATUS_OK(cg_test_mse_step(&c));
+    cg_graph *g = cg_graph_capture(cg_test_device(), cg_test_mse_step, &c);
+    assert_non_null(g);
+    CG_TEST_STATUS_OK(cg_test_mse_step(&c)); /* frees the captured loss */
+    float ones[5] = {1, 1, 1, 1, 1};
+    cg_tensor *probe[64]; /* as small as the loss: they would take its block */
     for (int i = 0; i < 64; i++) probe[i] = CG_TEST_OK(cg_from_data(ones, CG_SHAPE(5), cg_test_device()));
     for (int r = 0; r < 3; r++) CG_TEST_STATUS_OK(cg_graph_replay(g));
     for (int i = 0; i < 64; i++) {
@@ -128,6 +151,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         CG_TEST(test_replay_equals_eager),
         CG_TEST(test_reserved_memory),
+        CG_TEST(test_kept_tensor_freed_between_replays),
         CG_TEST(test_capture_rejects_readback),
         CG_TEST(test_capture_rejects_changing_host_state),
     };

@@ -178,16 +178,23 @@ static void run_or_exit(eu_run_fn fn, void *ctx) {
     }
 }
 
-void eu_time_runs(int warmup, int runs, eu_run_fn fn, void *ctx, eu_run_fn wait, void *wait_ctx, double *t) {
+void eu_time_turns(int warmup, int runs, int ways, const eu_run_fn *fns, void *const *ctxs, eu_run_fn wait,
+                   void *wait_ctx, double *const *t) {
     /* Warm-up: first calls pay for CUDA context/cuBLAS handles, the allocator cache, page faults. */
-    for (int i = 0; i < warmup; i++) run_or_exit(fn, ctx), run_or_exit(wait, wait_ctx);
+    for (int i = 0; i < warmup; i++)
+        for (int j = 0; j < ways; j++) run_or_exit(fns[j], ctxs[j]), run_or_exit(wait, wait_ctx);
     run_or_exit(wait, wait_ctx); /* start from idle devices */
-    for (int i = 0; i < runs; i++) {
-        double t0 = eu_now();
-        run_or_exit(fn, ctx);
-        run_or_exit(wait, wait_ctx); /* GPU ops are asynchronous: wait before reading the clock */
-        t[i] = eu_now() - t0;
-    }
+    for (int i = 0; i < runs; i++)
+        for (int j = 0; j < ways; j++) {
+            double t0 = eu_now();
+            run_or_exit(fns[j], ctxs[j]);
+            run_or_exit(wait, wait_ctx); /* GPU ops are asynchronous: wait before reading the clock */
+            t[j][i] = eu_now() - t0;
+        }
+}
+
+void eu_time_runs(int warmup, int runs, eu_run_fn fn, void *ctx, eu_run_fn wait, void *wait_ctx, double *t) {
+    eu_time_turns(warmup, runs, 1, &fn, &ctx, wait, wait_ctx, &t);
 }
 
 static cg_status synchronize_device(void *d) {

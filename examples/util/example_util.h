@@ -61,6 +61,12 @@ double eu_time_median(cg_device d, int warmup, int runs, eu_run_fn fn, void *ctx
 /* The same with the wait after each run left to wait(wait_ctx) (e.g. every GPU of a step), each
  * run's seconds written to t[0..runs). */
 void eu_time_runs(int warmup, int runs, eu_run_fn fn, void *ctx, eu_run_fn wait, void *wait_ctx, double *t);
+/* Several ways of running the same work timed taking turns (a, b, a, b, ...: `warmup` turns, then
+ * `runs`), so that each sees the same clocks: a GPU under sustained load lowers its clocks at its
+ * power cap (an H200 streaming memory reaches its 700 W within a second). Way j is fns[j](ctxs[j]);
+ * its i-th run's seconds go to t[j][i]. */
+void eu_time_turns(int warmup, int runs, int ways, const eu_run_fn *fns, void *const *ctxs, eu_run_fn wait,
+                   void *wait_ctx, double *const *t);
 
 /* The median of v[0..n) (sorts v in place); 0 when n < 1. */
 double eu_median(double *v, int n);
