@@ -42,16 +42,18 @@ static void test_replay_equals_eager(void **state) {
     cg_test_step_free(&eager), cg_test_step_free(&graphed);
 }
 
-/* Blocks the captured step freed are reserved for the graph: new tensors made between replays
- * must not land on them (the replay would overwrite them). */
-static void test_reserved_memory(void **state) {
-    (void)state;
+/* Captures a step of c (after an eager one); with eager_after, runs one more eager step, which
+ * frees the loss the capture kept. Then tensors made between replays must keep their values: none
+ * may land on memory the replays write (64 probes as small as the loss take every free block of
+ * its size). */
+static void check_replays_spare_new_tensors(uint64_t seed, bool eager_after) {
     if (!cg_test_is_cuda()) skip();
     cg_test_step c;
-    setup(&c, 7);
+    setup(&c, seed);
     CG_TEST_STATUS_OK(cg_test_mse_step(&c));
     cg_graph *g = cg_graph_capture(cg_test_device(), cg_test_mse_step, &c);
     assert_non_null(g);
+    if (eager_after) CG_TEST_STATUS_OK(cg_test_mse_step(&c));
     float ones[5] = {1, 1, 1, 1, 1};
     cg_tensor *probe[64];
     for (int i = 0; i < 64; i++) probe[i] = CG_TEST_OK(cg_from_data(ones, CG_SHAPE(5), cg_test_device()));
@@ -64,27 +66,17 @@ static void test_reserved_memory(void **state) {
     cg_test_step_free(&c);
 }
 
-/* So are the blocks of tensors the captured step made and kept, once freed: here an eager step
- * frees the loss the capture kept, whose block every replay still writes. */
+/* Blocks the captured step freed are reserved for the graph. */
+static void test_reserved_memory(void **state) {
+    (void)state;
+    check_replays_spare_new_tensors(7, false);
+}
+
+/* So are the blocks of tensors the captured step made and kept, once freed, here by an eager step
+ * between replays. */
 static void test_kept_tensor_freed_between_replays(void **state) {
     (void)state;
-    if (!cg_test_is_cuda()) skip();
-    cg_test_step c;
-    setup(&c, 11);
-    CG_TEST_STATUS_OK(cg_test_mse_step(&c));
-    cg_graph *g = cg_graph_capture(cg_test_device(), cg_test_mse_step, &c);
-    assert_non_null(g);
-    CG_TEST_STATUS_OK(cg_test_mse_step(&c)); /* frees the captured loss */
-    float ones[5] = {1, 1, 1, 1, 1};
-    cg_tensor *probe[64]; /* as small as the loss: they would take its block */
-    for (int i = 0; i < 64; i++) probe[i] = CG_TEST_OK(cg_from_data(ones, CG_SHAPE(5), cg_test_device()));
-    for (int r = 0; r < 3; r++) CG_TEST_STATUS_OK(cg_graph_replay(g));
-    for (int i = 0; i < 64; i++) {
-        cg_test_assert_tensor_bits(probe[i], ones, 5);
-        cg_tensor_free(probe[i]);
-    }
-    cg_graph_free(g);
-    cg_test_step_free(&c);
+    check_replays_spare_new_tensors(11, true);
 }
 
 static cg_status reads_back(void *arg) {
