@@ -188,7 +188,8 @@ void cg__alloc_release_private(cg_device d, void *blocks) {
         }
     if (pool->capturing == g) pool->capturing = NULL;
     cg__spin_unlock(&pool->lock);
-    /* Blocks still in use stay with their tensors and are freed as any other. */
+    /* The reserved blocks go back to the cache; blocks the capture made that are still in use stay
+     * with their tensors and are freed as any other. */
     for (size_t i = 0; i < g->reserved.count; i++) {
         cg__spin_lock(&pool->lock);
         pool->stats.bytes_in_use += g->reserved.blocks[i].size; /* cg__free takes it off again */
