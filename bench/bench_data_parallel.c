@@ -107,17 +107,11 @@ static cg_status sync_all(void *ctx) {
 static void time_eager_and_graph(stepper *s, int n, int warmup, int steps, double *eager, double *graph) {
     cg_device devices[MAX_GPUS];
     for (int i = 0; i < n; i++) devices[i] = cg_cuda(i);
-    cg_graph *g = cg_graph_capture_devices(n, devices, step, s);
-    eu_expect(g != NULL, cg_last_error());
     double *t = malloc(2 * (size_t)steps * sizeof *t);
     eu_expect(t != NULL, "host allocation");
-    const eu_run_fn fns[2] = {step, eu_replay};
-    void *const ctxs[2] = {s, g};
-    double *const times[2] = {t, t + steps};
-    eu_time_turns(warmup, steps, 2, fns, ctxs, sync_all, s, times);
-    *eager = eu_median(times[0], steps), *graph = eu_median(times[1], steps);
+    eu_time_eager_and_graph(n, devices, warmup, steps, step, s, sync_all, s, t, t + steps);
+    *eager = eu_median(t, steps), *graph = eu_median(t + steps, steps);
     free(t);
-    cg_graph_free(g);
 }
 
 /* All parameters of m, concatenated on the host. */

@@ -112,21 +112,12 @@ static cg_status sync_device(void *ctx) {
 /* Median step times (slowest rank per step) of the eager step and, on a GPU, of its replay from a
  * CUDA graph captured once (one launch a step; *graph = 0 on the CPU), the two taking turns. */
 static void time_eager_and_graph(stepper *s, int warmup, int steps, double *eager, double *graph) {
-    cg_graph *g = NULL;
-    if (s->device.type == CG_CUDA) {
-        g = cg_graph_capture(s->device, step, s);
-        eu_expect(g != NULL, cg_last_error());
-    }
     double *t = malloc(2 * (size_t)steps * sizeof *t);
     eu_expect(t != NULL, "host allocation");
-    const eu_run_fn fns[2] = {step, eu_replay};
-    void *const ctxs[2] = {s, g};
-    double *const times[2] = {t, t + steps};
-    eu_time_turns(warmup, steps, g ? 2 : 1, fns, ctxs, sync_device, s, times);
-    *eager = slowest_median(times[0], steps);
-    *graph = g ? slowest_median(times[1], steps) : 0.0;
+    bool graphed = eu_time_eager_and_graph(1, &s->device, warmup, steps, step, s, sync_device, s, t, t + steps);
+    *eager = slowest_median(t, steps);
+    *graph = graphed ? slowest_median(t + steps, steps) : 0.0;
     free(t);
-    cg_graph_free(g);
 }
 
 static double parameter_checksum(cg_module *m) {

@@ -193,6 +193,22 @@ void eu_time_turns(int warmup, int runs, int ways, const eu_run_fn *fns, void *c
         }
 }
 
+bool eu_time_eager_and_graph(int n, const cg_device *devices, int warmup, int runs, eu_run_fn fn, void *ctx,
+                             eu_run_fn wait, void *wait_ctx, double *eager_t, double *graph_t) {
+    if (devices[0].type != CG_CUDA) {
+        eu_time_runs(warmup, runs, fn, ctx, wait, wait_ctx, eager_t);
+        return false;
+    }
+    cg_graph *g = cg_graph_capture_devices(n, devices, fn, ctx);
+    eu_expect(g != NULL, cg_last_error());
+    const eu_run_fn fns[2] = {fn, eu_replay};
+    void *const ctxs[2] = {ctx, g};
+    double *const t[2] = {eager_t, graph_t};
+    eu_time_turns(warmup, runs, 2, fns, ctxs, wait, wait_ctx, t);
+    cg_graph_free(g);
+    return true;
+}
+
 void eu_time_runs(int warmup, int runs, eu_run_fn fn, void *ctx, eu_run_fn wait, void *wait_ctx, double *t) {
     eu_time_turns(warmup, runs, 1, &fn, &ctx, wait, wait_ctx, &t);
 }

@@ -67,6 +67,11 @@ void eu_time_runs(int warmup, int runs, eu_run_fn fn, void *ctx, eu_run_fn wait,
  * its i-th run's seconds go to t[j][i]. */
 void eu_time_turns(int warmup, int runs, int ways, const eu_run_fn *fns, void *const *ctxs, eu_run_fn wait,
                    void *wait_ctx, double *const *t);
+/* fn(ctx) run eagerly and replayed from a CUDA graph of it captured once over devices[0..n), timed
+ * taking turns as above: eager_t[i] and graph_t[i]. On the CPU, where a replay is fn again, only the
+ * eager runs are timed and it returns false (graph_t untouched). */
+bool eu_time_eager_and_graph(int n, const cg_device *devices, int warmup, int runs, eu_run_fn fn, void *ctx,
+                             eu_run_fn wait, void *wait_ctx, double *eager_t, double *graph_t);
 
 /* The median of v[0..n) (sorts v in place); 0 when n < 1. */
 double eu_median(double *v, int n);
