@@ -20,6 +20,7 @@ struct group {
     int n;
     float *bufs[CG_PEER_MAX];
     unsigned *owns[CG_PEER_MAX];
+    int64_t recv_max;  // the largest count the own blocks take
     int *error;  // host-mapped, as the library's
     cudaStream_t streams[CG_PEER_MAX];
     ncclComm_t comms[CG_PEER_MAX];
@@ -35,7 +36,7 @@ static void all_reduce(group &g, bool peer, int64_t count) {
         }
         cg_peer_allreduce_args a = {};
         for (int q = 0; q < g.n; q++) a.bufs[q] = g.bufs[q], a.own[q] = g.owns[q];
-        a.epochs = g.owns[d] + CG_PEER_FLAG_WORDS, a.error = g.error, a.n = g.n, a.rank = d, a.count = count;
+        a.epochs = g.owns[d] + CG_PEER_FLAG_WORDS, a.error = g.error, a.n = g.n, a.rank = d, a.count = count, a.recv_max = g.recv_max;
         a.scale = 1.0f / (float)g.n, a.timeout_ns = 10ull * 1000000000ull;
         CUDA_OK(cg_launch_peer_allreduce(&a, g.streams[d]));
     }
@@ -96,6 +97,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const int64_t max_count = 4 << 20;  // 16 MiB of floats
+    g.recv_max = max_count;
     for (int d = 0; d < g.n; d++) {
         CUDA_OK(cudaSetDevice(d));
         for (int q = 0; q < g.n; q++) {
@@ -109,8 +111,8 @@ int main(int argc, char **argv) {
         }
         CUDA_OK(cudaMalloc((void **)&g.bufs[d], max_count * sizeof(float)));
         CUDA_OK(cudaMemset(g.bufs[d], 0, max_count * sizeof(float)));  // summing zeros keeps them finite
-        CUDA_OK(cudaMalloc((void **)&g.owns[d], CG_PEER_OWN_BYTES));
-        CUDA_OK(cudaMemset(g.owns[d], 0, CG_PEER_OWN_BYTES));
+        CUDA_OK(cudaMalloc((void **)&g.owns[d], cg_peer_own_bytes(g.n, max_count)));
+        CUDA_OK(cg_peer_own_clear(g.owns[d], g.n, max_count));
         CUDA_OK(cudaStreamCreateWithFlags(&g.streams[d], cudaStreamNonBlocking));
     }
     CUDA_OK(cudaHostAlloc((void **)&g.error, sizeof *g.error, cudaHostAllocMapped | cudaHostAllocPortable));

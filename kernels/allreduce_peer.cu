@@ -1,24 +1,26 @@
 // The all-reduce of gradient buckets up to 16 MiB between GPUs of one host that reach each other's
-// memory (NVLink or PCIe peer access): one kernel on every participant, no NCCL.
+// memory (NVLink or PCIe peer access): one kernel on every participant, no NCCL. NCCL's ring spends
+// tens of microseconds on a 4 MB bucket that NVLink moves in about 12 (the Linear(100000, 10) DDP
+// step on 2 H200s: 1.025 ms with the barrier kernel below, 1.045 to 1.071 with NCCL).
 //
-// Buckets over CG_PEER_LL_MAX_FLOATS: NCCL's ring spends tens of microseconds on a 4 MB bucket that
-// NVLink moves in a few (the Linear(100000, 10) DDP step on 2 H200s: 1.025 ms with this, 1.045 to
-// 1.071 with NCCL). Each participant sums its slice of the elements over everyone's buffer and writes
-// the sum into everyone's buffer (a reduce-scatter and an all-gather in one pass), between two
-// barriers of flags in peer memory. Block b of each participant stores the call's epoch into slot
-// [b][phase][its rank] of every participant's flags, then waits until its own slots hold it for all
-// ranks. Doing the exchange inside the weight-gradient kernel instead (each column block pushed to
-// the other GPU as soon as it is summed; reverted in f6ad3e7) was slower on 2 H200s: that kernel's
-// column blocks all finish within 3 to 5 us, so the 4 MB still cross the link after its work (17 to
-// 19 us from the first block's push to the last one's average; this kernel after it adds 21 us),
-// and the added code slowed the kernel's main loop. Two other forms measured no faster on 2 H200s
-// (2026-11-23, prototypes not kept):
-// - Push only, for two GPUs: each copies its whole bucket into the other's receive space, raises one
-//   flag per block, then adds the two locally. 4 MB took 18.8 us a call against 20.1 us, and the same
-//   after the weight-gradient kernel (490.8 against 491.1 us).
+// Buckets over CG_PEER_LL_MAX_FLOATS between two participants: peer_allreduce_pair, which waits on
+// the data itself, not on flags (its comment says how).
+//
+// The same buckets among three or more: each participant sums its slice of the elements over
+// everyone's buffer and writes the sum into everyone's buffer (a reduce-scatter and an all-gather in
+// one pass), between two barriers of flags in peer memory. Block b of each participant stores the
+// call's epoch into slot [b][phase][its rank] of every participant's flags, then waits until its own
+// slots hold it for all ranks. (The pair kernel's way would serve them too; it replaces this one once
+// it is measured on more than two GPUs, which were not lent when it was written.) Forms measured no
+// faster on 2 H200s:
+// - The exchange inside the weight-gradient kernel (each column block pushed to the other GPU as
+//   soon as it is summed; reverted in f6ad3e7): that kernel's column blocks all finish within 3 to 5
+//   us, so the 4 MB still cross the link after its work, and the added code slowed its main loop.
 // - Tiles of the weight gradient finishing in column order (linear_skinny.cu, tn_chunks), each
 //   pushed as it finished: the pushes still left 11 to 15 us after the kernel (the final average and
 //   the flags), and the staggered kernel itself was 27 to 68 us slower.
+// - Pushes with a release flag per block or per chunk (2026-11-23, prof_tmp/nvl.cu): a flag's
+//   release waits for the block's stores to reach the other GPU, about 3 us; 18.2 to 29 us for 4 MB.
 //
 // Smaller buckets: one trip over the links instead of two barriers and two passes. Every participant
 // stores each of its values, paired with the call's epoch in one 8-byte store, into its mailbox slot
@@ -28,8 +30,8 @@
 // Mailboxes alternate with the epoch's parity: a participant sending epoch e has received everyone's
 // e - 1, which each sent after reading its mailboxes of e - 2.
 //
-// Epochs count calls per block in device memory, so a CUDA graph's replays (whose arguments are
-// frozen) keep counting. A participant that never arrives sets *error after timeout_ns instead of
+// Epochs and the pair kernel's call count live in device memory, so a CUDA graph's replays (whose
+// arguments are frozen) keep counting. A participant that never arrives sets *error after timeout_ns instead of
 // hanging. Sums run in rank order, so every participant gets the same bits.
 #include "kernels.h"
 
@@ -191,6 +193,151 @@ __global__ void __launch_bounds__(kLlThreads) peer_allreduce_ll(cg_peer_allreduc
     if (__syncthreads_and(ok) && threadIdx.x == 0) epochs[blockIdx.x] = epoch;  // every thread has read it
 }
 
+// Two participants, buckets over CG_PEER_LL_MAX_FLOATS: no barrier and no flag. Each sends the other's
+// half of its buffer into the other's receive space; each sums its own half as the values arrive and
+// sends the sums back into the other's receive space; each copies the other's sums in as they arrive.
+// A receiver knows a value has arrived because the receive space holds kEmpty until then, a bit
+// pattern that is never sent: it is a NaN with a payload no arithmetic makes (GPUs make 0x7fffffff),
+// and a buffer holding it is sent as that canonical NaN instead (still a NaN). The receiver puts
+// kEmpty back after reading. The receive space is two buffers used in turn by the call count's
+// parity: the other writes one again only in the call after next, which it starts after this side has
+// finished the next call, so after this call's kEmpty stores have landed. On 2 H200s a 4 MB bucket
+// after a 200 us kernel: 16.2 us against 20.8 us with the barriers (2026-11-23, prof_tmp/nvl.cu; the
+// barriers' fences cost about 3 us each, the bytes over NVLink about 12).
+constexpr unsigned kEmpty = 0xffffffffu;  // what a 0xff byte fill leaves
+constexpr int kPairThreads = 512, kPairUnroll = 2, kPairMaxBlocks = 264;  // 2 blocks an SM of an H100 or H200
+
+__device__ __forceinline__ float sendable(float v) { return __float_as_uint(v) == kEmpty ? __uint_as_float(0x7fffffffu) : v; }
+__device__ __forceinline__ float4 sendable(float4 v) { return make_float4(sendable(v.x), sendable(v.y), sendable(v.z), sendable(v.w)); }
+__device__ __forceinline__ bool arrived(float v) { return __float_as_uint(v) != kEmpty; }
+__device__ __forceinline__ bool arrived(float4 v) { return arrived(v.x) && arrived(v.y) && arrived(v.z) && arrived(v.w); }
+template <typename T>
+__device__ __forceinline__ T empty_value() {
+    if constexpr (sizeof(T) == sizeof(float4)) return make_float4(__uint_as_float(kEmpty), __uint_as_float(kEmpty), __uint_as_float(kEmpty), __uint_as_float(kEmpty));
+    else return __uint_as_float(kEmpty);
+}
+// Volatile: a spinning receiver must reread memory, and a sender's values must leave for the other GPU.
+__device__ __forceinline__ float load_volatile(const float *p) { return *(const volatile float *)p; }
+__device__ __forceinline__ float4 load_volatile(const float4 *p) {
+    float4 v;
+    asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void store_volatile(float *p, float v) { *(volatile float *)p = v; }
+__device__ __forceinline__ void store_volatile(float4 *p, float4 v) {
+    asm volatile("st.volatile.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+}
+
+// One participant's view of elements [lo, hi) (as T: float4 or float), of which [lo, mid) are rank 0's
+// to sum and [mid, hi) rank 1's; recv and other_recv: the receive space of this call's parity, here and
+// at the other participant, indexed as the buffer.
+template <typename T>
+struct pair_part {
+    T *buf, *recv, *other_recv;
+    int64_t lo, mid, hi;
+};
+
+// This thread's elements of [from, to): kPairUnroll at a time, as f(i, m) with i[0..m) the indices.
+template <typename F>
+__device__ __forceinline__ void for_my_elements(int64_t from, int64_t to, F f) {
+    const int64_t stride = (int64_t)gridDim.x * kPairThreads;
+    for (int64_t i0 = from + (int64_t)blockIdx.x * kPairThreads + threadIdx.x; i0 < to; i0 += kPairUnroll * stride) {
+        int64_t i[kPairUnroll];
+        int m = 0;
+#pragma unroll
+        for (int u = 0; u < kPairUnroll; u++) i[u] = i0 + u * stride, m += i[u] < to;
+        f(i, m);
+    }
+}
+
+// recv[i[0..m)] into r once they have all arrived, each put back to kEmpty; false after the timeout.
+template <typename T>
+__device__ bool take_arrived(const cg_peer_allreduce_args &a, T *recv, const int64_t (&i)[kPairUnroll], int m,
+                             T (&r)[kPairUnroll], uint64_t &start) {
+    for (unsigned spins = 0;; spins++) {
+        bool all = true;
+#pragma unroll
+        for (int u = 0; u < kPairUnroll; u++)
+            if (u < m) r[u] = load_volatile(recv + i[u]), all &= arrived(r[u]);
+        if (all) break;
+        if (!still_in_time(a, spins, start, 1 - a.rank)) return false;
+    }
+#pragma unroll
+    for (int u = 0; u < kPairUnroll; u++)
+        if (u < m) recv[i[u]] = empty_value<T>();
+    return true;
+}
+
+// Step 0 sends the other's half, step 1 sums this half as it arrives and sends the sums, step 2 takes
+// the other's sums. false after the timeout.
+template <typename T>
+__device__ bool pair_step(const cg_peer_allreduce_args &a, const pair_part<T> &p, int step, uint64_t &start) {
+    const bool first = a.rank == 0;
+    const int64_t mine_lo = first ? p.lo : p.mid, mine_hi = first ? p.mid : p.hi;
+    const int64_t other_lo = first ? p.mid : p.lo, other_hi = first ? p.hi : p.mid;
+    bool ok = true;
+    if (step == 0) {
+        for_my_elements(other_lo, other_hi, [&](const int64_t (&i)[kPairUnroll], int m) {
+            T v[kPairUnroll];
+#pragma unroll
+            for (int u = 0; u < kPairUnroll; u++) if (u < m) v[u] = p.buf[i[u]];
+#pragma unroll
+            for (int u = 0; u < kPairUnroll; u++) if (u < m) store_volatile(p.other_recv + i[u], sendable(v[u]));
+        });
+    } else if (step == 1) {
+        for_my_elements(mine_lo, mine_hi, [&](const int64_t (&i)[kPairUnroll], int m) {
+            T r[kPairUnroll];
+            if (!ok || !(ok = take_arrived(a, p.recv, i, m, r, start))) return;
+#pragma unroll
+            for (int u = 0; u < kPairUnroll; u++) {
+                if (u >= m) continue;
+                const T v = p.buf[i[u]];
+                const T s = sendable((first ? v + r[u] : r[u] + v) * a.scale);  // rank order: the same bits on both
+                p.buf[i[u]] = s;
+                store_volatile(p.other_recv + i[u], s);
+            }
+        });
+    } else {
+        for_my_elements(other_lo, other_hi, [&](const int64_t (&i)[kPairUnroll], int m) {
+            T r[kPairUnroll];
+            if (!ok || !(ok = take_arrived(a, p.recv, i, m, r, start))) return;
+#pragma unroll
+            for (int u = 0; u < kPairUnroll; u++) if (u < m) p.buf[i[u]] = r[u];
+        });
+    }
+    return ok;
+}
+
+// Each turn's buffer has the same place whatever the count: the other's writes of the next call never
+// land where this side may still read the last call's.
+__host__ __device__ __forceinline__ int64_t pair_turn_floats(int64_t max_count) { return (max_count + 3) / 4 * 4; }
+
+__device__ __forceinline__ float *pair_recv(unsigned *own, unsigned parity, int64_t max_count) {
+    return reinterpret_cast<float *>(reinterpret_cast<char *>(own) + CG_PEER_OWN_BYTES) + parity * pair_turn_floats(max_count);
+}
+
+// In float4s when both buffers are 16-byte aligned, the floats past the last float4 being rank 1's.
+__global__ void __launch_bounds__(kPairThreads) peer_allreduce_pair(cg_peer_allreduce_args a) {
+    unsigned *calls = a.epochs + CG_PEER_MAX_BLOCKS + CG_PEER_LL_BLOCKS, *tickets = calls + 1;
+    __shared__ unsigned shared_parity;
+    if (threadIdx.x == 0) shared_parity = *calls & 1;
+    __syncthreads();
+    float *buf = a.bufs[a.rank], *recv = pair_recv(a.own[a.rank], shared_parity, a.recv_max);
+    float *other_recv = pair_recv(a.own[1 - a.rank], shared_parity, a.recv_max);
+    const bool vec = ((uintptr_t)a.bufs[0] & 15) == 0 && ((uintptr_t)a.bufs[1] & 15) == 0;
+    const int64_t units = vec ? a.count / 4 : 0;
+    const pair_part<float4> wide = {reinterpret_cast<float4 *>(buf), reinterpret_cast<float4 *>(recv),
+                                    reinterpret_cast<float4 *>(other_recv), 0, units / 2, units};
+    const pair_part<float> narrow = {buf, recv, other_recv, 4 * units, vec ? 4 * units : a.count / 2, a.count};
+    uint64_t start = 0;
+    for (int step = 0; step < 3; step++)
+        if (!pair_step(a, wide, step, start) || !pair_step(a, narrow, step, start)) break;
+    if (threadIdx.x == 0 && atomicAdd(tickets, 1u) == gridDim.x - 1) {  // every block has read the parity
+        *tickets = 0;
+        *calls += 1;
+    }
+}
+
 // The same on every participant for a given count, so block b always meets block b. Threads take
 // two rounds where the count allows, which keeps fewer blocks spinning at the barriers and costs no
 // time: on 2 H200s a 4 MB bucket took 20 us a call with 16 to 124 blocks alike.
@@ -205,6 +352,9 @@ void launch(const cg_peer_allreduce_args &a, cudaStream_t stream) {
         const unsigned blocks = (unsigned)((a.count + kLlThreads - 1) / kLlThreads);
         const unsigned threads = a.count < kLlThreads ? (unsigned)(a.count + 31) / 32 * 32 : kLlThreads;
         peer_allreduce_ll<N><<<blocks, threads, 0, stream>>>(a);
+    } else if constexpr (N == 2) {  // a float4 a thread in each half: 245 blocks for 4 MB
+        const int64_t per_block = (int64_t)kPairThreads * 4 * 2, blocks = (a.count + per_block - 1) / per_block;
+        peer_allreduce_pair<<<(unsigned)(blocks < kPairMaxBlocks ? blocks : kPairMaxBlocks), kPairThreads, 0, stream>>>(a);
     } else {
         peer_allreduce<N><<<(unsigned)barrier_kernel_blocks(a.count, N), kThreads, 0, stream>>>(a);
     }
@@ -212,8 +362,21 @@ void launch(const cg_peer_allreduce_args &a, cudaStream_t stream) {
 
 }  // namespace
 
+// Two participants receive buckets of up to max_count floats in two turns (peer_allreduce_pair).
+extern "C" size_t cg_peer_own_bytes(int n, int64_t max_count) {
+    return CG_PEER_OWN_BYTES + (n == 2 ? 2 * (size_t)pair_turn_floats(max_count) * sizeof(float) : 0);
+}
+
+extern "C" cudaError_t cg_peer_own_clear(void *own, int n, int64_t max_count) {
+    cudaError_t e = cudaMemset(own, 0, CG_PEER_OWN_BYTES);
+    const size_t bytes = cg_peer_own_bytes(n, max_count);
+    if (e == cudaSuccess && bytes > CG_PEER_OWN_BYTES)
+        e = cudaMemset(static_cast<char *>(own) + CG_PEER_OWN_BYTES, 0xff, bytes - CG_PEER_OWN_BYTES);  // kEmpty
+    return e == cudaSuccess ? cudaDeviceSynchronize() : e;
+}
+
 extern "C" cudaError_t cg_launch_peer_allreduce(const cg_peer_allreduce_args *a, cudaStream_t stream) {
-    if (a->count < 1) return cudaErrorInvalidValue;
+    if (a->count < 1 || (a->n == 2 && a->count > CG_PEER_LL_MAX_FLOATS && a->count > a->recv_max)) return cudaErrorInvalidValue;
     switch (a->n) {
 #define CASE(N) case N: launch<N>(*a, stream); break;
         CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)

@@ -65,18 +65,23 @@ cudaError_t cg_launch_copy(void *dst, const void *src, size_t bytes, cudaStream_
 
 /* allreduce_peer.cu: every participant's bufs[q] (count floats, as this device addresses them) becomes
  * scale * the sum over q, on all n participants at once; each launches it with its own rank, and the
- * same count, n and buffers. own[q]: participant q's CG_PEER_OWN_BYTES of device memory, zeroed at
- * first: barrier flags, call counters and mailboxes; epochs: this participant's call counters (inside
- * its own block); error: set to 1 + the missing participant after waiting timeout_ns for it. Counts
- * up to CG_PEER_LL_MAX_FLOATS go through the mailboxes, larger ones through the barriers. */
+ * same count, n and buffers. own[q]: participant q's cg_peer_own_bytes(n, max_count) of device memory,
+ * set up by cg_peer_own_clear before the first call: barrier flags, call counters and mailboxes, and
+ * for two participants the receive space of buckets up to max_count floats; epochs: this participant's
+ * call counters (inside its own block); error: set to 1 + the missing participant after waiting
+ * timeout_ns for it. Counts up to CG_PEER_LL_MAX_FLOATS go through the mailboxes, larger ones through
+ * the receive space (two participants) or the barriers (more). */
 #define CG_PEER_MAX 8
 #define CG_PEER_MAX_BLOCKS 64
 #define CG_PEER_LL_MAX_FLOATS 16384
 #define CG_PEER_LL_BLOCKS 16
+#define CG_PEER_PAIR_WORDS 2 /* the pair kernel's call count and its blocks' finishing tickets */
 #define CG_PEER_FLAG_WORDS (CG_PEER_MAX_BLOCKS * 2 * CG_PEER_MAX)
-#define CG_PEER_EPOCH_WORDS (CG_PEER_MAX_BLOCKS + CG_PEER_LL_BLOCKS)
+#define CG_PEER_EPOCH_WORDS (CG_PEER_MAX_BLOCKS + CG_PEER_LL_BLOCKS + CG_PEER_PAIR_WORDS)
 #define CG_PEER_MAIL_OFFSET (((CG_PEER_FLAG_WORDS + CG_PEER_EPOCH_WORDS) * 4 + 15) / 16 * 16)
 #define CG_PEER_OWN_BYTES (CG_PEER_MAIL_OFFSET + 2 * CG_PEER_MAX * CG_PEER_LL_MAX_FLOATS * 8)
+size_t cg_peer_own_bytes(int n, int64_t max_count);
+cudaError_t cg_peer_own_clear(void *own, int n, int64_t max_count); /* on the current device; synchronous */
 typedef struct cg_peer_allreduce_args {
     float *bufs[CG_PEER_MAX];
     unsigned *own[CG_PEER_MAX];
@@ -84,6 +89,7 @@ typedef struct cg_peer_allreduce_args {
     int *error;
     int n, rank;
     int64_t count;
+    int64_t recv_max; /* the max_count the own blocks were made for */
     float scale;
     uint64_t timeout_ns;
 } cg_peer_allreduce_args;

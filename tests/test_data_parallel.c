@@ -567,6 +567,60 @@ static void test_two_gpus_peer_and_nccl(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
 
+/* Gradients as host floats, NaNs where they are, for a NaN-aware comparison. */
+static void assert_same_nans_else_close(const cg_tensor *a, const cg_tensor *ref, const char *what) {
+    size_t n = (size_t)cg_numel(ref), nans = 0;
+    cg_test_context("%s", what);
+    assert_int_equal(cg_numel(a), (int64_t)n);
+    float *ha = cg_test_read(a), *hr = cg_test_read(ref);
+    double *dr = cg_test_doubles(n);
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(ha[i]) != isnan(hr[i])) fail_msg("%s: element %zu is %g, the reference's %g", what, i, ha[i], hr[i]);
+        nans += isnan(hr[i]) != 0;
+        dr[i] = isnan(hr[i]) ? 0.0 : hr[i];
+        if (isnan(ha[i])) ha[i] = 0.0f;
+    }
+    assert_true(nans > 0);
+    cg_test_assert_rel_l2(ha, dr, n, RTOL);
+    free(ha), free(hr), free(dr);
+}
+
+/* A NaN in the batch makes NaN gradients, which the peer all-reduce carries like any other value. Its
+ * two-GPU kernel recognises an empty receive slot by a NaN bit pattern (0xffffffff) and sends that
+ * pattern as the canonical NaN, so a gradient holding either must not stall it: a NaN of each kind
+ * in one GPU's rows; a bucket per parameter, the first weight's 16400 floats past the mailboxes. The
+ * NaNs land where the reference's do, and the other values agree. */
+static void test_two_gpus_nan_gradients(void **state) {
+    (void)state;
+    const int64_t batch = 33;
+    cg_module *base = mlp_hidden(CG_ACT_TANH, cg_cuda(0), 1025);
+    cg_module *ref = MODULE_OK(cg_module_clone(base, cg_cuda(0)));
+    cg_module *dp = MODULE_OK(cg_data_parallel_new(base, 2, (int[]){0, 1}, -1));
+    CG_TEST_STATUS_OK(cg_data_parallel_set_bucket_bytes(dp, 4));
+    float *hx = cg_test_uniform_buf((size_t)batch * IN, -1.5, 1.5), *ht = cg_test_uniform_buf((size_t)batch * OUT, -1, 1);
+    const uint32_t empty_pattern = 0xffffffffu, canonical = 0x7fffffffu;
+    memcpy(&hx[20 * IN + 3], &empty_pattern, sizeof empty_pattern); /* rows 17.. are cuda:1's */
+    memcpy(&hx[30 * IN + 7], &canonical, sizeof canonical);
+    cg_test_step g = {.model = dp, .opt = OPT_OK(cg_sgd_new(dp, kPlain)),
+                      .x = cg_test_tensor_at(hx, 2, (int64_t[]){batch, IN}, cg_cuda(0), __FILE__, __LINE__),
+                      .t = cg_test_tensor_at(ht, 2, (int64_t[]){batch, OUT}, cg_cuda(0), __FILE__, __LINE__)};
+    cg_test_step r = {.model = ref, .opt = OPT_OK(cg_sgd_new(ref, kPlain)),
+                      .x = CG_TEST_OK(cg_clone(g.x)), .t = CG_TEST_OK(cg_clone(g.t))};
+    for (int step = 0; step < 2; step++) { /* the second meets the first's NaN parameters */
+        CG_TEST_STATUS_OK(cg_test_mse_backward(&g));
+        CG_TEST_STATUS_OK(cg_test_mse_backward(&r));
+        for (int i = 0; i < cg_module_num_parameters(ref); i++) {
+            char what[96];
+            snprintf(what, sizeof what, "NaN batch, step %d: gradient of parameter %d", step, i);
+            assert_same_nans_else_close(cg_grad(cg_module_parameter(dp, i, NULL)), cg_grad(cg_module_parameter(ref, i, NULL)), what);
+        }
+        CG_TEST_STATUS_OK(cg_optimizer_step(g.opt));
+        CG_TEST_STATUS_OK(cg_optimizer_step(r.opt));
+    }
+    free(hx), free(ht);
+    cg_test_step_free(&g), cg_test_step_free(&r);
+}
+
 /* CGRAD_NCCL_CTAS: NCCL's CTA policy or a CTA limit trains the same; a bad value is refused. */
 static void test_two_gpus_cta_settings(void **state) {
     (void)state;
@@ -845,6 +899,7 @@ int main(int argc, char **argv) {
         CG_TEST(test_two_gpus_two_forwards),
         CG_TEST(test_two_gpus_small_buckets),
         CG_TEST(test_two_gpus_peer_and_nccl),
+        CG_TEST(test_two_gpus_nan_gradients),
         CG_TEST(test_two_gpus_cta_settings),
         CG_TEST(test_two_gpus_module_on_wrong_gpu),
         CG_TEST(test_four_gpus),

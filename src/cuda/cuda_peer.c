@@ -20,21 +20,22 @@ struct cg_peer {
     int rank;                                 /* of the first local participant */
     int devices[CG_PEER_MAX];                 /* of the local participants */
     int64_t count;                            /* floats in every buffer */
+    int64_t recv_max;                         /* the largest bucket, in floats, the own blocks take */
     float *bufs[CG_PEER_MAX][CG_PEER_MAX];    /* [local][q]: participant q's buffer as local sees it */
     unsigned *owns[CG_PEER_MAX][CG_PEER_MAX]; /* [local][q]: participant q's own block as local sees it */
-    unsigned *own[CG_PEER_MAX];               /* [local]: its own block: flags, epochs, mailboxes */
+    unsigned *own[CG_PEER_MAX];               /* [local]: its own block: flags, epochs, mailboxes, receive space */
     bool imported[CG_PEER_MAX];               /* [q]: bufs[0][q] and owns[0][q] are IPC mappings */
     int *error;                               /* host-mapped: 1 + a participant that never arrived */
     uint64_t timeout_ns;
 };
 
-/* The own block of local participant l (flags, epochs and mailboxes), zeroed; and the shared error word. */
+/* The own block of local participant l (flags, epochs, mailboxes and, for two participants, the receive
+ * space of buckets up to recv_max floats), cleared; and the shared error word. */
 static cg_status alloc_own(cg_peer *p, int l) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(p->devices[l], &ctx));
-    CG_CUDA_CHECK(cudaMalloc((void **)&p->own[l], CG_PEER_OWN_BYTES));
-    CG_CUDA_CHECK(cudaMemset(p->own[l], 0, CG_PEER_OWN_BYTES));
-    CG_CUDA_CHECK(cudaDeviceSynchronize());
+    CG_CUDA_CHECK(cudaMalloc((void **)&p->own[l], cg_peer_own_bytes(p->n, p->recv_max)));
+    CG_CUDA_CHECK(cg_peer_own_clear(p->own[l], p->n, p->recv_max));
     if (!p->error) {
         CG_CUDA_CHECK(cudaHostAlloc((void **)&p->error, sizeof *p->error, cudaHostAllocMapped | cudaHostAllocPortable));
         *p->error = 0;
@@ -56,6 +57,8 @@ static cg_status peer_make(int n, int nlocal, int rank, const int *devices, int6
     cg_peer *p = calloc(1, sizeof *p);
     if (!p) return cg__fail(CG_ERR_OOM, "peer all-reduce: out of host memory");
     p->n = n, p->nlocal = nlocal, p->rank = rank, p->count = count, p->timeout_ns = wait_limit_ns();
+    const int64_t max_floats = (int64_t)(CG_PEER_ALLREDUCE_MAX_BYTES / sizeof(float));
+    p->recv_max = count < max_floats ? count : max_floats;
     cg_status s = CG_OK;
     for (int l = 0; l < nlocal && s == CG_OK; l++) {
         p->devices[l] = devices[l];
@@ -146,7 +149,7 @@ cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, f
         return cg__fail(CG_ERR_INVALID_ARG, "peer all-reduce: elements [%lld, %lld) outside the %lld registered",
                         (long long)offset, (long long)(offset + count), (long long)p->count);
     cg_peer_allreduce_args a = {.epochs = p->own[local] + CG_PEER_FLAG_WORDS, .n = p->n, .rank = me, .count = count,
-                                .scale = scale, .timeout_ns = p->timeout_ns};
+                                .recv_max = p->recv_max, .scale = scale, .timeout_ns = p->timeout_ns};
     a.error = p->error; /* mapped host memory: the same address on every device (unified addressing) */
     for (int q = 0; q < p->n; q++) a.bufs[q] = p->bufs[local][q] + offset, a.own[q] = p->owns[local][q];
     CG_CUDA_CHECK(cg_launch_peer_allreduce(&a, stream));
