@@ -10,16 +10,16 @@
 // everyone's buffer and writes the sum into everyone's buffer (a reduce-scatter and an all-gather in
 // one pass), between two barriers of flags in peer memory. Block b of each participant stores the
 // call's epoch into slot [b][phase][its rank] of every participant's flags, then waits until its own
-// slots hold it for all ranks. (The pair kernel's way would serve them too; it replaces this one once
-// it is measured on more than two GPUs, which were not lent when it was written.) Forms measured no
-// faster on 2 H200s:
+// slots hold it for all ranks. (Waiting on the data, as the pair kernel does, could serve them too,
+// each sending its slices to their owners and the owners their sums to all; it is not written, as
+// only 2-GPU machines were lent when the pair kernel was.) Forms measured no faster on 2 H200s:
 // - The exchange inside the weight-gradient kernel (each column block pushed to the other GPU as
 //   soon as it is summed; reverted in f6ad3e7): that kernel's column blocks all finish within 3 to 5
 //   us, so the 4 MB still cross the link after its work, and the added code slowed its main loop.
 // - Tiles of the weight gradient finishing in column order (linear_skinny.cu, tn_chunks), each
 //   pushed as it finished: the pushes still left 11 to 15 us after the kernel (the final average and
 //   the flags), and the staggered kernel itself was 27 to 68 us slower.
-// - Pushes with a release flag per block or per chunk (2026-11-23, prof_tmp/nvl.cu): a flag's
+// - Pushes with a release flag per block or per chunk (2026-11-23, prototypes not kept): a flag's
 //   release waits for the block's stores to reach the other GPU, about 3 us; 18.2 to 29 us for 4 MB.
 //
 // Smaller buckets: one trip over the links instead of two barriers and two passes. Every participant
@@ -200,10 +200,12 @@ __global__ void __launch_bounds__(kLlThreads) peer_allreduce_ll(cg_peer_allreduc
 // pattern that is never sent: it is a NaN with a payload no arithmetic makes (GPUs make 0x7fffffff),
 // and a buffer holding it is sent as that canonical NaN instead (still a NaN). The receiver puts
 // kEmpty back after reading. The receive space is two buffers used in turn by the call count's
-// parity: the other writes one again only in the call after next, which it starts after this side has
-// finished the next call, so after this call's kEmpty stores have landed. On 2 H200s a 4 MB bucket
-// after a 200 us kernel: 16.2 us against 20.8 us with the barriers (2026-11-23, prof_tmp/nvl.cu; the
-// barriers' fences cost about 3 us each, the bytes over NVLink about 12).
+// parity: the other writes one again only in the call after next, which it starts only once it has
+// this side's sums of the next call, sent after this call's kernel ended and so after its kEmpty
+// stores landed. On 2 H200s a 4 MB bucket after a 200 us kernel: 16.2 us against 20.8 us with the
+// barriers (2026-11-23, a prototype not kept; the barriers' fences cost about 3 us each, the bytes
+// over NVLink about 12). In the Linear(100000, 10) DDP step, sleeping 64 to 1000 ns between polls, or
+// one block an SM instead of two, was 1 to 5 us slower.
 constexpr unsigned kEmpty = 0xffffffffu;  // what a 0xff byte fill leaves
 constexpr int kPairThreads = 512, kPairUnroll = 2, kPairMaxBlocks = 264;  // 2 blocks an SM of an H100 or H200
 
