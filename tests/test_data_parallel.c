@@ -567,7 +567,7 @@ static void test_two_gpus_peer_and_nccl(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
 
-/* Gradients as host floats, NaNs where they are, for a NaN-aware comparison. */
+/* a against ref, NaN-aware: NaNs in the same places (at least one), the other values within RTOL. */
 static void assert_same_nans_else_close(const cg_tensor *a, const cg_tensor *ref, const char *what) {
     size_t n = (size_t)cg_numel(ref), nans = 0;
     cg_test_context("%s", what);
@@ -585,11 +585,12 @@ static void assert_same_nans_else_close(const cg_tensor *a, const cg_tensor *ref
     free(ha), free(hr), free(dr);
 }
 
-/* A NaN in the batch makes NaN gradients, which the peer all-reduce carries like any other value. Its
- * two-GPU kernel recognises an empty receive slot by a NaN bit pattern (0xffffffff) and sends that
- * pattern as the canonical NaN, so a gradient holding either must not stall it: a NaN of each kind
- * in one GPU's rows; a bucket per parameter, the first weight's 16400 floats past the mailboxes. The
- * NaNs land where the reference's do, and the other values agree. */
+/* A NaN in the batch makes NaN gradients, which the all-reduce carries like any other value. The peer
+ * all-reduce's two-GPU kernel recognises an empty receive slot by a NaN bit pattern (0xffffffff) and
+ * sends that pattern as the canonical NaN, so no gradient may stall it: the batch holds a NaN of each
+ * kind in cuda:1's rows (arithmetic may canonicalise the first before it reaches the kernel); a bucket
+ * per parameter, the first weight's 16400 floats past the mailboxes. The NaNs land where the
+ * reference's do, and the other values agree. */
 static void test_two_gpus_nan_gradients(void **state) {
     (void)state;
     const int64_t batch = 33;
