@@ -65,12 +65,13 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes);
 
 /* ---- both ---------------------------------------------------------------------------------------------- */
 /* Whether a DataParallel or DistributedDataParallel module sums its buckets of up to 16 MiB with
- * cgrad's peer all-reduce instead of NCCL: one kernel per GPU that writes (and for buckets over 64 KiB
- * also reads) the other GPUs' memory directly (CUDA peer access in one process, CUDA IPC between the
- * ranks of one host), where NCCL's ring takes several hops (larger buckets stay with NCCL, overlapping
- * backward, which SMs spinning on peers would slow). It is chosen when every GPU of the group reaches
- * every other's memory; CGRAD_PEER_ALLREDUCE=0 (read when the module is made)
- * leaves every bucket to NCCL. A rank that stops arriving makes the others give up after
+ * cgrad's peer all-reduce instead of NCCL: one kernel per GPU that writes (and among three or more
+ * GPUs, for buckets over 64 KiB, also reads) the other GPUs' memory directly (CUDA peer access in one
+ * process, CUDA IPC between the ranks of one host), where NCCL's ring takes several hops (larger
+ * buckets stay with NCCL, overlapping backward, which SMs spinning on peers would slow). Between two
+ * GPUs it keeps a receive space of twice the gradients' size, at most 32 MiB a GPU. It is chosen when
+ * every GPU of the group reaches every other's memory; CGRAD_PEER_ALLREDUCE=0 (read when the module is
+ * made) leaves every bucket to NCCL. A rank that stops arriving makes the others give up after
  * CGRAD_PEER_TIMEOUT seconds (default 600) and their next backward fail. With it, freeing a DDP
  * module is collective (the ranks meet at an MPI barrier before freeing mapped memory). */
 bool cg_parallel_peer_allreduce(const cg_module *m);
