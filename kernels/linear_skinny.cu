@@ -322,6 +322,12 @@ cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, 
 // All column blocks finish together at the end of the one wave. A grid whose columns finish in order
 // instead (so the first could go to another GPU during the rest: tiles of 512 or 256 columns, 2 or 4
 // waves, the threads of a block splitting the rows) was 27 to 30 or 58 to 68 us slower at n = 5000.
+// The partials cost about 13 us of the kernel at k = 100000 on an H200 (2026-11-23: writing them 6 to
+// 9, the fence and count 1.5, the last block's sum 5). Two ways around them were slower: the 4 blocks
+// of a column block as a cluster, summing through distributed shared memory (only 92 of the 98
+// clusters fit at once: 25% slower), and blocks of 4 row groups over 256 columns, summing in shared
+// memory (10 us faster at n = 2500 but 23 us slower at n = 10000: their 1 KB pieces of a row drew
+// about 5% less DRAM bandwidth).
 int64_t tn_chunks(int64_t n, int64_t k) {
     const int64_t col_blocks = (k + kColsPerBlock - 1) / kColsPerBlock;
     int64_t chunks = 132 * 3 / col_blocks;
