@@ -215,14 +215,18 @@ void cg_test_context(const char *fmt, ...) {
     va_end(ap);
 }
 
-size_t cg_test_count_bad(const float *out, const double *ref, size_t n, double rtol,
-                         size_t *worst_out) {
+/* The default absolute tolerance: 1e-6 of the largest |ref| (NaN when ref holds one, which fails). */
+static double default_atol(const double *ref, size_t n) {
     double maxref = 0.0;
     for (size_t i = 0; i < n; i++) {
         double a = fabs(ref[i]);
         if (!(a <= maxref)) maxref = a; /* a NaN reference propagates and fails below */
     }
-    double atol = 1e-6 * maxref;
+    return 1e-6 * maxref;
+}
+
+static size_t count_bad_atol(const float *out, const double *ref, size_t n, double rtol, double atol,
+                             size_t *worst_out) {
     size_t bad = 0, worst = 0;
     double worst_excess = -1.0; /* err / allowed of the worst element out of tolerance */
     for (size_t i = 0; i < n; i++) {
@@ -241,14 +245,15 @@ size_t cg_test_count_bad(const float *out, const double *ref, size_t n, double r
     return bad;
 }
 
-void cg_test_assert_close_at(const float *out, const double *ref, size_t n, double rtol,
-                             const char *file, int line) {
+size_t cg_test_count_bad(const float *out, const double *ref, size_t n, double rtol,
+                         size_t *worst_out) {
+    return count_bad_atol(out, ref, n, rtol, default_atol(ref, n), worst_out);
+}
+
+static void assert_close_atol_at(const float *out, const double *ref, size_t n, double rtol, double atol,
+                                 const char *file, int line) {
     size_t worst = 0;
-    size_t bad = cg_test_count_bad(out, ref, n, rtol, &worst);
-    double maxref = 0.0;
-    for (size_t i = 0; i < n; i++)
-        if (!(fabs(ref[i]) <= maxref)) maxref = fabs(ref[i]);
-    double atol = 1e-6 * maxref;
+    size_t bad = count_bad_atol(out, ref, n, rtol, atol, &worst);
     if (bad) {
         double allowed = atol + rtol * fabs(ref[worst]);
         print_error("%s%s%zu of %zu elements out of tolerance (rtol %g, atol %g); worst at [%zu]: "
@@ -267,6 +272,11 @@ void cg_test_assert_close_at(const float *out, const double *ref, size_t n, doub
     }
 }
 
+void cg_test_assert_close_at(const float *out, const double *ref, size_t n, double rtol,
+                             const char *file, int line) {
+    assert_close_atol_at(out, ref, n, rtol, default_atol(ref, n), file, line);
+}
+
 /* t read back after checking it exists and holds n elements; `what` names the assertion. */
 static float *read_checked(const cg_tensor *t, size_t n, const char *what, const char *file, int line) {
     if (!t) {
@@ -282,11 +292,16 @@ static float *read_checked(const cg_tensor *t, size_t n, const char *what, const
     return cg_test_read_at(t, file, line);
 }
 
+void cg_test_assert_tensor_close_atol_at(const cg_tensor *t, const double *ref, size_t n, double rtol, double atol,
+                                         const char *file, int line) {
+    float *out = read_checked(t, n, "assert_tensor_close", file, line);
+    assert_close_atol_at(out, ref, n, rtol, atol, file, line);
+    free(out);
+}
+
 void cg_test_assert_tensor_close_at(const cg_tensor *t, const double *ref, size_t n, double rtol,
                                     const char *file, int line) {
-    float *out = read_checked(t, n, "assert_tensor_close", file, line);
-    cg_test_assert_close_at(out, ref, n, rtol, file, line);
-    free(out);
+    cg_test_assert_tensor_close_atol_at(t, ref, n, rtol, default_atol(ref, n), file, line);
 }
 
 void cg_test_assert_tensor_bits_at(const cg_tensor *t, const float *expected, size_t n,

@@ -155,6 +155,12 @@ void cg_test_assert_tensor_close_at(const cg_tensor *t, const double *ref, size_
                                     const char *file, int line);
 #define cg_test_assert_tensor_close(t, ref, n, rtol) \
     cg_test_assert_tensor_close_at((t), (ref), (n), (rtol), __FILE__, __LINE__)
+/* The same with the absolute tolerance given, for results that are small differences of larger
+ * quantities: their rounding scales with those quantities, not with the result. */
+void cg_test_assert_tensor_close_atol_at(const cg_tensor *t, const double *ref, size_t n, double rtol, double atol,
+                                         const char *file, int line);
+#define cg_test_assert_tensor_close_atol(t, ref, n, rtol, atol) \
+    cg_test_assert_tensor_close_atol_at((t), (ref), (n), (rtol), (atol), __FILE__, __LINE__)
 /* Bitwise equality of a tensor's contents with expected. */
 void cg_test_assert_tensor_bits_at(const cg_tensor *t, const float *expected, size_t n,
                                    const char *file, int line);
