@@ -64,13 +64,13 @@ void cg__node_unref(cg_node *n) {
 bool cg__should_record(int n, const cg_tensor *const *inputs) {
     if (!grad_enabled) return false;
     for (int i = 0; i < n; i++)
-        if (inputs[i] && inputs[i]->requires_grad) return true;
+        if (inputs[i] && cg__t(inputs[i])->requires_grad) return true;
     return false;
 }
 
 /* A handle on t's data that belongs to the node, not to any scope. */
 static cg_tensor *saved_view(const cg_tensor *t) {
-    cg_tensor *v = cg__view_new(t, t->ndim, t->shape, t->strides, t->offset);
+    cg_tensor *v = cg__view_new(t, cg__t(t)->ndim, cg__t(t)->shape, cg__t(t)->strides, cg__t(t)->offset);
     return v ? cg_keep(v) : NULL;
 }
 
@@ -84,14 +84,14 @@ cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, i
     for (int k = 0; k < ninputs; k++) {
         const cg_tensor *in = inputs[k];
         if (!in) continue;
-        n->in_ndim[k] = in->ndim;
-        memcpy(n->in_shape[k], in->shape, sizeof in->shape);
-        n->in_device[k] = in->device;
-        n->needs_grad[k] = in->requires_grad;
-        if (in->grad_fn) {
-            n->next[k] = in->grad_fn;
-            in->grad_fn->refcount++;
-        } else if (in->requires_grad) {
+        n->in_ndim[k] = cg__t(in)->ndim;
+        memcpy(n->in_shape[k], cg__t(in)->shape, sizeof cg__t(in)->shape);
+        n->in_device[k] = cg__t(in)->device;
+        n->needs_grad[k] = cg__t(in)->requires_grad;
+        if (cg__t(in)->grad_fn) {
+            n->next[k] = cg__t(in)->grad_fn;
+            cg__t(in)->grad_fn->refcount++;
+        } else if (cg__t(in)->requires_grad) {
             n->leaf[k] = (cg_tensor *)in;
         }
     }
@@ -101,52 +101,52 @@ cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, i
             cg__node_unref(n);
             return NULL;
         }
-        n->saved_version[i] = saved[i]->storage->version;
+        n->saved_version[i] = cg__t(saved[i])->storage->version;
     }
-    out->grad_fn = n;
-    out->requires_grad = true;
+    cg__t(out)->grad_fn = n;
+    cg__t(out)->requires_grad = true;
     return n;
 }
 
 /* ---- tensor-level API -------------------------------------------------------------------------------- */
 cg_status cg_set_requires_grad(cg_tensor *t, bool requires_grad) {
     CG_TRY(cg__check_tensor(t, "cg_set_requires_grad", "t"));
-    if (t->grad_fn)
+    if (cg__t(t)->grad_fn)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_set_requires_grad: only leaf tensors can change requires_grad "
-                                            "(this one was produced by %s; use cg_detach)", t->grad_fn->name);
-    t->requires_grad = requires_grad;
+                                            "(this one was produced by %s; use cg_detach)", cg__t(t)->grad_fn->name);
+    cg__t(t)->requires_grad = requires_grad;
     return CG_OK;
 }
 
-bool cg_requires_grad(const cg_tensor *t) { return cg__check_tensor(t, "cg_requires_grad", "t") == CG_OK && t->requires_grad; }
-bool cg_is_leaf(const cg_tensor *t) { return cg__check_tensor(t, "cg_is_leaf", "t") == CG_OK && !t->grad_fn; }
+bool cg_requires_grad(const cg_tensor *t) { return cg__check_tensor(t, "cg_requires_grad", "t") == CG_OK && cg__t(t)->requires_grad; }
+bool cg_is_leaf(const cg_tensor *t) { return cg__check_tensor(t, "cg_is_leaf", "t") == CG_OK && !cg__t(t)->grad_fn; }
 
 cg_tensor *cg_grad(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_grad", "t") != CG_OK) return NULL;
-    return t->grad_defined ? t->grad : NULL;
+    return cg__t(t)->grad_defined ? cg__t(t)->grad : NULL;
 }
 
 cg_status cg_zero_grad(cg_tensor *t) {
     CG_TRY(cg__check_tensor(t, "cg_zero_grad", "t"));
-    t->grad_defined = false;
+    cg__t(t)->grad_defined = false;
     return CG_OK;
 }
 
 cg_tensor *cg_detach(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_detach", "t") != CG_OK) return NULL;
-    return cg__view_new(t, t->ndim, t->shape, t->strides, t->offset);
+    return cg__view_new(t, cg__t(t)->ndim, cg__t(t)->shape, cg__t(t)->strides, cg__t(t)->offset);
 }
 
 /* ---- gradient plumbing ----------------------------------------------------------------------------- */
 cg_tensor *cg__sum_to(const cg_tensor *g, int ndim, const int64_t *shape) {
-    cg_tensor *cur = cg__view_new(g, g->ndim, g->shape, g->strides, g->offset);
-    while (cur && cur->ndim > ndim) { /* leading broadcast dims */
+    cg_tensor *cur = cg__view_new(g, cg__t(g)->ndim, cg__t(g)->shape, cg__t(g)->strides, cg__t(g)->offset);
+    while (cur && cg__t(cur)->ndim > ndim) { /* leading broadcast dims */
         cg_tensor *next = cg_sum_dim(cur, 0, false);
         cg_tensor_free(cur);
         cur = next;
     }
     for (int i = 0; cur && i < ndim; i++) {
-        if (shape[i] != 1 || cur->shape[i] == 1) continue;
+        if (shape[i] != 1 || cg__t(cur)->shape[i] == 1) continue;
         cg_tensor *next = cg_sum_dim(cur, i, true);
         cg_tensor_free(cur);
         cur = next;
@@ -155,7 +155,7 @@ cg_tensor *cg__sum_to(const cg_tensor *g, int ndim, const int64_t *shape) {
 }
 
 static bool same_shape(const cg_tensor *t, int ndim, const int64_t *shape) {
-    return t->ndim == ndim && memcmp(t->shape, shape, (size_t)ndim * sizeof *shape) == 0;
+    return cg__t(t)->ndim == ndim && memcmp(cg__t(t)->shape, shape, (size_t)ndim * sizeof *shape) == 0;
 }
 
 /* leaf.grad += g (or = g when the leaf has no gradient since the last zero_grad). Takes g. */
@@ -165,30 +165,30 @@ static cg_status accumulate_leaf(cg_tensor *leaf, cg_tensor *g) {
         cg_tensor_free(g);
         return cg__fail(s, "cg_backward: a leaf tensor used by the graph was freed before backward");
     }
-    if (!leaf->grad) {
-        leaf->grad = cg__tensor_new(leaf->ndim, leaf->shape, leaf->device);
-        if (!leaf->grad) {
+    if (!cg__t(leaf)->grad) {
+        cg__t(leaf)->grad = cg__tensor_new(cg__t(leaf)->ndim, cg__t(leaf)->shape, cg__t(leaf)->device);
+        if (!cg__t(leaf)->grad) {
             cg_tensor_free(g);
             return cg_last_status();
         }
-        cg_keep(leaf->grad);
+        cg_keep(cg__t(leaf)->grad);
     }
-    s = leaf->grad_defined ? cg__add_(leaf->grad, g) : cg_copy_(leaf->grad, g);
+    s = cg__t(leaf)->grad_defined ? cg__add_(cg__t(leaf)->grad, g) : cg_copy_(cg__t(leaf)->grad, g);
     cg_tensor_free(g);
-    if (s == CG_OK) leaf->grad_defined = true;
+    if (s == CG_OK) cg__t(leaf)->grad_defined = true;
     return s;
 }
 
 cg_tensor *cg__leaf_grad_target(cg_node *n, int k) {
     cg_tensor *leaf = n->leaf[k];
-    if (!leaf || leaf->magic != CG_TENSOR_LIVE || !leaf->grad || leaf->grad_defined || !cg_is_contiguous(leaf->grad))
+    if (!cg__handle_live(CG_HANDLE_TENSOR, leaf) || !cg__t(leaf)->grad || cg__t(leaf)->grad_defined || !cg_is_contiguous(cg__t(leaf)->grad))
         return NULL;
-    return leaf->grad;
+    return cg__t(leaf)->grad;
 }
 
 void cg__leaf_grad_written(cg_node *n, int k) {
     cg_tensor *leaf = n->leaf[k];
-    leaf->grad_defined = true;
+    cg__t(leaf)->grad_defined = true;
 }
 
 /* *acc = *acc + g, out of place: gradients handed between nodes may share storage. Takes g. */
@@ -252,15 +252,15 @@ static cg_status push(node_stack *st, cg_node *n) {
 
 /* A hooked leaf counts the nodes of this pass that will send it a gradient. */
 static void expect_leaf_grad(cg_tensor *leaf, uint64_t epoch) {
-    if (leaf->magic != CG_TENSOR_LIVE || !leaf->grad_hook) return;
-    if (leaf->grad_epoch != epoch) leaf->grad_epoch = epoch, leaf->grad_pending = 0;
-    leaf->grad_pending++;
+    if (!cg__handle_live(CG_HANDLE_TENSOR, leaf) || !cg__t(leaf)->grad_hook) return;
+    if (cg__t(leaf)->grad_epoch != epoch) cg__t(leaf)->grad_epoch = epoch, cg__t(leaf)->grad_pending = 0;
+    cg__t(leaf)->grad_pending++;
 }
 
 /* One of them ran: after the last, the leaf's gradient is final for this pass. */
 static void leaf_grad_sent(cg_tensor *leaf) {
-    if (leaf->magic == CG_TENSOR_LIVE && leaf->grad_hook && leaf->grad_epoch == backward_epoch && --leaf->grad_pending == 0)
-        leaf->grad_hook(leaf->grad_hook_ctx, leaf);
+    if (cg__handle_live(CG_HANDLE_TENSOR, leaf) && cg__t(leaf)->grad_hook && cg__t(leaf)->grad_epoch == backward_epoch && --cg__t(leaf)->grad_pending == 0)
+        cg__t(leaf)->grad_hook(cg__t(leaf)->grad_hook_ctx, leaf);
 }
 
 /* Counts, for each node reachable from root, how many consumers will send it a gradient (and for
@@ -289,7 +289,7 @@ static cg_status count_dependencies(cg_node *root, uint64_t epoch) {
 /* PyTorch's version check: a value the node saved was overwritten in place since. */
 static bool saved_values_changed(const cg_node *n) {
     for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
-        if (n->saved[i] && n->saved[i]->storage->version != n->saved_version[i]) return true;
+        if (n->saved[i] && cg__t(n->saved[i])->storage->version != n->saved_version[i]) return true;
     return false;
 }
 
@@ -336,12 +336,12 @@ static cg_status run_node(cg_node *n) {
 }
 
 static cg_status backward_from(cg_tensor *out, cg_tensor *grad) {
-    if (!out->grad_fn) {
+    if (!cg__t(out)->grad_fn) {
         cg_status s = accumulate_leaf(out, grad);
-        if (out->grad_hook) out->grad_hook(out->grad_hook_ctx, out);
+        if (cg__t(out)->grad_hook) cg__t(out)->grad_hook(cg__t(out)->grad_hook_ctx, out);
         return s;
     }
-    cg_node *root = out->grad_fn;
+    cg_node *root = cg__t(out)->grad_fn;
     if (root->released) {
         cg_tensor_free(grad);
         return cg__fail(CG_ERR_INVALID_ARG, "cg_backward: trying to backward through the graph a second time "
@@ -361,26 +361,26 @@ static cg_status backward_from(cg_tensor *out, cg_tensor *grad) {
 
 cg_status cg_backward_with(cg_tensor *output, const cg_tensor *grad_output) {
     CG_TRY(cg__check_tensor(output, "cg_backward", "output"));
-    if (!output->requires_grad)
+    if (!cg__t(output)->requires_grad)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_backward: the tensor does not require grad and has no grad_fn");
     cg_tensor *grad;
     char so[160], sg[160];
     bool previous = cg_set_grad_enabled(false);
     if (!grad_output) {
-        if (output->numel != 1) {
+        if (cg__t(output)->numel != 1) {
             cg_set_grad_enabled(previous);
             return cg__fail(CG_ERR_SHAPE, "cg_backward: grad can be implicitly created only for one-element outputs, "
                                           "got shape %s (pass grad_output with cg_backward_with)",
                             cg__shape_str(output, so, sizeof so));
         }
-        grad = cg_ones(output->ndim, output->shape, output->device);
+        grad = cg_ones(cg__t(output)->ndim, cg__t(output)->shape, cg__t(output)->device);
     } else {
         cg_status s = cg__check_same_device(output, grad_output, "cg_backward_with");
-        if (s == CG_OK && !same_shape(grad_output, output->ndim, output->shape))
+        if (s == CG_OK && !same_shape(grad_output, cg__t(output)->ndim, cg__t(output)->shape))
             s = cg__fail(CG_ERR_SHAPE, "cg_backward_with: grad_output shape %s differs from output shape %s",
                          cg__shape_str(grad_output, sg, sizeof sg), cg__shape_str(output, so, sizeof so));
-        grad = s == CG_OK ? cg__view_new(grad_output, grad_output->ndim, grad_output->shape, grad_output->strides,
-                                         grad_output->offset)
+        grad = s == CG_OK ? cg__view_new(grad_output, cg__t(grad_output)->ndim, cg__t(grad_output)->shape, cg__t(grad_output)->strides,
+                                         cg__t(grad_output)->offset)
                           : NULL;
     }
     cg_status s = grad ? backward_from(output, grad) : cg_last_status();

@@ -6,7 +6,7 @@
 cg_status cg_check_finite(const cg_tensor *t, const char *what) {
     CG_TRY(cg__check_tensor(t, "cg_check_finite", "t"));
     if (!what) what = "tensor";
-    size_t n = (size_t)t->numel;
+    size_t n = (size_t)cg__t(t)->numel;
     float one, *host = n <= 1 ? &one : malloc(n * sizeof(float));
     if (!host) return cg__fail(CG_ERR_OOM, "cg_check_finite: %s: out of host memory for %zu floats", what, n);
     cg_status s = cg_to_host(t, host, n);

@@ -233,8 +233,8 @@ cg_status cg_loader_next(cg_loader *l, cg_tensor **images, cg_tensor **labels) {
     cg_tensor *x = NULL, *y = NULL;
     cg_status s = CG_OK;
     if (!l->o.shuffle) { /* in order: views of the data set's rows */
-        x = cg__view_new(ds->images, ndim, shape, NULL, ds->images->offset + l->position * row);
-        y = x ? cg__view_new(ds->labels, 1, &b, NULL, ds->labels->offset + l->position) : NULL;
+        x = cg__view_new(ds->images, ndim, shape, NULL, cg__t(ds->images)->offset + l->position * row);
+        y = x ? cg__view_new(ds->labels, 1, &b, NULL, cg__t(ds->labels)->offset + l->position) : NULL;
         if (!y) s = cg_last_status();
     } else if ((s = ensure_permutation(l)) == CG_OK) {
         x = cg__tensor_new(ndim, shape, ds->device);

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "handle.h"
 #include "kernels/elementwise_ops.h"
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -36,11 +37,8 @@ typedef struct cg_storage {
     struct cg_storage *next_free;
 } cg_storage;
 
-#define CG_TENSOR_LIVE 0x7e45011eu
-#define CG_TENSOR_DEAD 0xdeadbeefu
-
-struct cg_tensor {
-    uint32_t magic;                /* CG_TENSOR_LIVE while the handle is valid */
+/* What a tensor handle (cg_tensor *, see handle.h) names; read it through cg__t(handle). */
+typedef struct cg_tensor_impl {
     int ndim;
     int64_t shape[CG_MAX_DIMS];
     int64_t strides[CG_MAX_DIMS];  /* in elements; views may be non-contiguous */
@@ -62,9 +60,11 @@ struct cg_tensor {
     uint64_t grad_epoch;           /* the pass grad_pending counts for */
     cg_tensor *scope_next;         /* intrusive list of the scope's tensors */
     cg_tensor *scope_prev;
-};
+} cg_tensor_impl;
 
-static inline float *cg__data(const cg_tensor *t) { return t->storage->data + t->offset; }
+/* The tensor a handle names (no check: see handle.h). */
+static inline cg_tensor_impl *cg__t(const cg_tensor *t) { return (cg_tensor_impl *)cg__handle_object(t); }
+static inline float *cg__data(const cg_tensor *t) { return cg__t(t)->storage->data + cg__t(t)->offset; }
 
 /* Checks that t is a live handle; records "<fn>: argument <name> is NULL/freed" otherwise. */
 cg_status cg__check_tensor(const cg_tensor *t, const char *fn, const char *name);

@@ -25,7 +25,7 @@ static cg_module *root_at(cg_module *m, int r) { return m->replicas ? m->replica
 /* Elements in each root's flat buffers (0 for a module without parameters). */
 static int64_t flat_total(const cg_module *m) {
     const cg_module *root = m->replicas ? m->replicas[0] : m;
-    return root->flat_data ? root->flat_data->numel : 0;
+    return root->flat_data ? cg__t(root->flat_data)->numel : 0;
 }
 
 static cg_status check_model(const char *fn, const cg_module *model, const cg_optimizer *opt) {
@@ -137,7 +137,7 @@ static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
         const cg_tensor *buf = st.buffers[k][0];
         for (int i = 0; buf && i < m->nparams && s == CG_OK; i++) {
             const cg_tensor *p = m->params[i].tensor;
-            cg_tensor *view = cg__view_new(buf, p->ndim, p->shape, NULL, buf->offset + m->params[i].offset);
+            cg_tensor *view = cg__view_new(buf, cg__t(p)->ndim, cg__t(p)->shape, NULL, cg__t(buf)->offset + m->params[i].offset);
             if (!view) return cg_last_status();
             char name[sizeof m->params[i].name + 64];
             buffer_entry_name(name, sizeof name, m->params[i].name, st.buffer_names[k]);
@@ -307,7 +307,7 @@ static cg_status read_entry(ck_plan *p, int k, const cg_tensor *t, float *dst) {
     cg_safetensors_info info;
     CG_TRY(cg_safetensors_info_at(p->st, k, &info));
     if (strcmp(info.dtype, "F32") != 0) return load_fail(p, "tensor \"%s\" has dtype %s; expected F32", info.name, info.dtype);
-    if (info.ndim != t->ndim || memcmp(info.shape, t->shape, (size_t)t->ndim * sizeof(int64_t)) != 0) {
+    if (info.ndim != cg__t(t)->ndim || memcmp(info.shape, cg__t(t)->shape, (size_t)cg__t(t)->ndim * sizeof(int64_t)) != 0) {
         char a[160], b[160];
         return load_fail(p, "tensor \"%s\" has shape %s in the file, but the model's parameter has %s", info.name,
                          cg__dims_str(info.ndim, info.shape, a, sizeof a), cg__shape_str(t, b, sizeof b));

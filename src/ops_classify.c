@@ -9,12 +9,12 @@ static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *
     char sl[160], st[160];
     CG_TRY(cg__check_tensor(logits, fn, "logits"));
     CG_TRY(cg__check_tensor(targets, fn, "targets"));
-    if (!cg_device_equal(logits->device, targets->device)) {
+    if (!cg_device_equal(cg__t(logits)->device, cg__t(targets)->device)) {
         char dl[16], dt[16];
         return cg__fail(CG_ERR_DEVICE, "%s: expected all tensors on the same device, but found logits on %s and targets on %s",
-                        fn, cg_device_str(logits->device, dl, sizeof dl), cg_device_str(targets->device, dt, sizeof dt));
+                        fn, cg_device_str(cg__t(logits)->device, dl, sizeof dl), cg_device_str(cg__t(targets)->device, dt, sizeof dt));
     }
-    if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0] || logits->shape[1] < 1)
+    if (cg__t(logits)->ndim != 2 || cg__t(targets)->ndim != 1 || cg__t(targets)->shape[0] != cg__t(logits)->shape[0] || cg__t(logits)->shape[1] < 1)
         return cg__fail(CG_ERR_SHAPE, "%s: expected logits (N, C) with C >= 1 and targets (N) of class indices, got logits %s and targets %s",
                         fn, cg__shape_str(logits, sl, sizeof sl), cg__shape_str(targets, st, sizeof st));
     return CG_OK;
@@ -25,13 +25,13 @@ static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *
  * targets (N); scalar: 1/N. */
 static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *logp = node->saved[0], *targets = node->saved[1];
-    int64_t n = logp->shape[0], c = logp->shape[1];
-    cg_tensor *grad = cg__tensor_new(2, logp->shape, logp->device);
+    int64_t n = cg__t(logp)->shape[0], c = cg__t(logp)->shape[1];
+    cg_tensor *grad = cg__tensor_new(2, cg__t(logp)->shape, cg__t(logp)->device);
     if (!grad) return cg_last_status();
     cg_status s = n == 0 ? CG_OK
-                         : cg__backend_for(logp->device)
+                         : cg__backend_for(cg__t(logp)->device)
                                ->cross_entropy_backward(cg__data(logp), cg__data(targets), cg__data(g), node->scalar, n,
-                                                        c, cg__data(grad), logp->device.index);
+                                                        c, cg__data(grad), cg__t(logp)->device.index);
     if (s != CG_OK) {
         cg_tensor_free(grad);
         return s;
@@ -43,16 +43,16 @@ static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_te
 cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
     const char *fn = "cg_cross_entropy";
     if (check_logits_targets(logits, targets, fn) != CG_OK) return NULL;
-    if (targets->requires_grad)
+    if (cg__t(targets)->requires_grad)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: targets require grad, but class indices have no derivative", fn);
-    int64_t n = logits->shape[0], c = logits->shape[1];
-    const cg_backend *be = cg__backend_for(logits->device);
+    int64_t n = cg__t(logits)->shape[0], c = cg__t(logits)->shape[1];
+    const cg_backend *be = cg__backend_for(cg__t(logits)->device);
     cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
-    cg_tensor *logp = tc ? cg__tensor_new(2, logits->shape, logits->device) : NULL;
-    cg_tensor *rows = logp ? cg__tensor_new(1, &n, logits->device) : NULL;
-    cg_tensor *out = rows ? cg__tensor_new(0, NULL, logits->device) : NULL;
+    cg_tensor *logp = tc ? cg__tensor_new(2, cg__t(logits)->shape, cg__t(logits)->device) : NULL;
+    cg_tensor *rows = logp ? cg__tensor_new(1, &n, cg__t(logits)->device) : NULL;
+    cg_tensor *out = rows ? cg__tensor_new(0, NULL, cg__t(logits)->device) : NULL;
     cg_status s = out ? CG_OK : cg_last_status();
-    if (s == CG_OK && logits->device.type == CG_CPU) { /* host-readable: name a bad target (a GPU gives NaN) */
+    if (s == CG_OK && cg__t(logits)->device.type == CG_CPU) { /* host-readable: name a bad target (a GPU gives NaN) */
         const float *t = cg__data(tc);
         for (int64_t i = 0; i < n; i++)
             if (cg_class_index(t[i], c) < 0) {
@@ -63,8 +63,8 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
     }
     if (s == CG_OK && n == 0) s = be->fill(out, NAN); /* as PyTorch: the mean of no rows */
     else if (s == CG_OK) s = be->cross_entropy_forward(cg__data(lc), cg__data(tc), n, c, cg__data(logp), cg__data(rows),
-                                                       logits->device.index);
-    if (s == CG_OK && n > 0) s = be->reduce_sum(cg__data(rows), 1, n, 1, 1.0f / (float)n, cg__data(out), logits->device.index);
+                                                       cg__t(logits)->device.index);
+    if (s == CG_OK && n > 0) s = be->reduce_sum(cg__data(rows), 1, n, 1, 1.0f / (float)n, cg__data(out), cg__t(logits)->device.index);
     const cg_tensor *inputs[2] = {logits, targets};
     if (s == CG_OK && cg__should_record(2, inputs)) {
         const cg_tensor *saved[2] = {logp, tc};
@@ -80,25 +80,25 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
 cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
     const char *fn = "cg_argmax_dim";
     if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
-    int d = dim < 0 ? dim + t->ndim : dim;
-    if (d < 0 || d >= t->ndim)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, t->ndim);
-    if (t->shape[d] == 0) {
+    int d = dim < 0 ? dim + cg__t(t)->ndim : dim;
+    if (d < 0 || d >= cg__t(t)->ndim)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, cg__t(t)->ndim);
+    if (cg__t(t)->shape[d] == 0) {
         char buf[160];
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: cannot take the argmax over dim %d of size 0 (shape %s)", fn, dim,
                             cg__shape_str(t, buf, sizeof buf));
     }
-    int64_t outer = cg__numel_of(d, t->shape), n = t->shape[d], inner = cg__numel_of(t->ndim - d - 1, t->shape + d + 1);
+    int64_t outer = cg__numel_of(d, cg__t(t)->shape), n = cg__t(t)->shape[d], inner = cg__numel_of(cg__t(t)->ndim - d - 1, cg__t(t)->shape + d + 1);
     int64_t shape[CG_MAX_DIMS];
     int ndim = 0;
-    for (int i = 0; i < t->ndim; i++)
-        if (i != d) shape[ndim++] = t->shape[i];
+    for (int i = 0; i < cg__t(t)->ndim; i++)
+        if (i != d) shape[ndim++] = cg__t(t)->shape[i];
         else if (keepdim) shape[ndim++] = 1;
-    cg_tensor *out = cg__tensor_new(ndim, shape, t->device);
+    cg_tensor *out = cg__tensor_new(ndim, shape, cg__t(t)->device);
     cg_tensor *c = out ? cg__raw_contiguous(t) : NULL;
     cg_status s = c ? CG_OK : cg_last_status();
-    if (s == CG_OK && out->numel > 0)
-        s = cg__backend_for(t->device)->argmax(cg__data(c), outer, n, inner, NULL, cg__data(out), t->device.index);
+    if (s == CG_OK && cg__t(out)->numel > 0)
+        s = cg__backend_for(cg__t(t)->device)->argmax(cg__data(c), outer, n, inner, NULL, cg__data(out), cg__t(t)->device.index);
     cg_tensor_free(c);
     return cg__finish(out, s);
 }
@@ -108,18 +108,18 @@ cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t
     if (!correct) return cg__fail(CG_ERR_INVALID_ARG, "%s: correct is NULL", fn);
     *correct = 0;
     CG_TRY(check_logits_targets(logits, targets, fn));
-    int64_t n = logits->shape[0], c = logits->shape[1];
+    int64_t n = cg__t(logits)->shape[0], c = cg__t(logits)->shape[1];
     if (n == 0) return CG_OK;
     if (n > (1 << 24))
         return cg__fail(CG_ERR_SHAPE, "%s: %lld rows; count at most 2^24 at a time (float counts are exact up to there)", fn,
                         (long long)n);
-    const cg_backend *be = cg__backend_for(logits->device);
+    const cg_backend *be = cg__backend_for(cg__t(logits)->device);
     cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
-    cg_tensor *hits = tc ? cg__tensor_new(1, &n, logits->device) : NULL;
-    cg_tensor *count = hits ? cg__tensor_new(0, NULL, logits->device) : NULL;
+    cg_tensor *hits = tc ? cg__tensor_new(1, &n, cg__t(logits)->device) : NULL;
+    cg_tensor *count = hits ? cg__tensor_new(0, NULL, cg__t(logits)->device) : NULL;
     cg_status s = count ? CG_OK : cg_last_status();
-    if (s == CG_OK) s = be->argmax(cg__data(lc), n, c, 1, cg__data(tc), cg__data(hits), logits->device.index);
-    if (s == CG_OK) s = be->reduce_sum(cg__data(hits), 1, n, 1, 1.0f, cg__data(count), logits->device.index);
+    if (s == CG_OK) s = be->argmax(cg__data(lc), n, c, 1, cg__data(tc), cg__data(hits), cg__t(logits)->device.index);
+    if (s == CG_OK) s = be->reduce_sum(cg__data(hits), 1, n, 1, 1.0f, cg__data(count), cg__t(logits)->device.index);
     float value = 0.0f;
     if (s == CG_OK) s = cg_item(count, &value);
     if (s == CG_OK) *correct = (int64_t)value;

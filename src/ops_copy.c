@@ -18,7 +18,7 @@ typedef enum movement_kind { MOVE_IDENTITY, MOVE_RESHAPE, MOVE_TRANSPOSE, MOVE_D
 /* The gradient goes back unchanged in value: reshaped, transposed back, or moved back. */
 static cg_status movement_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     switch ((movement_kind)n->dim) {
-    case MOVE_IDENTITY: grad_in[0] = cg__view_new(g, g->ndim, g->shape, g->strides, g->offset); break;
+    case MOVE_IDENTITY: grad_in[0] = cg__view_new(g, cg__t(g)->ndim, cg__t(g)->shape, cg__t(g)->strides, cg__t(g)->offset); break;
     case MOVE_RESHAPE: grad_in[0] = cg_reshape(g, n->in_ndim[0], n->in_shape[0]); break;
     case MOVE_TRANSPOSE: grad_in[0] = cg_transpose(g, n->dim2 / CG_MAX_DIMS, n->dim2 % CG_MAX_DIMS); break;
     case MOVE_DEVICE: grad_in[0] = cg_to(g, n->in_device[0]); break;
@@ -39,17 +39,17 @@ static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, movement_kind kin
 }
 
 cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out) {
-    if (out->numel == 0) return CG_OK;
+    if (cg__t(out)->numel == 0) return CG_OK;
     cg_ew_layout lay;
-    CG_TRY(cg__ew_layout(x, NULL, out->ndim, out->shape, &lay));
-    return cg__backend_for(x->device)->unary(op, alpha, cg__data(x), &lay, cg__data(out), x->device.index);
+    CG_TRY(cg__ew_layout(x, NULL, cg__t(out)->ndim, cg__t(out)->shape, &lay));
+    return cg__backend_for(cg__t(x)->device)->unary(op, alpha, cg__data(x), &lay, cg__data(out), cg__t(x)->device.index);
 }
 
 static cg_status copy_between(cg_tensor *dst, const cg_tensor *src);
 
 /* A contiguous copy of t on its own device. */
 static cg_tensor *copy_contiguous(const cg_tensor *t) {
-    cg_tensor *out = cg__tensor_new(t->ndim, t->shape, t->device);
+    cg_tensor *out = cg__tensor_new(cg__t(t)->ndim, cg__t(t)->shape, cg__t(t)->device);
     if (!out) return NULL;
     if (cg__unary_into(CG_UNARY_COPY, 0.0f, t, out) != CG_OK) {
         cg_tensor_free(out);
@@ -65,14 +65,14 @@ cg_tensor *cg_clone(const cg_tensor *t) {
 
 cg_tensor *cg_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_contiguous", "t") != CG_OK) return NULL;
-    cg_tensor *out = cg_is_contiguous(t) ? cg__view_new(t, t->ndim, t->shape, NULL, t->offset) : copy_contiguous(t);
+    cg_tensor *out = cg_is_contiguous(t) ? cg__view_new(t, cg__t(t)->ndim, cg__t(t)->shape, NULL, cg__t(t)->offset) : copy_contiguous(t);
     return recorded(out, t, MOVE_IDENTITY, "cg_contiguous", 0, 0);
 }
 
 cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
     if (cg__check_tensor(t, "cg_to", "t") != CG_OK) return NULL;
     if (!cg__backend_for(d)) return (cg__fail_context("cg_to"), NULL);
-    cg_tensor *out = cg__tensor_new(t->ndim, t->shape, d);
+    cg_tensor *out = cg__tensor_new(cg__t(t)->ndim, cg__t(t)->shape, d);
     if (!out) return NULL;
     if (copy_between(out, t) != CG_OK) {
         cg_tensor_free(out);
@@ -85,22 +85,22 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
     CG_TRY(cg__check_tensor(dst, "cg_copy_", "dst"));
     CG_TRY(cg__check_tensor(src, "cg_copy_", "src"));
     char sd[160], ss[160];
-    if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, (size_t)dst->ndim * sizeof(int64_t)) != 0)
+    if (cg__t(dst)->ndim != cg__t(src)->ndim || memcmp(cg__t(dst)->shape, cg__t(src)->shape, (size_t)cg__t(dst)->ndim * sizeof(int64_t)) != 0)
         return cg__fail(CG_ERR_SHAPE, "cg_copy_: destination shape %s differs from source shape %s",
                         cg__shape_str(dst, sd, sizeof sd), cg__shape_str(src, ss, sizeof ss));
     if (!cg_is_contiguous(dst))
         return cg__fail(CG_ERR_INVALID_ARG, "cg_copy_: destination must be contiguous");
     CG_TRY(copy_between(dst, src));
-    dst->storage->version++;
+    cg__t(dst)->storage->version++;
     return CG_OK;
 }
 
 /* dst (contiguous) = src, on any two devices; not recorded. */
 static cg_status copy_between(cg_tensor *dst, const cg_tensor *src) {
-    if (cg_device_equal(dst->device, src->device)) return cg__unary_into(CG_UNARY_COPY, 0.0f, src, dst);
-    cg_tensor *c = cg_is_contiguous(src) ? cg__view_new(src, src->ndim, src->shape, NULL, src->offset) : copy_contiguous(src);
+    if (cg_device_equal(cg__t(dst)->device, cg__t(src)->device)) return cg__unary_into(CG_UNARY_COPY, 0.0f, src, dst);
+    cg_tensor *c = cg_is_contiguous(src) ? cg__view_new(src, cg__t(src)->ndim, cg__t(src)->shape, NULL, cg__t(src)->offset) : copy_contiguous(src);
     if (!c) return cg_last_status();
-    cg_status s = cg__copy_bytes(dst->device, cg__data(dst), c->device, cg__data(c), (size_t)c->numel * sizeof(float));
+    cg_status s = cg__copy_bytes(cg__t(dst)->device, cg__data(dst), cg__t(c)->device, cg__data(c), (size_t)cg__t(c)->numel * sizeof(float));
     cg_tensor_free(c);
     return s;
 }
@@ -122,11 +122,11 @@ static cg_status infer_shape(const cg_tensor *t, int ndim, const int64_t *shape,
             return cg__fail(CG_ERR_SHAPE, "%s: the new shape is too large: its sizes multiply past 64 bits", fn);
         else known *= shape[i], span *= shape[i] > 1 ? shape[i] : 1;
     }
-    if (infer >= 0 && known > 0 && t->numel % known == 0) out[infer] = t->numel / known;
+    if (infer >= 0 && known > 0 && cg__t(t)->numel % known == 0) out[infer] = cg__t(t)->numel / known;
     char a[160], b[160];
-    if (cg__numel_of(ndim, out) != t->numel || (infer >= 0 && known == 0))
+    if (cg__numel_of(ndim, out) != cg__t(t)->numel || (infer >= 0 && known == 0))
         return cg__fail(CG_ERR_SHAPE, "%s: shape %s is invalid for a tensor of shape %s (%lld elements)", fn,
-                        cg__dims_str(ndim, shape, a, sizeof a), cg__shape_str(t, b, sizeof b), (long long)t->numel);
+                        cg__dims_str(ndim, shape, a, sizeof a), cg__shape_str(t, b, sizeof b), (long long)cg__t(t)->numel);
     return CG_OK;
 }
 
@@ -136,9 +136,9 @@ cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
     if (!cg_is_contiguous(t)) {
         char s[160], st[160];
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor of shape %s and strides %s is not contiguous (use cg_reshape, which copies)",
-                            cg__shape_str(t, s, sizeof s), cg__dims_str(t->ndim, t->strides, st, sizeof st));
+                            cg__shape_str(t, s, sizeof s), cg__dims_str(cg__t(t)->ndim, cg__t(t)->strides, st, sizeof st));
     }
-    return recorded(cg__view_new(t, ndim, resolved, NULL, t->offset), t, MOVE_RESHAPE, "cg_view", 0, 0);
+    return recorded(cg__view_new(t, ndim, resolved, NULL, cg__t(t)->offset), t, MOVE_RESHAPE, "cg_view", 0, 0);
 }
 
 cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
@@ -146,7 +146,7 @@ cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
     if (infer_shape(t, ndim, shape, resolved, "cg_reshape") != CG_OK) return NULL;
     cg_tensor *v;
     if (cg_is_contiguous(t)) {
-        v = cg__view_new(t, ndim, resolved, NULL, t->offset);
+        v = cg__view_new(t, ndim, resolved, NULL, cg__t(t)->offset);
     } else {
         cg_tensor *c = copy_contiguous(t);
         v = c ? cg__view_new(c, ndim, resolved, NULL, 0) : NULL;
@@ -157,14 +157,14 @@ cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
 
 cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     if (cg__check_tensor(t, "cg_transpose", "t") != CG_OK) return NULL;
-    int d0 = dim0 < 0 ? dim0 + t->ndim : dim0, d1 = dim1 < 0 ? dim1 + t->ndim : dim1;
-    if (d0 < 0 || d0 >= t->ndim || d1 < 0 || d1 >= t->ndim)
+    int d0 = dim0 < 0 ? dim0 + cg__t(t)->ndim : dim0, d1 = dim1 < 0 ? dim1 + cg__t(t)->ndim : dim1;
+    if (d0 < 0 || d0 >= cg__t(t)->ndim || d1 < 0 || d1 >= cg__t(t)->ndim)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_transpose: dims (%d, %d) out of range for a %d-dim tensor",
-                            dim0, dim1, t->ndim);
+                            dim0, dim1, cg__t(t)->ndim);
     int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
-    memcpy(shape, t->shape, sizeof shape);
-    memcpy(strides, t->strides, sizeof strides);
-    shape[d0] = t->shape[d1], shape[d1] = t->shape[d0];
-    strides[d0] = t->strides[d1], strides[d1] = t->strides[d0];
-    return recorded(cg__view_new(t, t->ndim, shape, strides, t->offset), t, MOVE_TRANSPOSE, "cg_transpose", d0, d1);
+    memcpy(shape, cg__t(t)->shape, sizeof shape);
+    memcpy(strides, cg__t(t)->strides, sizeof strides);
+    shape[d0] = cg__t(t)->shape[d1], shape[d1] = cg__t(t)->shape[d0];
+    strides[d0] = cg__t(t)->strides[d1], strides[d1] = cg__t(t)->strides[d0];
+    return recorded(cg__view_new(t, cg__t(t)->ndim, shape, strides, cg__t(t)->offset), t, MOVE_TRANSPOSE, "cg_transpose", d0, d1);
 }

@@ -2,10 +2,10 @@
 #include "internal.h"
 
 cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char *fn, int *ndim, int64_t *shape) {
-    int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    int n = cg__t(a)->ndim > cg__t(b)->ndim ? cg__t(a)->ndim : cg__t(b)->ndim;
     for (int i = 0; i < n; i++) {
-        int ia = a->ndim - n + i, ib = b->ndim - n + i;
-        int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
+        int ia = cg__t(a)->ndim - n + i, ib = cg__t(b)->ndim - n + i;
+        int64_t sa = ia >= 0 ? cg__t(a)->shape[ia] : 1, sb = ib >= 0 ? cg__t(b)->shape[ib] : 1;
         if (sa != sb && sa != 1 && sb != 1) {
             char bufa[160], bufb[160];
             return cg__fail(CG_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)", fn,
@@ -21,8 +21,8 @@ cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char
 /* Strides of t read as a tensor of the output shape: 0 along broadcast dims. */
 static void broadcast_strides(const cg_tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
     for (int i = 0; i < ndim; i++) {
-        int it = t->ndim - ndim + i;
-        strides[i] = (it < 0 || t->shape[it] == 1) ? 0 : t->strides[it];
+        int it = cg__t(t)->ndim - ndim + i;
+        strides[i] = (it < 0 || cg__t(t)->shape[it] == 1) ? 0 : cg__t(t)->strides[it];
     }
     (void)shape;
 }
@@ -58,7 +58,7 @@ cg_status cg__ew_layout(const cg_tensor *a, const cg_tensor *b, int ndim, const 
 /* ---- backward ------------------------------------------------------------------------------- */
 /* Binary ops save (a, b); unary ops save x in saved[0] and their output y in saved[1], as needed.
  * Gradients are computed with the ops themselves (the engine runs them with grad mode off). */
-static cg_tensor *view_of(const cg_tensor *g) { return cg__view_new(g, g->ndim, g->shape, g->strides, g->offset); }
+static cg_tensor *view_of(const cg_tensor *g) { return cg__view_new(g, cg__t(g)->ndim, cg__t(g)->shape, cg__t(g)->strides, cg__t(g)->offset); }
 
 static cg_tensor *mul_free(cg_tensor *a, const cg_tensor *b) { /* a * b, freeing a */
     cg_tensor *r = a ? cg_mul(a, b) : NULL;
@@ -155,7 +155,7 @@ static void unary_saves(cg_unary_op op, bool *save_x, bool *save_y) {
 /* ---- forward ------------------------------------------------------------------------------------ */
 cg_tensor *cg__unary_op(cg_unary_op op, float alpha, const cg_tensor *x, const char *fn) {
     if (cg__check_tensor(x, fn, "a") != CG_OK) return NULL;
-    cg_tensor *out = cg__tensor_new(x->ndim, x->shape, x->device);
+    cg_tensor *out = cg__tensor_new(cg__t(x)->ndim, cg__t(x)->shape, cg__t(x)->device);
     if (!out) return NULL;
     if (cg__unary_into(op, alpha, x, out) != CG_OK) {
         cg_tensor_free(out);
@@ -177,10 +177,10 @@ cg_tensor *cg__unary_op(cg_unary_op op, float alpha, const cg_tensor *x, const c
 
 /* out = op(a, b) into an existing contiguous tensor of the broadcast shape. */
 static cg_status binary_into(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, cg_tensor *out) {
-    if (out->numel == 0) return CG_OK;
+    if (cg__t(out)->numel == 0) return CG_OK;
     cg_ew_layout lay;
-    CG_TRY(cg__ew_layout(a, b, out->ndim, out->shape, &lay));
-    return cg__backend_for(a->device)->binary(op, cg__data(a), cg__data(b), &lay, cg__data(out), a->device.index);
+    CG_TRY(cg__ew_layout(a, b, cg__t(out)->ndim, cg__t(out)->shape, &lay));
+    return cg__backend_for(cg__t(a)->device)->binary(op, cg__data(a), cg__data(b), &lay, cg__data(out), cg__t(a)->device.index);
 }
 
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn) {
@@ -188,7 +188,7 @@ cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b
     int64_t shape[CG_MAX_DIMS];
     if (cg__check_same_device(a, b, fn) != CG_OK || cg__broadcast_shape(a, b, fn, &ndim, shape) != CG_OK)
         return NULL;
-    cg_tensor *out = cg__tensor_new(ndim, shape, a->device);
+    cg_tensor *out = cg__tensor_new(ndim, shape, cg__t(a)->device);
     if (!out) return NULL;
     if (binary_into(op, a, b, out) != CG_OK) {
         cg_tensor_free(out);

@@ -12,15 +12,15 @@ typedef struct gemm_operand {
 
 static cg_status operand_of(const cg_tensor *t, gemm_operand *op) {
     op->t = t, op->copy = NULL;
-    if (t->strides[1] == 1 && (t->strides[0] >= t->shape[1] || t->shape[0] == 1)) {
-        op->trans = false, op->ld = t->shape[0] == 1 ? t->shape[1] : t->strides[0];
-    } else if (t->strides[0] == 1 && (t->strides[1] >= t->shape[0] || t->shape[1] == 1)) {
-        op->trans = true, op->ld = t->shape[1] == 1 ? t->shape[0] : t->strides[1];
+    if (cg__t(t)->strides[1] == 1 && (cg__t(t)->strides[0] >= cg__t(t)->shape[1] || cg__t(t)->shape[0] == 1)) {
+        op->trans = false, op->ld = cg__t(t)->shape[0] == 1 ? cg__t(t)->shape[1] : cg__t(t)->strides[0];
+    } else if (cg__t(t)->strides[0] == 1 && (cg__t(t)->strides[1] >= cg__t(t)->shape[0] || cg__t(t)->shape[1] == 1)) {
+        op->trans = true, op->ld = cg__t(t)->shape[1] == 1 ? cg__t(t)->shape[0] : cg__t(t)->strides[1];
     } else {
-        op->copy = cg__tensor_new(2, t->shape, t->device);
+        op->copy = cg__tensor_new(2, cg__t(t)->shape, cg__t(t)->device);
         if (!op->copy) return cg_last_status();
         CG_TRY(cg__unary_into(CG_UNARY_COPY, 0.0f, t, op->copy));
-        op->t = op->copy, op->trans = false, op->ld = t->shape[1];
+        op->t = op->copy, op->trans = false, op->ld = cg__t(t)->shape[1];
     }
     if (op->ld < 1) op->ld = 1;
     return CG_OK;
@@ -32,19 +32,19 @@ static cg_status operand_of(const cg_tensor *t, gemm_operand *op) {
  * when it did not the caller runs that pass. Not recorded. */
 static cg_status gemm_bias_into(const cg_tensor *a, const cg_tensor *b, const cg_tensor *bias, cg_tensor *bias_grad,
                                 cg_tensor *out, bool *fused) {
-    int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
-    const cg_backend *be = cg__backend_for(a->device);
+    int64_t m = cg__t(a)->shape[0], k = cg__t(a)->shape[1], n = cg__t(b)->shape[1];
+    const cg_backend *be = cg__backend_for(cg__t(a)->device);
     *fused = false;
-    if (out->numel == 0) return CG_OK;
+    if (cg__t(out)->numel == 0) return CG_OK;
     if (k == 0) return be->fill(out, 0.0f);
     gemm_operand oa, ob = {0};
     cg_status s = operand_of(a, &oa);
     if (s == CG_OK && (s = operand_of(b, &ob)) == CG_OK && be->gemm_bias && (bias || bias_grad))
         s = be->gemm_bias(oa.trans, ob.trans, m, n, k, cg__data(oa.t), oa.ld, cg__data(ob.t), ob.ld, cg__data(out), n,
-                          bias ? cg__data(bias) : NULL, bias_grad ? cg__data(bias_grad) : NULL, a->device.index, fused);
+                          bias ? cg__data(bias) : NULL, bias_grad ? cg__data(bias_grad) : NULL, cg__t(a)->device.index, fused);
     if (s == CG_OK && !*fused)
         s = be->gemm(oa.trans, ob.trans, m, n, k, cg__data(oa.t), oa.ld, cg__data(ob.t), ob.ld, cg__data(out), n,
-                     a->device.index);
+                     cg__t(a)->device.index);
     cg_tensor_free(oa.copy);
     cg_tensor_free(ob.copy);
     return s;
@@ -57,8 +57,8 @@ static cg_status gemm_into(const cg_tensor *a, const cg_tensor *b, cg_tensor *ou
 
 /* A transposed view of a 2-D tensor that no scope or tape sees. */
 static cg_tensor *transposed(const cg_tensor *t) {
-    int64_t shape[2] = {t->shape[1], t->shape[0]}, strides[2] = {t->strides[1], t->strides[0]};
-    cg_tensor *v = cg__view_new(t, 2, shape, strides, t->offset);
+    int64_t shape[2] = {cg__t(t)->shape[1], cg__t(t)->shape[0]}, strides[2] = {cg__t(t)->strides[1], cg__t(t)->strides[0]};
+    cg_tensor *v = cg__view_new(t, 2, shape, strides, cg__t(t)->offset);
     return v ? cg_keep(v) : NULL;
 }
 
@@ -82,20 +82,20 @@ static cg_status matmul_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 
 static cg_status check_matmul_shapes(const cg_tensor *a, const cg_tensor *b, const char *fn) {
     char sa[160], sb[160];
-    if (a->ndim != 2 || b->ndim != 2)
+    if (cg__t(a)->ndim != 2 || cg__t(b)->ndim != 2)
         return cg__fail(CG_ERR_SHAPE, "%s: expected 2-D tensors, got %s and %s", fn, cg__shape_str(a, sa, sizeof sa),
                         cg__shape_str(b, sb, sizeof sb));
-    if (a->shape[1] != b->shape[0])
+    if (cg__t(a)->shape[1] != cg__t(b)->shape[0])
         return cg__fail(CG_ERR_SHAPE, "%s: shapes %s and %s cannot be multiplied (%lld != %lld)", fn,
-                        cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb), (long long)a->shape[1],
-                        (long long)b->shape[0]);
+                        cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb), (long long)cg__t(a)->shape[1],
+                        (long long)cg__t(b)->shape[0]);
     return CG_OK;
 }
 
 cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     if (cg__check_same_device(a, b, "cg_matmul") != CG_OK || check_matmul_shapes(a, b, "cg_matmul") != CG_OK)
         return NULL;
-    cg_tensor *out = cg__tensor_new(2, (int64_t[]){a->shape[0], b->shape[1]}, a->device);
+    cg_tensor *out = cg__tensor_new(2, (int64_t[]){cg__t(a)->shape[0], cg__t(b)->shape[1]}, cg__t(a)->device);
     if (!out) return NULL;
     cg_status s = gemm_into(a, b, out);
     const cg_tensor *inputs[2] = {a, b};
@@ -110,8 +110,8 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
 static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x, bool fuse_bias, cg_tensor **grad_in,
                              bool *bias_done) {
     cg_tensor *dw = cg__leaf_grad_target(n, 1), *db = fuse_bias ? cg__leaf_grad_target(n, 2) : NULL;
-    cg_tensor *new_dw = dw ? NULL : cg__tensor_new(2, (int64_t[]){g->shape[1], x->shape[1]}, g->device);
-    cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new(1, &g->shape[1], g->device) : NULL;
+    cg_tensor *new_dw = dw ? NULL : cg__tensor_new(2, (int64_t[]){cg__t(g)->shape[1], cg__t(x)->shape[1]}, cg__t(g)->device);
+    cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new(1, &cg__t(g)->shape[1], cg__t(g)->device) : NULL;
     cg_tensor *gt = transposed(g);
     *bias_done = false;
     cg_status s = gt && (dw || new_dw) && (!fuse_bias || db || new_db)
@@ -141,7 +141,7 @@ static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
     bool want_db = n->ninputs == 3 && n->needs_grad[2], db_done = false;
     if (n->needs_grad[0] && !(grad_in[0] = cg_matmul(g, w))) return cg_last_status();
     if (n->needs_grad[1])
-        CG_TRY(weight_grad(n, g, x, want_db && cg__backend_for(g->device)->gemm_bias, grad_in, &db_done));
+        CG_TRY(weight_grad(n, g, x, want_db && cg__backend_for(cg__t(g)->device)->gemm_bias, grad_in, &db_done));
     if (want_db && !db_done) {
         cg_tensor *dst = cg__leaf_grad_target(n, 2);
         if (dst) {
@@ -162,12 +162,12 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
         return NULL;
     if (cg__check_same_device(x, weight, "cg_linear") != CG_OK) return NULL;
     if (bias && cg__check_same_device(x, bias, "cg_linear") != CG_OK) return NULL;
-    if (x->ndim != 2 || weight->ndim != 2 || x->shape[1] != weight->shape[1] ||
-        (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0])))
+    if (cg__t(x)->ndim != 2 || cg__t(weight)->ndim != 2 || cg__t(x)->shape[1] != cg__t(weight)->shape[1] ||
+        (bias && (cg__t(bias)->ndim != 1 || cg__t(bias)->shape[0] != cg__t(weight)->shape[0])))
         return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_linear: input %s, weight %s and bias %s do not fit (expected (N, in), (out, in), (out,))",
                             cg__shape_str(x, sx, sizeof sx), cg__shape_str(weight, sw, sizeof sw),
                             bias ? cg__shape_str(bias, sb, sizeof sb) : "none");
-    cg_tensor *out = cg__tensor_new(2, (int64_t[]){x->shape[0], weight->shape[0]}, x->device);
+    cg_tensor *out = cg__tensor_new(2, (int64_t[]){cg__t(x)->shape[0], cg__t(weight)->shape[0]}, cg__t(x)->device);
     cg_tensor *wt = out ? transposed(weight) : NULL;
     bool fused = false;
     cg_status s = wt ? gemm_bias_into(x, wt, bias && cg_is_contiguous(bias) ? bias : NULL, NULL, out, &fused)

@@ -3,63 +3,10 @@
 
 #include "spinlock.h"
 
-/* ---- handle pool ----------------------------------------------------------------------------
- * Handles come from chunks that are never returned to the system. A freed handle is marked dead
- * and waits in a FIFO quarantine before reuse, so using it soon after cg_tensor_free() is
- * reported as "freed" rather than reading released memory, and steady-state steps call no malloc. */
-#define HANDLE_CHUNK 256
-#define HANDLE_QUARANTINE 4096
-
-typedef struct handle_slot {
-    cg_tensor tensor; /* first member: a cg_tensor* is its slot's address */
-    struct handle_slot *next_free;
-} handle_slot;
-
-typedef struct handle_chunk {
-    struct handle_chunk *next; /* every chunk stays reachable (and leak checkers quiet) */
-    handle_slot slots[HANDLE_CHUNK];
-} handle_chunk;
-
-static cg_spinlock handle_lock = CG_SPINLOCK_INIT;
-static handle_chunk *chunks;
-static handle_slot *free_head, *free_tail;
-static size_t free_count;
-
-static void handle_push_free(handle_slot *slot) {
-    slot->tensor.magic = CG_TENSOR_DEAD;
-    slot->next_free = NULL;
-    if (free_tail) free_tail->next_free = slot;
-    else free_head = slot;
-    free_tail = slot;
-    free_count++;
-}
-
-static cg_tensor *handle_alloc(void) {
-    cg__spin_lock(&handle_lock);
-    if (free_count <= HANDLE_QUARANTINE) {
-        handle_chunk *chunk = calloc(1, sizeof *chunk);
-        if (!chunk) {
-            cg__spin_unlock(&handle_lock);
-            return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for tensor handles");
-        }
-        chunk->next = chunks;
-        chunks = chunk;
-        for (int i = 0; i < HANDLE_CHUNK; i++) handle_push_free(&chunk->slots[i]);
-    }
-    handle_slot *slot = free_head;
-    free_head = slot->next_free;
-    if (!free_head) free_tail = NULL;
-    free_count--;
-    cg__spin_unlock(&handle_lock);
-    memset(&slot->tensor, 0, sizeof slot->tensor);
-    return &slot->tensor;
-}
-
-static void handle_release(cg_tensor *t) {
-    cg__spin_lock(&handle_lock);
-    handle_push_free((handle_slot *)t);
-    cg__spin_unlock(&handle_lock);
-}
+/* ---- handles ----------------------------------------------------------------------------------
+ * Tensor handles come from a generational pool (handle.h): a freed or stale handle is reported as
+ * freed however often its slot has been reused since, and steady-state steps call no malloc. */
+static cg_handle_pool tensor_pool = CG_HANDLE_POOL(CG_HANDLE_TENSOR, cg_tensor_impl);
 
 /* ---- storage --------------------------------------------------------------------------------- */
 /* Records are recycled through a free list, so a steady-state step allocates none. */
@@ -118,21 +65,21 @@ cg_scope *cg_scope_begin(void) {
 }
 
 static void scope_unlink(cg_tensor *t) {
-    if (!t->scope) return;
-    if (t->scope_prev) t->scope_prev->scope_next = t->scope_next;
-    else t->scope->head = t->scope_next;
-    if (t->scope_next) t->scope_next->scope_prev = t->scope_prev;
-    t->scope = NULL;
-    t->scope_next = t->scope_prev = NULL;
+    if (!cg__t(t)->scope) return;
+    if (cg__t(t)->scope_prev) cg__t(cg__t(t)->scope_prev)->scope_next = cg__t(t)->scope_next;
+    else cg__t(t)->scope->head = cg__t(t)->scope_next;
+    if (cg__t(t)->scope_next) cg__t(cg__t(t)->scope_next)->scope_prev = cg__t(t)->scope_prev;
+    cg__t(t)->scope = NULL;
+    cg__t(t)->scope_next = cg__t(t)->scope_prev = NULL;
 }
 
 static void scope_adopt(cg_tensor *t) {
     if (scope_depth == 0) return;
     cg_scope *s = &scope_stack[scope_depth - 1];
-    t->scope = s;
-    t->scope_prev = NULL;
-    t->scope_next = s->head;
-    if (s->head) s->head->scope_prev = t;
+    cg__t(t)->scope = s;
+    cg__t(t)->scope_prev = NULL;
+    cg__t(t)->scope_next = s->head;
+    if (s->head) cg__t(s->head)->scope_prev = t;
     s->head = t;
 }
 
@@ -154,22 +101,20 @@ cg_tensor *cg_keep(cg_tensor *t) {
 
 /* ---- handles and layout ------------------------------------------------------------------------ */
 cg_status cg__check_tensor(const cg_tensor *t, const char *fn, const char *name) {
-    if (!t) return cg__fail(CG_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, name);
-    if (t->magic == CG_TENSOR_DEAD)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: argument '%s' is a freed tensor", fn, name);
-    if (t->magic != CG_TENSOR_LIVE)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: argument '%s' is not a cgrad tensor", fn, name);
-    return CG_OK;
+    if (cg__handle_live(CG_HANDLE_TENSOR, t)) return CG_OK;
+    char what[96];
+    snprintf(what, sizeof what, "argument '%s'", name);
+    return cg__handle_check(CG_HANDLE_TENSOR, t, fn, what);
 }
 
 cg_status cg__check_same_device(const cg_tensor *a, const cg_tensor *b, const char *fn) {
     CG_TRY(cg__check_tensor(a, fn, "a"));
     CG_TRY(cg__check_tensor(b, fn, "b"));
-    if (!cg_device_equal(a->device, b->device)) {
+    if (!cg_device_equal(cg__t(a)->device, cg__t(b)->device)) {
         char da[16], db[16];
         return cg__fail(CG_ERR_DEVICE,
                         "%s: expected all tensors on the same device, but found %s and %s", fn,
-                        cg_device_str(a->device, da, sizeof da), cg_device_str(b->device, db, sizeof db));
+                        cg_device_str(cg__t(a)->device, da, sizeof da), cg_device_str(cg__t(b)->device, db, sizeof db));
     }
     return CG_OK;
 }
@@ -183,7 +128,7 @@ const char *cg__dims_str(int ndim, const int64_t *shape, char *buf, size_t len) 
 }
 
 const char *cg__shape_str(const cg_tensor *t, char *buf, size_t len) {
-    return cg__dims_str(t->ndim, t->shape, buf, len);
+    return cg__dims_str(cg__t(t)->ndim, cg__t(t)->shape, buf, len);
 }
 
 cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn) {
@@ -220,17 +165,17 @@ void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
 }
 
 static cg_tensor *handle_new(int ndim, const int64_t *shape, const int64_t *strides, cg_device d) {
-    cg_tensor *t = handle_alloc();
-    if (!t) return NULL;
-    t->magic = CG_TENSOR_LIVE;
+    cg_tensor *h = cg__handle_new(&tensor_pool);
+    if (!h) return NULL;
+    cg_tensor_impl *t = cg__t(h);
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     if (strides) memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
     else cg__contiguous_strides(ndim, shape, t->strides);
     t->numel = cg__numel_of(ndim, shape);
     t->device = d;
-    scope_adopt(t);
-    return t;
+    scope_adopt(h);
+    return h;
 }
 
 cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d) {
@@ -244,62 +189,62 @@ cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d) {
         storage_release(s);
         return NULL;
     }
-    t->storage = s;
+    cg__t(t)->storage = s;
     return t;
 }
 
 cg_tensor *cg__view_new(const cg_tensor *base, int ndim, const int64_t *shape, const int64_t *strides,
                         int64_t offset) {
-    cg_tensor *t = handle_new(ndim, shape, strides, base->device);
+    cg_tensor *t = handle_new(ndim, shape, strides, cg__t(base)->device);
     if (!t) return NULL;
-    t->storage = base->storage;
-    t->storage->refcount++;
-    t->offset = offset;
+    cg__t(t)->storage = cg__t(base)->storage;
+    cg__t(t)->storage->refcount++;
+    cg__t(t)->offset = offset;
     return t;
 }
 
 void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset) {
-    base->storage->refcount++;
-    storage_release(t->storage);
-    t->storage = base->storage;
-    t->offset = offset;
-    t->device = base->device;
-    cg__contiguous_strides(t->ndim, t->shape, t->strides);
+    cg__t(base)->storage->refcount++;
+    storage_release(cg__t(t)->storage);
+    cg__t(t)->storage = cg__t(base)->storage;
+    cg__t(t)->offset = offset;
+    cg__t(t)->device = cg__t(base)->device;
+    cg__contiguous_strides(cg__t(t)->ndim, cg__t(t)->shape, cg__t(t)->strides);
 }
 
 void cg_tensor_free(cg_tensor *t) {
-    if (!t || t->magic != CG_TENSOR_LIVE) return;
+    if (!t || cg__check_tensor(t, "cg_tensor_free", "t") != CG_OK) return;
     scope_unlink(t);
-    cg__node_unref(t->grad_fn);
-    cg_tensor_free(t->grad);
-    storage_release(t->storage);
-    handle_release(t);
+    cg__node_unref(cg__t(t)->grad_fn);
+    cg_tensor_free(cg__t(t)->grad);
+    storage_release(cg__t(t)->storage);
+    cg__handle_free(&tensor_pool, t);
 }
 
 /* ---- queries ------------------------------------------------------------------------------------ */
-int cg_ndim(const cg_tensor *t) { return cg__check_tensor(t, "cg_ndim", "t") == CG_OK ? t->ndim : -1; }
+int cg_ndim(const cg_tensor *t) { return cg__check_tensor(t, "cg_ndim", "t") == CG_OK ? cg__t(t)->ndim : -1; }
 
 int64_t cg_size(const cg_tensor *t, int dim) {
     if (cg__check_tensor(t, "cg_size", "t") != CG_OK) return -1;
-    int d = dim < 0 ? dim + t->ndim : dim;
-    if (d < 0 || d >= t->ndim) {
-        cg__fail(CG_ERR_INVALID_ARG, "cg_size: dim %d out of range for a %d-dim tensor", dim, t->ndim);
+    int d = dim < 0 ? dim + cg__t(t)->ndim : dim;
+    if (d < 0 || d >= cg__t(t)->ndim) {
+        cg__fail(CG_ERR_INVALID_ARG, "cg_size: dim %d out of range for a %d-dim tensor", dim, cg__t(t)->ndim);
         return -1;
     }
-    return t->shape[d];
+    return cg__t(t)->shape[d];
 }
 
-int64_t cg_numel(const cg_tensor *t) { return cg__check_tensor(t, "cg_numel", "t") == CG_OK ? t->numel : -1; }
+int64_t cg_numel(const cg_tensor *t) { return cg__check_tensor(t, "cg_numel", "t") == CG_OK ? cg__t(t)->numel : -1; }
 cg_device cg_device_of(const cg_tensor *t) {
-    return cg__check_tensor(t, "cg_device_of", "t") == CG_OK ? t->device : cg_cpu();
+    return cg__check_tensor(t, "cg_device_of", "t") == CG_OK ? cg__t(t)->device : cg_cpu();
 }
 
 bool cg_is_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_is_contiguous", "t") != CG_OK) return false;
     int64_t expected = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] != 1 && t->strides[i] != expected) return false;
-        expected *= t->shape[i];
+    for (int i = cg__t(t)->ndim - 1; i >= 0; i--) {
+        if (cg__t(t)->shape[i] != 1 && cg__t(t)->strides[i] != expected) return false;
+        expected *= cg__t(t)->shape[i];
     }
     return true;
 }
@@ -338,11 +283,11 @@ cg_tensor *cg_ones(int ndim, const int64_t *shape, cg_device d) { return filled(
 cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape, cg_device d) {
     cg_tensor *t = created(ndim, shape, d, "cg_from_data");
     if (!t) return NULL;
-    if (!data && t->numel > 0) {
+    if (!data && cg__t(t)->numel > 0) {
         cg_tensor_free(t);
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_from_data: data is NULL");
     }
-    return cg__finish(t, cg__copy_bytes(d, t->storage->data, cg_cpu(), data, (size_t)t->numel * sizeof(float)));
+    return cg__finish(t, cg__copy_bytes(d, cg__t(t)->storage->data, cg_cpu(), data, (size_t)cg__t(t)->numel * sizeof(float)));
 }
 
 cg_tensor *cg_arange(double start, double end, double step, cg_device d) {
@@ -369,14 +314,14 @@ cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d) { return random
 /* ---- read-back ------------------------------------------------------------------------------------ */
 cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len) {
     CG_TRY(cg__check_tensor(t, "cg_to_host", "t"));
-    if (!dst && t->numel > 0) return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: dst is NULL");
-    if (dst_len < (size_t)t->numel)
+    if (!dst && cg__t(t)->numel > 0) return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: dst is NULL");
+    if (dst_len < (size_t)cg__t(t)->numel)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: destination holds %zu floats, tensor has %lld",
-                        dst_len, (long long)t->numel);
-    if (t->numel == 0) return CG_OK;
+                        dst_len, (long long)cg__t(t)->numel);
+    if (cg__t(t)->numel == 0) return CG_OK;
     cg_tensor *c = cg_contiguous(t);
     if (!c) return cg_last_status();
-    cg_status s = cg__copy_bytes(cg_cpu(), dst, c->device, cg__data(c), (size_t)c->numel * sizeof(float));
+    cg_status s = cg__copy_bytes(cg_cpu(), dst, cg__t(c)->device, cg__data(c), (size_t)cg__t(c)->numel * sizeof(float));
     cg_tensor_free(c);
     return s;
 }
@@ -384,10 +329,10 @@ cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len) {
 cg_status cg_item(const cg_tensor *t, float *out) {
     CG_TRY(cg__check_tensor(t, "cg_item", "t"));
     if (!out) return cg__fail(CG_ERR_INVALID_ARG, "cg_item: out is NULL");
-    if (t->numel != 1) {
+    if (cg__t(t)->numel != 1) {
         char buf[160];
         return cg__fail(CG_ERR_SHAPE, "cg_item: a tensor with %lld elements %s cannot be converted to a scalar",
-                        (long long)t->numel, cg__shape_str(t, buf, sizeof buf));
+                        (long long)cg__t(t)->numel, cg__shape_str(t, buf, sizeof buf));
     }
     return cg_to_host(t, out, 1);
 }

@@ -16,14 +16,14 @@ static cg_status cpu_synchronize(int index) { return CG_OK; }
 
 static cg_status cpu_fill(cg_tensor *out, float value) {
     float *y = cg__data(out);
-    int64_t n = out->numel;
+    int64_t n = cg__t(out)->numel;
     CG_CPU_FOR(i, n, n, { y[i] = value; });
     return CG_OK;
 }
 
 static cg_status cpu_arange(cg_tensor *out, double start, double step) {
     float *y = cg__data(out);
-    int64_t n = out->numel;
+    int64_t n = cg__t(out)->numel;
     CG_CPU_FOR(i, n, n, { y[i] = (float)(start + (double)i * step); });
     return CG_OK;
 }
@@ -31,7 +31,7 @@ static cg_status cpu_arange(cg_tensor *out, double start, double step) {
 /* Element i depends only on (seed, i), so the stream is the same at any thread count. */
 static cg_status cpu_random(cg_tensor *out, bool normal) {
     float *y = cg__data(out);
-    int64_t n = out->numel, draws = (n + 3) / 4;
+    int64_t n = cg__t(out)->numel, draws = (n + 3) / 4;
     uint64_t key = cg__seed(), first = cg__cpu_rng_reserve((uint64_t)draws);
     CG_CPU_FOR(d, draws, n, {
         cg_philox4 r = cg_philox(first + (uint64_t)d, key);

@@ -15,7 +15,7 @@ static cg_module *conv_create(int64_t in, int64_t out, int64_t k, int64_t stride
                               cg_device d);
 
 static cg_module *conv_shell(const cg_module *m, cg_device d) {
-    const int64_t *w = m->own[0]->shape; /* (out, in, k, k) */
+    const int64_t *w = cg__t(m->own[0])->shape; /* (out, in, k, k) */
     return conv_create(w[1], w[0], w[2], m->config[STRIDE], m->config[PADDING], m->nown == 2, d);
 }
 

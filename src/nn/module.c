@@ -41,7 +41,7 @@ cg_module *cg__module_plain_shell(const cg_module *m, cg_device d) {
 static cg_status init_uniform(cg_tensor *p, float bound) {
     bool previous = cg_set_grad_enabled(false);
     cg_scope *scope = cg_scope_begin();
-    cg_tensor *u = cg_rand(p->ndim, p->shape, p->device);
+    cg_tensor *u = cg_rand(cg__t(p)->ndim, cg__t(p)->shape, cg__t(p)->device);
     cg_tensor *v = u ? cg_add_scalar(cg_mul_scalar(u, 2.0f * bound), -bound) : NULL;
     cg_status s = v ? cg_copy_(p, v) : cg_last_status();
     cg_scope_end(scope);
@@ -60,7 +60,7 @@ cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const 
     cg_tensor *t = cg__tensor_new(ndim, shape, m->device);
     if (!t) return NULL;
     cg_keep(t);
-    t->requires_grad = true;
+    cg__t(t)->requires_grad = true;
     m->own_names[m->nown] = name;
     m->own[m->nown++] = t;
     return t;
@@ -110,7 +110,7 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         params[i].offset = total;
-        total += aligned(params[i].tensor->numel);
+        total += aligned(cg__t(params[i].tensor)->numel);
     }
     cg_tensor *data = cg__tensor_new(1, &total, d), *grad = data ? cg__tensor_new(1, &total, d) : NULL;
     cg_status s = grad ? CG_OK : cg_last_status();
@@ -121,7 +121,7 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
     }
     for (int i = 0; i < n && s == CG_OK; i++) {
         cg_tensor *p = params[i].tensor;
-        s = cg__copy_bytes(d, cg__data(data) + params[i].offset, p->device, cg__data(p), (size_t)p->numel * sizeof(float));
+        s = cg__copy_bytes(d, cg__data(data) + params[i].offset, cg__t(p)->device, cg__data(p), (size_t)cg__t(p)->numel * sizeof(float));
     }
     if (s != CG_OK) {
         cg_tensor_free(data), cg_tensor_free(grad), free(params);
@@ -131,10 +131,10 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
     for (int i = 0; i < n; i++) {
         cg_tensor *p = params[i].tensor;
         cg__tensor_rebind(p, data, params[i].offset);
-        cg_tensor_free(p->grad);
-        p->grad = cg__view_new(grad, p->ndim, p->shape, NULL, params[i].offset);
-        if (p->grad) cg_keep(p->grad);
-        p->grad_defined = false;
+        cg_tensor_free(cg__t(p)->grad);
+        cg__t(p)->grad = cg__view_new(grad, cg__t(p)->ndim, cg__t(p)->shape, NULL, params[i].offset);
+        if (cg__t(p)->grad) cg_keep(cg__t(p)->grad);
+        cg__t(p)->grad_defined = false;
     }
     for (int c = 0; c < m->nchildren; c++) {
         drop_buffers(m->children[c]);
@@ -207,7 +207,7 @@ cg_module *cg_module_clone(const cg_module *m, cg_device d) {
     /* Same structure, so the packed layouts match: one copy moves every parameter. */
     if (s == CG_OK && m->flat_data)
         s = cg__copy_bytes(d, cg__data(copy->flat_data), m->device, cg__data(m->flat_data),
-                           (size_t)m->flat_data->numel * sizeof(float));
+                           (size_t)cg__t(m->flat_data)->numel * sizeof(float));
     if (s != CG_OK) {
         cg_module_free(copy);
         return NULL;
@@ -230,7 +230,7 @@ cg_tensor *cg_module_parameter(const cg_module *m, int i, const char **name) {
 
 int64_t cg_module_parameter_count(const cg_module *m) {
     int64_t total = 0;
-    for (int i = 0; m && i < m->nparams; i++) total += m->params[i].tensor->numel;
+    for (int i = 0; m && i < m->nparams; i++) total += cg__t(m->params[i].tensor)->numel;
     return total;
 }
 

@@ -81,7 +81,7 @@ static void adam_destroy(cg_optimizer *base) {
 /* A moment buffer of root m on m's device: made zeroed on first use, and moved along (values kept)
  * when the module has moved to another device since. */
 static cg_status ensure_buffer(cg_tensor **buf, const cg_module *m) {
-    if (*buf && cg_device_equal((*buf)->device, m->device)) return CG_OK;
+    if (*buf && cg_device_equal(cg__t((*buf))->device, m->device)) return CG_OK;
     cg_tensor *fresh;
     if (*buf) {
         bool previous = cg_set_grad_enabled(false);
@@ -89,7 +89,7 @@ static cg_status ensure_buffer(cg_tensor **buf, const cg_module *m) {
         cg_set_grad_enabled(previous);
         if (!fresh) return cg_last_status();
     } else {
-        if (!(fresh = cg__tensor_new(1, m->flat_data->shape, m->device))) return cg_last_status();
+        if (!(fresh = cg__tensor_new(1, cg__t(m->flat_data)->shape, m->device))) return cg_last_status();
         cg_status s = cg__backend_for(m->device)->fill(fresh, 0.0f);
         if (s != CG_OK) {
             cg_tensor_free(fresh);
@@ -112,7 +112,7 @@ static cg_status step_root(adam_optimizer *opt, int r) {
     double lr = opt->base.lr;
     float *exp_avg = cg__data(opt->exp_avg[r]), *exp_avg_sq = cg__data(opt->exp_avg_sq[r]);
     for (int i = 0; i < m->nparams;) {
-        if (!m->params[i].tensor->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
+        if (!cg__t(m->params[i].tensor)->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
             i++;
             continue;
         }
@@ -149,7 +149,7 @@ static cg_status adam_step(cg_optimizer *base) {
     /* Replicas share one gradient pattern, so the step counts advance once for all. */
     cg_module *m = base->roots[0];
     for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].tensor->grad_defined) opt->steps[i]++;
+        if (cg__t(m->params[i].tensor)->grad_defined) opt->steps[i]++;
     return CG_OK;
 }
 

@@ -41,7 +41,7 @@ cg_status cg_optimizer_zero_grad(cg_optimizer *opt) {
         cg_module *m = opt->roots[r];
         /* No fill: an undefined gradient is never read (the next backward overwrites it, optimizers
          * skip it, and gradient buckets zero it when it gets none), as PyTorch's set_to_none. */
-        for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = false;
+        for (int i = 0; i < m->nparams; i++) cg__t(m->params[i].tensor)->grad_defined = false;
     }
     return CG_OK;
 }
@@ -65,13 +65,13 @@ cg_status cg__optimizer_buffers_new(const cg_optimizer *opt, const float *values
     int made = 0;
     while (made < opt->nroots && s == CG_OK) {
         const cg_module *m = opt->roots[made];
-        cg_tensor *t = cg__tensor_new(1, m->flat_data->shape, m->device);
+        cg_tensor *t = cg__tensor_new(1, cg__t(m->flat_data)->shape, m->device);
         if (!t) {
             s = cg_last_status();
             break;
         }
         fresh[made++] = cg_keep(t);
-        s = values ? cg__copy_bytes(m->device, cg__data(t), cg_cpu(), values, (size_t)t->numel * sizeof(float))
+        s = values ? cg__copy_bytes(m->device, cg__data(t), cg_cpu(), values, (size_t)cg__t(t)->numel * sizeof(float))
                    : cg__backend_for(m->device)->fill(t, 0.0f);
     }
     if (s != CG_OK)
@@ -88,13 +88,13 @@ void cg__optimizer_buffers_swap(const cg_optimizer *opt, cg_tensor **slots, cg_t
 
 int cg__optimizer_run_end(const cg_module *m, int i, const int64_t *key) {
     int j = i + 1;
-    while (j < m->nparams && m->params[j].tensor->grad_defined && key[j] == key[i]) j++;
+    while (j < m->nparams && cg__t(m->params[j].tensor)->grad_defined && key[j] == key[i]) j++;
     return j;
 }
 
 void cg__optimizer_run_range(const cg_module *m, int i, int j, int64_t *begin, int64_t *count) {
     *begin = m->params[i].offset;
-    int64_t end = j < m->nparams ? m->params[j].offset : m->flat_data->numel;
+    int64_t end = j < m->nparams ? m->params[j].offset : cg__t(m->flat_data)->numel;
     *count = end - *begin;
 }
 

@@ -47,7 +47,7 @@ static void sgd_destroy(cg_optimizer *base) {
  * include the alignment padding between them, which is zero in every buffer and stays zero. */
 static int run_end(const sgd_optimizer *opt, const cg_module *m, int i) {
     int j = i + 1;
-    while (j < m->nparams && m->params[j].tensor->grad_defined && opt->momentum_ready[j] == opt->momentum_ready[i]) j++;
+    while (j < m->nparams && cg__t(m->params[j].tensor)->grad_defined && opt->momentum_ready[j] == opt->momentum_ready[i]) j++;
     return j;
 }
 
@@ -55,9 +55,9 @@ static int run_end(const sgd_optimizer *opt, const cg_module *m, int i) {
 static cg_status ensure_momentum(sgd_optimizer *opt, int r) {
     cg_module *m = opt->base.roots[r];
     cg_tensor **buf = &opt->momentum[r];
-    if (*buf && cg_device_equal((*buf)->device, m->device)) return CG_OK;
+    if (*buf && cg_device_equal(cg__t((*buf))->device, m->device)) return CG_OK;
     cg_tensor_free(*buf);
-    if (!(*buf = cg__tensor_new(1, m->flat_data->shape, m->device))) return cg_last_status();
+    if (!(*buf = cg__tensor_new(1, cg__t(m->flat_data)->shape, m->device))) return cg_last_status();
     cg_keep(*buf);
     memset(opt->momentum_ready, 0, (size_t)m->nparams * sizeof *opt->momentum_ready);
     return cg__backend_for(m->device)->fill(*buf, 0.0f);
@@ -71,7 +71,7 @@ static cg_status step_root(sgd_optimizer *opt, int r) {
     if (o->momentum != 0) CG_TRY(ensure_momentum(opt, r));
     float *momentum = opt->momentum[r] ? cg__data(opt->momentum[r]) : NULL;
     for (int i = 0; i < m->nparams;) {
-        if (!m->params[i].tensor->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
+        if (!cg__t(m->params[i].tensor)->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
             i++;
             continue;
         }
@@ -97,7 +97,7 @@ static cg_status sgd_step(cg_optimizer *base) {
     /* Replicas share one gradient pattern, so the momentum state advances once for all. */
     cg_module *m = base->roots[0];
     for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].tensor->grad_defined) opt->momentum_ready[i] = opt->options.momentum != 0;
+        if (cg__t(m->params[i].tensor)->grad_defined) opt->momentum_ready[i] = opt->options.momentum != 0;
     return CG_OK;
 }
 

@@ -77,8 +77,8 @@ static cg_status dp_sync_gradients(void *ctx) {
     }
     for (int i = 0; i < dp->nparams; i++) {
         bool any = false;
-        for (int r = 0; r < st->n; r++) any |= dp->replicas[r]->params[i].tensor->grad_defined;
-        for (int r = 0; r < st->n; r++) dp->replicas[r]->params[i].tensor->grad_defined = any;
+        for (int r = 0; r < st->n; r++) any |= cg__t(dp->replicas[r]->params[i].tensor)->grad_defined;
+        for (int r = 0; r < st->n; r++) cg__t(dp->replicas[r]->params[i].tensor)->grad_defined = any;
     }
     return s;
 }
@@ -91,7 +91,7 @@ static cg_status dp_begin_backward(cg_module *dp) {
     if (st->in_backward) return CG_OK;
     for (int r = 1; r < st->n; r++) {
         cg_module *m = dp->replicas[r];
-        for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = false;
+        for (int i = 0; i < m->nparams; i++) cg__t(m->params[i].tensor)->grad_defined = false;
     }
     CG_TRY(cg__queue_backward_callback(dp_sync_gradients, dp));
     st->in_backward = true;
@@ -102,9 +102,9 @@ static cg_status dp_begin_backward(cg_module *dp) {
 /* A view of rows [start, start + rows) of t that no scope or tape sees. */
 static cg_tensor *rows_of(const cg_tensor *t, int64_t start, int64_t rows) {
     int64_t shape[CG_MAX_DIMS];
-    memcpy(shape, t->shape, sizeof shape);
+    memcpy(shape, cg__t(t)->shape, sizeof shape);
     shape[0] = rows;
-    cg_tensor *v = cg__view_new(t, t->ndim, shape, t->strides, t->offset + start * t->strides[0]);
+    cg_tensor *v = cg__view_new(t, cg__t(t)->ndim, shape, cg__t(t)->strides, cg__t(t)->offset + start * cg__t(t)->strides[0]);
     return v ? cg_keep(v) : NULL;
 }
 
@@ -117,7 +117,7 @@ static cg_status gather_backward(cg_node *node, const cg_tensor *g, cg_tensor **
         int64_t rows = node->in_shape[k][0];
         cg_tensor *v = rows_of(g, start, rows);
         if (!v) return cg_last_status();
-        grad_in[k] = cg_device_equal(v->device, node->in_device[k]) ? v : cg_to(v, node->in_device[k]);
+        grad_in[k] = cg_device_equal(cg__t(v)->device, node->in_device[k]) ? v : cg_to(v, node->in_device[k]);
         if (grad_in[k] != v) cg_tensor_free(v);
         if (!grad_in[k]) return cg_last_status();
         start += rows;
@@ -129,26 +129,26 @@ static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
     dp_state *st = dp->state;
     const cg_tensor *first = ys[0];
     int64_t shape[CG_MAX_DIMS] = {0};
-    for (int d = 1; d < first->ndim; d++) shape[d] = first->shape[d];
+    for (int d = 1; d < cg__t(first)->ndim; d++) shape[d] = cg__t(first)->shape[d];
     for (int i = 0; i < k; i++) {
         char a[160], b[160];
-        if (ys[i]->ndim != ys[0]->ndim || ys[i]->ndim < 1 ||
-            memcmp(ys[i]->shape + 1, ys[0]->shape + 1, (size_t)(ys[0]->ndim - 1) * sizeof(int64_t)))
+        if (cg__t(ys[i])->ndim != cg__t(ys[0])->ndim || cg__t(ys[i])->ndim < 1 ||
+            memcmp(cg__t(ys[i])->shape + 1, cg__t(ys[0])->shape + 1, (size_t)(cg__t(ys[0])->ndim - 1) * sizeof(int64_t)))
             return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: replica outputs %s and %s cannot be gathered along dim 0",
                                 cg__shape_str(ys[0], a, sizeof a), cg__shape_str(ys[i], b, sizeof b));
-        shape[0] += ys[i]->shape[0];
+        shape[0] += cg__t(ys[i])->shape[0];
     }
-    cg_tensor *out = cg__tensor_new(ys[0]->ndim, shape, st->output);
+    cg_tensor *out = cg__tensor_new(cg__t(ys[0])->ndim, shape, st->output);
     if (!out) return NULL;
-    int64_t row = out->shape[0] ? out->numel / out->shape[0] : 0, start = 0;
+    int64_t row = cg__t(out)->shape[0] ? cg__t(out)->numel / cg__t(out)->shape[0] : 0, start = 0;
     cg_status s = CG_OK;
     for (int i = 0; i < k && s == CG_OK; i++) {
         cg_tensor *c = cg_contiguous(ys[i]);
-        s = c ? cg__copy_bytes(st->output, cg__data(out) + start * row, c->device, cg__data(c),
-                               (size_t)c->numel * sizeof(float))
+        s = c ? cg__copy_bytes(st->output, cg__data(out) + start * row, cg__t(c)->device, cg__data(c),
+                               (size_t)cg__t(c)->numel * sizeof(float))
               : cg_last_status();
         cg_tensor_free(c);
-        start += ys[i]->shape[0];
+        start += cg__t(ys[i])->shape[0];
     }
     const cg_tensor *const *inputs = (const cg_tensor *const *)ys;
     if (s == CG_OK && cg__should_record(k, inputs)) {
@@ -176,19 +176,19 @@ static cg_tensor *run_replicas(cg_module *dp, int k, const cg_tensor *const *sha
 
 static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x) {
     dp_state *st = dp->state;
-    if (x->ndim < 1 || x->shape[0] == 0)
+    if (cg__t(x)->ndim < 1 || cg__t(x)->shape[0] == 0)
         return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: the input needs a non-empty batch dimension");
-    if (x->requires_grad && cg_is_grad_enabled())
+    if (cg__t(x)->requires_grad && cg_is_grad_enabled())
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "DataParallel: an input that requires grad is not supported "
                                                 "(detach it, or pass per-device shards)");
     int64_t sizes[CG_NODE_MAX_INPUTS];
-    int k = cg_data_parallel_chunks(x->shape[0], st->n, sizes);
+    int k = cg_data_parallel_chunks(cg__t(x)->shape[0], st->n, sizes);
     cg_tensor *shards[CG_NODE_MAX_INPUTS] = {0};
     int made = 0;
     for (int64_t start = 0; made < k; start += sizes[made++]) {
         cg_tensor *rows = rows_of(x, start, sizes[made]);
         cg_device d = cg_cuda(st->devices[made]);
-        shards[made] = rows && !cg_device_equal(rows->device, d) ? cg_to(rows, d) : rows;
+        shards[made] = rows && !cg_device_equal(cg__t(rows)->device, d) ? cg_to(rows, d) : rows;
         if (shards[made] != rows) cg_tensor_free(rows);
         if (!shards[made]) break;
     }
@@ -206,9 +206,9 @@ cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor
     for (int i = 0; i < n; i++) {
         char a[16], b[16];
         if (cg__check_tensor(shards[i], "cg_data_parallel_forward_shards", "shards[i]") != CG_OK) return NULL;
-        if (!cg_device_equal(shards[i]->device, cg_cuda(st->devices[i])))
+        if (!cg_device_equal(cg__t(shards[i])->device, cg_cuda(st->devices[i])))
             return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_data_parallel_forward_shards: shard %d is on %s, expected %s", i,
-                                cg_device_str(shards[i]->device, a, sizeof a), cg_device_str(cg_cuda(st->devices[i]), b, sizeof b));
+                                cg_device_str(cg__t(shards[i])->device, a, sizeof a), cg_device_str(cg_cuda(st->devices[i]), b, sizeof b));
     }
     return run_replicas(dp, n, shards);
 }
@@ -297,7 +297,7 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
     }
     if (s == CG_OK && st->n > 1) s = cg__nccl_new(NULL, st->n, 0, st->n, st->devices, &st->nccl);
     if (s == CG_OK && st->n > 1 && cg__peer_enabled() &&
-        cg__peer_new_local(st->n, st->devices, st->grad_bufs, dp->replicas[0]->flat_grad->numel, &st->peer) != CG_OK)
+        cg__peer_new_local(st->n, st->devices, st->grad_bufs, cg__t(dp->replicas[0]->flat_grad)->numel, &st->peer) != CG_OK)
         st->peer = NULL; /* NCCL does it all: the GPUs cannot reach each other's memory */
     if (s == CG_OK && st->n > 1) s = dp_make_buckets(dp, CG_GRAD_BUCKET_DEFAULT_BYTES);
     if (s != CG_OK) {

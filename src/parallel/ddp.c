@@ -129,7 +129,7 @@ static cg_status ddp_finish_backward(void *ctx) {
         cg_status js = cg__nccl_join(st->dist->nccl);
         if (s == CG_OK) s = js;
     }
-    for (int i = 0; i < m->nparams; i++) m->params[i].tensor->grad_defined = true;
+    for (int i = 0; i < m->nparams; i++) cg__t(m->params[i].tensor)->grad_defined = true;
     return s;
 }
 
@@ -141,7 +141,7 @@ static cg_status ddp_output_backward(cg_node *node, const cg_tensor *g, cg_tenso
         st->in_backward = true;
         cg__grad_buckets_arm(st->buckets);
     }
-    grad_in[0] = cg__view_new(g, g->ndim, g->shape, g->strides, g->offset);
+    grad_in[0] = cg__view_new(g, cg__t(g)->ndim, cg__t(g)->shape, cg__t(g)->strides, cg__t(g)->offset);
     return grad_in[0] ? CG_OK : cg_last_status();
 }
 
@@ -149,16 +149,16 @@ static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
     ddp_state *st = ddp->state;
     if (!cg_is_grad_enabled()) return cg_module_forward(st->module, x); /* evaluation: purely local */
     /* Averaging assumes equal local batches: a different size would silently mis-weight a rank. */
-    int64_t sizes[2] = {x->ndim ? x->shape[0] : 1, x->ndim ? -x->shape[0] : -1};
+    int64_t sizes[2] = {cg__t(x)->ndim ? cg__t(x)->shape[0] : 1, cg__t(x)->ndim ? -cg__t(x)->shape[0] : -1};
     int rc = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS) return (mpi_error(rc, "DDP batch-size check"), NULL);
     if (sizes[0] != -sizes[1])
         return CG_FAIL_NULL(CG_ERR_SHAPE, "DistributedDataParallel: local batch sizes differ across ranks (from %lld to "
                                           "%lld rows; this rank has %lld): every rank needs the same batch size",
-                            (long long)-sizes[1], (long long)sizes[0], (long long)(x->ndim ? x->shape[0] : 1));
+                            (long long)-sizes[1], (long long)sizes[0], (long long)(cg__t(x)->ndim ? cg__t(x)->shape[0] : 1));
     cg_tensor *y = cg_module_forward(st->module, x);
-    if (!y || !y->requires_grad) return y;
-    cg_tensor *out = cg__view_new(y, y->ndim, y->shape, y->strides, y->offset);
+    if (!y || !cg__t(y)->requires_grad) return y;
+    cg_tensor *out = cg__view_new(y, cg__t(y)->ndim, cg__t(y)->shape, cg__t(y)->strides, cg__t(y)->offset);
     const cg_tensor *inputs[1] = {y};
     cg_node *node = out ? cg__record(out, "DistributedDataParallel", ddp_output_backward, 1, inputs, 0, NULL) : NULL;
     cg_tensor_free(y);
@@ -211,7 +211,7 @@ static void connect_peers(ddp_state *st) {
     cg_peer *p = NULL;
     unsigned char *all = calloc((size_t)d->world, CG_PEER_EXPORT_BYTES), mine[CG_PEER_EXPORT_BYTES] = {0};
     bool ok = all && cg__peer_enabled() &&
-              cg__peer_new_rank(d->device.index, d->rank, d->world, cg__data(m->flat_grad), m->flat_grad->numel, &p) == CG_OK &&
+              cg__peer_new_rank(d->device.index, d->rank, d->world, cg__data(m->flat_grad), cg__t(m->flat_grad)->numel, &p) == CG_OK &&
               cg__peer_export(p, mine) == CG_OK;
     bool connected = false;
     if (all_agree(ok) &&
@@ -231,7 +231,7 @@ static void connect_peers(ddp_state *st) {
 static cg_status broadcast_parameters(ddp_state *st) {
     cg_module *m = st->module;
     float *data = cg__data(m->flat_data);
-    int64_t count = m->flat_data->numel;
+    int64_t count = cg__t(m->flat_data)->numel;
     if (st->dist->world == 1) return CG_OK;
     if (m->device.type == CG_CUDA) return cg__nccl_broadcast(st->dist->nccl, &data, count, 0);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: %lld parameters are too many for one MPI call", (long long)count);

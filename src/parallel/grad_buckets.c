@@ -62,8 +62,8 @@ void cg__grad_buckets_arm(cg_grad_buckets *gb) {
 static void zero_undefined(cg_grad_buckets *gb, int r, int b) {
     for (int i = 0; i < gb->nparams && gb->failure == CG_OK; i++) {
         cg_tensor *p = gb->replicas[r]->params[i].tensor;
-        if (gb->hooks[r * gb->nparams + i].bucket == b && !p->grad_defined)
-            gb->failure = cg__backend_for(p->device)->fill(p->grad, 0.0f);
+        if (gb->hooks[r * gb->nparams + i].bucket == b && !cg__t(p)->grad_defined)
+            gb->failure = cg__backend_for(cg__t(p)->device)->fill(cg__t(p)->grad, 0.0f);
     }
 }
 
@@ -86,7 +86,7 @@ static void assign_buckets(cg_grad_buckets *gb, size_t bucket_bytes) {
     int64_t limit = (int64_t)(bucket_bytes / sizeof(float));
     for (int i = m->nparams - 1; i >= 0; i--) {
         bucket *bk = &gb->buckets[gb->nbuckets];
-        if (bk->params == 0) bk->end = i + 1 < m->nparams ? m->params[i + 1].offset : m->flat_grad->numel;
+        if (bk->params == 0) bk->end = i + 1 < m->nparams ? m->params[i + 1].offset : cg__t(m->flat_grad)->numel;
         bk->begin = m->params[i].offset;
         bk->params++;
         for (int r = 0; r < gb->nreplicas; r++) gb->hooks[r * gb->nparams + i] = (param_hook){gb, r, gb->nbuckets, false};
@@ -115,7 +115,7 @@ cg_grad_buckets *cg__grad_buckets_new(cg_module *const *replicas, int nreplicas,
     for (int r = 0; r < nreplicas; r++)
         for (int i = 0; i < nparams; i++) {
             cg_tensor *p = replicas[r]->params[i].tensor;
-            p->grad_hook = grad_final, p->grad_hook_ctx = &gb->hooks[r * nparams + i];
+            cg__t(p)->grad_hook = grad_final, cg__t(p)->grad_hook_ctx = &gb->hooks[r * nparams + i];
         }
     return gb;
 }
@@ -123,7 +123,7 @@ cg_grad_buckets *cg__grad_buckets_new(cg_module *const *replicas, int nreplicas,
 void cg__grad_buckets_free(cg_grad_buckets *gb) {
     if (!gb) return;
     for (int r = 0; gb->hooks && r < gb->nreplicas; r++)
-        for (int i = 0; i < gb->nparams; i++) gb->replicas[r]->params[i].tensor->grad_hook = NULL;
+        for (int i = 0; i < gb->nparams; i++) cg__t(gb->replicas[r]->params[i].tensor)->grad_hook = NULL;
     free(gb->buckets), free(gb->done), free(gb->hooks), free(gb->replicas);
     free(gb);
 }
