@@ -19,20 +19,20 @@
 
 /* ---- helpers shared by save and load ------------------------------------------------------------ */
 /* The packed parameter sets of m: its data-parallel replicas (at most one per GPU), or m itself. */
-static int root_count(const cg_module *m) { return m->replicas ? m->nreplicas : 1; }
-static cg_module *root_at(cg_module *m, int r) { return m->replicas ? m->replicas[r] : m; }
+static int root_count(const cg_module *m) { return cg__m(m)->replicas ? cg__m(m)->nreplicas : 1; }
+static cg_module *root_at(cg_module *m, int r) { return cg__m(m)->replicas ? cg__m(m)->replicas[r] : m; }
 
 /* Elements in each root's flat buffers (0 for a module without parameters). */
 static int64_t flat_total(const cg_module *m) {
-    const cg_module *root = m->replicas ? m->replicas[0] : m;
-    return root->flat_data ? cg__t(root->flat_data)->numel : 0;
+    const cg_module *root = cg__m(m)->replicas ? cg__m(m)->replicas[0] : m;
+    return cg__m(root)->flat_data ? cg__t(cg__m(root)->flat_data)->numel : 0;
 }
 
 static cg_status check_model(const char *fn, const cg_module *model, const cg_optimizer *opt) {
     if (!model) return cg__fail(CG_ERR_INVALID_ARG, "%s: model is NULL", fn);
-    if (model->parent)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, model->ops->type,
-                        model->parent->ops->type);
+    if (cg__m(model)->parent)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, cg__m(model)->ops->type,
+                        cg__m(cg__m(model)->parent)->ops->type);
     if (opt && opt->module != model)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: the optimizer steps another module than the model given", fn);
     return CG_OK;
@@ -113,15 +113,15 @@ static cg_status add_meta_list(ck_out *o, const char *key, const int64_t *v, int
 }
 
 static cg_status save_model(ck_out *o, const cg_module *model) {
-    for (int i = 0; i < model->nparams; i++)
-        CG_TRY(add_tensor(o, model->params[i].name, model->params[i].tensor, NULL));
+    for (int i = 0; i < cg__m(model)->nparams; i++)
+        CG_TRY(add_tensor(o, cg__m(model)->params[i].name, cg__m(model)->params[i].tensor, NULL));
     return CG_OK;
 }
 
 static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
     const cg_module *m = opt->module;
     cg_optimizer_state st = {0};
-    int64_t *counts = malloc(((size_t)m->nparams + 1) * sizeof *counts);
+    int64_t *counts = malloc(((size_t)cg__m(m)->nparams + 1) * sizeof *counts);
     if (!counts) return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
     opt->ops->describe(opt, &st, counts);
     char key[160];
@@ -130,17 +130,17 @@ static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
     cg_status s = add_meta(o, CK_RESERVED "optimizer", "%s", opt->ops->name);
     if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.lr", "%s", cg__shortest_str(opt->lr, false, lr, sizeof lr));
     if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.settings", "%s", st.settings);
-    if (s == CG_OK) s = add_meta_list(o, key, counts, m->nparams);
+    if (s == CG_OK) s = add_meta_list(o, key, counts, cg__m(m)->nparams);
     free(counts);
     /* Buffers not made yet (no step so far) are left out: the load then starts them at zero. */
     for (int k = 0; k < st.nbuffers && s == CG_OK; k++) {
         const cg_tensor *buf = st.buffers[k][0];
-        for (int i = 0; buf && i < m->nparams && s == CG_OK; i++) {
-            const cg_tensor *p = m->params[i].tensor;
-            cg_tensor *view = cg__view_new(buf, cg__t(p)->ndim, cg__t(p)->shape, NULL, cg__t(buf)->offset + m->params[i].offset);
+        for (int i = 0; buf && i < cg__m(m)->nparams && s == CG_OK; i++) {
+            const cg_tensor *p = cg__m(m)->params[i].tensor;
+            cg_tensor *view = cg__view_new(buf, cg__t(p)->ndim, cg__t(p)->shape, NULL, cg__t(buf)->offset + cg__m(m)->params[i].offset);
             if (!view) return cg_last_status();
-            char name[sizeof m->params[i].name + 64];
-            buffer_entry_name(name, sizeof name, m->params[i].name, st.buffer_names[k]);
+            char name[sizeof cg__m(m)->params[i].name + 64];
+            buffer_entry_name(name, sizeof name, cg__m(m)->params[i].name, st.buffer_names[k]);
             s = add_tensor(o, name, view, view);
         }
     }
@@ -195,7 +195,7 @@ cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_
     CG_TRY(check_model(fn, model, optimizer));
     CG_TRY(check_user_meta(n_meta, keys, values));
     ck_out o = {0};
-    o.cap = model->nparams * (1 + CG_OPTIM_MAX_BUFFERS) + 1;
+    o.cap = cg__m(model)->nparams * (1 + CG_OPTIM_MAX_BUFFERS) + 1;
     o.names = calloc((size_t)o.cap, sizeof *o.names);
     o.tensors = calloc((size_t)o.cap, sizeof *o.tensors);
     o.views = calloc((size_t)o.cap, sizeof *o.views);
@@ -323,10 +323,10 @@ static cg_status read_entry(ck_plan *p, int k, const cg_tensor *t, float *dst) {
 static cg_status plan_model(ck_plan *p, const cg_module *model) {
     p->total = flat_total(model);
     if (!(p->params = calloc((size_t)p->total + 1, sizeof(float)))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
-    for (int i = 0; i < model->nparams; i++) {
-        const cg_param_entry *e = &model->params[i];
+    for (int i = 0; i < cg__m(model)->nparams; i++) {
+        const cg_param_entry *e = &cg__m(model)->params[i];
         int k = cg_safetensors_find(p->st, e->name);
-        if (k < 0) return load_fail(p, "missing parameter \"%s\" (the model has %d parameters)", e->name, model->nparams);
+        if (k < 0) return load_fail(p, "missing parameter \"%s\" (the model has %d parameters)", e->name, cg__m(model)->nparams);
         CG_TRY(read_entry(p, k, e->tensor, p->params + e->offset));
     }
     return CG_OK;
@@ -345,18 +345,18 @@ static cg_status plan_rng(ck_plan *p) {
 /* One buffer of the optimizer: every parameter's entry, or none (then NULL: zeros). */
 static cg_status plan_buffer(ck_plan *p, const cg_module *m, const char *key, float **out) {
     int present = 0;
-    char name[sizeof m->params[0].name + 64];
-    for (int i = 0; i < m->nparams; i++) {
-        buffer_entry_name(name, sizeof name, m->params[i].name, key);
+    char name[sizeof cg__m(m)->params[0].name + 64];
+    for (int i = 0; i < cg__m(m)->nparams; i++) {
+        buffer_entry_name(name, sizeof name, cg__m(m)->params[i].name, key);
         present += cg_safetensors_find(p->st, name) >= 0;
     }
     if (present == 0) return CG_OK;
     if (!(*out = calloc((size_t)p->total + 1, sizeof(float)))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
-    for (int i = 0; i < m->nparams; i++) {
-        buffer_entry_name(name, sizeof name, m->params[i].name, key);
+    for (int i = 0; i < cg__m(m)->nparams; i++) {
+        buffer_entry_name(name, sizeof name, cg__m(m)->params[i].name, key);
         int k = cg_safetensors_find(p->st, name);
-        if (k < 0) return load_fail(p, "missing optimizer tensor \"%s\" (%d of %d parameters have one)", name, present, m->nparams);
-        CG_TRY(read_entry(p, k, m->params[i].tensor, *out + m->params[i].offset));
+        if (k < 0) return load_fail(p, "missing optimizer tensor \"%s\" (%d of %d parameters have one)", name, present, cg__m(m)->nparams);
+        CG_TRY(read_entry(p, k, cg__m(m)->params[i].tensor, *out + cg__m(m)->params[i].offset));
     }
     return CG_OK;
 }
@@ -367,8 +367,8 @@ static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
     if (!kind) return load_fail(p, "the checkpoint holds no optimizer state (saved with a NULL optimizer)");
     if (strcmp(kind, opt->ops->name) != 0)
         return load_fail(p, "the checkpoint's optimizer is %.32s, but this one is %s", kind, opt->ops->name);
-    if (!(p->counts = calloc((size_t)m->nparams + 1, sizeof *p->counts))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
-    int64_t *mine = calloc((size_t)m->nparams + 1, sizeof *mine);
+    if (!(p->counts = calloc((size_t)cg__m(m)->nparams + 1, sizeof *p->counts))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
+    int64_t *mine = calloc((size_t)cg__m(m)->nparams + 1, sizeof *mine);
     if (!mine) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
     opt->ops->describe(opt, &p->ost, mine);
     free(mine);
@@ -385,10 +385,10 @@ static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
         return load_fail(p, "metadata \"" CK_RESERVED "optimizer.lr\" = \"%.64s\" is not a learning rate", lr);
     char key[160];
     snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", p->ost.count_name);
-    CG_TRY(meta_list(p, key, m->nparams, p->counts, NULL));
+    CG_TRY(meta_list(p, key, cg__m(m)->nparams, p->counts, NULL));
     if (opt->ops->check_counts(opt, p->counts) != CG_OK) return load_fail(p, "%s", cg_last_error());
     bool any_count = false;
-    for (int i = 0; i < m->nparams; i++) any_count |= p->counts[i] != 0;
+    for (int i = 0; i < cg__m(m)->nparams; i++) any_count |= p->counts[i] != 0;
     for (int k = 0; k < p->ost.nbuffers; k++) {
         CG_TRY(plan_buffer(p, m, p->ost.buffer_names[k], &p->buffers[k]));
         if (!p->buffers[k] && any_count)
@@ -449,7 +449,7 @@ static cg_status apply(ck_plan *p, cg_module *model, cg_optimizer *opt, cg_loade
         if ((s = cg__optimizer_buffers_new(opt, p->buffers[made], fresh[made])) == CG_OK) made++;
     for (int r = 0; r < root_count(model) && s == CG_OK && p->total > 0; r++) {
         cg_module *root = root_at(model, r);
-        s = cg__copy_bytes(root->device, cg__data(root->flat_data), cg_cpu(), p->params, (size_t)p->total * sizeof(float));
+        s = cg__copy_bytes(cg__m(root)->device, cg__data(cg__m(root)->flat_data), cg_cpu(), p->params, (size_t)p->total * sizeof(float));
     }
     if (s != CG_OK) {
         for (int k = 0; k < made; k++)

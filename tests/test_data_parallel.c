@@ -131,11 +131,11 @@ static void test_forward_shards_not_dp(void **state) {
     cg_tensor *x = CG_TEST_OK(cg_zeros(CG_SHAPE(2, IN), cg_cpu()));
     const cg_tensor *shards[1] = {x};
     assert_null(cg_data_parallel_forward_shards(m, 1, shards));
-    cg_test_assert_error(CG_ERR_INVALID_ARG, "not a DataParallel module");
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "a Sequential, not a DataParallel module");
     assert_null(cg_data_parallel_forward_shards(NULL, 1, shards));
-    cg_test_assert_error(CG_ERR_INVALID_ARG, "not a DataParallel module");
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_data_parallel_forward_shards: module is NULL");
     assert_int_equal(cg_data_parallel_set_bucket_bytes(m, 4), CG_ERR_INVALID_ARG);
-    cg_test_assert_error(CG_ERR_INVALID_ARG, "set_bucket_bytes: not a DataParallel module");
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "set_bucket_bytes: a Sequential, not a DataParallel module");
     cg_tensor_free(x);
     cg_module_free(m);
 }

@@ -8,15 +8,15 @@ enum { STRIDE, PADDING };
 enum { POOL_KERNEL, POOL_STRIDE };
 
 static cg_tensor *conv_forward(cg_module *m, const cg_tensor *x) {
-    return cg_conv2d(x, m->own[0], m->nown == 2 ? m->own[1] : NULL, (int)m->config[STRIDE], (int)m->config[PADDING]);
+    return cg_conv2d(x, cg__m(m)->own[0], cg__m(m)->nown == 2 ? cg__m(m)->own[1] : NULL, (int)cg__m(m)->config[STRIDE], (int)cg__m(m)->config[PADDING]);
 }
 
 static cg_module *conv_create(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t padding, bool bias,
                               cg_device d);
 
 static cg_module *conv_shell(const cg_module *m, cg_device d) {
-    const int64_t *w = cg__t(m->own[0])->shape; /* (out, in, k, k) */
-    return conv_create(w[1], w[0], w[2], m->config[STRIDE], m->config[PADDING], m->nown == 2, d);
+    const int64_t *w = cg__t(cg__m(m)->own[0])->shape; /* (out, in, k, k) */
+    return conv_create(w[1], w[0], w[2], cg__m(m)->config[STRIDE], cg__m(m)->config[PADDING], cg__m(m)->nown == 2, d);
 }
 
 static const cg_module_ops conv_ops = {.type = "Conv2d", .forward = conv_forward, .shell = conv_shell};
@@ -25,7 +25,7 @@ static cg_module *conv_create(int64_t in, int64_t out, int64_t k, int64_t stride
                               cg_device d) {
     cg_module *m = cg__module_new(&conv_ops, d, 0);
     if (!m) return NULL;
-    m->config[STRIDE] = stride, m->config[PADDING] = padding;
+    cg__m(m)->config[STRIDE] = stride, cg__m(m)->config[PADDING] = padding;
     if (!cg__module_add_param(m, "weight", 4, (int64_t[]){out, in, k, k}) ||
         (bias && !cg__module_add_param(m, "bias", 1, (int64_t[]){out})) || cg__module_pack(m, d) != CG_OK) {
         cg_module_free(m);
@@ -55,7 +55,7 @@ cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kern
 
 /* ---- MaxPool2d: no parameters, so it follows its input's device ---------------------------------------- */
 static cg_tensor *pool_forward(cg_module *m, const cg_tensor *x) {
-    return cg_max_pool2d(x, (int)m->config[POOL_KERNEL], (int)m->config[POOL_STRIDE]);
+    return cg_max_pool2d(x, (int)cg__m(m)->config[POOL_KERNEL], (int)cg__m(m)->config[POOL_STRIDE]);
 }
 
 static const cg_module_ops pool_ops = {.type = "MaxPool2d", .forward = pool_forward, .shell = cg__module_plain_shell};
@@ -65,6 +65,6 @@ cg_module *cg_max_pool2d_new(int64_t kernel_size, int64_t stride) {
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_max_pool2d_new: kernel_size (%lld) must be positive and stride (%lld) non-negative (0: the kernel size)",
                             (long long)kernel_size, (long long)stride);
     cg_module *m = cg__module_new(&pool_ops, cg_cpu(), 0);
-    if (m) m->config[POOL_KERNEL] = kernel_size, m->config[POOL_STRIDE] = stride ? stride : kernel_size;
+    if (m) cg__m(m)->config[POOL_KERNEL] = kernel_size, cg__m(m)->config[POOL_STRIDE] = stride ? stride : kernel_size;
     return m;
 }

@@ -2,37 +2,44 @@
  * device (plus a gradient buffer of the same layout), moving and cloning. */
 #include "nn/module.h"
 
+static cg_handle_pool module_pool = CG_HANDLE_POOL(CG_HANDLE_MODULE, cg_module_impl);
+
 cg_module *cg__module_new(const cg_module_ops *ops, cg_device d, int nchildren) {
-    cg_module *m = calloc(1, sizeof *m);
-    if (!m) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for a %s module", ops->type);
+    cg_module *h = cg__handle_new(&module_pool);
+    if (!h) return (cg__fail_context("a %s module", ops->type), NULL);
+    cg_module_impl *m = cg__m(h);
     if (nchildren > 0 && !(m->children = calloc((size_t)nchildren, sizeof *m->children))) {
-        free(m);
+        cg__handle_free(&module_pool, h);
         return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for a %s module", ops->type);
     }
     m->ops = ops;
     m->device = d;
     m->training = true;
     m->nchildren = nchildren;
-    return m;
+    return h;
+}
+
+cg_status cg__check_module(const cg_module *m, const char *fn) {
+    return cg__handle_check(CG_HANDLE_MODULE, m, fn, "module");
 }
 
 cg_status cg__module_check_adoptable(const cg_module *m, const char *fn, const char *what) {
-    if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: %s is NULL", fn, what);
-    if (m->parent)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s (%s) already belongs to a %s", fn, what, m->ops->type,
-                        m->parent->ops->type);
-    if (m->has_optimizer)
+    CG_TRY(cg__handle_check(CG_HANDLE_MODULE, m, fn, what));
+    if (cg__m(m)->parent)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s (%s) already belongs to a %s", fn, what, cg__m(m)->ops->type,
+                        cg__m(cg__m(m)->parent)->ops->type);
+    if (cg__m(m)->has_optimizer)
         return cg__fail(CG_ERR_INVALID_ARG,
                         "%s: %s (%s) already has an optimizer, which would keep stepping its old parameter buffer; "
-                        "build the whole model first, then create the optimizer over it", fn, what, m->ops->type);
+                        "build the whole model first, then create the optimizer over it", fn, what, cg__m(m)->ops->type);
     return CG_OK;
 }
 
 cg_module *cg__module_plain_shell(const cg_module *m, cg_device d) {
-    cg_module *s = cg__module_new(m->ops, d, 0);
+    cg_module *s = cg__module_new(cg__m(m)->ops, d, 0);
     if (s) {
-        memcpy(s->config, m->config, sizeof s->config);
-        s->training = m->training;
+        memcpy(cg__m(s)->config, cg__m(m)->config, sizeof cg__m(s)->config);
+        cg__m(s)->training = cg__m(m)->training;
     }
     return s;
 }
@@ -50,61 +57,61 @@ static cg_status init_uniform(cg_tensor *p, float bound) {
 }
 
 cg_status cg__module_init_uniform(cg_module *m, float bound) {
-    for (int i = 0; i < m->nown; i++) CG_TRY(init_uniform(m->own[i], bound));
+    for (int i = 0; i < cg__m(m)->nown; i++) CG_TRY(init_uniform(cg__m(m)->own[i], bound));
     return CG_OK;
 }
 
 cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const int64_t *shape) {
-    if (m->nown == CG_MODULE_MAX_OWN_PARAMS)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: too many parameters", m->ops->type);
-    cg_tensor *t = cg__tensor_new(ndim, shape, m->device);
+    if (cg__m(m)->nown == CG_MODULE_MAX_OWN_PARAMS)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: too many parameters", cg__m(m)->ops->type);
+    cg_tensor *t = cg__tensor_new(ndim, shape, cg__m(m)->device);
     if (!t) return NULL;
     cg_keep(t);
     cg__t(t)->requires_grad = true;
-    m->own_names[m->nown] = name;
-    m->own[m->nown++] = t;
+    cg__m(m)->own_names[cg__m(m)->nown] = name;
+    cg__m(m)->own[cg__m(m)->nown++] = t;
     return t;
 }
 
 /* ---- enumeration -------------------------------------------------------------------------------- */
 static int count_params(const cg_module *m) {
-    int n = m->nown;
-    for (int i = 0; i < m->nchildren; i++) n += count_params(m->children[i]);
+    int n = cg__m(m)->nown;
+    for (int i = 0; i < cg__m(m)->nchildren; i++) n += count_params(cg__m(m)->children[i]);
     return n;
 }
 
 static void collect_params(const cg_module *m, const char *prefix, cg_param_entry *out, int *n) {
-    for (int i = 0; i < m->nown; i++) {
-        snprintf(out[*n].name, sizeof out[*n].name, "%s%s", prefix, m->own_names[i]);
-        out[*n].tensor = m->own[i];
+    for (int i = 0; i < cg__m(m)->nown; i++) {
+        snprintf(out[*n].name, sizeof out[*n].name, "%s%s", prefix, cg__m(m)->own_names[i]);
+        out[*n].tensor = cg__m(m)->own[i];
         (*n)++;
     }
-    for (int c = 0; c < m->nchildren; c++) {
+    for (int c = 0; c < cg__m(m)->nchildren; c++) {
         char child_prefix[64];
         snprintf(child_prefix, sizeof child_prefix, "%s%d.", prefix, c);
-        collect_params(m->children[c], child_prefix, out, n);
+        collect_params(cg__m(m)->children[c], child_prefix, out, n);
     }
 }
 
 static int64_t aligned(int64_t n) { return (n + CG_PARAM_ALIGN - 1) / CG_PARAM_ALIGN * CG_PARAM_ALIGN; }
 
 static void drop_buffers(cg_module *m) {
-    free(m->params);
-    m->params = NULL, m->nparams = 0;
-    cg_tensor_free(m->flat_data);
-    cg_tensor_free(m->flat_grad);
-    m->flat_data = m->flat_grad = NULL;
+    free(cg__m(m)->params);
+    cg__m(m)->params = NULL, cg__m(m)->nparams = 0;
+    cg_tensor_free(cg__m(m)->flat_data);
+    cg_tensor_free(cg__m(m)->flat_grad);
+    cg__m(m)->flat_data = cg__m(m)->flat_grad = NULL;
 }
 
 static void set_device(cg_module *m, cg_device d) {
-    m->device = d;
-    for (int c = 0; c < m->nchildren; c++) set_device(m->children[c], d);
+    cg__m(m)->device = d;
+    for (int c = 0; c < cg__m(m)->nchildren; c++) set_device(cg__m(m)->children[c], d);
 }
 
 cg_status cg__module_pack(cg_module *m, cg_device d) {
     int n = count_params(m);
     cg_param_entry *params = calloc((size_t)(n ? n : 1), sizeof *params);
-    if (!params) return cg__fail(CG_ERR_OOM, "out of host memory packing a %s module", m->ops->type);
+    if (!params) return cg__fail(CG_ERR_OOM, "out of host memory packing a %s module", cg__m(m)->ops->type);
     int filled = 0;
     collect_params(m, "", params, &filled);
     int64_t total = 0;
@@ -136,78 +143,83 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
         if (cg__t(p)->grad) cg_keep(cg__t(p)->grad);
         cg__t(p)->grad_defined = false;
     }
-    for (int c = 0; c < m->nchildren; c++) {
-        drop_buffers(m->children[c]);
-        m->children[c]->parent = m;
+    for (int c = 0; c < cg__m(m)->nchildren; c++) {
+        drop_buffers(cg__m(m)->children[c]);
+        cg__m(cg__m(m)->children[c])->parent = m;
     }
     drop_buffers(m);
     set_device(m, d);
-    m->params = params, m->nparams = n;
-    m->flat_data = data, m->flat_grad = grad;
+    cg__m(m)->params = params, cg__m(m)->nparams = n;
+    cg__m(m)->flat_data = data, cg__m(m)->flat_grad = grad;
     return CG_OK;
 }
 
 /* ---- public API ------------------------------------------------------------------------------------ */
-static cg_status check_module(const cg_module *m, const char *fn) {
-    return m ? CG_OK : cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
-}
-
-/* The root that holds m's parameter list; m itself unless it was put inside another module. */
-static const cg_module *param_root(const cg_module *m, const char *fn) {
-    if (m->parent)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; use the outer module", fn, m->ops->type,
-                            m->parent->ops->type);
-    return m;
+/* m's error unless it is a live module that holds its own parameter list (it was not put inside
+ * another module, whose list holds its parameters). */
+static cg_status check_root(const cg_module *m, const char *fn) {
+    CG_TRY(cg__check_module(m, fn));
+    const cg_module_impl *mi = cg__m(m);
+    if (mi->parent)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; use the outer module", fn, mi->ops->type,
+                        cg__m(mi->parent)->ops->type);
+    return CG_OK;
 }
 
 /* Devices are checked by the ops themselves (an input on the wrong device fails in the first op
  * that meets a parameter, naming both devices); wrappers like DataParallel accept any device. */
 cg_tensor *cg_module_forward(cg_module *m, const cg_tensor *x) {
-    if (check_module(m, "cg_module_forward") != CG_OK || cg__check_tensor(x, "cg_module_forward", "x") != CG_OK) return NULL;
-    return m->ops->forward(m, x);
+    if (cg__check_module(m, "cg_module_forward") != CG_OK || cg__check_tensor(x, "cg_module_forward", "x") != CG_OK) return NULL;
+    return cg__m(m)->ops->forward(m, x);
 }
 
-void cg__module_free_owned(cg_module *m) {
-    if (!m) return;
-    if (m->ops->destroy) m->ops->destroy(m);
+void cg__module_free_owned(cg_module *h) {
+    if (!h) return;
+    cg_module_impl *m = cg__m(h);
+    if (m->ops->destroy) m->ops->destroy(h);
     for (int c = 0; c < m->nchildren; c++) cg__module_free_owned(m->children[c]);
     for (int i = 0; i < m->nown; i++) cg_tensor_free(m->own[i]);
-    drop_buffers(m);
+    drop_buffers(h);
     free(m->children);
-    free(m);
+    cg__handle_free(&module_pool, h);
 }
 
 void cg_module_free(cg_module *m) {
-    if (m && m->parent) { /* its owner frees it; freeing it here too would free it twice */
+    if (!m || cg__check_module(m, "cg_module_free") != CG_OK) return;
+    const cg_module_impl *mi = cg__m(m);
+    if (mi->parent) { /* its owner frees it; freeing it here too would free it twice */
         cg__fail(CG_ERR_INVALID_ARG, "cg_module_free: this %s belongs to a %s, which frees it; free the outer module",
-                 m->ops->type, m->parent->ops->type);
+                 mi->ops->type, cg__m(mi->parent)->ops->type);
         return;
     }
     cg__module_free_owned(m);
 }
 
 cg_status cg_module_to(cg_module *m, cg_device d) {
-    CG_TRY(check_module(m, "cg_module_to"));
-    if (!param_root(m, "cg_module_to")) return cg_last_status();
+    CG_TRY(check_root(m, "cg_module_to"));
+    const cg_module_impl *mi = cg__m(m);
     if (!cg__backend_for(d)) return cg__fail_context("cg_module_to");
-    if (!m->ops->shell) return cg__fail(CG_ERR_INVALID_ARG, "cg_module_to: a %s cannot be moved", m->ops->type);
-    if (cg_device_equal(d, m->device) && m->flat_data) return CG_OK;
+    if (!mi->ops->shell) return cg__fail(CG_ERR_INVALID_ARG, "cg_module_to: a %s cannot be moved", mi->ops->type);
+    if (cg_device_equal(d, mi->device) && mi->flat_data) return CG_OK;
     return cg__module_pack(m, d);
 }
 
-cg_device cg_module_device(const cg_module *m) { return m ? m->device : cg_cpu(); }
+cg_device cg_module_device(const cg_module *m) {
+    return cg__check_module(m, "cg_module_device") == CG_OK ? cg__m(m)->device : cg_cpu();
+}
 
 cg_module *cg_module_clone(const cg_module *m, cg_device d) {
-    if (check_module(m, "cg_module_clone") != CG_OK || !param_root(m, "cg_module_clone")) return NULL;
+    if (check_root(m, "cg_module_clone") != CG_OK) return NULL;
+    const cg_module_impl *mi = cg__m(m);
     if (!cg__backend_for(d)) return (cg__fail_context("cg_module_clone"), NULL);
-    if (!m->ops->shell) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_clone: a %s cannot be cloned", m->ops->type);
-    cg_module *copy = m->ops->shell(m, d);
+    if (!mi->ops->shell) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_clone: a %s cannot be cloned", mi->ops->type);
+    cg_module *copy = mi->ops->shell(m, d);
     if (!copy) return NULL;
     cg_status s = cg__module_pack(copy, d);
     /* Same structure, so the packed layouts match: one copy moves every parameter. */
-    if (s == CG_OK && m->flat_data)
-        s = cg__copy_bytes(d, cg__data(copy->flat_data), m->device, cg__data(m->flat_data),
-                           (size_t)cg__t(m->flat_data)->numel * sizeof(float));
+    if (s == CG_OK && mi->flat_data)
+        s = cg__copy_bytes(d, cg__data(cg__m(copy)->flat_data), mi->device, cg__data(mi->flat_data),
+                           (size_t)cg__t(mi->flat_data)->numel * sizeof(float));
     if (s != CG_OK) {
         cg_module_free(copy);
         return NULL;
@@ -216,26 +228,32 @@ cg_module *cg_module_clone(const cg_module *m, cg_device d) {
 }
 
 int cg_module_num_parameters(const cg_module *m) {
-    if (check_module(m, "cg_module_num_parameters") != CG_OK || !param_root(m, "cg_module_num_parameters")) return -1;
-    return m->nparams;
+    return check_root(m, "cg_module_num_parameters") == CG_OK ? cg__m(m)->nparams : -1;
 }
 
 cg_tensor *cg_module_parameter(const cg_module *m, int i, const char **name) {
-    if (check_module(m, "cg_module_parameter") != CG_OK || !param_root(m, "cg_module_parameter")) return NULL;
-    if (i < 0 || i >= m->nparams)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_parameter: index %d out of range (%d parameters)", i, m->nparams);
-    if (name) *name = m->params[i].name;
-    return m->params[i].tensor;
+    if (check_root(m, "cg_module_parameter") != CG_OK) return NULL;
+    const cg_module_impl *mi = cg__m(m);
+    if (i < 0 || i >= mi->nparams)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_parameter: index %d out of range (%d parameters)", i, mi->nparams);
+    if (name) *name = mi->params[i].name;
+    return mi->params[i].tensor;
 }
 
 int64_t cg_module_parameter_count(const cg_module *m) {
+    if (cg__check_module(m, "cg_module_parameter_count") != CG_OK) return -1;
+    const cg_module_impl *mi = cg__m(m);
     int64_t total = 0;
-    for (int i = 0; m && i < m->nparams; i++) total += cg__t(m->params[i].tensor)->numel;
+    for (int i = 0; i < mi->nparams; i++) total += cg__t(mi->params[i].tensor)->numel;
     return total;
 }
 
+static void set_training(cg_module *m, bool training) {
+    cg_module_impl *mi = cg__m(m);
+    mi->training = training;
+    for (int c = 0; c < mi->nchildren; c++) set_training(mi->children[c], training);
+}
+
 void cg_module_train(cg_module *m, bool training) {
-    if (!m) return;
-    m->training = training;
-    for (int c = 0; c < m->nchildren; c++) cg_module_train(m->children[c], training);
+    if (cg__check_module(m, "cg_module_train") == CG_OK) set_training(m, training);
 }

@@ -23,7 +23,8 @@ typedef struct cg_param_entry {
     int64_t offset; /* in the flat buffers, in elements */
 } cg_param_entry;
 
-struct cg_module {
+/* What a module handle (cg_module *, see handle.h) names; read it through cg__m(handle). */
+typedef struct cg_module_impl {
     const cg_module_ops *ops;
     cg_device device;
     bool training;
@@ -46,8 +47,12 @@ struct cg_module {
     void *state;                           /* type-specific, freed by ops->destroy */
     bool has_optimizer;                    /* an optimizer was made over it: it holds the buffers'
                                             * addresses, so m can no longer go inside another module */
-};
+} cg_module_impl;
 
+static inline cg_module_impl *cg__m(const cg_module *m) { return (cg_module_impl *)cg__handle_object(m); }
+
+/* fn's error unless m is a live module handle. */
+cg_status cg__check_module(const cg_module *m, const char *fn);
 /* A module with no parameters yet; NULL on out-of-memory. */
 cg_module *cg__module_new(const cg_module_ops *ops, cg_device d, int nchildren);
 /* The shell (see cg_module_ops) of a module with no parameters or children: same type, config and

@@ -6,9 +6,9 @@
 static cg_tensor *sequential_forward(cg_module *m, const cg_tensor *x) {
     const cg_tensor *cur = x;
     cg_tensor *owned = NULL;
-    for (int c = 0; c < m->nchildren; c++) {
-        cg_module *child = m->children[c];
-        cg_tensor *next = child->ops->forward(child, cur);
+    for (int c = 0; c < cg__m(m)->nchildren; c++) {
+        cg_module *child = cg__m(m)->children[c];
+        cg_tensor *next = cg__m(child)->ops->forward(child, cur);
         cg_tensor_free(owned);
         if (!next) return NULL;
         cur = owned = next;
@@ -19,11 +19,11 @@ static cg_tensor *sequential_forward(cg_module *m, const cg_tensor *x) {
 static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_device d);
 
 static cg_module *sequential_shell(const cg_module *m, cg_device d) {
-    cg_module **shells = calloc((size_t)m->nchildren + 1, sizeof *shells);
+    cg_module **shells = calloc((size_t)cg__m(m)->nchildren + 1, sizeof *shells);
     if (!shells) return CG_FAIL_NULL(CG_ERR_OOM, "Sequential: out of host memory");
     int made = 0;
-    while (made < m->nchildren && (shells[made] = m->children[made]->ops->shell(m->children[made], d))) made++;
-    cg_module *copy = made == m->nchildren ? sequential_assemble(made, shells, d) : NULL;
+    while (made < cg__m(m)->nchildren && (shells[made] = cg__m(cg__m(m)->children[made])->ops->shell(cg__m(m)->children[made], d))) made++;
+    cg_module *copy = made == cg__m(m)->nchildren ? sequential_assemble(made, shells, d) : NULL;
     if (!copy)
         while (made--) cg_module_free(shells[made]);
     free(shells);
@@ -36,9 +36,9 @@ static const cg_module_ops sequential_ops = {.type = "Sequential", .forward = se
 static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_device d) {
     cg_module *m = cg__module_new(&sequential_ops, d, n);
     if (!m) return NULL;
-    for (int c = 0; c < n; c++) m->children[c] = modules[c];
+    for (int c = 0; c < n; c++) cg__m(m)->children[c] = modules[c];
     if (cg__module_pack(m, d) != CG_OK) {
-        m->nchildren = 0;
+        cg__m(m)->nchildren = 0;
         cg_module_free(m);
         return NULL;
     }
@@ -47,9 +47,9 @@ static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_devic
 
 /* Parameterless children (activations) may come from any device; the rest must agree. */
 static bool has_params(const cg_module *m) {
-    if (m->nown) return true;
-    for (int c = 0; c < m->nchildren; c++)
-        if (has_params(m->children[c])) return true;
+    if (cg__m(m)->nown) return true;
+    for (int c = 0; c < cg__m(m)->nchildren; c++)
+        if (has_params(cg__m(m)->children[c])) return true;
     return false;
 }
 
@@ -68,12 +68,12 @@ cg_module *cg_sequential_new(int n, cg_module *const *modules) {
                                     "cg_sequential_new: module %d is module %d again (a module can have one place; "
                                     "shared weights are not supported)", c, j);
         if (!has_params(child)) continue;
-        if (found && !cg_device_equal(d, child->device)) {
+        if (found && !cg_device_equal(d, cg__m(child)->device)) {
             char a[16], b[16];
             return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_sequential_new: module %d is on %s, earlier ones on %s", c,
-                                cg_device_str(child->device, a, sizeof a), cg_device_str(d, b, sizeof b));
+                                cg_device_str(cg__m(child)->device, a, sizeof a), cg_device_str(d, b, sizeof b));
         }
-        d = child->device, found = true;
+        d = cg__m(child)->device, found = true;
     }
     return sequential_assemble(n, modules, d);
 }

@@ -55,7 +55,7 @@ static cg_optimizer *adam_new(cg_module *m, cg_adam_options o, bool decoupled, c
     if (!opt) return NULL;
     opt->exp_avg = calloc((size_t)opt->base.nroots, sizeof *opt->exp_avg);
     opt->exp_avg_sq = calloc((size_t)opt->base.nroots, sizeof *opt->exp_avg_sq);
-    opt->steps = calloc((size_t)m->nparams, sizeof *opt->steps);
+    opt->steps = calloc((size_t)cg__m(m)->nparams, sizeof *opt->steps);
     if (!opt->exp_avg || !opt->exp_avg_sq || !opt->steps) {
         cg_optimizer_free(&opt->base);
         return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
@@ -81,16 +81,16 @@ static void adam_destroy(cg_optimizer *base) {
 /* A moment buffer of root m on m's device: made zeroed on first use, and moved along (values kept)
  * when the module has moved to another device since. */
 static cg_status ensure_buffer(cg_tensor **buf, const cg_module *m) {
-    if (*buf && cg_device_equal(cg__t((*buf))->device, m->device)) return CG_OK;
+    if (*buf && cg_device_equal(cg__t((*buf))->device, cg__m(m)->device)) return CG_OK;
     cg_tensor *fresh;
     if (*buf) {
         bool previous = cg_set_grad_enabled(false);
-        fresh = cg_to(*buf, m->device);
+        fresh = cg_to(*buf, cg__m(m)->device);
         cg_set_grad_enabled(previous);
         if (!fresh) return cg_last_status();
     } else {
-        if (!(fresh = cg__tensor_new(1, cg__t(m->flat_data)->shape, m->device))) return cg_last_status();
-        cg_status s = cg__backend_for(m->device)->fill(fresh, 0.0f);
+        if (!(fresh = cg__tensor_new(1, cg__t(cg__m(m)->flat_data)->shape, cg__m(m)->device))) return cg_last_status();
+        cg_status s = cg__backend_for(cg__m(m)->device)->fill(fresh, 0.0f);
         if (s != CG_OK) {
             cg_tensor_free(fresh);
             return s;
@@ -104,15 +104,15 @@ static cg_status ensure_buffer(cg_tensor **buf, const cg_module *m) {
 
 static cg_status step_root(adam_optimizer *opt, int r) {
     cg_module *m = opt->base.roots[r];
-    const cg_backend *be = cg__backend_for(m->device);
+    const cg_backend *be = cg__backend_for(cg__m(m)->device);
     if (!be) return cg_last_status();
     CG_TRY(ensure_buffer(&opt->exp_avg[r], m));
     CG_TRY(ensure_buffer(&opt->exp_avg_sq[r], m));
     const cg_adam_options *o = &opt->options;
     double lr = opt->base.lr;
     float *exp_avg = cg__data(opt->exp_avg[r]), *exp_avg_sq = cg__data(opt->exp_avg_sq[r]);
-    for (int i = 0; i < m->nparams;) {
-        if (!cg__t(m->params[i].tensor)->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
+    for (int i = 0; i < cg__m(m)->nparams;) {
+        if (!cg__t(cg__m(m)->params[i].tensor)->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
             i++;
             continue;
         }
@@ -131,8 +131,8 @@ static cg_status step_root(adam_optimizer *opt, int r) {
             .decay_factor = (float)(1.0 - lr * o->weight_decay),
             .decoupled = opt->decoupled,
         };
-        CG_TRY(be->adam_step(cg__data(m->flat_data) + begin, cg__data(m->flat_grad) + begin, exp_avg + begin,
-                             exp_avg_sq + begin, count, &args, m->device.index));
+        CG_TRY(be->adam_step(cg__data(cg__m(m)->flat_data) + begin, cg__data(cg__m(m)->flat_grad) + begin, exp_avg + begin,
+                             exp_avg_sq + begin, count, &args, cg__m(m)->device.index));
         i = j;
     }
     return CG_OK;
@@ -148,8 +148,8 @@ static cg_status adam_step(cg_optimizer *base) {
     for (int r = 0; r < base->nroots; r++) CG_TRY(step_root(opt, r));
     /* Replicas share one gradient pattern, so the step counts advance once for all. */
     cg_module *m = base->roots[0];
-    for (int i = 0; i < m->nparams; i++)
-        if (cg__t(m->params[i].tensor)->grad_defined) opt->steps[i]++;
+    for (int i = 0; i < cg__m(m)->nparams; i++)
+        if (cg__t(cg__m(m)->params[i].tensor)->grad_defined) opt->steps[i]++;
     return CG_OK;
 }
 
@@ -165,11 +165,11 @@ static void adam_describe(const cg_optimizer *base, cg_optimizer_state *st, int6
     st->buffer_names[0] = "exp_avg", st->buffer_names[1] = "exp_avg_sq";
     st->buffers[0] = opt->exp_avg, st->buffers[1] = opt->exp_avg_sq;
     st->count_name = "step";
-    memcpy(counts, opt->steps, (size_t)base->roots[0]->nparams * sizeof *counts);
+    memcpy(counts, opt->steps, (size_t)cg__m(base->roots[0])->nparams * sizeof *counts);
 }
 
 static cg_status adam_check_counts(const cg_optimizer *base, const int64_t *counts) {
-    for (int i = 0; i < base->roots[0]->nparams; i++)
+    for (int i = 0; i < cg__m(base->roots[0])->nparams; i++)
         if (counts[i] < 0)
             return cg__fail(CG_ERR_INVALID_ARG, "%s: step of parameter %d is %lld; expected >= 0", base->ops->name, i,
                             (long long)counts[i]);
@@ -178,5 +178,5 @@ static cg_status adam_check_counts(const cg_optimizer *base, const int64_t *coun
 
 static void adam_set_counts(cg_optimizer *base, const int64_t *counts) {
     adam_optimizer *opt = (adam_optimizer *)base;
-    memcpy(opt->steps, counts, (size_t)base->roots[0]->nparams * sizeof *counts);
+    memcpy(opt->steps, counts, (size_t)cg__m(base->roots[0])->nparams * sizeof *counts);
 }

@@ -7,15 +7,15 @@
 
 cg_status cg__optimizer_check_module(const cg_module *m, const char *fn) {
     if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
-    if (m->parent)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, m->ops->type,
-                        m->parent->ops->type);
-    if (m->nparams == 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: optimizer got an empty parameter list", fn);
+    if (cg__m(m)->parent)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, cg__m(m)->ops->type,
+                        cg__m(cg__m(m)->parent)->ops->type);
+    if (cg__m(m)->nparams == 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: optimizer got an empty parameter list", fn);
     return CG_OK;
 }
 
 cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, size_t size, cg_module *m, double lr, const char *fn) {
-    int nroots = m->replicas ? m->nreplicas : 1;
+    int nroots = cg__m(m)->replicas ? cg__m(m)->nreplicas : 1;
     cg_optimizer *opt = calloc(1, size);
     if (opt) opt->roots = calloc((size_t)nroots, sizeof *opt->roots);
     if (!opt || !opt->roots) {
@@ -23,8 +23,8 @@ cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, size_t size, cg_mod
         return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
     }
     opt->ops = ops, opt->module = m, opt->nroots = nroots, opt->lr = lr;
-    m->has_optimizer = true;
-    for (int r = 0; r < nroots; r++) opt->roots[r] = m->replicas ? m->replicas[r] : m;
+    cg__m(m)->has_optimizer = true;
+    for (int r = 0; r < nroots; r++) opt->roots[r] = cg__m(m)->replicas ? cg__m(m)->replicas[r] : m;
     return opt;
 }
 
@@ -41,7 +41,7 @@ cg_status cg_optimizer_zero_grad(cg_optimizer *opt) {
         cg_module *m = opt->roots[r];
         /* No fill: an undefined gradient is never read (the next backward overwrites it, optimizers
          * skip it, and gradient buckets zero it when it gets none), as PyTorch's set_to_none. */
-        for (int i = 0; i < m->nparams; i++) cg__t(m->params[i].tensor)->grad_defined = false;
+        for (int i = 0; i < cg__m(m)->nparams; i++) cg__t(cg__m(m)->params[i].tensor)->grad_defined = false;
     }
     return CG_OK;
 }
@@ -65,14 +65,14 @@ cg_status cg__optimizer_buffers_new(const cg_optimizer *opt, const float *values
     int made = 0;
     while (made < opt->nroots && s == CG_OK) {
         const cg_module *m = opt->roots[made];
-        cg_tensor *t = cg__tensor_new(1, cg__t(m->flat_data)->shape, m->device);
+        cg_tensor *t = cg__tensor_new(1, cg__t(cg__m(m)->flat_data)->shape, cg__m(m)->device);
         if (!t) {
             s = cg_last_status();
             break;
         }
         fresh[made++] = cg_keep(t);
-        s = values ? cg__copy_bytes(m->device, cg__data(t), cg_cpu(), values, (size_t)cg__t(t)->numel * sizeof(float))
-                   : cg__backend_for(m->device)->fill(t, 0.0f);
+        s = values ? cg__copy_bytes(cg__m(m)->device, cg__data(t), cg_cpu(), values, (size_t)cg__t(t)->numel * sizeof(float))
+                   : cg__backend_for(cg__m(m)->device)->fill(t, 0.0f);
     }
     if (s != CG_OK)
         while (made > 0) cg_tensor_free(fresh[--made]);
@@ -88,13 +88,13 @@ void cg__optimizer_buffers_swap(const cg_optimizer *opt, cg_tensor **slots, cg_t
 
 int cg__optimizer_run_end(const cg_module *m, int i, const int64_t *key) {
     int j = i + 1;
-    while (j < m->nparams && cg__t(m->params[j].tensor)->grad_defined && key[j] == key[i]) j++;
+    while (j < cg__m(m)->nparams && cg__t(cg__m(m)->params[j].tensor)->grad_defined && key[j] == key[i]) j++;
     return j;
 }
 
 void cg__optimizer_run_range(const cg_module *m, int i, int j, int64_t *begin, int64_t *count) {
-    *begin = m->params[i].offset;
-    int64_t end = j < m->nparams ? m->params[j].offset : cg__t(m->flat_data)->numel;
+    *begin = cg__m(m)->params[i].offset;
+    int64_t end = j < cg__m(m)->nparams ? cg__m(m)->params[j].offset : cg__t(cg__m(m)->flat_data)->numel;
     *count = end - *begin;
 }
 

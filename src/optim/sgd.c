@@ -27,7 +27,7 @@ cg_optimizer *cg_sgd_new(cg_module *m, cg_sgd_options o) {
     sgd_optimizer *opt = (sgd_optimizer *)cg__optimizer_new(&sgd_ops, sizeof *opt, m, o.lr, "cg_sgd_new");
     if (!opt) return NULL;
     opt->momentum = calloc((size_t)opt->base.nroots, sizeof *opt->momentum);
-    opt->momentum_ready = calloc((size_t)m->nparams, sizeof *opt->momentum_ready);
+    opt->momentum_ready = calloc((size_t)cg__m(m)->nparams, sizeof *opt->momentum_ready);
     if (!opt->momentum || !opt->momentum_ready) {
         cg_optimizer_free(&opt->base);
         return CG_FAIL_NULL(CG_ERR_OOM, "cg_sgd_new: out of host memory");
@@ -47,7 +47,7 @@ static void sgd_destroy(cg_optimizer *base) {
  * include the alignment padding between them, which is zero in every buffer and stays zero. */
 static int run_end(const sgd_optimizer *opt, const cg_module *m, int i) {
     int j = i + 1;
-    while (j < m->nparams && cg__t(m->params[j].tensor)->grad_defined && opt->momentum_ready[j] == opt->momentum_ready[i]) j++;
+    while (j < cg__m(m)->nparams && cg__t(cg__m(m)->params[j].tensor)->grad_defined && opt->momentum_ready[j] == opt->momentum_ready[i]) j++;
     return j;
 }
 
@@ -55,37 +55,37 @@ static int run_end(const sgd_optimizer *opt, const cg_module *m, int i) {
 static cg_status ensure_momentum(sgd_optimizer *opt, int r) {
     cg_module *m = opt->base.roots[r];
     cg_tensor **buf = &opt->momentum[r];
-    if (*buf && cg_device_equal(cg__t((*buf))->device, m->device)) return CG_OK;
+    if (*buf && cg_device_equal(cg__t((*buf))->device, cg__m(m)->device)) return CG_OK;
     cg_tensor_free(*buf);
-    if (!(*buf = cg__tensor_new(1, cg__t(m->flat_data)->shape, m->device))) return cg_last_status();
+    if (!(*buf = cg__tensor_new(1, cg__t(cg__m(m)->flat_data)->shape, cg__m(m)->device))) return cg_last_status();
     cg_keep(*buf);
-    memset(opt->momentum_ready, 0, (size_t)m->nparams * sizeof *opt->momentum_ready);
-    return cg__backend_for(m->device)->fill(*buf, 0.0f);
+    memset(opt->momentum_ready, 0, (size_t)cg__m(m)->nparams * sizeof *opt->momentum_ready);
+    return cg__backend_for(cg__m(m)->device)->fill(*buf, 0.0f);
 }
 
 static cg_status step_root(sgd_optimizer *opt, int r) {
     cg_module *m = opt->base.roots[r];
-    const cg_backend *be = cg__backend_for(m->device);
+    const cg_backend *be = cg__backend_for(cg__m(m)->device);
     if (!be) return cg_last_status();
     const cg_sgd_options *o = &opt->options;
     if (o->momentum != 0) CG_TRY(ensure_momentum(opt, r));
     float *momentum = opt->momentum[r] ? cg__data(opt->momentum[r]) : NULL;
-    for (int i = 0; i < m->nparams;) {
-        if (!cg__t(m->params[i].tensor)->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
+    for (int i = 0; i < cg__m(m)->nparams;) {
+        if (!cg__t(cg__m(m)->params[i].tensor)->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
             i++;
             continue;
         }
         if (o->momentum != 0 && !opt->momentum_ready[i] && cg__graph_capturing())
             return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: SGD's first momentum step of %s cannot be captured "
                             "in a CUDA graph: it starts the momentum buffer, so every replay would start it again; "
-                            "run one step before capturing", m->params[i].name);
+                            "run one step before capturing", cg__m(m)->params[i].name);
         int j = run_end(opt, m, i);
         int64_t begin, count;
         cg__optimizer_run_range(m, i, j, &begin, &count);
         cg_sgd_args args = {(float)opt->base.lr, o->momentum, o->dampening, o->weight_decay, o->nesterov,
                             !opt->momentum_ready[i]};
-        CG_TRY(be->sgd_step(cg__data(m->flat_data) + begin, cg__data(m->flat_grad) + begin,
-                            momentum ? momentum + begin : NULL, count, &args, m->device.index));
+        CG_TRY(be->sgd_step(cg__data(cg__m(m)->flat_data) + begin, cg__data(cg__m(m)->flat_grad) + begin,
+                            momentum ? momentum + begin : NULL, count, &args, cg__m(m)->device.index));
         i = j;
     }
     return CG_OK;
@@ -96,8 +96,8 @@ static cg_status sgd_step(cg_optimizer *base) {
     for (int r = 0; r < base->nroots; r++) CG_TRY(step_root(opt, r));
     /* Replicas share one gradient pattern, so the momentum state advances once for all. */
     cg_module *m = base->roots[0];
-    for (int i = 0; i < m->nparams; i++)
-        if (cg__t(m->params[i].tensor)->grad_defined) opt->momentum_ready[i] = opt->options.momentum != 0;
+    for (int i = 0; i < cg__m(m)->nparams; i++)
+        if (cg__t(cg__m(m)->params[i].tensor)->grad_defined) opt->momentum_ready[i] = opt->options.momentum != 0;
     return CG_OK;
 }
 
@@ -113,12 +113,12 @@ static void sgd_describe(const cg_optimizer *base, cg_optimizer_state *st, int64
     st->buffer_names[0] = "momentum_buffer";
     st->buffers[0] = opt->momentum;
     st->count_name = "momentum_ready";
-    for (int i = 0; i < base->roots[0]->nparams; i++) counts[i] = opt->momentum_ready[i];
+    for (int i = 0; i < cg__m(base->roots[0])->nparams; i++) counts[i] = opt->momentum_ready[i];
 }
 
 static cg_status sgd_check_counts(const cg_optimizer *base, const int64_t *counts) {
     const sgd_optimizer *opt = (const sgd_optimizer *)base;
-    for (int i = 0; i < base->roots[0]->nparams; i++)
+    for (int i = 0; i < cg__m(base->roots[0])->nparams; i++)
         if (counts[i] != 0 && (counts[i] != 1 || opt->options.momentum == 0))
             return cg__fail(CG_ERR_INVALID_ARG, "SGD: momentum_ready of parameter %d is %lld; expected %s", i,
                             (long long)counts[i], opt->options.momentum == 0 ? "0 (no momentum)" : "0 or 1");
@@ -127,5 +127,5 @@ static cg_status sgd_check_counts(const cg_optimizer *base, const int64_t *count
 
 static void sgd_set_counts(cg_optimizer *base, const int64_t *counts) {
     sgd_optimizer *opt = (sgd_optimizer *)base;
-    for (int i = 0; i < base->roots[0]->nparams; i++) opt->momentum_ready[i] = counts[i] != 0;
+    for (int i = 0; i < cg__m(base->roots[0])->nparams; i++) opt->momentum_ready[i] = counts[i] != 0;
 }

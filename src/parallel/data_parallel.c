@@ -22,23 +22,35 @@ int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes) {
     return k;
 }
 
-cg_device cg_data_parallel_device(const cg_module *dp, int i) {
-    const dp_state *st = dp ? dp->state : NULL;
-    return st && i >= 0 && i < st->n ? cg_cuda(st->devices[i]) : cg_cpu();
+static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x);
+
+/* The state of a DataParallel module; NULL + fn's error for anything else. */
+static dp_state *dp_state_of(const cg_module *dp, const char *fn) {
+    if (cg__check_module(dp, fn) != CG_OK) return NULL;
+    if (cg__m(dp)->ops->forward != dp_forward)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: a %s, not a DataParallel module", fn, cg__m(dp)->ops->type);
+    return cg__m(dp)->state;
 }
 
-static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x);
+cg_device cg_data_parallel_device(const cg_module *dp, int i) {
+    const dp_state *st = dp_state_of(dp, "cg_data_parallel_device");
+    if (st && (i < 0 || i >= st->n)) {
+        cg__fail(CG_ERR_INVALID_ARG, "cg_data_parallel_device: index %d out of range (%d devices)", i, st->n);
+        st = NULL;
+    }
+    return st ? cg_cuda(st->devices[i]) : cg_cpu();
+}
 
 /* ---- gradient synchronisation ----------------------------------------------------------------------- */
 /* Replica r's part of a bucket is final: its device's queue up to here is what the sum waits for. */
 static cg_status dp_replica_done(void *ctx, int replica, int bucket) {
-    dp_state *st = ((cg_module *)ctx)->state;
+    dp_state *st = cg__m(((cg_module *)ctx))->state;
     return cg__nccl_mark(st->nccl, replica, bucket);
 }
 
 /* Every replica's part is final: sum the bucket's range across them, on the NCCL side streams. */
 static cg_status dp_launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end, bool last) {
-    dp_state *st = ((cg_module *)ctx)->state;
+    dp_state *st = cg__m(((cg_module *)ctx))->state;
     float *bufs[CG_NODE_MAX_INPUTS];
     for (int r = 0; r < st->n; r++) bufs[r] = st->grad_bufs[r] + begin;
     return cg__nccl_allreduce(st->nccl, st->peer, bufs, end - begin, false, bucket, last);
@@ -46,8 +58,8 @@ static cg_status dp_launch_bucket(void *ctx, int bucket, int64_t begin, int64_t 
 
 static cg_status dp_make_buckets(cg_module *dp, size_t bytes) {
     static const cg_grad_bucket_ops ops = {.replica_done = dp_replica_done, .launch = dp_launch_bucket};
-    dp_state *st = dp->state;
-    cg_grad_buckets *made = cg__grad_buckets_new(dp->replicas, dp->nreplicas, bytes, &ops, dp);
+    dp_state *st = cg__m(dp)->state;
+    cg_grad_buckets *made = cg__grad_buckets_new(cg__m(dp)->replicas, cg__m(dp)->nreplicas, bytes, &ops, dp);
     if (!made) return cg_last_status();
     cg__grad_buckets_free(st->buckets);
     st->buckets = made;
@@ -55,9 +67,8 @@ static cg_status dp_make_buckets(cg_module *dp, size_t bytes) {
 }
 
 cg_status cg_data_parallel_set_bucket_bytes(cg_module *dp, size_t bytes) {
-    if (!dp || dp->ops->forward != dp_forward)
-        return cg__fail(CG_ERR_INVALID_ARG, "cg_data_parallel_set_bucket_bytes: not a DataParallel module");
-    dp_state *st = dp->state;
+    dp_state *st = dp_state_of(dp, "cg_data_parallel_set_bucket_bytes");
+    if (!st) return cg_last_status();
     if (st->in_backward) return cg__fail(CG_ERR_INVALID_ARG, "cg_data_parallel_set_bucket_bytes: called during backward");
     return st->n > 1 ? dp_make_buckets(dp, bytes ? bytes : CG_GRAD_BUCKET_DEFAULT_BYTES) : CG_OK;
 }
@@ -67,7 +78,7 @@ cg_status cg_data_parallel_set_bucket_bytes(cg_module *dp, size_t bytes) {
  * parameter counts as having a gradient when any replica produced one. */
 static cg_status dp_sync_gradients(void *ctx) {
     cg_module *dp = ctx;
-    dp_state *st = dp->state;
+    dp_state *st = cg__m(dp)->state;
     st->in_backward = false;
     cg_status s = CG_OK;
     if (st->n > 1) {
@@ -75,10 +86,10 @@ static cg_status dp_sync_gradients(void *ctx) {
         cg_status js = cg__nccl_join(st->nccl);
         if (s == CG_OK) s = js;
     }
-    for (int i = 0; i < dp->nparams; i++) {
+    for (int i = 0; i < cg__m(dp)->nparams; i++) {
         bool any = false;
-        for (int r = 0; r < st->n; r++) any |= cg__t(dp->replicas[r]->params[i].tensor)->grad_defined;
-        for (int r = 0; r < st->n; r++) cg__t(dp->replicas[r]->params[i].tensor)->grad_defined = any;
+        for (int r = 0; r < st->n; r++) any |= cg__t(cg__m(cg__m(dp)->replicas[r])->params[i].tensor)->grad_defined;
+        for (int r = 0; r < st->n; r++) cg__t(cg__m(cg__m(dp)->replicas[r])->params[i].tensor)->grad_defined = any;
     }
     return s;
 }
@@ -87,11 +98,11 @@ static cg_status dp_sync_gradients(void *ctx) {
  * backward calls (no zero_grad between) are counted once after the sum, as in PyTorch. Done once
  * per backward pass, however many forwards it goes through. */
 static cg_status dp_begin_backward(cg_module *dp) {
-    dp_state *st = dp->state;
+    dp_state *st = cg__m(dp)->state;
     if (st->in_backward) return CG_OK;
     for (int r = 1; r < st->n; r++) {
-        cg_module *m = dp->replicas[r];
-        for (int i = 0; i < m->nparams; i++) cg__t(m->params[i].tensor)->grad_defined = false;
+        cg_module *m = cg__m(dp)->replicas[r];
+        for (int i = 0; i < cg__m(m)->nparams; i++) cg__t(cg__m(m)->params[i].tensor)->grad_defined = false;
     }
     CG_TRY(cg__queue_backward_callback(dp_sync_gradients, dp));
     st->in_backward = true;
@@ -126,7 +137,7 @@ static cg_status gather_backward(cg_node *node, const cg_tensor *g, cg_tensor **
 }
 
 static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
-    dp_state *st = dp->state;
+    dp_state *st = cg__m(dp)->state;
     const cg_tensor *first = ys[0];
     int64_t shape[CG_MAX_DIMS] = {0};
     for (int d = 1; d < cg__t(first)->ndim; d++) shape[d] = cg__t(first)->shape[d];
@@ -168,14 +179,14 @@ static cg_tensor *run_replicas(cg_module *dp, int k, const cg_tensor *const *sha
     cg_tensor *ys[CG_NODE_MAX_INPUTS] = {0};
     cg_tensor *out = NULL;
     int done = 0;
-    while (done < k && (ys[done] = cg_module_forward(dp->replicas[done], shards[done]))) done++;
+    while (done < k && (ys[done] = cg_module_forward(cg__m(dp)->replicas[done], shards[done]))) done++;
     if (done == k) out = dp_gather(dp, k, ys);
     for (int i = 0; i < done; i++) cg_tensor_free(ys[i]); /* the tape keeps what backward needs */
     return out;
 }
 
 static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x) {
-    dp_state *st = dp->state;
+    dp_state *st = cg__m(dp)->state;
     if (cg__t(x)->ndim < 1 || cg__t(x)->shape[0] == 0)
         return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: the input needs a non-empty batch dimension");
     if (cg__t(x)->requires_grad && cg_is_grad_enabled())
@@ -198,9 +209,8 @@ static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x) {
 }
 
 cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor *const *shards) {
-    if (!dp || dp->ops->forward != dp_forward)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_data_parallel_forward_shards: not a DataParallel module");
-    dp_state *st = dp->state;
+    dp_state *st = dp_state_of(dp, "cg_data_parallel_forward_shards");
+    if (!st) return NULL;
     if (n < 1 || n > st->n || !shards)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_data_parallel_forward_shards: %d shards for %d devices", n, st->n);
     for (int i = 0; i < n; i++) {
@@ -215,11 +225,11 @@ cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor
 
 /* ---- construction -------------------------------------------------------------------------------------- */
 static void dp_destroy(cg_module *dp) {
-    dp_state *st = dp->state;
+    dp_state *st = cg__m(dp)->state;
     if (st) cg__grad_buckets_free(st->buckets), cg__peer_free(st->peer);
-    for (int r = 0; r < dp->nreplicas; r++) cg__module_free_owned(dp->replicas[r]);
-    free(dp->replicas);
-    dp->replicas = NULL, dp->nreplicas = 0;
+    for (int r = 0; r < cg__m(dp)->nreplicas; r++) cg__module_free_owned(cg__m(dp)->replicas[r]);
+    free(cg__m(dp)->replicas);
+    cg__m(dp)->replicas = NULL, cg__m(dp)->nreplicas = 0;
     if (st) cg__nccl_free(st->nccl);
     free(st);
 }
@@ -227,7 +237,7 @@ static void dp_destroy(cg_module *dp) {
 static const cg_module_ops dp_ops = {.type = "DataParallel", .forward = dp_forward, .destroy = dp_destroy};
 
 bool cg_parallel_peer_allreduce(const cg_module *m) {
-    if (m && m->ops == &dp_ops) return ((const dp_state *)m->state)->peer != NULL;
+    if (cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->ops == &dp_ops) return ((const dp_state *)cg__m(m)->state)->peer != NULL;
     return cg__ddp_peer_allreduce(m);
 }
 
@@ -247,9 +257,9 @@ static cg_status check_devices(const cg_module *m, int n, const int *ids, int ou
     }
     st->n = n;
     char a[16], b[16];
-    if (!cg_device_equal(m->device, cg_cuda(st->devices[0])))
+    if (!cg_device_equal(cg__m(m)->device, cg_cuda(st->devices[0])))
         return cg__fail(CG_ERR_DEVICE, "DataParallel: the module must have its parameters on %s (device_ids[0]) but found them on %s",
-                        cg_device_str(cg_cuda(st->devices[0]), a, sizeof a), cg_device_str(m->device, b, sizeof b));
+                        cg_device_str(cg_cuda(st->devices[0]), a, sizeof a), cg_device_str(cg__m(m)->device, b, sizeof b));
     if (output_device >= count)
         return cg__fail(CG_ERR_DEVICE, "DataParallel: output_device %d is out of range (%d CUDA devices)", output_device, count);
     st->output = cg_cuda(output_device < 0 ? st->devices[0] : output_device);
@@ -258,15 +268,15 @@ static cg_status check_devices(const cg_module *m, int n, const int *ids, int ou
 
 /* The wrapper lists the first replica's parameters as "module.<name>", as PyTorch's state_dict. */
 static cg_status alias_params(cg_module *dp, const cg_module *m) {
-    dp->params = calloc((size_t)(m->nparams ? m->nparams : 1), sizeof *dp->params);
-    if (!dp->params) return cg__fail(CG_ERR_OOM, "DataParallel: out of host memory");
-    for (int i = 0; i < m->nparams; i++) {
-        dp->params[i] = m->params[i];
-        int len = snprintf(dp->params[i].name, sizeof dp->params[i].name, "module.%s", m->params[i].name);
-        if (len >= (int)sizeof dp->params[i].name)
-            return cg__fail(CG_ERR_INVALID_ARG, "DataParallel: parameter name module.%s is too long", m->params[i].name);
+    cg__m(dp)->params = calloc((size_t)(cg__m(m)->nparams ? cg__m(m)->nparams : 1), sizeof *cg__m(dp)->params);
+    if (!cg__m(dp)->params) return cg__fail(CG_ERR_OOM, "DataParallel: out of host memory");
+    for (int i = 0; i < cg__m(m)->nparams; i++) {
+        cg__m(dp)->params[i] = cg__m(m)->params[i];
+        int len = snprintf(cg__m(dp)->params[i].name, sizeof cg__m(dp)->params[i].name, "module.%s", cg__m(m)->params[i].name);
+        if (len >= (int)sizeof cg__m(dp)->params[i].name)
+            return cg__fail(CG_ERR_INVALID_ARG, "DataParallel: parameter name module.%s is too long", cg__m(m)->params[i].name);
     }
-    dp->nparams = m->nparams;
+    cg__m(dp)->nparams = cg__m(m)->nparams;
     return CG_OK;
 }
 
@@ -278,33 +288,33 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
         free(st);
         return (cg__fail_context("cg_data_parallel_new"), NULL);
     }
-    cg_module *dp = cg__module_new(&dp_ops, module->device, 0);
+    cg_module *dp = cg__module_new(&dp_ops, cg__m(module)->device, 0);
     if (!dp) {
         free(st);
         return NULL;
     }
-    dp->state = st;
-    dp->replicas = calloc((size_t)st->n, sizeof *dp->replicas);
-    cg_status s = dp->replicas ? alias_params(dp, module) : cg__fail(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
+    cg__m(dp)->state = st;
+    cg__m(dp)->replicas = calloc((size_t)st->n, sizeof *cg__m(dp)->replicas);
+    cg_status s = cg__m(dp)->replicas ? alias_params(dp, module) : cg__fail(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
     for (int r = 0; r < st->n && s == CG_OK; r++) {
         cg_module *replica = r == 0 ? module : cg_module_clone(module, cg_cuda(st->devices[r]));
         if (!replica) {
             s = cg_last_status();
             break;
         }
-        dp->replicas[dp->nreplicas++] = replica;
-        st->grad_bufs[r] = cg__data(replica->flat_grad);
+        cg__m(dp)->replicas[cg__m(dp)->nreplicas++] = replica;
+        st->grad_bufs[r] = cg__data(cg__m(replica)->flat_grad);
     }
     if (s == CG_OK && st->n > 1) s = cg__nccl_new(NULL, st->n, 0, st->n, st->devices, &st->nccl);
     if (s == CG_OK && st->n > 1 && cg__peer_enabled() &&
-        cg__peer_new_local(st->n, st->devices, st->grad_bufs, cg__t(dp->replicas[0]->flat_grad)->numel, &st->peer) != CG_OK)
+        cg__peer_new_local(st->n, st->devices, st->grad_bufs, cg__t(cg__m(cg__m(dp)->replicas[0])->flat_grad)->numel, &st->peer) != CG_OK)
         st->peer = NULL; /* NCCL does it all: the GPUs cannot reach each other's memory */
     if (s == CG_OK && st->n > 1) s = dp_make_buckets(dp, CG_GRAD_BUCKET_DEFAULT_BYTES);
     if (s != CG_OK) {
-        if (dp->nreplicas > 0) dp->replicas[0] = NULL; /* the caller keeps its module */
+        if (cg__m(dp)->nreplicas > 0) cg__m(dp)->replicas[0] = NULL; /* the caller keeps its module */
         cg_module_free(dp);
         return NULL;
     }
-    for (int r = 0; r < dp->nreplicas; r++) dp->replicas[r]->parent = dp; /* after cloning the first */
+    for (int r = 0; r < cg__m(dp)->nreplicas; r++) cg__m(cg__m(dp)->replicas[r])->parent = dp; /* after cloning the first */
     return dp;
 }

@@ -107,10 +107,10 @@ static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end
     (void)bucket;
     ddp_state *st = ctx;
     cg_module *m = st->module;
-    float *data = cg__data(m->flat_grad) + begin;
+    float *data = cg__data(cg__m(m)->flat_grad) + begin;
     int64_t count = end - begin;
     if (st->dist->world == 1 || count == 0) return CG_OK;
-    if (m->device.type == CG_CUDA) return cg__nccl_allreduce(st->dist->nccl, st->peer, &data, count, true, -1, last);
+    if (cg__m(m)->device.type == CG_CUDA) return cg__nccl_allreduce(st->dist->nccl, st->peer, &data, count, true, -1, last);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: a bucket of %lld floats is too large for MPI", (long long)count);
     CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     float scale = 1.0f / (float)st->dist->world;
@@ -125,11 +125,11 @@ static cg_status ddp_finish_backward(void *ctx) {
     cg_module *m = st->module;
     st->in_backward = false;
     cg_status s = cg__grad_buckets_flush(st->buckets);
-    if (m->device.type == CG_CUDA && st->dist->world > 1) {
+    if (cg__m(m)->device.type == CG_CUDA && st->dist->world > 1) {
         cg_status js = cg__nccl_join(st->dist->nccl);
         if (s == CG_OK) s = js;
     }
-    for (int i = 0; i < m->nparams; i++) cg__t(m->params[i].tensor)->grad_defined = true;
+    for (int i = 0; i < cg__m(m)->nparams; i++) cg__t(cg__m(m)->params[i].tensor)->grad_defined = true;
     return s;
 }
 
@@ -146,7 +146,7 @@ static cg_status ddp_output_backward(cg_node *node, const cg_tensor *g, cg_tenso
 }
 
 static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
-    ddp_state *st = ddp->state;
+    ddp_state *st = cg__m(ddp)->state;
     if (!cg_is_grad_enabled()) return cg_module_forward(st->module, x); /* evaluation: purely local */
     /* Averaging assumes equal local batches: a different size would silently mis-weight a rank. */
     int64_t sizes[2] = {cg__t(x)->ndim ? cg__t(x)->shape[0] : 1, cg__t(x)->ndim ? -cg__t(x)->shape[0] : -1};
@@ -180,20 +180,20 @@ static void free_peer(ddp_state *st) {
 }
 
 static void ddp_destroy(cg_module *ddp) {
-    ddp_state *st = ddp->state;
+    ddp_state *st = cg__m(ddp)->state;
     if (!st) return;
     cg__grad_buckets_free(st->buckets);
     free_peer(st);
     cg__module_free_owned(st->module);
     free(st);
-    free(ddp->replicas);
-    ddp->replicas = NULL, ddp->nreplicas = 0;
+    free(cg__m(ddp)->replicas);
+    cg__m(ddp)->replicas = NULL, cg__m(ddp)->nreplicas = 0;
 }
 
 static const cg_module_ops ddp_ops = {.type = "DistributedDataParallel", .forward = ddp_forward, .destroy = ddp_destroy};
 
 bool cg__ddp_peer_allreduce(const cg_module *m) {
-    return m && m->ops == &ddp_ops && ((const ddp_state *)m->state)->peer != NULL;
+    return cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->ops == &ddp_ops && ((const ddp_state *)cg__m(m)->state)->peer != NULL;
 }
 
 /* Whether every rank says yes (a failed MPI call counts as a no everywhere it fails). */
@@ -207,11 +207,11 @@ static bool all_agree(bool yes) {
 static void connect_peers(ddp_state *st) {
     cg_dist *d = st->dist;
     cg_module *m = st->module;
-    if (m->device.type != CG_CUDA || d->world < 2) return;
+    if (cg__m(m)->device.type != CG_CUDA || d->world < 2) return;
     cg_peer *p = NULL;
     unsigned char *all = calloc((size_t)d->world, CG_PEER_EXPORT_BYTES), mine[CG_PEER_EXPORT_BYTES] = {0};
     bool ok = all && cg__peer_enabled() &&
-              cg__peer_new_rank(d->device.index, d->rank, d->world, cg__data(m->flat_grad), cg__t(m->flat_grad)->numel, &p) == CG_OK &&
+              cg__peer_new_rank(d->device.index, d->rank, d->world, cg__data(cg__m(m)->flat_grad), cg__t(cg__m(m)->flat_grad)->numel, &p) == CG_OK &&
               cg__peer_export(p, mine) == CG_OK;
     bool connected = false;
     if (all_agree(ok) &&
@@ -230,10 +230,10 @@ static void connect_peers(ddp_state *st) {
 /* Rank 0's parameters everywhere, so replicas start identical (as DDP's constructor). */
 static cg_status broadcast_parameters(ddp_state *st) {
     cg_module *m = st->module;
-    float *data = cg__data(m->flat_data);
-    int64_t count = cg__t(m->flat_data)->numel;
+    float *data = cg__data(cg__m(m)->flat_data);
+    int64_t count = cg__t(cg__m(m)->flat_data)->numel;
     if (st->dist->world == 1) return CG_OK;
-    if (m->device.type == CG_CUDA) return cg__nccl_broadcast(st->dist->nccl, &data, count, 0);
+    if (cg__m(m)->device.type == CG_CUDA) return cg__nccl_broadcast(st->dist->nccl, &data, count, 0);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: %lld parameters are too many for one MPI call", (long long)count);
     CG_MPI_CHECK(MPI_Bcast(data, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD));
     return CG_OK;
@@ -243,31 +243,31 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     char a[16], b[16];
     if (!dist) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: dist is NULL");
     if (cg__module_check_adoptable(module, "cg_ddp_new", "the module") != CG_OK) return NULL;
-    if (!module->flat_data) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: the module has no parameters");
-    if (!cg_device_equal(module->device, dist->device))
+    if (!cg__m(module)->flat_data) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: the module has no parameters");
+    if (!cg_device_equal(cg__m(module)->device, dist->device))
         return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_ddp_new: the module is on %s but this rank's device is %s",
-                            cg_device_str(module->device, a, sizeof a), cg_device_str(dist->device, b, sizeof b));
-    cg_module *ddp = cg__module_new(&ddp_ops, module->device, 0);
+                            cg_device_str(cg__m(module)->device, a, sizeof a), cg_device_str(dist->device, b, sizeof b));
+    cg_module *ddp = cg__module_new(&ddp_ops, cg__m(module)->device, 0);
     ddp_state *st = ddp ? calloc(1, sizeof *st) : NULL;
     if (!st) {
-        free(ddp);
+        cg_module_free(ddp);
         return CG_FAIL_NULL(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     }
-    ddp->state = st;
+    cg__m(ddp)->state = st;
     st->dist = dist, st->module = module;
     static const cg_grad_bucket_ops ops = {.launch = launch_bucket};
     st->buckets = cg__grad_buckets_new(&module, 1, bucket_bytes ? bucket_bytes : CG_GRAD_BUCKET_DEFAULT_BYTES, &ops, st);
     cg_status s = st->buckets ? broadcast_parameters(st) : cg_last_status();
     if (s == CG_OK) connect_peers(st);
-    if (s == CG_OK && !(ddp->replicas = calloc(1, sizeof *ddp->replicas))) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
+    if (s == CG_OK && !(cg__m(ddp)->replicas = calloc(1, sizeof *cg__m(ddp)->replicas))) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     if (s == CG_OK) {
-        ddp->replicas[0] = module, ddp->nreplicas = 1;
-        ddp->params = calloc((size_t)module->nparams + 1, sizeof *ddp->params);
-        if (!ddp->params) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
+        cg__m(ddp)->replicas[0] = module, cg__m(ddp)->nreplicas = 1;
+        cg__m(ddp)->params = calloc((size_t)cg__m(module)->nparams + 1, sizeof *cg__m(ddp)->params);
+        if (!cg__m(ddp)->params) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     }
-    for (int i = 0; s == CG_OK && i < module->nparams; i++) {
-        ddp->params[i] = module->params[i];
-        snprintf(ddp->params[i].name, sizeof ddp->params[i].name, "module.%.80s", module->params[i].name);
+    for (int i = 0; s == CG_OK && i < cg__m(module)->nparams; i++) {
+        cg__m(ddp)->params[i] = cg__m(module)->params[i];
+        snprintf(cg__m(ddp)->params[i].name, sizeof cg__m(ddp)->params[i].name, "module.%.80s", cg__m(module)->params[i].name);
     }
     if (s != CG_OK) {
         cg__grad_buckets_free(st->buckets); /* unhooks the caller's module, which it keeps */
@@ -275,8 +275,8 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
         cg_module_free(ddp);
         return NULL;
     }
-    ddp->nparams = module->nparams;
-    module->parent = ddp;
+    cg__m(ddp)->nparams = cg__m(module)->nparams;
+    cg__m(module)->parent = ddp;
     return ddp;
 }
 

@@ -61,7 +61,7 @@ void cg__grad_buckets_arm(cg_grad_buckets *gb) {
  * stale values: zeros go in before the bucket is combined. */
 static void zero_undefined(cg_grad_buckets *gb, int r, int b) {
     for (int i = 0; i < gb->nparams && gb->failure == CG_OK; i++) {
-        cg_tensor *p = gb->replicas[r]->params[i].tensor;
+        cg_tensor *p = cg__m(gb->replicas[r])->params[i].tensor;
         if (gb->hooks[r * gb->nparams + i].bucket == b && !cg__t(p)->grad_defined)
             gb->failure = cg__backend_for(cg__t(p)->device)->fill(cg__t(p)->grad, 0.0f);
     }
@@ -84,20 +84,20 @@ cg_status cg__grad_buckets_flush(cg_grad_buckets *gb) {
 static void assign_buckets(cg_grad_buckets *gb, size_t bucket_bytes) {
     const cg_module *m = gb->replicas[0];
     int64_t limit = (int64_t)(bucket_bytes / sizeof(float));
-    for (int i = m->nparams - 1; i >= 0; i--) {
+    for (int i = cg__m(m)->nparams - 1; i >= 0; i--) {
         bucket *bk = &gb->buckets[gb->nbuckets];
-        if (bk->params == 0) bk->end = i + 1 < m->nparams ? m->params[i + 1].offset : cg__t(m->flat_grad)->numel;
-        bk->begin = m->params[i].offset;
+        if (bk->params == 0) bk->end = i + 1 < cg__m(m)->nparams ? cg__m(m)->params[i + 1].offset : cg__t(cg__m(m)->flat_grad)->numel;
+        bk->begin = cg__m(m)->params[i].offset;
         bk->params++;
         for (int r = 0; r < gb->nreplicas; r++) gb->hooks[r * gb->nparams + i] = (param_hook){gb, r, gb->nbuckets, false};
         if (bk->end - bk->begin >= limit) gb->nbuckets++;
     }
-    if (m->nparams > 0 && gb->buckets[gb->nbuckets].params > 0) gb->nbuckets++;
+    if (cg__m(m)->nparams > 0 && gb->buckets[gb->nbuckets].params > 0) gb->nbuckets++;
 }
 
 cg_grad_buckets *cg__grad_buckets_new(cg_module *const *replicas, int nreplicas, size_t bucket_bytes,
                                       const cg_grad_bucket_ops *ops, void *ctx) {
-    int nparams = replicas[0]->nparams;
+    int nparams = cg__m(replicas[0])->nparams;
     cg_grad_buckets *gb = calloc(1, sizeof *gb);
     if (gb) {
         gb->buckets = calloc((size_t)nparams + 1, sizeof *gb->buckets);
@@ -114,7 +114,7 @@ cg_grad_buckets *cg__grad_buckets_new(cg_module *const *replicas, int nreplicas,
     assign_buckets(gb, bucket_bytes);
     for (int r = 0; r < nreplicas; r++)
         for (int i = 0; i < nparams; i++) {
-            cg_tensor *p = replicas[r]->params[i].tensor;
+            cg_tensor *p = cg__m(replicas[r])->params[i].tensor;
             cg__t(p)->grad_hook = grad_final, cg__t(p)->grad_hook_ctx = &gb->hooks[r * nparams + i];
         }
     return gb;
@@ -123,7 +123,7 @@ cg_grad_buckets *cg__grad_buckets_new(cg_module *const *replicas, int nreplicas,
 void cg__grad_buckets_free(cg_grad_buckets *gb) {
     if (!gb) return;
     for (int r = 0; gb->hooks && r < gb->nreplicas; r++)
-        for (int i = 0; i < gb->nparams; i++) cg__t(gb->replicas[r]->params[i].tensor)->grad_hook = NULL;
+        for (int i = 0; i < gb->nparams; i++) cg__t(cg__m(gb->replicas[r])->params[i].tensor)->grad_hook = NULL;
     free(gb->buckets), free(gb->done), free(gb->hooks), free(gb->replicas);
     free(gb);
 }
