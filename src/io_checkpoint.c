@@ -29,11 +29,12 @@ static int64_t flat_total(const cg_module *m) {
 }
 
 static cg_status check_model(const char *fn, const cg_module *model, const cg_optimizer *opt) {
-    if (!model) return cg__fail(CG_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    CG_TRY(cg__handle_check(CG_HANDLE_MODULE, model, fn, "model"));
+    if (opt) CG_TRY(cg__check_optimizer(opt, fn));
     if (cg__m(model)->parent)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, cg__m(model)->ops->type,
                         cg__m(cg__m(model)->parent)->ops->type);
-    if (opt && opt->module != model)
+    if (opt && cg__opt(opt)->module != model)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: the optimizer steps another module than the model given", fn);
     return CG_OK;
 }
@@ -119,16 +120,16 @@ static cg_status save_model(ck_out *o, const cg_module *model) {
 }
 
 static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
-    const cg_module *m = opt->module;
+    const cg_module *m = cg__opt(opt)->module;
     cg_optimizer_state st = {0};
     int64_t *counts = malloc(((size_t)cg__m(m)->nparams + 1) * sizeof *counts);
     if (!counts) return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
-    opt->ops->describe(opt, &st, counts);
+    cg__opt(opt)->ops->describe(opt, &st, counts);
     char key[160];
     snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", st.count_name);
     char lr[32];
-    cg_status s = add_meta(o, CK_RESERVED "optimizer", "%s", opt->ops->name);
-    if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.lr", "%s", cg__shortest_str(opt->lr, false, lr, sizeof lr));
+    cg_status s = add_meta(o, CK_RESERVED "optimizer", "%s", cg__opt(opt)->ops->name);
+    if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.lr", "%s", cg__shortest_str(cg__opt(opt)->lr, false, lr, sizeof lr));
     if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.settings", "%s", st.settings);
     if (s == CG_OK) s = add_meta_list(o, key, counts, cg__m(m)->nparams);
     free(counts);
@@ -362,15 +363,15 @@ static cg_status plan_buffer(ck_plan *p, const cg_module *m, const char *key, fl
 }
 
 static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
-    const cg_module *m = opt->module;
+    const cg_module *m = cg__opt(opt)->module;
     const char *kind = cg_safetensors_metadata(p->st, CK_RESERVED "optimizer");
     if (!kind) return load_fail(p, "the checkpoint holds no optimizer state (saved with a NULL optimizer)");
-    if (strcmp(kind, opt->ops->name) != 0)
-        return load_fail(p, "the checkpoint's optimizer is %.32s, but this one is %s", kind, opt->ops->name);
+    if (strcmp(kind, cg__opt(opt)->ops->name) != 0)
+        return load_fail(p, "the checkpoint's optimizer is %.32s, but this one is %s", kind, cg__opt(opt)->ops->name);
     if (!(p->counts = calloc((size_t)cg__m(m)->nparams + 1, sizeof *p->counts))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
     int64_t *mine = calloc((size_t)cg__m(m)->nparams + 1, sizeof *mine);
     if (!mine) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
-    opt->ops->describe(opt, &p->ost, mine);
+    cg__opt(opt)->ops->describe(opt, &p->ost, mine);
     free(mine);
     const char *settings = meta_required(p, CK_RESERVED "optimizer.settings");
     if (!settings) return cg_last_status();
@@ -386,7 +387,7 @@ static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
     char key[160];
     snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", p->ost.count_name);
     CG_TRY(meta_list(p, key, cg__m(m)->nparams, p->counts, NULL));
-    if (opt->ops->check_counts(opt, p->counts) != CG_OK) return load_fail(p, "%s", cg_last_error());
+    if (cg__opt(opt)->ops->check_counts(opt, p->counts) != CG_OK) return load_fail(p, "%s", cg_last_error());
     bool any_count = false;
     for (int i = 0; i < cg__m(m)->nparams; i++) any_count |= p->counts[i] != 0;
     for (int k = 0; k < p->ost.nbuffers; k++) {
@@ -453,13 +454,13 @@ static cg_status apply(ck_plan *p, cg_module *model, cg_optimizer *opt, cg_loade
     }
     if (s != CG_OK) {
         for (int k = 0; k < made; k++)
-            for (int r = 0; r < opt->nroots; r++) cg_tensor_free(fresh[k][r]);
+            for (int r = 0; r < cg__opt(opt)->nroots; r++) cg_tensor_free(fresh[k][r]);
         return s;
     }
     if (opt) {
         for (int k = 0; k < p->ost.nbuffers; k++) cg__optimizer_buffers_swap(opt, p->ost.buffers[k], fresh[k]);
-        opt->ops->set_counts(opt, p->counts);
-        opt->lr = p->lr;
+        cg__opt(opt)->ops->set_counts(opt, p->counts);
+        cg__opt(opt)->lr = p->lr;
     }
     cg__rng_set_state(&p->rng);
     if (loader) s = cg_loader_set_state(loader, p->ls);

@@ -10,7 +10,7 @@
 #include "kernels/adam_math.h"
 
 typedef struct adam_optimizer {
-    cg_optimizer base;
+    cg_optimizer_impl base;
     cg_adam_options options;
     bool decoupled;           /* AdamW */
     cg_tensor **exp_avg;      /* per root: (total,) first moments, the flat parameters' layout */
@@ -27,6 +27,7 @@ static const cg_optimizer_ops adam_ops = {"Adam", adam_step, adam_destroy, adam_
                                           adam_set_counts};
 static const cg_optimizer_ops adamw_ops = {"AdamW", adam_step, adam_destroy, adam_describe, adam_check_counts,
                                            adam_set_counts};
+static cg_handle_pool adam_pool = CG_HANDLE_POOL(CG_HANDLE_OPTIMIZER, adam_optimizer);
 
 cg_adam_options cg_adam_defaults(void) {
     cg_adam_options o = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0};
@@ -50,26 +51,26 @@ static cg_optimizer *adam_new(cg_module *m, cg_adam_options o, bool decoupled, c
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid beta parameter at index 1: %g (0 <= beta2 < 1)", fn, o.beta2);
     if (!(o.weight_decay >= 0) || isinf(o.weight_decay))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid weight_decay value %g", fn, o.weight_decay);
-    adam_optimizer *opt =
-        (adam_optimizer *)cg__optimizer_new(decoupled ? &adamw_ops : &adam_ops, sizeof *opt, m, o.lr, fn);
-    if (!opt) return NULL;
+    cg_optimizer *h = cg__optimizer_new(decoupled ? &adamw_ops : &adam_ops, &adam_pool, m, o.lr, fn);
+    if (!h) return NULL;
+    adam_optimizer *opt = cg__handle_object(h);
     opt->exp_avg = calloc((size_t)opt->base.nroots, sizeof *opt->exp_avg);
     opt->exp_avg_sq = calloc((size_t)opt->base.nroots, sizeof *opt->exp_avg_sq);
     opt->steps = calloc((size_t)cg__m(m)->nparams, sizeof *opt->steps);
     if (!opt->exp_avg || !opt->exp_avg_sq || !opt->steps) {
-        cg_optimizer_free(&opt->base);
+        cg_optimizer_free(h);
         return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
     }
     opt->options = o, opt->decoupled = decoupled;
-    return &opt->base;
+    return h;
 }
 
 cg_optimizer *cg_adam_new(cg_module *m, cg_adam_options o) { return adam_new(m, o, false, "cg_adam_new"); }
 cg_optimizer *cg_adamw_new(cg_module *m, cg_adam_options o) { return adam_new(m, o, true, "cg_adamw_new"); }
 
 static void adam_destroy(cg_optimizer *base) {
-    adam_optimizer *opt = (adam_optimizer *)base;
-    for (int r = 0; r < base->nroots; r++) {
+    adam_optimizer *opt = cg__handle_object(base);
+    for (int r = 0; r < cg__opt(base)->nroots; r++) {
         if (opt->exp_avg) cg_tensor_free(opt->exp_avg[r]);
         if (opt->exp_avg_sq) cg_tensor_free(opt->exp_avg_sq[r]);
     }
@@ -139,15 +140,15 @@ static cg_status step_root(adam_optimizer *opt, int r) {
 }
 
 static cg_status adam_step(cg_optimizer *base) {
-    adam_optimizer *opt = (adam_optimizer *)base;
+    adam_optimizer *opt = cg__handle_object(base);
     if (cg__graph_capturing()) /* PyTorch refuses too, unless its step count lives on the device */
         return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: an %s step cannot be captured in a CUDA graph: its bias "
                         "corrections come from step counts kept on the host, so every replay would repeat the "
                         "captured step's; capture forward and backward only, and call cg_optimizer_step after "
                         "each replay", opt->decoupled ? "AdamW" : "Adam");
-    for (int r = 0; r < base->nroots; r++) CG_TRY(step_root(opt, r));
+    for (int r = 0; r < cg__opt(base)->nroots; r++) CG_TRY(step_root(opt, r));
     /* Replicas share one gradient pattern, so the step counts advance once for all. */
-    cg_module *m = base->roots[0];
+    cg_module *m = cg__opt(base)->roots[0];
     for (int i = 0; i < cg__m(m)->nparams; i++)
         if (cg__t(cg__m(m)->params[i].tensor)->grad_defined) opt->steps[i]++;
     return CG_OK;
@@ -155,7 +156,7 @@ static cg_status adam_step(cg_optimizer *base) {
 
 /* ---- checkpoints: the two moments and each parameter's step count --------------------------------- */
 static void adam_describe(const cg_optimizer *base, cg_optimizer_state *st, int64_t *counts) {
-    const adam_optimizer *opt = (const adam_optimizer *)base;
+    const adam_optimizer *opt = cg__handle_object(base);
     const cg_adam_options *o = &opt->options;
     char b1[32], b2[32], eps[32], wd[32];
     snprintf(st->settings, sizeof st->settings, "beta1=%s beta2=%s eps=%s weight_decay=%s",
@@ -165,18 +166,18 @@ static void adam_describe(const cg_optimizer *base, cg_optimizer_state *st, int6
     st->buffer_names[0] = "exp_avg", st->buffer_names[1] = "exp_avg_sq";
     st->buffers[0] = opt->exp_avg, st->buffers[1] = opt->exp_avg_sq;
     st->count_name = "step";
-    memcpy(counts, opt->steps, (size_t)cg__m(base->roots[0])->nparams * sizeof *counts);
+    memcpy(counts, opt->steps, (size_t)cg__m(cg__opt(base)->roots[0])->nparams * sizeof *counts);
 }
 
 static cg_status adam_check_counts(const cg_optimizer *base, const int64_t *counts) {
-    for (int i = 0; i < cg__m(base->roots[0])->nparams; i++)
+    for (int i = 0; i < cg__m(cg__opt(base)->roots[0])->nparams; i++)
         if (counts[i] < 0)
-            return cg__fail(CG_ERR_INVALID_ARG, "%s: step of parameter %d is %lld; expected >= 0", base->ops->name, i,
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: step of parameter %d is %lld; expected >= 0", cg__opt(base)->ops->name, i,
                             (long long)counts[i]);
     return CG_OK;
 }
 
 static void adam_set_counts(cg_optimizer *base, const int64_t *counts) {
-    adam_optimizer *opt = (adam_optimizer *)base;
-    memcpy(opt->steps, counts, (size_t)cg__m(base->roots[0])->nparams * sizeof *counts);
+    adam_optimizer *opt = cg__handle_object(base);
+    memcpy(opt->steps, counts, (size_t)cg__m(cg__opt(base)->roots[0])->nparams * sizeof *counts);
 }

@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 cg_status cg__optimizer_check_module(const cg_module *m, const char *fn) {
-    if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
+    CG_TRY(cg__check_module(m, fn));
     if (cg__m(m)->parent)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, cg__m(m)->ops->type,
                         cg__m(cg__m(m)->parent)->ops->type);
@@ -14,31 +14,43 @@ cg_status cg__optimizer_check_module(const cg_module *m, const char *fn) {
     return CG_OK;
 }
 
-cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, size_t size, cg_module *m, double lr, const char *fn) {
-    int nroots = cg__m(m)->replicas ? cg__m(m)->nreplicas : 1;
-    cg_optimizer *opt = calloc(1, size);
-    if (opt) opt->roots = calloc((size_t)nroots, sizeof *opt->roots);
-    if (!opt || !opt->roots) {
-        free(opt);
+cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *pool, cg_module *m, double lr,
+                                const char *fn) {
+    cg_module_impl *mi = cg__m(m);
+    int nroots = mi->replicas ? mi->nreplicas : 1;
+    cg_optimizer *h = cg__handle_new(pool);
+    if (!h) return (cg__fail_context("%s", fn), NULL);
+    cg_optimizer_impl *opt = cg__opt(h);
+    if (!(opt->roots = calloc((size_t)nroots, sizeof *opt->roots))) {
+        cg__handle_free(pool, h);
         return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
     }
-    opt->ops = ops, opt->module = m, opt->nroots = nroots, opt->lr = lr;
-    cg__m(m)->has_optimizer = true;
-    for (int r = 0; r < nroots; r++) opt->roots[r] = cg__m(m)->replicas ? cg__m(m)->replicas[r] : m;
-    return opt;
+    opt->ops = ops, opt->pool = pool, opt->module = m, opt->nroots = nroots, opt->lr = lr;
+    mi->has_optimizer = true;
+    for (int r = 0; r < nroots; r++) opt->roots[r] = mi->replicas ? mi->replicas[r] : m;
+    return h;
+}
+
+cg_status cg__check_optimizer(const cg_optimizer *opt, const char *fn) {
+    CG_TRY(cg__handle_check(CG_HANDLE_OPTIMIZER, opt, fn, "optimizer"));
+    if (!cg__handle_live(CG_HANDLE_MODULE, cg__opt(opt)->module))
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: the module this optimizer steps was freed (free an optimizer before its "
+                                            "module)", fn);
+    return CG_OK;
 }
 
 void cg_optimizer_free(cg_optimizer *opt) {
-    if (!opt) return;
-    if (opt->ops->destroy) opt->ops->destroy(opt);
-    free(opt->roots);
-    free(opt);
+    if (!opt || cg__handle_check(CG_HANDLE_OPTIMIZER, opt, "cg_optimizer_free", "optimizer") != CG_OK) return;
+    cg_optimizer_impl *o = cg__opt(opt);
+    if (o->ops->destroy) o->ops->destroy(opt);
+    free(o->roots);
+    cg__handle_free(o->pool, opt);
 }
 
 cg_status cg_optimizer_zero_grad(cg_optimizer *opt) {
-    if (!opt) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_zero_grad: optimizer is NULL");
-    for (int r = 0; r < opt->nroots; r++) {
-        cg_module *m = opt->roots[r];
+    CG_TRY(cg__check_optimizer(opt, "cg_optimizer_zero_grad"));
+    for (int r = 0; r < cg__opt(opt)->nroots; r++) {
+        cg_module *m = cg__opt(opt)->roots[r];
         /* No fill: an undefined gradient is never read (the next backward overwrites it, optimizers
          * skip it, and gradient buckets zero it when it gets none), as PyTorch's set_to_none. */
         for (int i = 0; i < cg__m(m)->nparams; i++) cg__t(cg__m(m)->params[i].tensor)->grad_defined = false;
@@ -47,8 +59,8 @@ cg_status cg_optimizer_zero_grad(cg_optimizer *opt) {
 }
 
 cg_status cg_optimizer_step(cg_optimizer *opt) {
-    if (!opt) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: optimizer is NULL");
-    return opt->ops->step(opt);
+    CG_TRY(cg__check_optimizer(opt, "cg_optimizer_step"));
+    return cg__opt(opt)->ops->step(opt);
 }
 
 const char *cg__shortest_str(double v, bool single, char *buf, size_t len) {
@@ -63,8 +75,8 @@ const char *cg__shortest_str(double v, bool single, char *buf, size_t len) {
 cg_status cg__optimizer_buffers_new(const cg_optimizer *opt, const float *values, cg_tensor **fresh) {
     cg_status s = CG_OK;
     int made = 0;
-    while (made < opt->nroots && s == CG_OK) {
-        const cg_module *m = opt->roots[made];
+    while (made < cg__opt(opt)->nroots && s == CG_OK) {
+        const cg_module *m = cg__opt(opt)->roots[made];
         cg_tensor *t = cg__tensor_new(1, cg__t(cg__m(m)->flat_data)->shape, cg__m(m)->device);
         if (!t) {
             s = cg_last_status();
@@ -80,7 +92,7 @@ cg_status cg__optimizer_buffers_new(const cg_optimizer *opt, const float *values
 }
 
 void cg__optimizer_buffers_swap(const cg_optimizer *opt, cg_tensor **slots, cg_tensor **fresh) {
-    for (int r = 0; r < opt->nroots; r++) {
+    for (int r = 0; r < cg__opt(opt)->nroots; r++) {
         cg_tensor_free(slots[r]);
         slots[r] = fresh[r];
     }
@@ -100,13 +112,15 @@ void cg__optimizer_run_range(const cg_module *m, int i, int j, int64_t *begin, i
 
 /* ---- learning rate ---------------------------------------------------------------------------------- */
 cg_status cg_optimizer_set_lr(cg_optimizer *opt, double lr) {
-    if (!opt) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_set_lr: optimizer is NULL");
+    CG_TRY(cg__handle_check(CG_HANDLE_OPTIMIZER, opt, "cg_optimizer_set_lr", "optimizer"));
     if (!(lr >= 0) || isinf(lr)) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_set_lr: invalid learning rate %g", lr);
-    opt->lr = lr;
+    cg__opt(opt)->lr = lr;
     return CG_OK;
 }
 
-double cg_optimizer_get_lr(const cg_optimizer *opt) { return opt ? opt->lr : NAN; }
+double cg_optimizer_get_lr(const cg_optimizer *opt) {
+    return cg__handle_check(CG_HANDLE_OPTIMIZER, opt, "cg_optimizer_get_lr", "optimizer") == CG_OK ? cg__opt(opt)->lr : NAN;
+}
 
 double cg_lr_step(double base_lr, int64_t epoch, int64_t step_size, double gamma) {
     if (step_size < 1 || epoch < 0) return base_lr;

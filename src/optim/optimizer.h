@@ -28,19 +28,27 @@ typedef struct cg_optimizer_ops {
     void (*set_counts)(cg_optimizer *opt, const int64_t *counts);
 } cg_optimizer_ops;
 
-struct cg_optimizer {
+/* What an optimizer handle (cg_optimizer *, see handle.h) names; read it through cg__opt(handle). A kind
+ * embeds it as its first member and allocates from a pool of its own (CG_HANDLE_OPTIMIZER). */
+typedef struct cg_optimizer_impl {
     const cg_optimizer_ops *ops;
+    cg_handle_pool *pool;     /* the kind's, which cg_optimizer_free gives the slot back to */
     cg_module *module;
     int nroots;               /* the packed parameter sets stepped: the module, or its replicas */
     cg_module **roots;
     double lr;                /* cg_optimizer_set_lr changes it between steps */
-};
+} cg_optimizer_impl;
+
+static inline cg_optimizer_impl *cg__opt(const cg_optimizer *opt) { return (cg_optimizer_impl *)cg__handle_object(opt); }
 
 /* fn's errors for a module an optimizer cannot take: NULL, part of another module, no parameters. */
 cg_status cg__optimizer_check_module(const cg_module *m, const char *fn);
-/* A zeroed optimizer of `size` bytes (the kind's struct, which starts with struct cg_optimizer)
- * over m, which cg__optimizer_check_module accepted; NULL + CG_ERR_OOM naming fn. */
-cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, size_t size, cg_module *m, double lr, const char *fn);
+/* A zeroed optimizer from pool (the kind's, whose objects start with cg_optimizer_impl) over m,
+ * which cg__optimizer_check_module accepted; NULL + CG_ERR_OOM naming fn. */
+cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *pool, cg_module *m, double lr,
+                                const char *fn);
+/* fn's error unless opt is a live optimizer whose module is still alive. */
+cg_status cg__check_optimizer(const cg_optimizer *opt, const char *fn);
 
 /* The shortest decimal that reads back as v (as a float when single): "0.9", not "0.899999976". */
 const char *cg__shortest_str(double v, bool single, char *buf, size_t len);

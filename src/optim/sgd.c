@@ -3,7 +3,7 @@
 #include "optim/optimizer.h"
 
 typedef struct sgd_optimizer {
-    cg_optimizer base;
+    cg_optimizer_impl base;
     cg_tensor **momentum;     /* per root: (total,) same layout as its flat parameters, or NULL */
     bool *momentum_ready;     /* per parameter: its buffer holds a value (PyTorch: buf is not None) */
     cg_sgd_options options;
@@ -15,6 +15,7 @@ static void sgd_describe(const cg_optimizer *base, cg_optimizer_state *st, int64
 static cg_status sgd_check_counts(const cg_optimizer *base, const int64_t *counts);
 static void sgd_set_counts(cg_optimizer *base, const int64_t *counts);
 static const cg_optimizer_ops sgd_ops = {"SGD", sgd_step, sgd_destroy, sgd_describe, sgd_check_counts, sgd_set_counts};
+static cg_handle_pool sgd_pool = CG_HANDLE_POOL(CG_HANDLE_OPTIMIZER, sgd_optimizer);
 
 cg_optimizer *cg_sgd_new(cg_module *m, cg_sgd_options o) {
     if (cg__optimizer_check_module(m, "cg_sgd_new") != CG_OK) return NULL;
@@ -24,21 +25,22 @@ cg_optimizer *cg_sgd_new(cg_module *m, cg_sgd_options o) {
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sgd_new: invalid weight_decay %g", (double)o.weight_decay);
     if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sgd_new: nesterov momentum requires a momentum and zero dampening");
-    sgd_optimizer *opt = (sgd_optimizer *)cg__optimizer_new(&sgd_ops, sizeof *opt, m, o.lr, "cg_sgd_new");
-    if (!opt) return NULL;
+    cg_optimizer *h = cg__optimizer_new(&sgd_ops, &sgd_pool, m, o.lr, "cg_sgd_new");
+    if (!h) return NULL;
+    sgd_optimizer *opt = cg__handle_object(h);
     opt->momentum = calloc((size_t)opt->base.nroots, sizeof *opt->momentum);
     opt->momentum_ready = calloc((size_t)cg__m(m)->nparams, sizeof *opt->momentum_ready);
     if (!opt->momentum || !opt->momentum_ready) {
-        cg_optimizer_free(&opt->base);
+        cg_optimizer_free(h);
         return CG_FAIL_NULL(CG_ERR_OOM, "cg_sgd_new: out of host memory");
     }
     opt->options = o;
-    return &opt->base;
+    return h;
 }
 
 static void sgd_destroy(cg_optimizer *base) {
-    sgd_optimizer *opt = (sgd_optimizer *)base;
-    for (int r = 0; opt->momentum && r < base->nroots; r++) cg_tensor_free(opt->momentum[r]);
+    sgd_optimizer *opt = cg__handle_object(base);
+    for (int r = 0; opt->momentum && r < cg__opt(base)->nroots; r++) cg_tensor_free(opt->momentum[r]);
     free(opt->momentum);
     free(opt->momentum_ready);
 }
@@ -92,10 +94,10 @@ static cg_status step_root(sgd_optimizer *opt, int r) {
 }
 
 static cg_status sgd_step(cg_optimizer *base) {
-    sgd_optimizer *opt = (sgd_optimizer *)base;
-    for (int r = 0; r < base->nroots; r++) CG_TRY(step_root(opt, r));
+    sgd_optimizer *opt = cg__handle_object(base);
+    for (int r = 0; r < cg__opt(base)->nroots; r++) CG_TRY(step_root(opt, r));
     /* Replicas share one gradient pattern, so the momentum state advances once for all. */
-    cg_module *m = base->roots[0];
+    cg_module *m = cg__opt(base)->roots[0];
     for (int i = 0; i < cg__m(m)->nparams; i++)
         if (cg__t(cg__m(m)->params[i].tensor)->grad_defined) opt->momentum_ready[i] = opt->options.momentum != 0;
     return CG_OK;
@@ -103,7 +105,7 @@ static cg_status sgd_step(cg_optimizer *base) {
 
 /* ---- checkpoints: the momentum buffers, and which parameters have one (PyTorch: buf is not None) ---- */
 static void sgd_describe(const cg_optimizer *base, cg_optimizer_state *st, int64_t *counts) {
-    const sgd_optimizer *opt = (const sgd_optimizer *)base;
+    const sgd_optimizer *opt = cg__handle_object(base);
     const cg_sgd_options *o = &opt->options;
     char m[32], d[32], wd[32];
     snprintf(st->settings, sizeof st->settings, "momentum=%s dampening=%s weight_decay=%s nesterov=%d",
@@ -113,12 +115,12 @@ static void sgd_describe(const cg_optimizer *base, cg_optimizer_state *st, int64
     st->buffer_names[0] = "momentum_buffer";
     st->buffers[0] = opt->momentum;
     st->count_name = "momentum_ready";
-    for (int i = 0; i < cg__m(base->roots[0])->nparams; i++) counts[i] = opt->momentum_ready[i];
+    for (int i = 0; i < cg__m(cg__opt(base)->roots[0])->nparams; i++) counts[i] = opt->momentum_ready[i];
 }
 
 static cg_status sgd_check_counts(const cg_optimizer *base, const int64_t *counts) {
-    const sgd_optimizer *opt = (const sgd_optimizer *)base;
-    for (int i = 0; i < cg__m(base->roots[0])->nparams; i++)
+    const sgd_optimizer *opt = cg__handle_object(base);
+    for (int i = 0; i < cg__m(cg__opt(base)->roots[0])->nparams; i++)
         if (counts[i] != 0 && (counts[i] != 1 || opt->options.momentum == 0))
             return cg__fail(CG_ERR_INVALID_ARG, "SGD: momentum_ready of parameter %d is %lld; expected %s", i,
                             (long long)counts[i], opt->options.momentum == 0 ? "0 (no momentum)" : "0 or 1");
@@ -126,6 +128,6 @@ static cg_status sgd_check_counts(const cg_optimizer *base, const int64_t *count
 }
 
 static void sgd_set_counts(cg_optimizer *base, const int64_t *counts) {
-    sgd_optimizer *opt = (sgd_optimizer *)base;
-    for (int i = 0; i < cg__m(base->roots[0])->nparams; i++) opt->momentum_ready[i] = counts[i] != 0;
+    sgd_optimizer *opt = cg__handle_object(base);
+    for (int i = 0; i < cg__m(cg__opt(base)->roots[0])->nparams; i++) opt->momentum_ready[i] = counts[i] != 0;
 }
