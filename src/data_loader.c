@@ -3,22 +3,44 @@
 
 #include "cgrad/data.h"
 
-struct cg_dataset {
+/* What a data set handle (cg_dataset *, see handle.h) names. */
+typedef struct dataset_impl {
     cg_device device;
     int64_t n, height, width;
     int num_classes;
     cg_tensor *images; /* (N, H, W) normalised pixels, on device */
     cg_tensor *labels; /* (N) class indices as floats, on device */
-};
+} dataset_impl;
 
-struct cg_loader {
-    const cg_dataset *ds;
+/* What a loader handle (cg_loader *) names. */
+typedef struct loader_impl {
+    const cg_dataset *ds; /* borrowed: every call checks it is still alive */
+    int64_t n;            /* its size and device, which the permutation's memory needs after it is gone */
+    cg_device device;
     cg_loader_options o;
     int64_t epoch, position;
     int64_t perm_epoch; /* the epoch perm_dev holds the permutation of; -1 for none */
     int32_t *perm_host; /* (N) */
     int32_t *perm_dev;  /* (N) on the data set's device, from the caching allocator */
-};
+} loader_impl;
+
+static cg_handle_pool dataset_pool = CG_HANDLE_POOL(CG_HANDLE_DATASET, dataset_impl);
+static cg_handle_pool loader_pool = CG_HANDLE_POOL(CG_HANDLE_LOADER, loader_impl);
+
+static dataset_impl *ds_of(const cg_dataset *h) { return cg__handle_object(h); }
+static loader_impl *loader_of(const cg_loader *h) { return cg__handle_object(h); }
+
+/* fn's error unless h is a live data set. */
+static cg_status check_dataset(const cg_dataset *h, const char *fn) {
+    return cg__handle_check(CG_HANDLE_DATASET, h, fn, "data set");
+}
+
+cg_status cg__check_loader(const cg_loader *h, const char *fn) {
+    CG_TRY(cg__handle_check(CG_HANDLE_LOADER, h, fn, "loader"));
+    if (!cg__handle_live(CG_HANDLE_DATASET, loader_of(h)->ds))
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: the loader's data set was freed (free a loader before its data set)", fn);
+    return CG_OK;
+}
 
 /* ---- data sets -------------------------------------------------------------------------------------- */
 cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mean, float std, cg_device d) {
@@ -43,12 +65,14 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
     if (!cg__backend_for(d)) return (cg__fail_context("%s", fn), NULL);
     int64_t n = images->dims[0], pixels = images->count;
     if (n > INT32_MAX) return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: %lld samples; the loader indexes at most 2^31 - 1", fn, (long long)n);
-    cg_dataset *ds = calloc(1, sizeof *ds);
+    cg_dataset *h = cg__handle_new(&dataset_pool);
     float *host = malloc((size_t)(pixels > n ? pixels : n) * sizeof(float));
-    if (!ds || !host) {
-        free(ds), free(host);
+    if (!h || !host) {
+        if (h) cg__handle_free(&dataset_pool, h);
+        free(host);
         return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory for %lld floats", fn, (long long)pixels);
     }
+    dataset_impl *ds = ds_of(h);
     ds->device = d, ds->n = n, ds->height = images->dims[1], ds->width = images->dims[2];
     /* torchvision: ToTensor divides by 255 in float, Normalize subtracts the mean and divides by std */
     const uint8_t *px = images->data;
@@ -66,11 +90,11 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
     if (s == CG_OK && !(ds->labels = cg_from_data(host, 1, &n, d))) s = cg_last_status();
     free(host);
     if (s != CG_OK) {
-        cg_dataset_free(ds);
+        cg_dataset_free(h);
         return NULL;
     }
     cg_keep(ds->images), cg_keep(ds->labels); /* owned by the data set, not by a scope */
-    return ds;
+    return h;
 }
 
 cg_dataset *cg_dataset_load_idx(const char *images_path, const char *labels_path, float mean, float std, cg_device d) {
@@ -113,18 +137,26 @@ cg_dataset *cg_fashion_mnist_load(const char *dir, bool train, cg_device d) {
     return cg_dataset_load_idx(images, labels, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, d);
 }
 
-void cg_dataset_free(cg_dataset *ds) {
-    if (!ds) return;
-    cg_tensor_free(ds->images);
-    cg_tensor_free(ds->labels);
-    free(ds);
+void cg_dataset_free(cg_dataset *h) {
+    if (!h || check_dataset(h, "cg_dataset_free") != CG_OK) return;
+    cg_tensor_free(ds_of(h)->images);
+    cg_tensor_free(ds_of(h)->labels);
+    cg__handle_free(&dataset_pool, h);
 }
 
-int64_t cg_dataset_size(const cg_dataset *ds) { return ds ? ds->n : -1; }
-int cg_dataset_num_classes(const cg_dataset *ds) { return ds ? ds->num_classes : -1; }
-cg_device cg_dataset_device(const cg_dataset *ds) { return ds ? ds->device : cg_cpu(); }
-const cg_tensor *cg_dataset_images(const cg_dataset *ds) { return ds ? ds->images : NULL; }
-const cg_tensor *cg_dataset_labels(const cg_dataset *ds) { return ds ? ds->labels : NULL; }
+int64_t cg_dataset_size(const cg_dataset *h) { return check_dataset(h, "cg_dataset_size") == CG_OK ? ds_of(h)->n : -1; }
+int cg_dataset_num_classes(const cg_dataset *h) {
+    return check_dataset(h, "cg_dataset_num_classes") == CG_OK ? ds_of(h)->num_classes : -1;
+}
+cg_device cg_dataset_device(const cg_dataset *h) {
+    return check_dataset(h, "cg_dataset_device") == CG_OK ? ds_of(h)->device : cg_cpu();
+}
+const cg_tensor *cg_dataset_images(const cg_dataset *h) {
+    return check_dataset(h, "cg_dataset_images") == CG_OK ? ds_of(h)->images : NULL;
+}
+const cg_tensor *cg_dataset_labels(const cg_dataset *h) {
+    return check_dataset(h, "cg_dataset_labels") == CG_OK ? ds_of(h)->labels : NULL;
+}
 
 /* ---- loader ------------------------------------------------------------------------------------------- */
 static uint64_t splitmix64(uint64_t *state) {
@@ -146,9 +178,9 @@ static uint32_t bounded(uint64_t *state, uint32_t bound) {
 
 /* The epoch's permutation (Fisher-Yates from a generator seeded by (seed, epoch)), on the device.
  * The upload is queued on the device's stream after the gathers of the previous epoch. */
-static cg_status ensure_permutation(cg_loader *l) {
+static cg_status ensure_permutation(loader_impl *l) {
     if (l->perm_epoch == l->epoch) return CG_OK;
-    int64_t n = l->ds->n;
+    int64_t n = l->n;
     uint64_t state = l->o.seed ^ 0x6a09e667f3bcc909ull;
     splitmix64(&state);
     state ^= (uint64_t)l->epoch * 0xbb67ae8584caa73bull;
@@ -158,68 +190,76 @@ static cg_status ensure_permutation(cg_loader *l) {
         int32_t t = l->perm_host[i];
         l->perm_host[i] = l->perm_host[j], l->perm_host[j] = t;
     }
-    CG_TRY(cg__copy_bytes(l->ds->device, l->perm_dev, cg_cpu(), l->perm_host, (size_t)n * sizeof(int32_t)));
+    CG_TRY(cg__copy_bytes(l->device, l->perm_dev, cg_cpu(), l->perm_host, (size_t)n * sizeof(int32_t)));
     l->perm_epoch = l->epoch;
     return CG_OK;
 }
 
 cg_loader *cg_loader_new(const cg_dataset *ds, cg_loader_options o) {
-    if (!ds) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_loader_new: data set is NULL");
+    if (check_dataset(ds, "cg_loader_new") != CG_OK) return NULL;
     if (o.batch_size < 1)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_loader_new: batch_size must be at least 1 (got %lld)", (long long)o.batch_size);
-    cg_loader *l = calloc(1, sizeof *l);
-    if (!l) return CG_FAIL_NULL(CG_ERR_OOM, "cg_loader_new: out of host memory");
-    l->ds = ds, l->o = o, l->perm_epoch = -1;
+    cg_loader *h = cg__handle_new(&loader_pool);
+    if (!h) return (cg__fail_context("cg_loader_new"), NULL);
+    loader_impl *l = loader_of(h);
+    l->ds = ds, l->n = ds_of(ds)->n, l->device = ds_of(ds)->device, l->o = o, l->perm_epoch = -1;
     if (o.shuffle) {
-        l->perm_host = malloc((size_t)ds->n * sizeof(int32_t));
-        if (!l->perm_host) {
-            free(l);
-            return CG_FAIL_NULL(CG_ERR_OOM, "cg_loader_new: out of host memory for a permutation of %lld", (long long)ds->n);
-        }
-        if (!(l->perm_dev = cg__alloc(ds->device, (size_t)ds->n * sizeof(int32_t)))) {
-            cg_loader_free(l);
+        l->perm_host = malloc((size_t)l->n * sizeof(int32_t));
+        l->perm_dev = l->perm_host ? cg__alloc(l->device, (size_t)l->n * sizeof(int32_t)) : NULL;
+        if (!l->perm_dev) {
+            if (!l->perm_host)
+                cg__fail(CG_ERR_OOM, "cg_loader_new: out of host memory for a permutation of %lld", (long long)l->n);
+            cg_loader_free(h);
             return NULL;
         }
     }
-    return l;
+    return h;
 }
 
-void cg_loader_free(cg_loader *l) {
-    if (!l) return;
-    if (l->perm_dev) cg__free(l->ds->device, l->perm_dev, (size_t)l->ds->n * sizeof(int32_t));
+void cg_loader_free(cg_loader *h) {
+    if (!h || cg__handle_check(CG_HANDLE_LOADER, h, "cg_loader_free", "loader") != CG_OK) return;
+    loader_impl *l = loader_of(h);
+    if (l->perm_dev) cg__free(l->device, l->perm_dev, (size_t)l->n * sizeof(int32_t));
     free(l->perm_host);
-    free(l);
+    cg__handle_free(&loader_pool, h);
 }
 
-int64_t cg_loader_num_batches(const cg_loader *l) {
-    if (!l) return -1;
-    int64_t n = l->ds->n, b = l->o.batch_size;
+int64_t cg_loader_num_batches(const cg_loader *h) {
+    if (cg__check_loader(h, "cg_loader_num_batches") != CG_OK) return -1;
+    const loader_impl *l = loader_of(h);
+    int64_t n = l->n, b = l->o.batch_size;
     return l->o.drop_last ? n / b : (n + b - 1) / b;
 }
 
-cg_loader_state cg_loader_get_state(const cg_loader *l) {
+cg_loader_state cg_loader_get_state(const cg_loader *h) {
     cg_loader_state s = {0, 0};
-    if (l) s.epoch = l->epoch, s.position = l->position;
+    if (cg__check_loader(h, "cg_loader_get_state") == CG_OK) s.epoch = loader_of(h)->epoch, s.position = loader_of(h)->position;
     return s;
 }
 
-cg_loader_options cg_loader_get_options(const cg_loader *l) { return l ? l->o : (cg_loader_options){0}; }
-const cg_dataset *cg_loader_dataset(const cg_loader *l) { return l ? l->ds : NULL; }
+cg_loader_options cg_loader_get_options(const cg_loader *h) {
+    return cg__check_loader(h, "cg_loader_get_options") == CG_OK ? loader_of(h)->o : (cg_loader_options){0};
+}
+const cg_dataset *cg_loader_dataset(const cg_loader *h) {
+    return cg__check_loader(h, "cg_loader_dataset") == CG_OK ? loader_of(h)->ds : NULL;
+}
 
-cg_status cg_loader_set_state(cg_loader *l, cg_loader_state s) {
-    if (!l) return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_set_state: loader is NULL");
-    if (s.epoch < 0 || s.position < 0 || s.position > l->ds->n)
+cg_status cg_loader_set_state(cg_loader *h, cg_loader_state s) {
+    CG_TRY(cg__check_loader(h, "cg_loader_set_state"));
+    loader_impl *l = loader_of(h);
+    if (s.epoch < 0 || s.position < 0 || s.position > l->n)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_set_state: epoch %lld, position %lld out of range (0 <= position <= %lld)",
-                        (long long)s.epoch, (long long)s.position, (long long)l->ds->n);
+                        (long long)s.epoch, (long long)s.position, (long long)l->n);
     l->epoch = s.epoch, l->position = s.position;
     return CG_OK;
 }
 
-cg_status cg_loader_next(cg_loader *l, cg_tensor **images, cg_tensor **labels) {
+cg_status cg_loader_next(cg_loader *h, cg_tensor **images, cg_tensor **labels) {
     if (!images || !labels) return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_next: images or labels is NULL");
     *images = *labels = NULL;
-    if (!l) return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_next: loader is NULL");
-    const cg_dataset *ds = l->ds;
+    CG_TRY(cg__check_loader(h, "cg_loader_next"));
+    loader_impl *l = loader_of(h);
+    const dataset_impl *ds = ds_of(l->ds);
     int64_t remaining = ds->n - l->position, b = l->o.batch_size;
     if (remaining <= 0 || (l->o.drop_last && remaining < b)) { /* end of the epoch */
         l->epoch++, l->position = 0;

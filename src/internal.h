@@ -88,6 +88,9 @@ cg_tensor *cg__view_new(const cg_tensor *t, int ndim, const int64_t *shape, cons
 void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 int64_t cg__numel_of(int ndim, const int64_t *shape);
 
+/* fn's error unless l is a live loader whose data set is alive too (src/data_loader.c). */
+cg_status cg__check_loader(const cg_loader *l, const char *fn);
+
 /* ---- CUDA graphs (src/graph.c) ------------------------------------------------------------ */
 /* Whether this thread is running the function of a GPU graph capture (cg_graph_capture): its
  * device work is recorded, and host values it computes are replayed as they are now. */

@@ -28,9 +28,10 @@ static int64_t flat_total(const cg_module *m) {
     return cg__m(root)->flat_data ? cg__t(cg__m(root)->flat_data)->numel : 0;
 }
 
-static cg_status check_model(const char *fn, const cg_module *model, const cg_optimizer *opt) {
+static cg_status check_args(const char *fn, const cg_module *model, const cg_optimizer *opt, const cg_loader *loader) {
     CG_TRY(cg__handle_check(CG_HANDLE_MODULE, model, fn, "model"));
     if (opt) CG_TRY(cg__check_optimizer(opt, fn));
+    if (loader) CG_TRY(cg__check_loader(loader, fn));
     if (cg__m(model)->parent)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, cg__m(model)->ops->type,
                         cg__m(cg__m(model)->parent)->ops->type);
@@ -193,7 +194,7 @@ cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_
                              const cg_loader *loader, int n_meta, const char *const *keys, const char *const *values) {
     const char *fn = "cg_checkpoint_save";
     if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
-    CG_TRY(check_model(fn, model, optimizer));
+    CG_TRY(check_args(fn, model, optimizer, loader));
     CG_TRY(check_user_meta(n_meta, keys, values));
     ck_out o = {0};
     o.cap = cg__m(model)->nparams * (1 + CG_OPTIM_MAX_BUFFERS) + 1;
@@ -493,14 +494,14 @@ static cg_status restore(const char *fn, const char *src, const cg_safetensors *
 cg_status cg_checkpoint_restore(const cg_safetensors *st, cg_module *model, cg_optimizer *optimizer, cg_loader *loader) {
     const char *fn = "cg_checkpoint_restore";
     if (!st) return cg__fail(CG_ERR_INVALID_ARG, "%s: st is NULL", fn);
-    CG_TRY(check_model(fn, model, optimizer));
+    CG_TRY(check_args(fn, model, optimizer, loader));
     return restore(fn, NULL, st, model, optimizer, loader);
 }
 
 cg_status cg_checkpoint_load(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader) {
     const char *fn = "cg_checkpoint_load";
     if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
-    CG_TRY(check_model(fn, model, optimizer));
+    CG_TRY(check_args(fn, model, optimizer, loader));
     cg_safetensors *st = NULL;
     CG_TRY(cg_safetensors_read(path, &st));
     cg_status s = restore(fn, path, st, model, optimizer, loader);
