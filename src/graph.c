@@ -4,14 +4,17 @@
  * graph holds every GPU's work and one launch replays it. */
 #include "internal.h"
 
-struct cg_graph {
+/* What a graph handle (cg_graph *, see handle.h) names. */
+typedef struct graph_impl {
     int ndevices;
     cg_device devices[CG_GRAPH_MAX_DEVICES]; /* devices[0]: where the graph is launched */
     cg_status (*fn)(void *ctx);
     void *ctx;
     void *exec;                               /* the backend's instantiated graph; NULL on the CPU */
     void *private_blocks[CG_GRAPH_MAX_DEVICES]; /* per device: memory the captured work reuses on every replay */
-};
+} graph_impl;
+
+static cg_handle_pool graph_pool = CG_HANDLE_POOL(CG_HANDLE_GRAPH, graph_impl);
 
 static cg_status check_devices(int n, const cg_device *devices) {
     if (n < 1 || n > CG_GRAPH_MAX_DEVICES || !devices)
@@ -32,7 +35,7 @@ static cg_status check_devices(int n, const cg_device *devices) {
 }
 
 /* Every other device's queue joins (join) or leaves (!join) the capture on devices[0]'s. */
-static cg_status link_devices(const cg_graph *g, const cg_backend *be, bool join) {
+static cg_status link_devices(const graph_impl *g, const cg_backend *be, bool join) {
     cg_status s = CG_OK;
     for (int i = 1; i < g->ndevices; i++) {
         int first = g->devices[0].index, other = g->devices[i].index;
@@ -47,7 +50,7 @@ static _Thread_local bool capturing; /* this thread is inside fn of a GPU captur
 bool cg__graph_capturing(void) { return capturing; }
 
 /* Runs fn under capture on every device of g and instantiates the graph. */
-static cg_status capture(cg_graph *g, const cg_backend *be) {
+static cg_status capture(graph_impl *g, const cg_backend *be) {
     cg_status s = be->capture_begin(g->devices[0].index);
     if (s != CG_OK) return s;
     bool joined = (s = link_devices(g, be, true)) == CG_OK;
@@ -67,37 +70,40 @@ static cg_status capture(cg_graph *g, const cg_backend *be) {
 cg_graph *cg_graph_capture_devices(int n, const cg_device *devices, cg_status (*fn)(void *ctx), void *ctx) {
     if (check_devices(n, devices) != CG_OK) return NULL;
     if (!fn) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_graph_capture: fn is NULL");
-    cg_graph *g = calloc(1, sizeof *g);
-    if (!g) return CG_FAIL_NULL(CG_ERR_OOM, "cg_graph_capture: out of host memory");
+    cg_graph *h = cg__handle_new(&graph_pool);
+    if (!h) return (cg__fail_context("cg_graph_capture"), NULL);
+    graph_impl *g = cg__handle_object(h);
     g->ndevices = n, g->fn = fn, g->ctx = ctx;
     memcpy(g->devices, devices, (size_t)n * sizeof *devices);
     const cg_backend *be = cg__backend_for(devices[0]);
     cg_status s = be->capture_begin ? capture(g, be) /* the CPU: nothing to record, fn runs once */
                                     : (fn(ctx) == CG_OK ? CG_OK : cg__fail_context("cg_graph_capture: the captured function failed"));
     if (s != CG_OK) {
-        cg_graph_free(g);
+        cg_graph_free(h);
         return NULL;
     }
-    return g;
+    return h;
 }
 
 cg_graph *cg_graph_capture(cg_device d, cg_status (*fn)(void *ctx), void *ctx) {
     return cg_graph_capture_devices(1, &d, fn, ctx);
 }
 
-cg_status cg_graph_replay(cg_graph *g) {
-    if (!g) return cg__fail(CG_ERR_INVALID_ARG, "cg_graph_replay: graph is NULL");
+cg_status cg_graph_replay(cg_graph *h) {
+    CG_TRY(cg__handle_check(CG_HANDLE_GRAPH, h, "cg_graph_replay", "graph"));
+    const graph_impl *g = cg__handle_object(h);
     if (!g->exec) return g->fn(g->ctx);
     return cg__backend_for(g->devices[0])->graph_launch(g->devices[0].index, g->exec);
 }
 
-void cg_graph_free(cg_graph *g) {
-    if (!g) return;
+void cg_graph_free(cg_graph *h) {
+    if (!h || cg__handle_check(CG_HANDLE_GRAPH, h, "cg_graph_free", "graph") != CG_OK) return;
+    const graph_impl *g = cg__handle_object(h);
     if (g->exec) {
         const cg_backend *be = cg__backend_for(g->devices[0]);
         for (int i = 0; i < g->ndevices; i++) be->synchronize(g->devices[i].index);
         be->graph_destroy(g->exec);
     }
     for (int i = 0; i < g->ndevices; i++) cg__alloc_release_private(g->devices[i], g->private_blocks[i]);
-    free(g);
+    cg__handle_free(&graph_pool, h);
 }

@@ -44,53 +44,60 @@ static void storage_release(cg_storage *s) {
     storage_recycle(s);
 }
 
-/* ---- scopes ------------------------------------------------------------------------------------ */
+/* ---- scopes ------------------------------------------------------------------------------------
+ * A scope handle (cg_scope *, see handle.h) names the list of tensors created while it was the
+ * innermost open scope of its thread; each thread keeps a stack of the scopes it opened. */
 #define MAX_SCOPE_DEPTH 64
 
-struct cg_scope {
+typedef struct scope_impl {
     cg_tensor *head; /* tensors created while this scope was innermost */
-    int depth;
-};
+} scope_impl;
 
-static _Thread_local cg_scope scope_stack[MAX_SCOPE_DEPTH];
+static cg_handle_pool scope_pool = CG_HANDLE_POOL(CG_HANDLE_SCOPE, scope_impl);
+static _Thread_local cg_scope *scope_stack[MAX_SCOPE_DEPTH];
 static _Thread_local int scope_depth;
+
+static scope_impl *scope_of(const cg_scope *s) { return cg__handle_object(s); }
 
 cg_scope *cg_scope_begin(void) {
     if (scope_depth == MAX_SCOPE_DEPTH)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_scope_begin: more than %d nested scopes", MAX_SCOPE_DEPTH);
-    cg_scope *s = &scope_stack[scope_depth];
-    s->head = NULL;
-    s->depth = ++scope_depth;
+    cg_scope *s = cg__handle_new(&scope_pool);
+    if (!s) return (cg__fail_context("cg_scope_begin"), NULL);
+    scope_stack[scope_depth++] = s;
     return s;
 }
 
-static void scope_unlink(cg_tensor *t) {
-    if (!cg__t(t)->scope) return;
-    if (cg__t(t)->scope_prev) cg__t(cg__t(t)->scope_prev)->scope_next = cg__t(t)->scope_next;
-    else cg__t(t)->scope->head = cg__t(t)->scope_next;
-    if (cg__t(t)->scope_next) cg__t(cg__t(t)->scope_next)->scope_prev = cg__t(t)->scope_prev;
-    cg__t(t)->scope = NULL;
-    cg__t(t)->scope_next = cg__t(t)->scope_prev = NULL;
+static void scope_unlink(cg_tensor *h) {
+    cg_tensor_impl *t = cg__t(h);
+    if (!t->scope) return;
+    if (t->scope_prev) cg__t(t->scope_prev)->scope_next = t->scope_next;
+    else scope_of(t->scope)->head = t->scope_next;
+    if (t->scope_next) cg__t(t->scope_next)->scope_prev = t->scope_prev;
+    t->scope = NULL;
+    t->scope_next = t->scope_prev = NULL;
 }
 
-static void scope_adopt(cg_tensor *t) {
+static void scope_adopt(cg_tensor *h) {
     if (scope_depth == 0) return;
-    cg_scope *s = &scope_stack[scope_depth - 1];
-    cg__t(t)->scope = s;
-    cg__t(t)->scope_prev = NULL;
-    cg__t(t)->scope_next = s->head;
-    if (s->head) cg__t(s->head)->scope_prev = t;
-    s->head = t;
+    cg_scope *s = scope_stack[scope_depth - 1];
+    cg_tensor_impl *t = cg__t(h);
+    t->scope = s;
+    t->scope_prev = NULL;
+    t->scope_next = scope_of(s)->head;
+    if (t->scope_next) cg__t(t->scope_next)->scope_prev = h;
+    scope_of(s)->head = h;
 }
 
 void cg_scope_end(cg_scope *s) {
-    if (!s || scope_depth == 0 || s != &scope_stack[scope_depth - 1]) {
-        cg__fail(CG_ERR_INVALID_ARG, "cg_scope_end: not the innermost open scope");
+    if (cg__handle_check(CG_HANDLE_SCOPE, s, "cg_scope_end", "scope") != CG_OK) return;
+    if (scope_depth == 0 || s != scope_stack[scope_depth - 1]) {
+        cg__fail(CG_ERR_INVALID_ARG, "cg_scope_end: not the innermost open scope of this thread");
         return;
     }
-    while (s->head) cg_tensor_free(s->head);
-    s->depth = 0;
+    while (scope_of(s)->head) cg_tensor_free(scope_of(s)->head);
     scope_depth--;
+    cg__handle_free(&scope_pool, s);
 }
 
 cg_tensor *cg_keep(cg_tensor *t) {

@@ -32,7 +32,7 @@
  *  copy_into_saved_tensor          cg_copy_ into w after y = x * w, then backward INVALID  cg_backward, cg_mul, modified in place
  *  requires_grad_non_leaf          cg_set_requires_grad on a cg_reshape output    INVALID  cg_set_requires_grad, leaf, cg_reshape
  *  use_after_scope_end             cg_item of a tensor its scope freed            INVALID  cg_item, freed
- *  scope_end_out_of_order          end the outer scope first; end one twice       INVALID  cg_scope_end, innermost
+ *  scope_end_out_of_order          end the outer scope first; end one twice       INVALID  cg_scope_end, innermost / freed scope
  *  keep_freed                      cg_keep of a freed tensor                      INVALID  cg_keep, freed
  *  view_non_contiguous             cg_view of a transposed (4, 3)                 INVALID  cg_view, (4, 3), strides (1, 4), cg_reshape
  *  reshape_two_inferred            cg_reshape to (-1, -1, 3)                      SHAPE    cg_reshape, only one dimension can be inferred
@@ -292,7 +292,7 @@ static void scope_end_out_of_order(cg_device d) {
     EXPECT_STATUS(CG_ERR_INVALID_ARG, (cg_scope_end(outer), cg_last_status()), "cg_scope_end", "innermost");
     cg_scope_end(inner); /* frees t */
     cg_scope_end(outer);
-    EXPECT_STATUS(CG_ERR_INVALID_ARG, (cg_scope_end(outer), cg_last_status()), "cg_scope_end", "innermost");
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, (cg_scope_end(outer), cg_last_status()), "cg_scope_end", "freed scope");
     EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_set_requires_grad(t, false), "freed");
 }
 
