@@ -35,7 +35,8 @@ typedef struct st_name {
     int index;
 } st_name;
 
-struct cg_safetensors {
+/* What a safetensors handle (cg_safetensors *, see handle.h) names: a parsed file. */
+typedef struct safetensors_impl {
     int n;
     st_entry *e;       /* in the order of their data */
     struct st_name *by_name; /* the entries sorted by name, for cg_safetensors_find */
@@ -43,7 +44,14 @@ struct cg_safetensors {
     char **meta_key, **meta_value;
     uint8_t *file;     /* the whole file */
     const uint8_t *data;
-};
+} safetensors_impl;
+
+static cg_handle_pool safetensors_pool = CG_HANDLE_POOL(CG_HANDLE_SAFETENSORS, safetensors_impl);
+
+static safetensors_impl *st_of(const cg_safetensors *h) { return cg__handle_object(h); }
+static cg_status check_st(const cg_safetensors *h, const char *fn) {
+    return cg__handle_check(CG_HANDLE_SAFETENSORS, h, fn, "st");
+}
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 static bool host_is_little_endian(void) {
@@ -123,8 +131,9 @@ static const char *dims_str(int ndim, const int64_t *shape, char *buf, size_t le
 }
 
 /* ---- reading ---------------------------------------------------------------------------------- */
-void cg_safetensors_free(cg_safetensors *st) {
-    if (!st) return;
+void cg_safetensors_free(cg_safetensors *h) {
+    if (!h || check_st(h, "cg_safetensors_free") != CG_OK) return;
+    safetensors_impl *st = st_of(h);
     for (int i = 0; i < st->n; i++) free(st->e[i].name);
     for (int i = 0; i < st->n_meta; i++) {
         free(st->meta_key[i]);
@@ -135,7 +144,7 @@ void cg_safetensors_free(cg_safetensors *st) {
     free(st->meta_key);
     free(st->meta_value);
     free(st->file);
-    free(st);
+    cg__handle_free(&safetensors_pool, h);
 }
 
 static cg_status read_fail(const char *fn, const char *path, const char *fmt, ...)
@@ -234,11 +243,12 @@ static bool parse_entry(const cJSON *v, st_entry *e, char *err, size_t err_len) 
 
 /* Parses the bytes of a whole file (taking ownership of file). */
 static cg_status parse_file(const char *fn, const char *path, uint8_t *file, size_t size, cg_safetensors **out) {
-    cg_safetensors *st = calloc(1, sizeof *st);
-    if (!st) {
+    cg_safetensors *h = cg__handle_new(&safetensors_pool);
+    if (!h) {
         free(file);
-        return cg__fail(CG_ERR_OOM, "%s: %s: out of host memory", fn, path);
+        return cg__fail_context("%s: %s", fn, path);
     }
+    safetensors_impl *st = st_of(h);
     st->file = file;
     cJSON *root = NULL;
     cg_status s = CG_OK;
@@ -360,10 +370,10 @@ static cg_status parse_file(const char *fn, const char *path, uint8_t *file, siz
 done:
     cJSON_Delete(root);
     if (s != CG_OK) {
-        cg_safetensors_free(st);
+        cg_safetensors_free(h);
         return s;
     }
-    *out = st;
+    *out = h;
     return CG_OK;
 }
 
@@ -389,10 +399,14 @@ cg_status cg_safetensors_read(const char *path, cg_safetensors **out) {
     return read_file("cg_safetensors_read", path, out);
 }
 
-int cg_safetensors_count(const cg_safetensors *st) { return st ? st->n : 0; }
+int cg_safetensors_count(const cg_safetensors *h) {
+    return check_st(h, "cg_safetensors_count") == CG_OK ? st_of(h)->n : -1;
+}
 
-cg_status cg_safetensors_info_at(const cg_safetensors *st, int i, cg_safetensors_info *out) {
-    if (!st || !out) return cg__fail(CG_ERR_INVALID_ARG, "cg_safetensors_info_at: %s is NULL", st ? "out" : "st");
+cg_status cg_safetensors_info_at(const cg_safetensors *h, int i, cg_safetensors_info *out) {
+    CG_TRY(check_st(h, "cg_safetensors_info_at"));
+    if (!out) return cg__fail(CG_ERR_INVALID_ARG, "cg_safetensors_info_at: out is NULL");
+    const safetensors_impl *st = st_of(h);
     if (i < 0 || i >= st->n)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_safetensors_info_at: index %d is not in 0..%d", i, st->n - 1);
     const st_entry *e = &st->e[i];
@@ -406,8 +420,9 @@ cg_status cg_safetensors_info_at(const cg_safetensors *st, int i, cg_safetensors
     return CG_OK;
 }
 
-int cg_safetensors_find(const cg_safetensors *st, const char *name) {
-    if (!st || !name) return -1;
+int cg_safetensors_find(const cg_safetensors *h, const char *name) {
+    if (check_st(h, "cg_safetensors_find") != CG_OK || !name) return -1;
+    const safetensors_impl *st = st_of(h);
     int lo = 0, hi = st->n - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
@@ -419,15 +434,16 @@ int cg_safetensors_find(const cg_safetensors *st, const char *name) {
     return -1;
 }
 
-const char *cg_safetensors_metadata(const cg_safetensors *st, const char *key) {
-    if (!st || !key) return NULL;
+const char *cg_safetensors_metadata(const cg_safetensors *h, const char *key) {
+    if (check_st(h, "cg_safetensors_metadata") != CG_OK || !key) return NULL;
+    const safetensors_impl *st = st_of(h);
     for (int i = 0; i < st->n_meta; i++)
         if (strcmp(st->meta_key[i], key) == 0) return st->meta_value[i];
     return NULL;
 }
 
 /* The F32 data of entry e as a new aligned host buffer in host byte order. */
-static float *entry_floats(const cg_safetensors *st, const st_entry *e) {
+static float *entry_floats(const safetensors_impl *st, const st_entry *e) {
     size_t n = (size_t)e->numel;
     float *buf = malloc(n ? n * sizeof(float) : 1);
     if (!buf) return CG_FAIL_NULL(CG_ERR_OOM, "safetensors: out of host memory for %zu floats", n);
@@ -436,8 +452,9 @@ static float *entry_floats(const cg_safetensors *st, const st_entry *e) {
     return buf;
 }
 
-cg_tensor *cg_safetensors_tensor(const cg_safetensors *st, int i, cg_device d) {
-    if (!st) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_safetensors_tensor: st is NULL");
+cg_tensor *cg_safetensors_tensor(const cg_safetensors *h, int i, cg_device d) {
+    if (check_st(h, "cg_safetensors_tensor") != CG_OK) return NULL;
+    const safetensors_impl *st = st_of(h);
     if (i < 0 || i >= st->n)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_safetensors_tensor: index %d is not in 0..%d", i, st->n - 1);
     const st_entry *e = &st->e[i];
@@ -465,7 +482,7 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
     CG_TRY(read_file(fn, path, &st));
     cg_status s = CG_OK;
     int *match = calloc((size_t)np + 1, sizeof(int));
-    bool *used = calloc((size_t)st->n + 1, sizeof(bool));
+    bool *used = calloc((size_t)st_of(st)->n + 1, sizeof(bool));
     if (!match || !used) {
         s = cg__fail(CG_ERR_OOM, "%s: %s: out of host memory", fn, path);
         goto done;
@@ -490,7 +507,7 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
                           missing, np);
             goto done;
         }
-        const st_entry *e = &st->e[k];
+        const st_entry *e = &st_of(st)->e[k];
         if (strcmp(e->dtype, "F32") != 0) {
             s = read_fail(fn, path, "tensor \"%s\" has dtype %s; cgrad parameters are F32", name, e->dtype);
             goto done;
@@ -508,20 +525,20 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
         used[k] = true;
     }
     if (!(flags & CG_SAFETENSORS_ALLOW_UNEXPECTED)) {
-        for (int k = 0; k < st->n; k++)
+        for (int k = 0; k < st_of(st)->n; k++)
             if (!used[k]) {
                 s = read_fail(fn, path,
                               "unexpected tensor \"%.128s\": not a parameter of the module "
                               "(CG_SAFETENSORS_ALLOW_UNEXPECTED ignores such tensors)",
-                              st->e[k].name);
+                              st_of(st)->e[k].name);
                 goto done;
             }
     }
     for (int i = 0; i < np && s == CG_OK; i++) {
         cg_tensor *p = cg_module_parameter(m, i, NULL);
-        const st_entry *e = &st->e[match[i]];
+        const st_entry *e = &st_of(st)->e[match[i]];
         if (e->numel == 0) continue;
-        float *buf = entry_floats(st, e);
+        float *buf = entry_floats(st_of(st), e);
         if (!buf) {
             s = cg_last_status();
             break;
