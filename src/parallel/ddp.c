@@ -7,12 +7,18 @@
 #ifdef CGRAD_HAVE_MPI
 #include <mpi.h>
 
-struct cg_dist {
+/* What a cg_dist handle (see handle.h) names. */
+typedef struct dist_impl {
     int rank, world, local_rank;
     cg_device device;
     cg_nccl *nccl; /* GPU ranks */
     bool owns_mpi; /* we called MPI_Init */
-};
+} dist_impl;
+
+static cg_handle_pool dist_pool = CG_HANDLE_POOL(CG_HANDLE_DIST, dist_impl);
+
+static dist_impl *dist_of(const cg_dist *h) { return cg__handle_object(h); }
+static cg_status check_dist(const cg_dist *h, const char *fn) { return cg__handle_check(CG_HANDLE_DIST, h, fn, "dist"); }
 
 static cg_status mpi_error(int code, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -26,7 +32,7 @@ static cg_status mpi_error(int code, const char *what) {
         if (cg__rc != MPI_SUCCESS) return mpi_error(cg__rc, #call); \
     } while (0)
 
-static cg_status dist_start(cg_dist *d, int *argc, char ***argv) {
+static cg_status dist_start(dist_impl *d, int *argc, char ***argv) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -62,34 +68,38 @@ static cg_status dist_start(cg_dist *d, int *argc, char ***argv) {
 }
 
 cg_dist *cg_dist_init(int *argc, char ***argv) {
-    cg_dist *d = calloc(1, sizeof *d);
-    if (!d) return CG_FAIL_NULL(CG_ERR_OOM, "cg_dist_init: out of host memory");
-    if (dist_start(d, argc, argv) != CG_OK) {
+    cg_dist *h = cg__handle_new(&dist_pool);
+    if (!h) return (cg__fail_context("cg_dist_init"), NULL);
+    if (dist_start(dist_of(h), argc, argv) != CG_OK) {
         /* keep MPI up: the caller reports the error and may still need to finalize */
-        cg__nccl_free(d->nccl);
-        free(d);
+        cg__nccl_free(dist_of(h)->nccl);
+        cg__handle_free(&dist_pool, h);
         return NULL;
     }
-    return d;
+    return h;
 }
 
-int cg_dist_rank(const cg_dist *d) { return d ? d->rank : -1; }
-int cg_dist_world_size(const cg_dist *d) { return d ? d->world : -1; }
-cg_device cg_dist_device(const cg_dist *d) { return d ? d->device : cg_cpu(); }
+int cg_dist_rank(const cg_dist *d) { return check_dist(d, "cg_dist_rank") == CG_OK ? dist_of(d)->rank : -1; }
+int cg_dist_world_size(const cg_dist *d) { return check_dist(d, "cg_dist_world_size") == CG_OK ? dist_of(d)->world : -1; }
+cg_device cg_dist_device(const cg_dist *d) {
+    return check_dist(d, "cg_dist_device") == CG_OK ? dist_of(d)->device : cg_cpu();
+}
 
 cg_status cg_dist_allreduce_host(cg_dist *d, double *values, int n) {
-    if (!d || (!values && n > 0)) return cg__fail(CG_ERR_INVALID_ARG, "cg_dist_allreduce_host: NULL argument");
+    CG_TRY(check_dist(d, "cg_dist_allreduce_host"));
+    if (!values && n > 0) return cg__fail(CG_ERR_INVALID_ARG, "cg_dist_allreduce_host: values is NULL");
     CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     return CG_OK;
 }
 
-void cg_dist_finalize(cg_dist *d) {
-    if (!d) return;
+void cg_dist_finalize(cg_dist *h) {
+    if (!h || check_dist(h, "cg_dist_finalize") != CG_OK) return;
+    dist_impl *d = dist_of(h);
     cg__nccl_free(d->nccl);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (d->owns_mpi && !finalized) MPI_Finalize();
-    free(d);
+    cg__handle_free(&dist_pool, h);
 }
 
 /* ---- DDP module -------------------------------------------------------------------------------- */
@@ -109,11 +119,11 @@ static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end
     cg_module *m = st->module;
     float *data = cg__data(cg__m(m)->flat_grad) + begin;
     int64_t count = end - begin;
-    if (st->dist->world == 1 || count == 0) return CG_OK;
-    if (cg__m(m)->device.type == CG_CUDA) return cg__nccl_allreduce(st->dist->nccl, st->peer, &data, count, true, -1, last);
+    if (dist_of(st->dist)->world == 1 || count == 0) return CG_OK;
+    if (cg__m(m)->device.type == CG_CUDA) return cg__nccl_allreduce(dist_of(st->dist)->nccl, st->peer, &data, count, true, -1, last);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: a bucket of %lld floats is too large for MPI", (long long)count);
     CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-    float scale = 1.0f / (float)st->dist->world;
+    float scale = 1.0f / (float)dist_of(st->dist)->world;
     for (int64_t i = 0; i < count; i++) data[i] *= scale;
     return CG_OK;
 }
@@ -125,8 +135,8 @@ static cg_status ddp_finish_backward(void *ctx) {
     cg_module *m = st->module;
     st->in_backward = false;
     cg_status s = cg__grad_buckets_flush(st->buckets);
-    if (cg__m(m)->device.type == CG_CUDA && st->dist->world > 1) {
-        cg_status js = cg__nccl_join(st->dist->nccl);
+    if (cg__m(m)->device.type == CG_CUDA && dist_of(st->dist)->world > 1) {
+        cg_status js = cg__nccl_join(dist_of(st->dist)->nccl);
         if (s == CG_OK) s = js;
     }
     for (int i = 0; i < cg__m(m)->nparams; i++) cg__t(cg__m(m)->params[i].tensor)->grad_defined = true;
@@ -147,6 +157,9 @@ static cg_status ddp_output_backward(cg_node *node, const cg_tensor *g, cg_tenso
 
 static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
     ddp_state *st = cg__m(ddp)->state;
+    if (!cg__handle_live(CG_HANDLE_DIST, st->dist))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "DistributedDataParallel: its cg_dist was finalized (free the DDP module "
+                                                "before cg_dist_finalize)");
     if (!cg_is_grad_enabled()) return cg_module_forward(st->module, x); /* evaluation: purely local */
     /* Averaging assumes equal local batches: a different size would silently mis-weight a rank. */
     int64_t sizes[2] = {cg__t(x)->ndim ? cg__t(x)->shape[0] : 1, cg__t(x)->ndim ? -cg__t(x)->shape[0] : -1};
@@ -170,11 +183,12 @@ static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
     return out;
 }
 
-/* Every rank unmaps the others' memory before any frees its own (the flags and the gradients). */
+/* Every rank unmaps the others' memory before any frees its own (the flags and the gradients); once
+ * the cg_dist was finalized (against the documented order) MPI can no longer be called. */
 static void free_peer(ddp_state *st) {
     if (!st->peer) return;
     cg__peer_disconnect(st->peer);
-    (void)MPI_Barrier(MPI_COMM_WORLD);
+    if (cg__handle_live(CG_HANDLE_DIST, st->dist)) (void)MPI_Barrier(MPI_COMM_WORLD);
     cg__peer_free(st->peer);
     st->peer = NULL;
 }
@@ -207,11 +221,11 @@ static bool all_agree(bool yes) {
 static void connect_peers(ddp_state *st) {
     cg_dist *d = st->dist;
     cg_module *m = st->module;
-    if (cg__m(m)->device.type != CG_CUDA || d->world < 2) return;
+    if (cg__m(m)->device.type != CG_CUDA || dist_of(d)->world < 2) return;
     cg_peer *p = NULL;
-    unsigned char *all = calloc((size_t)d->world, CG_PEER_EXPORT_BYTES), mine[CG_PEER_EXPORT_BYTES] = {0};
+    unsigned char *all = calloc((size_t)dist_of(d)->world, CG_PEER_EXPORT_BYTES), mine[CG_PEER_EXPORT_BYTES] = {0};
     bool ok = all && cg__peer_enabled() &&
-              cg__peer_new_rank(d->device.index, d->rank, d->world, cg__data(cg__m(m)->flat_grad), cg__t(cg__m(m)->flat_grad)->numel, &p) == CG_OK &&
+              cg__peer_new_rank(dist_of(d)->device.index, dist_of(d)->rank, dist_of(d)->world, cg__data(cg__m(m)->flat_grad), cg__t(cg__m(m)->flat_grad)->numel, &p) == CG_OK &&
               cg__peer_export(p, mine) == CG_OK;
     bool connected = false;
     if (all_agree(ok) &&
@@ -232,8 +246,8 @@ static cg_status broadcast_parameters(ddp_state *st) {
     cg_module *m = st->module;
     float *data = cg__data(cg__m(m)->flat_data);
     int64_t count = cg__t(cg__m(m)->flat_data)->numel;
-    if (st->dist->world == 1) return CG_OK;
-    if (cg__m(m)->device.type == CG_CUDA) return cg__nccl_broadcast(st->dist->nccl, &data, count, 0);
+    if (dist_of(st->dist)->world == 1) return CG_OK;
+    if (cg__m(m)->device.type == CG_CUDA) return cg__nccl_broadcast(dist_of(st->dist)->nccl, &data, count, 0);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: %lld parameters are too many for one MPI call", (long long)count);
     CG_MPI_CHECK(MPI_Bcast(data, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD));
     return CG_OK;
@@ -241,12 +255,12 @@ static cg_status broadcast_parameters(ddp_state *st) {
 
 cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     char a[16], b[16];
-    if (!dist) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: dist is NULL");
+    if (check_dist(dist, "cg_ddp_new") != CG_OK) return NULL;
     if (cg__module_check_adoptable(module, "cg_ddp_new", "the module") != CG_OK) return NULL;
     if (!cg__m(module)->flat_data) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: the module has no parameters");
-    if (!cg_device_equal(cg__m(module)->device, dist->device))
+    if (!cg_device_equal(cg__m(module)->device, dist_of(dist)->device))
         return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_ddp_new: the module is on %s but this rank's device is %s",
-                            cg_device_str(cg__m(module)->device, a, sizeof a), cg_device_str(dist->device, b, sizeof b));
+                            cg_device_str(cg__m(module)->device, a, sizeof a), cg_device_str(dist_of(dist)->device, b, sizeof b));
     cg_module *ddp = cg__module_new(&ddp_ops, cg__m(module)->device, 0);
     ddp_state *st = ddp ? calloc(1, sizeof *st) : NULL;
     if (!st) {
