@@ -415,8 +415,15 @@ static void test_bad_shards(void **state) {
     /* and the wrapper still works */
     cg_tensor *y = CG_TEST_OK(cg_data_parallel_forward_shards(dp, 1, (const cg_tensor *[]){on_gpu}));
     CG_TEST_ASSERT_SHAPE(y, 2, OUT);
-    cg_scope_end(s);
+    /* a freed wrapper is reported, even once a new wrapper holds its slot */
     cg_module_free(dp);
+    cg_module *now = MODULE_OK(cg_data_parallel_new(mlp(CG_ACT_RELU, cg_cuda(0)), 1, (int[]){0}, -1));
+    assert_null(cg_data_parallel_forward_shards(dp, 1, (const cg_tensor *[]){on_gpu}));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_data_parallel_forward_shards", "freed module");
+    assert_null(cg_module_forward(dp, on_gpu));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_forward", "freed module");
+    cg_scope_end(s);
+    cg_module_free(now);
 }
 
 /* ---- two GPUs -------------------------------------------------------------------------------------------- */

@@ -590,7 +590,29 @@ static void test_errors(void **state) {
     check(cg_sgd_new(m, kPlain) == NULL && strstr(cg_last_error(), "pass the outer module"),
           "an optimizer on the inner module: %s", cg_last_error());
     cg_module_free(ddp);
+    cg_tensor *x = REQ(cg_zeros(CG_SHAPE(2, kSizes[0]), g_dev));
+    check(cg_module_forward(ddp, x) == NULL && strstr(cg_last_error(), "module is a freed module"),
+          "forward through a freed DDP module: %s", cg_last_error());
+    cg_tensor_free(x);
     agree();
+}
+
+/* After cg_dist_finalize (at the end of the run) the cg_dist handle is dead, and a DDP module still
+ * made over it refuses to run instead of calling MPI. Returns the number of failed checks. */
+static int check_after_finalize(cg_module *ddp) {
+    int failed = 0;
+    if (cg_dist_rank(g_dist) != -1 || !strstr(cg_last_error(), "dist is a freed distributed context")) {
+        fprintf(stderr, "[rank %d] cg_dist_rank after cg_dist_finalize: %s\n", g_rank, cg_last_error());
+        failed++;
+    }
+    cg_tensor *x = cg_zeros(CG_SHAPE(2, kSizes[0]), g_dev);
+    if (!x || cg_module_forward(ddp, x) || !strstr(cg_last_error(), "its cg_dist was finalized")) {
+        fprintf(stderr, "[rank %d] DDP forward after cg_dist_finalize: %s\n", g_rank, cg_last_error());
+        failed++;
+    }
+    cg_tensor_free(x);
+    cg_module_free(ddp);
+    return failed;
 }
 
 static void share_seed(void);
@@ -761,7 +783,9 @@ int main(int argc, char **argv) {
     };
     int failed = cmocka_run_group_tests_name("ddp", tests, NULL, NULL);
     /* every test ended in agree(), so every rank counts the same failures */
+    cg_module *orphan = cg_ddp_new(model_from_seed(g_seed + 23u, g_dev), g_dist, 0); /* collective */
     cg_dist_finalize(g_dist); /* MPI_Finalize too, when cg_dist_init started MPI */
+    failed += orphan ? check_after_finalize(orphan) : 1;
     if (own_mpi) MPI_Finalize();
     return failed;
 }
