@@ -13,15 +13,9 @@ _Static_assert(sizeof(void *) == 8, "handles keep a generation in the top bits o
 #define GENERATION_SHIFT CG_HANDLE_ADDRESS_BITS
 #define CHUNK_BYTES ((size_t)64 << 10)
 
-typedef struct slot_header {
-    cg_handle_kind kind;
-    uint16_t generation; /* of the live object, or of the next one; never 0, so a bare address never matches */
-    bool live;
-    struct slot_header *next_free;
-} slot_header;
-
-/* Objects follow their header at a multiple of 16 bytes, aligned as malloc's blocks are. */
-#define HEADER_BYTES ((sizeof(slot_header) + 15) / 16 * 16)
+typedef cg_handle_header slot_header;
+#define HEADER_BYTES CG_HANDLE_HEADER_BYTES
+_Static_assert(sizeof(slot_header) <= HEADER_BYTES, "the header fits in front of a 16-byte aligned object");
 
 typedef struct chunk {
     struct chunk *next;
@@ -112,12 +106,6 @@ static const char *noun(cg_handle_kind kind) {
 static bool well_formed(const void *handle) {
     uintptr_t address = (uintptr_t)cg__handle_object(handle);
     return generation_of(handle) != 0 && address >= HEADER_BYTES && address % 16 == 0;
-}
-
-bool cg__handle_live(cg_handle_kind kind, const void *handle) {
-    if (!handle || !well_formed(handle)) return false;
-    const slot_header *h = header_of(cg__handle_object(handle));
-    return h->kind == kind && h->live && h->generation == generation_of(handle);
 }
 
 cg_status cg__handle_check(cg_handle_kind kind, const void *handle, const char *fn, const char *what) {

@@ -58,13 +58,30 @@ void cg__handle_free(cg_handle_pool *pool, const void *handle);
  * is a freed <noun>" or "... is not a cgrad <noun>" (what: e.g. "argument 'x'", "module") and
  * returns CG_ERR_INVALID_ARG. */
 cg_status cg__handle_check(cg_handle_kind kind, const void *handle, const char *fn, const char *what);
-/* Whether handle is a live object of this kind (no error recorded); false for NULL. */
-bool cg__handle_live(cg_handle_kind kind, const void *handle);
-
 #define CG_HANDLE_ADDRESS_BITS 48
 /* The object a handle names. No check: callers have checked the handle (or own it). */
 static inline void *cg__handle_object(const void *handle) {
     return (void *)((uintptr_t)handle & (((uintptr_t)1 << CG_HANDLE_ADDRESS_BITS) - 1));
+}
+
+/* The header in front of every object (16 bytes, so objects stay 16-byte aligned); here so that the
+ * check below, which every public call makes, compiles inline. */
+typedef struct cg_handle_header {
+    cg_handle_kind kind;
+    uint16_t generation; /* of the live object, or of the next one; never 0, so a bare address never matches */
+    bool live;
+    struct cg_handle_header *next_free;
+} cg_handle_header;
+#define CG_HANDLE_HEADER_BYTES 16
+
+/* Whether handle is a live object of this kind (no error recorded); false for NULL and for values
+ * that cannot be handles (no generation, or an address no object can have). */
+static inline bool cg__handle_live(cg_handle_kind kind, const void *handle) {
+    uintptr_t address = (uintptr_t)cg__handle_object(handle);
+    uint16_t generation = (uint16_t)((uintptr_t)handle >> CG_HANDLE_ADDRESS_BITS);
+    if (generation == 0 || address < CG_HANDLE_HEADER_BYTES || address % 16 != 0) return false;
+    const cg_handle_header *h = (const cg_handle_header *)(address - CG_HANDLE_HEADER_BYTES);
+    return h->kind == kind && h->live && h->generation == generation;
 }
 
 #ifdef __cplusplus
