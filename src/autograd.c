@@ -70,7 +70,7 @@ bool cg__should_record(int n, const cg_tensor *const *inputs) {
 
 /* A handle on t's data that belongs to the node, not to any scope. */
 static cg_tensor *saved_view(const cg_tensor *t) {
-    cg_tensor *v = cg__view_new(t, cg__t(t)->ndim, cg__t(t)->shape, cg__t(t)->strides, cg__t(t)->offset);
+    cg_tensor *v = cg__alias(t);
     return v ? cg_keep(v) : NULL;
 }
 
@@ -134,12 +134,12 @@ cg_status cg_zero_grad(cg_tensor *t) {
 
 cg_tensor *cg_detach(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_detach", "t") != CG_OK) return NULL;
-    return cg__view_new(t, cg__t(t)->ndim, cg__t(t)->shape, cg__t(t)->strides, cg__t(t)->offset);
+    return cg__alias(t);
 }
 
 /* ---- gradient plumbing ----------------------------------------------------------------------------- */
 cg_tensor *cg__sum_to(const cg_tensor *g, int ndim, const int64_t *shape) {
-    cg_tensor *cur = cg__view_new(g, cg__t(g)->ndim, cg__t(g)->shape, cg__t(g)->strides, cg__t(g)->offset);
+    cg_tensor *cur = cg__alias(g);
     while (cur && cg__t(cur)->ndim > ndim) { /* leading broadcast dims */
         cg_tensor *next = cg_sum_dim(cur, 0, false);
         cg_tensor_free(cur);

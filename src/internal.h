@@ -85,6 +85,8 @@ cg_tensor *cg__raw_contiguous(const cg_tensor *t);
 /* A new handle sharing t's storage with the given layout. */
 cg_tensor *cg__view_new(const cg_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                         int64_t offset);
+/* A new handle on t's data with t's layout (cg_detach without the check). */
+cg_tensor *cg__alias(const cg_tensor *t);
 void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 int64_t cg__numel_of(int ndim, const int64_t *shape);
 

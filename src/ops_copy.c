@@ -18,7 +18,7 @@ typedef enum movement_kind { MOVE_IDENTITY, MOVE_RESHAPE, MOVE_TRANSPOSE, MOVE_D
 /* The gradient goes back unchanged in value: reshaped, transposed back, or moved back. */
 static cg_status movement_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     switch ((movement_kind)n->dim) {
-    case MOVE_IDENTITY: grad_in[0] = cg__view_new(g, cg__t(g)->ndim, cg__t(g)->shape, cg__t(g)->strides, cg__t(g)->offset); break;
+    case MOVE_IDENTITY: grad_in[0] = cg__alias(g); break;
     case MOVE_RESHAPE: grad_in[0] = cg_reshape(g, n->in_ndim[0], n->in_shape[0]); break;
     case MOVE_TRANSPOSE: grad_in[0] = cg_transpose(g, n->dim2 / CG_MAX_DIMS, n->dim2 % CG_MAX_DIMS); break;
     case MOVE_DEVICE: grad_in[0] = cg_to(g, n->in_device[0]); break;

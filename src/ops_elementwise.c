@@ -58,7 +58,6 @@ cg_status cg__ew_layout(const cg_tensor *a, const cg_tensor *b, int ndim, const 
 /* ---- backward ------------------------------------------------------------------------------- */
 /* Binary ops save (a, b); unary ops save x in saved[0] and their output y in saved[1], as needed.
  * Gradients are computed with the ops themselves (the engine runs them with grad mode off). */
-static cg_tensor *view_of(const cg_tensor *g) { return cg__view_new(g, cg__t(g)->ndim, cg__t(g)->shape, cg__t(g)->strides, cg__t(g)->offset); }
 
 static cg_tensor *mul_free(cg_tensor *a, const cg_tensor *b) { /* a * b, freeing a */
     cg_tensor *r = a ? cg_mul(a, b) : NULL;
@@ -77,11 +76,11 @@ static cg_status binary_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
     bool ga = n->needs_grad[0], gb = n->needs_grad[1];
     switch ((cg_binary_op)n->dim) {
     case CG_BINARY_ADD:
-        if (ga) grad_in[0] = view_of(g);
-        if (gb) grad_in[1] = view_of(g);
+        if (ga) grad_in[0] = cg__alias(g);
+        if (gb) grad_in[1] = cg__alias(g);
         break;
     case CG_BINARY_SUB:
-        if (ga) grad_in[0] = view_of(g);
+        if (ga) grad_in[0] = cg__alias(g);
         if (gb) grad_in[1] = cg_neg(g);
         break;
     case CG_BINARY_MUL:
@@ -121,7 +120,7 @@ static cg_status unary_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad
     float alpha = n->scalar;
     cg_tensor *r = NULL;
     switch ((cg_unary_op)n->dim) {
-    case CG_UNARY_COPY: case CG_UNARY_ADD_SCALAR: r = view_of(g); break;
+    case CG_UNARY_COPY: case CG_UNARY_ADD_SCALAR: r = cg__alias(g); break;
     case CG_UNARY_NEG: r = cg_neg(g); break;
     case CG_UNARY_MUL_SCALAR: r = cg_mul_scalar(g, alpha); break;
     case CG_UNARY_DIV_SCALAR: r = cg_div_scalar(g, alpha); break;

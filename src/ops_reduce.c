@@ -66,7 +66,7 @@ static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bo
 }
 
 cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out) {
-    cg_tensor *c = cg_is_contiguous(g) ? cg__view_new(g, cg__t(g)->ndim, cg__t(g)->shape, cg__t(g)->strides, cg__t(g)->offset) : cg_clone(g);
+    cg_tensor *c = cg_is_contiguous(g) ? cg__alias(g) : cg_clone(g);
     if (!c) return cg_last_status();
     int64_t rows = cg__t(g)->shape[0], cols = cg__t(g)->numel / (rows ? rows : 1);
     const cg_backend *be = cg__backend_for(cg__t(g)->device);

@@ -210,6 +210,11 @@ cg_tensor *cg__view_new(const cg_tensor *base, int ndim, const int64_t *shape, c
     return t;
 }
 
+cg_tensor *cg__alias(const cg_tensor *t) {
+    const cg_tensor_impl *ti = cg__t(t);
+    return cg__view_new(t, ti->ndim, ti->shape, ti->strides, ti->offset);
+}
+
 void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset) {
     cg__t(base)->storage->refcount++;
     storage_release(cg__t(t)->storage);

@@ -13,7 +13,7 @@ static cg_tensor *sequential_forward(cg_module *m, const cg_tensor *x) {
         if (!next) return NULL;
         cur = owned = next;
     }
-    return owned ? owned : cg__view_new(x, cg__t(x)->ndim, cg__t(x)->shape, cg__t(x)->strides, cg__t(x)->offset);
+    return owned ? owned : cg__alias(x);
 }
 
 static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_device d);

@@ -151,7 +151,7 @@ static cg_status ddp_output_backward(cg_node *node, const cg_tensor *g, cg_tenso
         st->in_backward = true;
         cg__grad_buckets_arm(st->buckets);
     }
-    grad_in[0] = cg__view_new(g, cg__t(g)->ndim, cg__t(g)->shape, cg__t(g)->strides, cg__t(g)->offset);
+    grad_in[0] = cg__alias(g);
     return grad_in[0] ? CG_OK : cg_last_status();
 }
 
@@ -171,7 +171,7 @@ static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
                             (long long)-sizes[1], (long long)sizes[0], (long long)(cg__t(x)->ndim ? cg__t(x)->shape[0] : 1));
     cg_tensor *y = cg_module_forward(st->module, x);
     if (!y || !cg__t(y)->requires_grad) return y;
-    cg_tensor *out = cg__view_new(y, cg__t(y)->ndim, cg__t(y)->shape, cg__t(y)->strides, cg__t(y)->offset);
+    cg_tensor *out = cg__alias(y);
     const cg_tensor *inputs[1] = {y};
     cg_node *node = out ? cg__record(out, "DistributedDataParallel", ddp_output_backward, 1, inputs, 0, NULL) : NULL;
     cg_tensor_free(y);
