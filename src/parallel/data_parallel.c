@@ -258,15 +258,11 @@ static cg_status check_devices(const cg_module *m, int n, const int *ids, int ou
 
 /* The wrapper lists the first replica's parameters as "module.<name>", as PyTorch's state_dict. */
 static cg_status alias_params(cg_module *dp, const cg_module *m) {
-    dp->params = calloc((size_t)(m->nparams ? m->nparams : 1), sizeof *dp->params);
-    if (!dp->params) return cg__fail(CG_ERR_OOM, "DataParallel: out of host memory");
-    for (int i = 0; i < m->nparams; i++) {
-        dp->params[i] = m->params[i];
-        int len = snprintf(dp->params[i].name, sizeof dp->params[i].name, "module.%s", m->params[i].name);
-        if (len >= (int)sizeof dp->params[i].name)
-            return cg__fail(CG_ERR_INVALID_ARG, "DataParallel: parameter name module.%s is too long", m->params[i].name);
-    }
-    dp->nparams = m->nparams;
+    int n;
+    dp->params = cg__param_list_new(m, "module.", &n); /* the same tensors, in the same order */
+    if (!dp->params) return cg__fail_context("DataParallel");
+    for (int i = 0; i < n; i++) dp->params[i].offset = m->params[i].offset;
+    dp->nparams = n;
     return CG_OK;
 }
 

@@ -262,13 +262,11 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     if (s == CG_OK && !(ddp->replicas = calloc(1, sizeof *ddp->replicas))) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     if (s == CG_OK) {
         ddp->replicas[0] = module, ddp->nreplicas = 1;
-        ddp->params = calloc((size_t)module->nparams + 1, sizeof *ddp->params);
-        if (!ddp->params) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
+        int n;
+        ddp->params = cg__param_list_new(module, "module.", &n); /* the same tensors, in the same order */
+        if (!ddp->params) s = cg__fail_context("cg_ddp_new");
     }
-    for (int i = 0; s == CG_OK && i < module->nparams; i++) {
-        ddp->params[i] = module->params[i];
-        snprintf(ddp->params[i].name, sizeof ddp->params[i].name, "module.%.80s", module->params[i].name);
-    }
+    for (int i = 0; s == CG_OK && i < module->nparams; i++) ddp->params[i].offset = module->params[i].offset;
     if (s != CG_OK) {
         cg__grad_buckets_free(st->buckets); /* unhooks the caller's module, which it keeps */
         st->buckets = NULL, st->module = NULL;
