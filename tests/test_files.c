@@ -30,6 +30,7 @@
 
 /* ---- the library's openat, wrapped (tests/CMakeLists.txt: --wrap=openat) ------------------------ */
 static volatile bool g_refuse_tmpfile;
+static atomic_int g_tmpfile_requests;
 
 int __real_openat(int dir, const char *path, int flags, ...);
 int __wrap_openat(int dir, const char *path, int flags, ...);
@@ -38,6 +39,7 @@ int __wrap_openat(int dir, const char *path, int flags, ...) {
     va_start(ap, flags);
     int mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, int) : 0;
     va_end(ap);
+    if ((flags & O_TMPFILE) == O_TMPFILE) atomic_fetch_add(&g_tmpfile_requests, 1);
     if (g_refuse_tmpfile && (flags & O_TMPFILE) == O_TMPFILE) {
         errno = EOPNOTSUPP;
         return -1;
@@ -326,12 +328,11 @@ static long long bytes_written(pid_t pid) {
     return w;
 }
 
-static void kill_mid_save(bool refuse_tmpfile) {
+static void kill_mid_save(bool refuse_tmpfile, const cg_module *big, cg_module *c) {
     g_refuse_tmpfile = refuse_tmpfile;
     char dir[256], path[384];
     fresh_dir(refuse_tmpfile ? "kill_named" : "kill_tmpfile", dir, sizeof dir);
     join(dir, "model.ckpt", path, sizeof path);
-    cg_module *big = make_mlp(1, 8, 256); /* 2 MB over 16 tensors */
     CG_TEST_STATUS_OK(cg_checkpoint_save(path, big, NULL, NULL, 0, NULL, NULL));
     size_t file_len;
     free(slurp(path, &file_len));
@@ -364,7 +365,6 @@ static void kill_mid_save(bool refuse_tmpfile) {
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    cg_module *c = make_mlp(2, 8, 256);
     CG_TEST_STATUS_OK(cg_checkpoint_load(path, c, NULL, NULL)); /* the last whole file */
 
     CG_TEST_STATUS_OK(cg_checkpoint_save(path, big, NULL, NULL, 0, NULL, NULL));
@@ -372,14 +372,17 @@ static void kill_mid_save(bool refuse_tmpfile) {
     assert_dir_holds(dir, 1, names);
     CG_TEST_STATUS_OK(cg_checkpoint_load(path, c, NULL, NULL));
     assert_same_values(c, big);
-    cg_module_free(big), cg_module_free(c);
     g_refuse_tmpfile = false;
 }
 
 static void test_kill_mid_save(void **state) {
     (void)state;
-    kill_mid_save(false);
-    kill_mid_save(true);
+    cg_module *big = make_mlp(1, 8, 256), *c = make_mlp(2, 8, 256); /* 2 MB over 16 tensors */
+    g_tmpfile_requests = 0;
+    kill_mid_save(false, big, c);
+    assert_true(g_tmpfile_requests > 0); /* the library asks for O_TMPFILE, through the wrapper */
+    kill_mid_save(true, big, c);
+    cg_module_free(big), cg_module_free(c);
 }
 
 /* Stray temporaries "<name>.cgrad.tmp.<host>.<pid>.<16 hex>": a dead process's are removed by the
