@@ -118,7 +118,8 @@ static void draw_tmp_name(cg_atomic_file *f, int attempt) {
              (long)getpid(), random64(attempt));
 }
 
-/* The pid in name when it is a temporary of this host's saves to f's path, else 0. */
+/* The pid in name when it is a temporary of this host's saves to f's path (or to another name
+ * that shares its first TMP_BASE_MAX bytes), else 0. */
 static pid_t stray_pid(const cg_atomic_file *f, const char *host, const char *name) {
     size_t base_len = strnlen(f->base, TMP_BASE_MAX), host_len = strlen(host);
     if (strncmp(name, f->base, base_len) != 0) return 0;

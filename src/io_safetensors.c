@@ -1,14 +1,14 @@
 /* safetensors reader and writer (see include/cgrad/io.h). The header is JSON, parsed and printed
  * with cJSON; everything the file claims is checked against the bytes actually present before any
- * of it is used, since the files come from outside (and the reader is fuzzed). */
+ * of it is used, since the files come from outside (and the reader is fuzzed). The writer checks
+ * what it is given with the reader's own rules (field_fault) and replaces the file with the atomic
+ * writer of io_file.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "cgrad/io.h"
 #include "internal.h"
 #include "io_internal.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define ST_MAX_HEADER (100u << 20) /* the reference reader's limit on the JSON header (100 MB) */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact as doubles */
