@@ -42,7 +42,9 @@ static cg_status check_model(const char *fn, const cg_module *model, const cg_op
 /* "optimizer.<parameter>.<key>", malloc'ed (parameter names have no length limit); NULL on
  * out-of-memory, recorded for fn. */
 static char *buffer_entry_name(const char *fn, const char *param, const char *key) {
-    size_t len = strlen(CK_OPT_PREFIX) + strlen(param) + 1 + strlen(key) + 1;
+    size_t len = sizeof CK_OPT_PREFIX + strlen(key) + 1, param_len = strlen(param); /* key: a short literal */
+    if (param_len > SIZE_MAX - len) return CG_FAIL_NULL(CG_ERR_OOM, "%s: parameter name too long", fn);
+    len += param_len;
     char *name = malloc(len);
     if (!name) return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
     snprintf(name, len, CK_OPT_PREFIX "%s.%s", param, key);
