@@ -1,7 +1,11 @@
 /* Data sets resident on a device, and the loader that yields (shuffled) batches from them. */
 #include "internal.h"
+#include "io_internal.h"
 
 #include "cgrad/data.h"
+
+#include <errno.h>
+#include <unistd.h>
 
 /* What a data set handle (cg_dataset *, see handle.h) names. */
 typedef struct dataset_impl {
@@ -115,17 +119,22 @@ cg_dataset *cg_dataset_load_idx(const char *images_path, const char *labels_path
     return ds;
 }
 
+/* Whether something is at path, found the way the reader opens it (never blocking on a FIFO); what
+ * is there but not a regular file counts, so that cg_idx_load names it. */
+static bool present(const char *path) {
+    char why[256];
+    size_t size;
+    int fd = cg__open_regular(path, &size, why, sizeof why);
+    if (fd >= 0) close(fd);
+    return fd >= 0 || errno != ENOENT;
+}
+
 /* dir/name.gz, or dir/name when only the uncompressed file exists. */
 static void data_path(char *buf, size_t len, const char *dir, const char *name) {
     snprintf(buf, len, "%s/%s.gz", dir, name);
-    FILE *f = fopen(buf, "rb");
-    if (f) {
-        fclose(f);
-        return;
-    }
+    if (present(buf)) return;
     snprintf(buf, len, "%s/%s", dir, name);
-    if ((f = fopen(buf, "rb"))) fclose(f);
-    else snprintf(buf, len, "%s/%s.gz", dir, name); /* neither: report the usual name */
+    if (!present(buf)) snprintf(buf, len, "%s/%s.gz", dir, name); /* neither: report the usual name */
 }
 
 cg_dataset *cg_fashion_mnist_load(const char *dir, bool train, cg_device d) {

@@ -4,6 +4,7 @@
  * and loader changed. */
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "cgrad/io.h"
+#include "io_internal.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
@@ -40,9 +41,16 @@ static cg_status check_args(const char *fn, const cg_module *model, const cg_opt
     return CG_OK;
 }
 
-/* "optimizer.<parameter>.<key>" */
-static void buffer_entry_name(char *buf, size_t len, const char *param, const char *key) {
-    snprintf(buf, len, CK_OPT_PREFIX "%s.%s", param, key);
+/* "optimizer.<parameter>.<key>", malloc'ed (parameter names have no length limit); NULL on
+ * out-of-memory, recorded for fn. */
+static char *buffer_entry_name(const char *fn, const char *param, const char *key) {
+    size_t len = sizeof CK_OPT_PREFIX + strlen(key) + 1, param_len = strlen(param); /* key: a short literal */
+    if (param_len > SIZE_MAX - len) return CG_FAIL_NULL(CG_ERR_OOM, "%s: parameter name too long", fn);
+    len += param_len;
+    char *name = malloc(len);
+    if (!name) return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
+    snprintf(name, len, CK_OPT_PREFIX "%s.%s", param, key);
+    return name;
 }
 
 /* ---- save ----------------------------------------------------------------------------------------- */
@@ -141,9 +149,13 @@ static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
             const cg_tensor *p = cg__m(m)->params[i].tensor;
             cg_tensor *view = cg__view_new(buf, cg__t(p)->ndim, cg__t(p)->shape, NULL, cg__t(buf)->offset + cg__m(m)->params[i].offset);
             if (!view) return cg_last_status();
-            char name[sizeof cg__m(m)->params[i].name + 64];
-            buffer_entry_name(name, sizeof name, cg__m(m)->params[i].name, st.buffer_names[k]);
+            char *name = buffer_entry_name("cg_checkpoint_save", cg__m(m)->params[i].name, st.buffer_names[k]);
+            if (!name) {
+                cg_tensor_free(view);
+                return cg_last_status();
+            }
             s = add_tensor(o, name, view, view);
+            free(name);
         }
     }
     return s;
@@ -209,9 +221,9 @@ cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_
     if (s == CG_OK) s = save_rng(&o);
     if (s == CG_OK && loader) s = save_loader(&o, loader);
     for (int i = 0; i < n_meta && s == CG_OK; i++) s = add_meta(&o, keys[i], "%s", values[i]);
-    if (s == CG_OK)
-        s = cg_safetensors_write(path, o.n, (const char *const *)o.names, o.tensors, o.n_meta,
-                                 (const char *const *)o.meta_keys, (const char *const *)o.meta_values);
+    if (s == CG_OK) /* checks every name and value as the reader will, before it touches the file */
+        s = cg__safetensors_write(fn, path, o.n, (const char *const *)o.names, o.tensors, o.n_meta,
+                                  (const char *const *)o.meta_keys, (const char *const *)o.meta_values);
     out_free(&o);
     return s;
 }
@@ -347,20 +359,24 @@ static cg_status plan_rng(ck_plan *p) {
 /* One buffer of the optimizer: every parameter's entry, or none (then NULL: zeros). */
 static cg_status plan_buffer(ck_plan *p, const cg_module *m, const char *key, float **out) {
     int present = 0;
-    char name[sizeof cg__m(m)->params[0].name + 64];
     for (int i = 0; i < cg__m(m)->nparams; i++) {
-        buffer_entry_name(name, sizeof name, cg__m(m)->params[i].name, key);
+        char *name = buffer_entry_name(p->fn, cg__m(m)->params[i].name, key);
+        if (!name) return cg_last_status();
         present += cg_safetensors_find(p->st, name) >= 0;
+        free(name);
     }
     if (present == 0) return CG_OK;
     if (!(*out = calloc((size_t)p->total + 1, sizeof(float)))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
-    for (int i = 0; i < cg__m(m)->nparams; i++) {
-        buffer_entry_name(name, sizeof name, cg__m(m)->params[i].name, key);
-        int k = cg_safetensors_find(p->st, name);
-        if (k < 0) return load_fail(p, "missing optimizer tensor \"%s\" (%d of %d parameters have one)", name, present, cg__m(m)->nparams);
-        CG_TRY(read_entry(p, k, cg__m(m)->params[i].tensor, *out + cg__m(m)->params[i].offset));
+    cg_status s = CG_OK;
+    for (int i = 0; i < cg__m(m)->nparams && s == CG_OK; i++) {
+        char *name = buffer_entry_name(p->fn, cg__m(m)->params[i].name, key);
+        int k = name ? cg_safetensors_find(p->st, name) : -1;
+        if (!name) s = cg_last_status();
+        else if (k < 0) s = load_fail(p, "missing optimizer tensor \"%s\" (%d of %d parameters have one)", name, present, cg__m(m)->nparams);
+        else s = read_entry(p, k, cg__m(m)->params[i].tensor, *out + cg__m(m)->params[i].offset);
+        free(name);
     }
-    return CG_OK;
+    return s;
 }
 
 static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {

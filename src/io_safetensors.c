@@ -1,14 +1,14 @@
 /* safetensors reader and writer (see include/cgrad/io.h). The header is JSON, parsed and printed
  * with cJSON; everything the file claims is checked against the bytes actually present before any
- * of it is used, since the files come from outside (and the reader is fuzzed). */
+ * of it is used, since the files come from outside (and the reader is fuzzed). The writer checks
+ * what it is given with the reader's own rules (field_fault) and replaces the file with the atomic
+ * writer of io_file.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "cgrad/io.h"
 #include "internal.h"
 #include "io_internal.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define ST_MAX_HEADER (100u << 20) /* the reference reader's limit on the JSON header (100 MB) */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact as doubles */
@@ -127,6 +126,40 @@ static const char *dims_str(int ndim, const int64_t *shape, char *buf, size_t le
     for (int i = 0; i < ndim && at < len; i++)
         at += (size_t)snprintf(buf + at, len - at, i ? ", %" PRId64 : "%" PRId64, shape[i]);
     if (at < len) snprintf(buf + at, len - at, "]");
+    return buf;
+}
+
+/* ---- what a header may hold: one set of rules for the reader and the writer -------------------- */
+typedef enum st_field { ST_TENSOR_NAME, ST_META_KEY, ST_META_VALUE } st_field;
+
+/* Why the reader refuses s as a tensor name, a metadata key or a metadata value ("not valid
+ * UTF-8 (at byte 3)"), or NULL when it accepts it. The writer checks what it writes with the same
+ * function, so that it never replaces a good file with one the reader refuses. */
+static const char *field_fault(st_field field, const char *s, char *why, size_t len) {
+    size_t bad;
+    if (!valid_utf8((const uint8_t *)s, strlen(s), &bad)) {
+        snprintf(why, len, "not valid UTF-8 (at byte %zu)", bad);
+        return why;
+    }
+    if (field == ST_TENSOR_NAME && !s[0]) return "an empty name";
+    if (field == ST_TENSOR_NAME && !strcmp(s, "__metadata__")) return "the name of the metadata, not of a tensor";
+    return NULL;
+}
+
+/* s for a message: at most 64 bytes, quotes, backslashes and bytes outside printable ASCII escaped
+ * (a string that is not UTF-8 must not make the message invalid too). */
+static const char *quoted(const char *s, char *buf, size_t len) {
+    size_t at = 0;
+    for (size_t i = 0; s[i] && at + 8 < len; i++) {
+        uint8_t c = (uint8_t)s[i];
+        if (i == 64) {
+            at += (size_t)snprintf(buf + at, len - at, "...");
+            break;
+        }
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') at += (size_t)snprintf(buf + at, len - at, "\\x%02x", c);
+        else buf[at++] = (char)c;
+    }
+    buf[at] = '\0';
     return buf;
 }
 
@@ -315,6 +348,11 @@ static cg_status parse_file(const char *fn, const char *path, uint8_t *file, siz
             for (const cJSON *kv = c->child; kv; kv = kv->next) {
                 if (!kv->string || !cJSON_IsString(kv))
                     BAD("\"__metadata__\" value of \"%.64s\" is not a string", kv->string ? kv->string : "");
+                char why[64], q[300];
+                const char *fault = field_fault(ST_META_KEY, kv->string, why, sizeof why);
+                if (fault) BAD("metadata key \"%s\" is %s", quoted(kv->string, q, sizeof q), fault);
+                if ((fault = field_fault(ST_META_VALUE, kv->valuestring, why, sizeof why)))
+                    BAD("metadata value of key \"%s\" is %s", quoted(kv->string, q, sizeof q), fault);
                 st->meta_key[st->n_meta] = dup_str(kv->string);
                 st->meta_value[st->n_meta] = dup_str(kv->valuestring);
                 st->n_meta++;
@@ -325,9 +363,10 @@ static cg_status parse_file(const char *fn, const char *path, uint8_t *file, siz
             }
             continue;
         }
-        if (!c->string[0]) BAD("a tensor has an empty name");
+        char err[400], q[300];
+        const char *fault = field_fault(ST_TENSOR_NAME, c->string, err, sizeof err);
+        if (fault) BAD("tensor name \"%s\" is %s", quoted(c->string, q, sizeof q), fault);
         st_entry *e = &st->e[st->n];
-        char err[400];
         if (!parse_entry(c, e, err, sizeof err)) BAD("tensor \"%.128s\": %s", c->string, err);
         e->name = dup_str(c->string);
         if (!e->name) {
@@ -562,24 +601,6 @@ done:
 cg_status cg_load_safetensors(cg_module *m, const char *path) { return cg_load_safetensors_flags(m, path, 0); }
 
 /* ---- writing ---------------------------------------------------------------------------------- */
-static bool write_all(int fd, const void *buf, size_t n) {
-    const uint8_t *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return false;
-        }
-        if (w == 0) {
-            errno = EIO;
-            return false;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
 static cJSON *uint_array(int n, const uint64_t *v) {
     cJSON *a = cJSON_CreateArray();
     if (!a) return NULL;
@@ -634,123 +655,106 @@ static char *build_header(int n, const char *const *names, const cg_tensor *cons
     return text;
 }
 
-static cg_status write_tensors(const char *fn, const char *path, int n, const char *const *names,
-                               const cg_tensor *const *tensors, int n_meta, const char *const *meta_keys,
-                               const char *const *meta_values) {
+/* Checks everything the writer is given as the reader will check the file (field_fault, the
+ * reader's limits), before the file is touched; *max_numel gets the largest tensor's. */
+static cg_status check_write_args(const char *fn, const char *path, int n, const char *const *names,
+                                  const cg_tensor *const *tensors, int n_meta, const char *const *meta_keys,
+                                  const char *const *meta_values, size_t *max_numel) {
     if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
     if (!path[0]) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is empty", fn);
     if (n < 0 || n_meta < 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: negative count", fn);
     if (n > 0 && (!names || !tensors)) return cg__fail(CG_ERR_INVALID_ARG, "%s: names or tensors is NULL", fn);
     if (n_meta > 0 && (!meta_keys || !meta_values))
         return cg__fail(CG_ERR_INVALID_ARG, "%s: metadata keys or values is NULL", fn);
+    char why[64], q[300];
+    const char *fault;
+    uint64_t text = 0; /* bytes of names, keys and values: the header holds at least as many */
     for (int i = 0; i < n_meta; i++) {
         if (!meta_keys[i] || !meta_values[i])
             return cg__fail(CG_ERR_INVALID_ARG, "%s: metadata entry %d is NULL", fn, i);
+        if ((fault = field_fault(ST_META_KEY, meta_keys[i], why, sizeof why)))
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: metadata key %d \"%s\" is %s", fn, i,
+                            quoted(meta_keys[i], q, sizeof q), fault);
+        if ((fault = field_fault(ST_META_VALUE, meta_values[i], why, sizeof why)))
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: metadata value of key \"%s\" is %s", fn,
+                            quoted(meta_keys[i], q, sizeof q), fault);
         for (int j = 0; j < i; j++)
             if (strcmp(meta_keys[i], meta_keys[j]) == 0)
                 return cg__fail(CG_ERR_INVALID_ARG, "%s: duplicate metadata key \"%s\"", fn, meta_keys[i]);
+        text += strlen(meta_keys[i]) + strlen(meta_values[i]);
     }
-    size_t max_numel = 0;
+    uint64_t data_bytes = 0;
     for (int i = 0; i < n; i++) {
-        if (!names[i] || !names[i][0]) return cg__fail(CG_ERR_INVALID_ARG, "%s: tensor %d has no name", fn, i);
-        if (strcmp(names[i], "__metadata__") == 0)
-            return cg__fail(CG_ERR_INVALID_ARG, "%s: \"__metadata__\" cannot name a tensor", fn);
-        size_t bad;
-        if (!valid_utf8((const uint8_t *)names[i], strlen(names[i]), &bad))
-            return cg__fail(CG_ERR_INVALID_ARG, "%s: tensor name %d is not valid UTF-8", fn, i);
+        if (!names[i]) return cg__fail(CG_ERR_INVALID_ARG, "%s: tensor %d has no name", fn, i);
+        if ((fault = field_fault(ST_TENSOR_NAME, names[i], why, sizeof why)))
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: tensor name %d \"%s\" is %s", fn, i, quoted(names[i], q, sizeof q),
+                            fault);
         for (int j = 0; j < i; j++)
             if (strcmp(names[i], names[j]) == 0)
                 return cg__fail(CG_ERR_INVALID_ARG, "%s: duplicate tensor name \"%s\"", fn, names[i]);
         char what[32];
         snprintf(what, sizeof what, "tensors[%d]", i);
         CG_TRY(cg__check_tensor(tensors[i], fn, what));
-        if ((size_t)cg_numel(tensors[i]) > max_numel) max_numel = (size_t)cg_numel(tensors[i]);
+        uint64_t numel = (uint64_t)cg_numel(tensors[i]);
+        /* The reader takes offsets as exact JSON integers, below 2^53. */
+        if (numel > ((uint64_t)ST_MAX_INT - data_bytes) / sizeof(float))
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: the tensors hold more than 2^53 bytes, the reader's limit", fn);
+        data_bytes += numel * sizeof(float);
+        if (numel > *max_numel) *max_numel = (size_t)numel;
+        text += strlen(names[i]);
     }
+    if (text > ST_MAX_HEADER) /* refused before the header is built: it would be larger still */
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s: the header would be over the reader's limit of %u bytes (the "
+                        "names and metadata alone hold %" PRIu64 ")", fn, path, ST_MAX_HEADER, text);
+    return CG_OK;
+}
+
+cg_status cg__safetensors_write(const char *fn, const char *path, int n, const char *const *names,
+                                const cg_tensor *const *tensors, int n_meta, const char *const *meta_keys,
+                                const char *const *meta_values) {
+    size_t max_numel = 0;
+    CG_TRY(check_write_args(fn, path, n, names, tensors, n_meta, meta_keys, meta_values, &max_numel));
     char *json = build_header(n, names, tensors, n_meta, meta_keys, meta_values);
     if (!json) return cg__fail(CG_ERR_OOM, "%s: %s: out of host memory for the header", fn, path);
     size_t len = strlen(json), padded = (len + 7) & ~(size_t)7;
+    if (padded > ST_MAX_HEADER) {
+        free(json);
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s: the header would be %zu bytes, over the reader's limit of %u "
+                        "(the metadata or the names are too long)", fn, path, padded, ST_MAX_HEADER);
+    }
     uint8_t *head = malloc(8 + padded);
     float *buf = malloc(max_numel ? max_numel * sizeof(float) : 1);
-    size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    if (!head || !buf || !tmp) {
-        free(json);
-        free(head);
-        free(buf);
-        free(tmp);
+    if (!head || !buf) {
+        free(json), free(head), free(buf);
         return cg__fail(CG_ERR_OOM, "%s: %s: out of host memory", fn, path);
     }
     for (int i = 0; i < 8; i++) head[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     memcpy(head + 8, json, len);
     memset(head + 8 + len, ' ', padded - len);
     free(json);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
 
-    cg_status s = CG_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        s = cg__fail(CG_ERR_IO, "%s: %s: cannot create temporary file %s: %s", fn, path, tmp, strerror(errno));
-        goto out;
-    }
-    if (!write_all(fd, head, 8 + padded)) {
-        s = cg__fail(CG_ERR_IO, "%s: %s: write failed: %s", fn, path, strerror(errno));
-        goto fail;
-    }
-    for (int i = 0; i < n; i++) {
+    cg_atomic_file f;
+    cg_status s = cg__atomic_begin(&f, fn, path);
+    if (s == CG_OK) s = cg__atomic_write(&f, head, 8 + padded);
+    for (int i = 0; i < n && s == CG_OK; i++) {
         size_t ne = (size_t)cg_numel(tensors[i]);
         if (!ne) continue;
-        s = cg_to_host(tensors[i], buf, ne);
-        if (s != CG_OK) goto fail;
+        if ((s = cg_to_host(tensors[i], buf, ne)) != CG_OK) {
+            cg__atomic_abort(&f);
+            break;
+        }
         if (!host_is_little_endian()) swap32_inplace(buf, ne);
-        if (!write_all(fd, buf, ne * sizeof(float))) {
-            s = cg__fail(CG_ERR_IO, "%s: %s: write failed: %s", fn, path, strerror(errno));
-            goto fail;
-        }
+        s = cg__atomic_write(&f, buf, ne * sizeof(float));
     }
-    if (fsync(fd) != 0) {
-        s = cg__fail(CG_ERR_IO, "%s: %s: fsync failed: %s", fn, path, strerror(errno));
-        goto fail;
-    }
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0) {
-        s = cg__fail(CG_ERR_IO, "%s: %s: close failed: %s", fn, path, strerror(errno));
-        goto fail;
-    }
-    if (rename(tmp, path) != 0) {
-        s = cg__fail(CG_ERR_IO, "%s: %s: cannot rename %s over it: %s", fn, path, tmp, strerror(errno));
-        goto fail;
-    }
-    /* Make the rename itself durable (best effort: some file systems refuse fsync on a directory). */
-    {
-        const char *slash = strrchr(path, '/');
-        char *dir = slash ? malloc((size_t)(slash - path) + 2) : NULL;
-        if (dir) {
-            size_t dl = slash == path ? 1 : (size_t)(slash - path);
-            memcpy(dir, path, dl);
-            dir[dl] = '\0';
-        }
-        int dfd = open(dir ? dir : ".", O_RDONLY);
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
-    }
-    goto out;
-fail:
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-out:
+    if (s == CG_OK) s = cg__atomic_commit(&f);
     free(head);
     free(buf);
-    free(tmp);
     return s;
 }
 
 cg_status cg_safetensors_write(const char *path, int n, const char *const *names, const cg_tensor *const *tensors,
                                int n_meta, const char *const *meta_keys, const char *const *meta_values) {
-    return write_tensors("cg_safetensors_write", path, n, names, tensors, n_meta, meta_keys, meta_values);
+    return cg__safetensors_write("cg_safetensors_write", path, n, names, tensors, n_meta, meta_keys, meta_values);
 }
 
 cg_status cg_save_safetensors(const cg_module *m, const char *path) {
@@ -765,7 +769,7 @@ cg_status cg_save_safetensors(const cg_module *m, const char *path) {
         s = cg__fail(CG_ERR_OOM, "%s: out of host memory", fn);
     } else {
         for (int i = 0; i < np; i++) ts[i] = cg_module_parameter(m, i, &names[i]);
-        s = write_tensors(fn, path, np, names, ts, 0, NULL, NULL);
+        s = cg__safetensors_write(fn, path, np, names, ts, 0, NULL, NULL);
     }
     free(names);
     free(ts);

@@ -15,13 +15,43 @@
  * a tensor entry without a known dtype / a shape of non-negative integers / two integer
  * data_offsets, more than CG_MAX_DIMS dims, a byte count that does not match dtype x shape,
  * offsets out of range, overlapping or leaving gaps (the data must be exactly the tensors packed
- * end to end), duplicate names, a non-string __metadata__ value. Unknown keys inside a tensor
- * entry are ignored. Only F32 tensors can be turned into cgrad tensors; the other safetensors
- * dtypes (F16, BF16, I64, ...) are recognised and validated, so a file holding them still parses.
+ * end to end), duplicate or empty names, a non-string __metadata__ value. Unknown keys inside a
+ * tensor entry are ignored. Only F32 tensors can be turned into cgrad tensors; the other
+ * safetensors dtypes (F16, BF16, I64, ...) are recognised and validated, so a file holding them
+ * still parses.
  *
- * Writes are atomic: the file is written to "<path>.tmp.<pid>", flushed, fsync'ed and renamed
- * over path (and the directory fsync'ed), so a failure at any point leaves a previous file at
- * path intact and removes the temporary file. */
+ * Reading (every function here that takes a path, and cg_idx_load and the data set loaders of
+ * cgrad/data.h) opens the file without blocking (O_NONBLOCK) and accepts only a regular file: a
+ * FIFO, a directory or a device fails at once with CG_ERR_IO, "<fn>: <path>: not a regular file
+ * (it is a FIFO)". The file is read whole into memory first.
+ *
+ * Writing (cg_save_safetensors, cg_safetensors_write, cg_checkpoint_save) is atomic: whoever
+ * reads path, and whatever crashes when, sees the previous file whole or the new one whole, never
+ * a mixture or a part.
+ *   - What the writer is given is checked first by the rules the reader applies (tensor names,
+ *     metadata keys and values valid UTF-8; names non-empty and distinct; the header within the
+ *     reader's 100 MB): a file the reader would refuse is never written. Such a call fails with
+ *     CG_ERR_INVALID_ARG naming the key or name and why, and path is not touched.
+ *   - The bytes go to a temporary file in path's directory: an unnamed one (O_TMPFILE) where the
+ *     file system allows it, else "<name>.cgrad.tmp.<host>.<pid>.<16 random hex digits>" (host:
+ *     the host name, other characters than letters, digits and '-' as '_') created with
+ *     O_EXCL | O_NOFOLLOW, so that no file or symlink planted in advance is ever written through.
+ *     Every write is checked (short writes, ENOSPC, EFBIG); the file is fsync'ed, given such a
+ *     name if it had none, renamed over path, and the directory is fsync'ed. A symlink at path is
+ *     replaced, not followed; the new file has mode 0644 less the umask.
+ *   - A failure at any point returns CG_ERR_IO naming path and the cause, removes the temporary
+ *     file and leaves the previous file at path as it was. Only the directory's fsync comes after
+ *     the rename: when it fails, the new file is in place (not yet durable) and CG_ERR_IO says so.
+ *   - Saves to one path from several threads or processes at once do not interfere: each has its
+ *     own temporary file, and path ends up holding one of them whole (the last rename).
+ *   - A process killed during a save (kill -9, a crash) leaves nothing when its temporary was
+ *     unnamed, else one named temporary (also when killed between naming and renaming). The next
+ *     save to that path removes the temporaries of processes of this host that no longer exist
+ *     (kill(pid, 0) fails with ESRCH), never those of a live save; a pid taken again by another
+ *     process only keeps its stray until that process ends. Every save lists the directory for
+ *     this, so directories with very many files make saves slower.
+ *   - A file-size limit (RLIMIT_FSIZE) ends the process with SIGXFSZ, that signal's default
+ *     action, unless the caller ignores or handles it; then the save fails with CG_ERR_IO (EFBIG). */
 #ifndef CGRAD_IO_H
 #define CGRAD_IO_H
 
@@ -51,8 +81,8 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
 
 /* ---- lower level: any named tensors ------------------------------------------------------------ */
 /* Writes n tensors (any devices, any layout; saved contiguous, F32) under the given names, which
- * must be distinct, non-empty and not "__metadata__". n_meta string pairs go into "__metadata__"
- * (n_meta 0: {"format": "pt"}). Atomic, as above. */
+ * must be distinct, non-empty, UTF-8 and not "__metadata__". n_meta string pairs (distinct UTF-8
+ * keys, UTF-8 values) go into "__metadata__" (n_meta 0: {"format": "pt"}). Atomic, as above. */
 cg_status cg_safetensors_write(const char *path, int n, const char *const *names,
                                const cg_tensor *const *tensors, int n_meta,
                                const char *const *meta_keys, const char *const *meta_values);

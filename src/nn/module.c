@@ -2,6 +2,9 @@
  * device (plus a gradient buffer of the same layout), moving and cloning. */
 #include "nn/module.h"
 
+#include <limits.h>
+#include <stdint.h>
+
 static cg_handle_pool module_pool = CG_HANDLE_POOL(CG_HANDLE_MODULE, cg_module_impl);
 
 cg_module *cg__module_new(const cg_module_ops *ops, cg_device d, int nchildren) {
@@ -73,24 +76,83 @@ cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const 
     return t;
 }
 
-/* ---- enumeration -------------------------------------------------------------------------------- */
-static int count_params(const cg_module *m) {
-    int n = cg__m(m)->nown;
-    for (int i = 0; i < cg__m(m)->nchildren; i++) n += count_params(cg__m(m)->children[i]);
+/* ---- parameter names ---------------------------------------------------------------------------- */
+/* A module's place in the tree: a chain of the callers' frames up to the root, so that names of any
+ * depth need no buffer of a fixed size ("11.0.0.weight": children 11, 0, 0, then the parameter). */
+typedef struct tree_path {
+    const struct tree_path *up; /* NULL: a child of the root */
+    int child;                  /* its index in its parent */
+} tree_path;
+
+static size_t decimal_digits(int v) {
+    size_t n = 1;
+    for (; v >= 10; v /= 10) n++;
     return n;
 }
 
-static void collect_params(const cg_module *m, const char *prefix, cg_param_entry *out, int *n) {
+static bool add_size(size_t *acc, size_t v) {
+    if (v > SIZE_MAX - *acc) return false;
+    *acc += v;
+    return true;
+}
+
+/* Counts the tree's parameters into *n and their names' bytes (NULs included) into *bytes, for names
+ * that start with prefix_len bytes here. False when a count or size overflows. */
+static bool measure_names(const cg_module *m, size_t prefix_len, int *n, size_t *bytes) {
     for (int i = 0; i < cg__m(m)->nown; i++) {
-        snprintf(out[*n].name, sizeof out[*n].name, "%s%s", prefix, cg__m(m)->own_names[i]);
-        out[*n].tensor = cg__m(m)->own[i];
+        size_t len = prefix_len;
+        if (*n == INT_MAX || !add_size(&len, strlen(cg__m(m)->own_names[i]) + 1) || !add_size(bytes, len)) return false;
         (*n)++;
     }
     for (int c = 0; c < cg__m(m)->nchildren; c++) {
-        char child_prefix[64];
-        snprintf(child_prefix, sizeof child_prefix, "%s%d.", prefix, c);
-        collect_params(cg__m(m)->children[c], child_prefix, out, n);
+        size_t len = prefix_len;
+        if (!add_size(&len, decimal_digits(c) + 1) || !measure_names(cg__m(m)->children[c], len, n, bytes)) return false;
     }
+    return true;
+}
+
+/* Writes "<i>.<j>." of path backwards, ending just before end. */
+static void write_path(const tree_path *path, char *end) {
+    for (; path; path = path->up) {
+        *--end = '.';
+        int v = path->child;
+        do *--end = (char)('0' + v % 10);
+        while ((v /= 10) > 0);
+    }
+}
+
+/* Appends m's parameters to out[*n...], their names to *text: prefix, path, own name. prefix_len
+ * counts the prefix and the path. */
+static void fill_names(const cg_module *m, const tree_path *path, const char *prefix, size_t prefix_len,
+                       cg_param_entry *out, int *n, char **text) {
+    for (int i = 0; i < cg__m(m)->nown; i++) {
+        char *name = *text;
+        size_t own = strlen(cg__m(m)->own_names[i]) + 1;
+        memcpy(name, prefix, strlen(prefix));
+        write_path(path, name + prefix_len);
+        memcpy(name + prefix_len, cg__m(m)->own_names[i], own);
+        *text += prefix_len + own;
+        out[(*n)++] = (cg_param_entry){.name = name, .tensor = cg__m(m)->own[i]};
+    }
+    for (int c = 0; c < cg__m(m)->nchildren; c++) {
+        tree_path child = {path, c};
+        fill_names(cg__m(m)->children[c], &child, prefix, prefix_len + decimal_digits(c) + 1, out, n, text);
+    }
+}
+
+cg_param_entry *cg__param_list_new(const cg_module *m, const char *prefix, int *n) {
+    int count = 0;
+    size_t names = 0, bytes = 0;
+    if (!measure_names(m, strlen(prefix), &count, &names) || (size_t)count > SIZE_MAX / sizeof(cg_param_entry) ||
+        !add_size(&bytes, (size_t)count * sizeof(cg_param_entry)) || !add_size(&bytes, names))
+        return CG_FAIL_NULL(CG_ERR_OOM, "the parameter names of a %s module do not fit in memory", cg__m(m)->ops->type);
+    cg_param_entry *list = malloc(bytes ? bytes : 1);
+    if (!list) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for the parameter list of a %s module", cg__m(m)->ops->type);
+    char *text = (char *)(list + count);
+    int filled = 0;
+    fill_names(m, NULL, prefix, strlen(prefix), list, &filled, &text);
+    *n = count;
+    return list;
 }
 
 static int64_t aligned(int64_t n) { return (n + CG_PARAM_ALIGN - 1) / CG_PARAM_ALIGN * CG_PARAM_ALIGN; }
@@ -109,11 +171,9 @@ static void set_device(cg_module *m, cg_device d) {
 }
 
 cg_status cg__module_pack(cg_module *m, cg_device d) {
-    int n = count_params(m);
-    cg_param_entry *params = calloc((size_t)(n ? n : 1), sizeof *params);
-    if (!params) return cg__fail(CG_ERR_OOM, "out of host memory packing a %s module", cg__m(m)->ops->type);
-    int filled = 0;
-    collect_params(m, "", params, &filled);
+    int n;
+    cg_param_entry *params = cg__param_list_new(m, "", &n);
+    if (!params) return cg_last_status();
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         params[i].offset = total;

@@ -18,7 +18,7 @@ typedef struct cg_module_ops {
 
 /* One parameter of a module tree, in state_dict order. */
 typedef struct cg_param_entry {
-    char name[96];
+    const char *name; /* "0.weight", exact at any depth: in the list's own block (cg__param_list_new) */
     cg_tensor *tensor;
     int64_t offset; /* in the flat buffers, in elements */
 } cg_param_entry;
@@ -70,6 +70,10 @@ void cg__module_free_owned(cg_module *m);
 /* Draws each of m's own parameters from U(-bound, bound) in place (PyTorch's Linear / Conv init with
  * bound = 1 / sqrt(fan_in)), from the device's seeded generator. */
 cg_status cg__module_init_uniform(cg_module *m, float bound);
+/* The parameters of m's tree in state_dict order, named prefix + their place ("module." +
+ * "0.weight"), offsets 0: one malloc'ed block that holds the entries and their names, freed with
+ * free(). *n gets the count. NULL on failure (out of memory, recorded). */
+cg_param_entry *cg__param_list_new(const cg_module *m, const char *prefix, int *n);
 /* Packs the tree's parameters into fresh flat buffers on d (moving them there) and makes m its
  * root; children lose their own buffers. Frees nothing on failure but leaves m unchanged. */
 cg_status cg__module_pack(cg_module *m, cg_device d);

@@ -268,15 +268,11 @@ static cg_status check_devices(const cg_module *m, int n, const int *ids, int ou
 
 /* The wrapper lists the first replica's parameters as "module.<name>", as PyTorch's state_dict. */
 static cg_status alias_params(cg_module *dp, const cg_module *m) {
-    cg__m(dp)->params = calloc((size_t)(cg__m(m)->nparams ? cg__m(m)->nparams : 1), sizeof *cg__m(dp)->params);
-    if (!cg__m(dp)->params) return cg__fail(CG_ERR_OOM, "DataParallel: out of host memory");
-    for (int i = 0; i < cg__m(m)->nparams; i++) {
-        cg__m(dp)->params[i] = cg__m(m)->params[i];
-        int len = snprintf(cg__m(dp)->params[i].name, sizeof cg__m(dp)->params[i].name, "module.%s", cg__m(m)->params[i].name);
-        if (len >= (int)sizeof cg__m(dp)->params[i].name)
-            return cg__fail(CG_ERR_INVALID_ARG, "DataParallel: parameter name module.%s is too long", cg__m(m)->params[i].name);
-    }
-    cg__m(dp)->nparams = cg__m(m)->nparams;
+    int n;
+    cg__m(dp)->params = cg__param_list_new(m, "module.", &n); /* the same tensors, in the same order */
+    if (!cg__m(dp)->params) return cg__fail_context("DataParallel");
+    for (int i = 0; i < n; i++) cg__m(dp)->params[i].offset = cg__m(m)->params[i].offset;
+    cg__m(dp)->nparams = n;
     return CG_OK;
 }
 

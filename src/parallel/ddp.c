@@ -276,13 +276,11 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     if (s == CG_OK && !(cg__m(ddp)->replicas = calloc(1, sizeof *cg__m(ddp)->replicas))) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     if (s == CG_OK) {
         cg__m(ddp)->replicas[0] = module, cg__m(ddp)->nreplicas = 1;
-        cg__m(ddp)->params = calloc((size_t)cg__m(module)->nparams + 1, sizeof *cg__m(ddp)->params);
-        if (!cg__m(ddp)->params) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
+        int n;
+        cg__m(ddp)->params = cg__param_list_new(module, "module.", &n); /* the same tensors, in the same order */
+        if (!cg__m(ddp)->params) s = cg__fail_context("cg_ddp_new");
     }
-    for (int i = 0; s == CG_OK && i < cg__m(module)->nparams; i++) {
-        cg__m(ddp)->params[i] = cg__m(module)->params[i];
-        snprintf(cg__m(ddp)->params[i].name, sizeof cg__m(ddp)->params[i].name, "module.%.80s", cg__m(module)->params[i].name);
-    }
+    for (int i = 0; s == CG_OK && i < cg__m(module)->nparams; i++) cg__m(ddp)->params[i].offset = cg__m(module)->params[i].offset;
     if (s != CG_OK) {
         cg__grad_buckets_free(st->buckets); /* unhooks the caller's module, which it keeps */
         st->buckets = NULL, st->module = NULL;
