@@ -97,7 +97,10 @@ cg_status cg_empty_cache(cg_device d); /* returns cached blocks to the system */
 /* ---- tensors ---------------------------------------------------------------------------- */
 typedef struct cg_tensor cg_tensor;
 
-/* CG_SHAPE(5, 10) expands to the (ndim, shape) pair the creation functions take. */
+/* CG_SHAPE(5, 10) expands to the (ndim, shape) pair the creation functions take.
+ * A shape has 0 to CG_MAX_DIMS sizes >= 0 whose non-zero ones multiply to at most INT64_MAX, empty
+ * tensors included (their strides are those products): (0, 2^40, 2^40) is refused like (2^40, 2^40).
+ * Every op checks the shape it computes the same way (CG_ERR_SHAPE naming the op and its operands). */
 #define CG_SHAPE(...) \
     (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
 

@@ -25,15 +25,20 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
     const char *fn = "cg_dataset_new";
     if (!images || !labels || !images->data || !labels->data)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: images or labels is NULL or empty", fn);
+    if (images->ndim != 3 || labels->ndim != 1) /* before the dims are read: ndim says how many there are */
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected images (N, H, W) and labels (N), got images of %d dims and labels of %d",
+                            fn, images->ndim, labels->ndim);
     char si[160], sl[160];
     cg__dims_str(images->ndim, images->dims, si, sizeof si);
     cg__dims_str(labels->ndim, labels->dims, sl, sizeof sl);
-    if (images->ndim != 3 || labels->ndim != 1 || images->dims[0] != labels->dims[0])
+    if (images->dims[0] != labels->dims[0])
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected images (N, H, W) and labels (N), got images %s and labels %s", fn,
                             si, sl);
-    if (images->dims[0] < 1 || images->count != images->dims[0] * images->dims[1] * images->dims[2])
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: images %s hold %lld elements; need N >= 1 and count = N*H*W", fn, si,
-                            (long long)images->count);
+    int64_t pixels;
+    if (images->dims[0] < 1 || images->dims[1] < 1 || images->dims[2] < 1 ||
+        !cg__shape_numel(3, images->dims, &pixels) || images->count != pixels)
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: images %s hold %lld elements; need N, H, W >= 1 and count = N*H*W, "
+                            "which must not overflow 64 bits", fn, si, (long long)images->count);
     if (labels->count != labels->dims[0]) /* the labels are read up to N */
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: labels %s hold %lld elements; need count = N", fn, sl,
                             (long long)labels->count);
@@ -41,10 +46,11 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: normalisation needs a finite mean and std > 0 (got %g, %g)", fn,
                             (double)mean, (double)std);
     if (!cg__backend_for(d)) return (cg__fail_context("%s", fn), NULL);
-    int64_t n = images->dims[0], pixels = images->count;
+    int64_t n = images->dims[0];
     if (n > INT32_MAX) return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: %lld samples; the loader indexes at most 2^31 - 1", fn, (long long)n);
     cg_dataset *ds = calloc(1, sizeof *ds);
-    float *host = malloc((size_t)(pixels > n ? pixels : n) * sizeof(float));
+    size_t host_bytes; /* the pixels, then the labels (pixels >= n) */
+    float *host = cg__bytes_of(pixels, sizeof(float), &host_bytes) ? malloc(host_bytes) : NULL;
     if (!ds || !host) {
         free(ds), free(host);
         return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory for %lld floats", fn, (long long)pixels);
@@ -194,7 +200,7 @@ void cg_loader_free(cg_loader *l) {
 int64_t cg_loader_num_batches(const cg_loader *l) {
     if (!l) return -1;
     int64_t n = l->ds->n, b = l->o.batch_size;
-    return l->o.drop_last ? n / b : (n + b - 1) / b;
+    return l->o.drop_last ? n / b : cg__ceil_div(n, b);
 }
 
 cg_loader_state cg_loader_get_state(const cg_loader *l) {

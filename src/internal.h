@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "checked.h"
 #include "kernels/elementwise_ops.h"
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -73,10 +74,15 @@ cg_status cg__check_same_device(const cg_tensor *a, const cg_tensor *b, const ch
 /* Writes "(5, 10)" into buf. */
 const char *cg__shape_str(const cg_tensor *t, char *buf, size_t len);
 const char *cg__dims_str(int ndim, const int64_t *shape, char *buf, size_t len);
-/* Validates dims (0..8, each >= 0) for function fn. */
+/* Validates dims (0..8, each >= 0, the rule of src/checked.h) for function fn. */
 cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn);
+/* Checks the shape (ndim, shape) that fn computes from its operands a and b (named name_a, name_b
+ * in the message, with their shapes): CG_ERR_SHAPE when it breaks the rule of src/checked.h. */
+cg_status cg__check_result_shape(int ndim, const int64_t *shape, const char *fn, const char *name_a,
+                                 const cg_tensor *a, const char *name_b, const cg_tensor *b);
 
-/* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM. */
+/* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM or a shape that breaks
+ * the rule of src/checked.h (a backstop: ops check the shapes they compute, naming themselves). */
 cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d);
 /* out when s is CG_OK; otherwise frees out and returns NULL (the failure is already recorded). */
 cg_tensor *cg__finish(cg_tensor *out, cg_status s);
@@ -85,6 +91,7 @@ cg_tensor *cg__raw_contiguous(const cg_tensor *t);
 /* A new handle sharing t's storage with the given layout. */
 cg_tensor *cg__view_new(const cg_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                         int64_t offset);
+/* For a valid shape (cg__check_shape) or a part of one, which cannot overflow (src/checked.h). */
 void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 int64_t cg__numel_of(int ndim, const int64_t *shape);
 

@@ -111,17 +111,15 @@ static cg_status infer_shape(const cg_tensor *t, int ndim, const int64_t *shape,
     if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && !shape))
         return cg__fail(CG_ERR_SHAPE, "%s: %d dims requested, cgrad supports 0 to %d", fn, ndim, CG_MAX_DIMS);
     int infer = -1;
-    int64_t known = 1, span = 1; /* span: the product of the sizes > 1, which the strides reach even
-                                  * when a size 0 makes the tensor empty (as cg__check_shape) */
     for (int i = 0; i < ndim; i++) {
         out[i] = shape[i];
         if (shape[i] == -1 && infer >= 0) return cg__fail(CG_ERR_SHAPE, "%s: only one dimension can be inferred", fn);
-        else if (shape[i] == -1) infer = i;
+        else if (shape[i] == -1) infer = i, out[i] = 1; /* 1 until resolved: out's product is then the known sizes' */
         else if (shape[i] < 0) return cg__fail(CG_ERR_SHAPE, "%s: invalid size %lld in the new shape", fn, (long long)shape[i]);
-        else if (shape[i] > 1 && span > INT64_MAX / shape[i])
-            return cg__fail(CG_ERR_SHAPE, "%s: the new shape is too large: its sizes multiply past 64 bits", fn);
-        else known *= shape[i], span *= shape[i] > 1 ? shape[i] : 1;
     }
+    int64_t known;
+    if (!cg__shape_numel(ndim, out, &known))
+        return cg__fail(CG_ERR_SHAPE, "%s: the new shape is too large: its sizes multiply past 64 bits", fn);
     if (infer >= 0 && known > 0 && t->numel % known == 0) out[infer] = t->numel / known;
     char a[160], b[160];
     if (cg__numel_of(ndim, out) != t->numel || (infer >= 0 && known == 0))

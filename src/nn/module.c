@@ -107,7 +107,7 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
     if (!params) return cg__fail(CG_ERR_OOM, "out of host memory packing a %s module", m->ops->type);
     int filled = 0;
     collect_params(m, "", params, &filled);
-    int64_t total = 0;
+    int64_t total = 0; /* at most the floats the parameters take in memory: no overflow */
     for (int i = 0; i < n; i++) {
         params[i].offset = total;
         total += aligned(params[i].tensor->numel);
