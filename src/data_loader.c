@@ -228,7 +228,11 @@ cg_status cg_loader_next(cg_loader *l, cg_tensor **images, cg_tensor **labels) {
     const cg_dataset *ds = l->ds;
     int64_t remaining = ds->n - l->position, b = l->o.batch_size;
     if (remaining <= 0 || (l->o.drop_last && remaining < b)) { /* end of the epoch */
-        l->epoch++, l->position = 0;
+        int64_t next;
+        if (!cg__add_i64(l->epoch, 1, &next)) /* stays at the end of the last epoch it can count */
+            return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_next: epoch %lld has ended, and the epoch count would "
+                            "overflow 64 bits; set another epoch with cg_loader_set_state", (long long)l->epoch);
+        l->epoch = next, l->position = 0;
         return CG_OK;
     }
     if (b > remaining) b = remaining;
