@@ -146,7 +146,10 @@ cg_tensor *cg_keep(cg_tensor *t);      /* moves t out of its scope: the caller n
 cg_tensor *cg_to(const cg_tensor *t, cg_device d);     /* always a new tensor on d */
 cg_tensor *cg_clone(const cg_tensor *t);               /* contiguous copy, same device */
 cg_tensor *cg_contiguous(const cg_tensor *t);          /* a view if already contiguous */
-cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src); /* same shape; devices may differ */
+/* dst (contiguous) = src: same shape; devices may differ. A src that overlaps dst (a transpose or
+ * other view of the same storage) gives its values as they were before the copy; dst itself (or a
+ * view with its layout) leaves dst unchanged. */
+cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src);
 cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape); /* one -1 allowed */
 cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape);    /* contiguous only */
 cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1);           /* a view */

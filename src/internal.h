@@ -94,6 +94,10 @@ cg_tensor *cg__view_new(const cg_tensor *t, int ndim, const int64_t *shape, cons
 /* For a valid shape (cg__check_shape) or a part of one, which cannot overflow (src/checked.h). */
 void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 int64_t cg__numel_of(int ndim, const int64_t *shape);
+/* Whether a and b share storage and the ranges of elements they span intersect (conservatively
+ * true when a range does not fit in 64 bits); an empty tensor overlaps nothing. For in-place ops:
+ * their source must be read before it is overwritten. */
+bool cg__overlaps(const cg_tensor *a, const cg_tensor *b);
 
 /* ---- CUDA graphs (src/graph.c) ------------------------------------------------------------ */
 /* Whether this thread is running the function of a GPU graph capture (cg_graph_capture): its

@@ -81,6 +81,33 @@ cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
     return recorded(out, t, MOVE_DEVICE, "cg_to", 0, 0);
 }
 
+/* The elements t reaches, [*lo, *hi] counted from its storage's start (t not empty); false when
+ * that does not fit in 64 bits. */
+static bool element_range(const cg_tensor *t, int64_t *lo, int64_t *hi) {
+    *lo = *hi = t->offset;
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t reach;
+        if (!cg__mul_i64(t->strides[i], t->shape[i] - 1, &reach)) return false;
+        if (!(reach < 0 ? cg__add_i64(*lo, reach, lo) : cg__add_i64(*hi, reach, hi))) return false;
+    }
+    return true;
+}
+
+bool cg__overlaps(const cg_tensor *a, const cg_tensor *b) {
+    if (a->storage != b->storage || a->numel == 0 || b->numel == 0) return false;
+    int64_t alo, ahi, blo, bhi;
+    if (!element_range(a, &alo, &ahi) || !element_range(b, &blo, &bhi)) return true;
+    return alo <= bhi && blo <= ahi;
+}
+
+/* The same elements of the same storage in the same order (strides of size-1 dims do not matter). */
+static bool same_layout(const cg_tensor *a, const cg_tensor *b) {
+    if (a->storage != b->storage || a->offset != b->offset || a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->strides[i] != b->strides[i])) return false;
+    return true;
+}
+
 cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
     CG_TRY(cg__check_tensor(dst, "cg_copy_", "dst"));
     CG_TRY(cg__check_tensor(src, "cg_copy_", "src"));
@@ -88,9 +115,19 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
     if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, (size_t)dst->ndim * sizeof(int64_t)) != 0)
         return cg__fail(CG_ERR_SHAPE, "cg_copy_: destination shape %s differs from source shape %s",
                         cg__shape_str(dst, sd, sizeof sd), cg__shape_str(src, ss, sizeof ss));
+    /* which also means that no two elements of dst share a place, as a broadcast view's would */
     if (!cg_is_contiguous(dst))
         return cg__fail(CG_ERR_INVALID_ARG, "cg_copy_: destination must be contiguous");
-    CG_TRY(copy_between(dst, src));
+    if (same_layout(dst, src)) return CG_OK; /* x into itself: nothing changes */
+    if (cg__overlaps(dst, src)) { /* e.g. x from its own transpose: src is read whole before dst is written */
+        cg_tensor *c = copy_contiguous(src);
+        if (!c) return cg_last_status();
+        cg_status s = copy_between(dst, c);
+        cg_tensor_free(c);
+        CG_TRY(s);
+    } else {
+        CG_TRY(copy_between(dst, src));
+    }
     dst->storage->version++;
     return CG_OK;
 }
