@@ -15,6 +15,7 @@
  *   dataset_dims                a cg_idx whose ndim is past the dims it holds, or whose dims multiply
  *                               past 64 bits; IDX headers with too many dims or overflowing dims
  *   loader_batch_size_max       batch_size INT64_MAX: 1 batch (0 with drop_last), and it works
+ *   batch_split_max             cg_data_parallel_chunks of INT64_MAX rows (it looped past its array)
  *   loader_epoch_max            epoch INT64_MAX: the call that would pass it fails, state unchanged,
  *                               and a checkpoint saved there loads
  *   adam_step_max               Adam's step counts at INT64_MAX: the same
@@ -31,6 +32,7 @@
 #include "cgrad/data.h"
 #include "cgrad/io.h"
 #include "cgrad/nn.h"
+#include "cgrad/parallel.h"
 
 #define TWO_40 (INT64_C(1) << 40)
 #define MAX_STR "9223372036854775807"
@@ -217,6 +219,15 @@ static void test_loader_batch_size_max(void **state) {
     assert_null(x);
     cg_loader_free(l);
     cg_dataset_free(ds);
+}
+
+/* torch.chunk's split of INT64_MAX rows over 3 devices: ceil(INT64_MAX / 3) twice, then the rest. */
+static void test_batch_split_max(void **state) {
+    (void)state;
+    int64_t sizes[3];
+    assert_int_equal(cg_data_parallel_chunks(INT64_MAX, 3, sizes), 3);
+    assert_true(sizes[0] == INT64_C(3074457345618258603) && sizes[1] == INT64_C(3074457345618258603) &&
+                sizes[2] == INT64_C(3074457345618258601));
 }
 
 /* Rewrites the checkpoint src as dst with metadata key set to value: every other key of a checkpoint
@@ -413,8 +424,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         CG_TEST(test_linear_result_overflows), CG_TEST(test_broadcast_hidden_overflow), CG_TEST(test_module_sizes),
         CG_TEST(test_conv_geometry),           CG_TEST(test_dataset_dims),              CG_TEST(test_loader_batch_size_max),
-        CG_TEST(test_loader_epoch_max),        CG_TEST(test_adam_step_max),             CG_TEST(test_gpu_rng_past_int64),
-        CG_TEST(test_copy_from_own_transpose), CG_TEST(test_copy_overlapping_views),    CG_TEST(test_copy_onto_itself),
+        CG_TEST(test_batch_split_max),         CG_TEST(test_loader_epoch_max),          CG_TEST(test_adam_step_max),
+        CG_TEST(test_gpu_rng_past_int64),      CG_TEST(test_copy_from_own_transpose),   CG_TEST(test_copy_overlapping_views),
+        CG_TEST(test_copy_onto_itself),
     };
     return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }
