@@ -9,7 +9,7 @@
  *   linear_result_overflows     x (16777232, 0), weight (1099510579201, 0): a 16-element result
  *   broadcast_hidden_overflow   (0, 2^40, 1) + (0, 1, 2^40): an empty result whose strides overflowed
  *   module_sizes                cg_linear_new(2^32, 2^32), cg_conv2d_new with huge sizes: refused
- *                               before any allocation
+ *                               before any allocation; cg_cnn_new of images whose features wrapped
  *   conv_geometry               padding INT_MAX (a wrapped output size), a padded size past 64 bits;
  *                               max pooling with a kernel or stride of INT_MAX
  *   dataset_dims                a cg_idx whose ndim is past the dims it holds, or whose dims multiply
@@ -31,6 +31,7 @@
 #include "../src/io_internal.h"
 #include "cgrad/data.h"
 #include "cgrad/io.h"
+#include "cgrad/models.h"
 #include "cgrad/nn.h"
 #include "cgrad/parallel.h"
 
@@ -119,6 +120,9 @@ static void test_module_sizes(void **state) {
     /* sizes that fit 64 bits but no memory: out of memory, named */
     assert_null(cg_linear_new(INT64_C(1) << 31, INT64_C(1) << 31, false, d));
     cg_test_assert_error(CG_ERR_OOM, "cg_linear_new");
+    /* a CNN whose first Linear takes 64 (H/4) (W/4) = 64 (2^58 + 1) features, which wrapped to 64 */
+    assert_null(cg_cnn_new(1, INT64_C(2147614724), INT64_C(2147352580), 10, 0.0f, d));
+    cg_test_assert_error(CG_ERR_SHAPE, "cg_cnn_new", "2147614724 x 2147352580", "overflow 64 bits");
 }
 
 static void test_conv_geometry(void **state) {
