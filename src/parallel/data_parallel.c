@@ -140,7 +140,7 @@ static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
             return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: replica outputs %s and %s cannot be gathered along dim 0",
                                 cg__shape_str(ys[0], a, sizeof a), cg__shape_str(ys[i], b, sizeof b));
         if (!cg__add_i64(shape[0], ys[i]->shape[0], &shape[0]))
-            return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: replica outputs %s, ... hold more than 2^63 rows together",
+            return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: the replicas' outputs (the first %s) hold more than 2^63 rows together",
                                 cg__shape_str(ys[0], a, sizeof a));
     }
     cg_tensor *out = cg__tensor_new(ys[0]->ndim, shape, st->output);
