@@ -97,7 +97,10 @@ cg_status cg_empty_cache(cg_device d); /* returns cached blocks to the system */
 /* ---- tensors ---------------------------------------------------------------------------- */
 typedef struct cg_tensor cg_tensor;
 
-/* CG_SHAPE(5, 10) expands to the (ndim, shape) pair the creation functions take. */
+/* CG_SHAPE(5, 10) expands to the (ndim, shape) pair the creation functions take.
+ * A shape has 0 to CG_MAX_DIMS sizes >= 0 whose non-zero ones multiply to at most INT64_MAX, empty
+ * tensors included (their strides are those products): (0, 2^40, 2^40) is refused like (2^40, 2^40).
+ * Every op checks the shape it computes the same way (CG_ERR_SHAPE naming the op and its operands). */
 #define CG_SHAPE(...) \
     (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
 
@@ -143,7 +146,10 @@ cg_tensor *cg_keep(cg_tensor *t);      /* moves t out of its scope: the caller n
 cg_tensor *cg_to(const cg_tensor *t, cg_device d);     /* always a new tensor on d */
 cg_tensor *cg_clone(const cg_tensor *t);               /* contiguous copy, same device */
 cg_tensor *cg_contiguous(const cg_tensor *t);          /* a view if already contiguous */
-cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src); /* same shape; devices may differ */
+/* dst (contiguous) = src: same shape; devices may differ. A src that overlaps dst (a transpose or
+ * other view of the same storage) gives its values as they were before the copy; dst itself (or a
+ * view with its layout) leaves dst unchanged. */
+cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src);
 cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape); /* one -1 allowed */
 cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape);    /* contiguous only */
 cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1);           /* a view */

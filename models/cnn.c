@@ -14,6 +14,10 @@ cg_module *cg_cnn_new(int64_t in_channels, int64_t height, int64_t width, int64_
     if (!(dropout >= 0.0f && dropout < 1.0f))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_cnn_new: dropout = %g must be in [0, 1)", (double)dropout);
     /* (N, C, H, W) -> (N, 32, H/2, W/2) -> (N, 64, H/4, W/4) -> (N, 64 H/4 W/4) -> (N, 128) -> (N, classes) */
+    int64_t features;
+    if (!cg__mul_i64(64, height / 4, &features) || !cg__mul_i64(features, width / 4, &features))
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_cnn_new: %lld x %lld images give 64 x %lld x %lld features, which overflow 64 bits",
+                            (long long)height, (long long)width, (long long)(height / 4), (long long)(width / 4));
     cg_module *m[CNN_MAX_MODULES];
     int n = 0;
     m[n++] = cg_conv2d_new(in_channels, 32, 3, 1, 1, true, d);
@@ -23,7 +27,7 @@ cg_module *cg_cnn_new(int64_t in_channels, int64_t height, int64_t width, int64_
     m[n++] = cg_relu_new();
     m[n++] = cg_max_pool2d_new(2, 2);
     m[n++] = cg_flatten_new();
-    m[n++] = cg_linear_new(64 * (height / 4) * (width / 4), 128, true, d);
+    m[n++] = cg_linear_new(features, 128, true, d);
     m[n++] = cg_relu_new();
     if (dropout > 0.0f) m[n++] = cg_dropout_new(dropout);
     m[n++] = cg_linear_new(128, num_classes, true, d);

@@ -2,6 +2,8 @@
  * the parameter names are PyTorch's ("0.weight", "0.bias", "2.weight", ...). */
 #include "internal.h" /* cg__fail: errors for cg_last_error() */
 
+#include <limits.h>
+
 static const char *activation_name(cg_activation act) {
     switch (act) {
     case CG_ACT_RELU: return "ReLU";
@@ -25,6 +27,8 @@ cg_module *cg_mlp_new(int n_sizes, const int64_t *sizes, cg_activation act, cg_d
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG,
                             "cg_mlp_new: need at least 2 sizes (input and output), got %d", n_sizes);
     if (!sizes) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_mlp_new: sizes is NULL");
+    if (n_sizes > INT_MAX / 2) /* the modules, 2 (n_sizes - 1) - 1, are counted in an int */
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_mlp_new: %d sizes; at most %d", n_sizes, INT_MAX / 2);
     for (int i = 0; i < n_sizes; i++)
         if (sizes[i] <= 0)
             return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_mlp_new: sizes[%d] = %lld must be positive", i,

@@ -96,10 +96,18 @@ static bool list_push(block_list *list, void *ptr, size_t size) {
     return true;
 }
 
+/* Records an out-of-memory failure for a request of `bytes` on d; returns NULL. */
+static void *alloc_failed(cg_device d, size_t bytes) {
+    char name[16];
+    return CG_FAIL_NULL(CG_ERR_OOM, "out of memory on %s: could not allocate %zu bytes (%.2f GiB)",
+                        cg_device_str(d, name, sizeof name), bytes, (double)bytes / (1u << 30));
+}
+
 void *cg__alloc(cg_device d, size_t bytes) {
     const cg_backend *be = cg__backend_for(d);
     device_pool *pool = pool_for(d);
     if (!be || !pool) return NULL;
+    if (bytes > SIZE_MAX / 8) return alloc_failed(d, bytes); /* no memory holds it, and rounding it up would wrap */
     size_t size = round_size(bytes);
     void *ptr = NULL;
     cg__spin_lock(&pool->lock);
@@ -124,12 +132,7 @@ void *cg__alloc(cg_device d, size_t bytes) {
     }
     if (ptr) pool->stats.bytes_in_use += size;
     cg__spin_unlock(&pool->lock);
-    if (!ptr) {
-        char name[16];
-        return CG_FAIL_NULL(CG_ERR_OOM, "out of memory on %s: could not allocate %zu bytes (%.2f GiB)",
-                            cg_device_str(d, name, sizeof name), bytes, (double)bytes / (1u << 30));
-    }
-    return ptr;
+    return ptr ? ptr : alloc_failed(d, bytes);
 }
 
 void cg__free(cg_device d, void *ptr, size_t bytes) {

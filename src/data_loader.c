@@ -51,15 +51,20 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
     const char *fn = "cg_dataset_new";
     if (!images || !labels || !images->data || !labels->data)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: images or labels is NULL or empty", fn);
+    if (images->ndim != 3 || labels->ndim != 1) /* before the dims are read: ndim says how many there are */
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected images (N, H, W) and labels (N), got images of %d dims and labels of %d",
+                            fn, images->ndim, labels->ndim);
     char si[160], sl[160];
     cg__dims_str(images->ndim, images->dims, si, sizeof si);
     cg__dims_str(labels->ndim, labels->dims, sl, sizeof sl);
-    if (images->ndim != 3 || labels->ndim != 1 || images->dims[0] != labels->dims[0])
+    if (images->dims[0] != labels->dims[0])
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected images (N, H, W) and labels (N), got images %s and labels %s", fn,
                             si, sl);
-    if (images->dims[0] < 1 || images->count != images->dims[0] * images->dims[1] * images->dims[2])
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: images %s hold %lld elements; need N >= 1 and count = N*H*W", fn, si,
-                            (long long)images->count);
+    int64_t pixels;
+    if (images->dims[0] < 1 || images->dims[1] < 1 || images->dims[2] < 1 ||
+        !cg__shape_numel(3, images->dims, &pixels) || images->count != pixels)
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: images %s hold %lld elements; need N, H, W >= 1 and count = N*H*W, "
+                            "which must not overflow 64 bits", fn, si, (long long)images->count);
     if (labels->count != labels->dims[0]) /* the labels are read up to N */
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: labels %s hold %lld elements; need count = N", fn, sl,
                             (long long)labels->count);
@@ -67,10 +72,11 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: normalisation needs a finite mean and std > 0 (got %g, %g)", fn,
                             (double)mean, (double)std);
     if (!cg__backend_for(d)) return (cg__fail_context("%s", fn), NULL);
-    int64_t n = images->dims[0], pixels = images->count;
+    int64_t n = images->dims[0];
     if (n > INT32_MAX) return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: %lld samples; the loader indexes at most 2^31 - 1", fn, (long long)n);
     cg_dataset *h = cg__handle_new(&dataset_pool);
-    float *host = malloc((size_t)(pixels > n ? pixels : n) * sizeof(float));
+    size_t host_bytes; /* the pixels, then the labels (pixels >= n) */
+    float *host = cg__bytes_of(pixels, sizeof(float), &host_bytes) ? malloc(host_bytes) : NULL;
     if (!h || !host) {
         if (h) cg__handle_free(&dataset_pool, h);
         free(host);
@@ -237,7 +243,7 @@ int64_t cg_loader_num_batches(const cg_loader *h) {
     if (cg__check_loader(h, "cg_loader_num_batches") != CG_OK) return -1;
     const loader_impl *l = loader_of(h);
     int64_t n = l->n, b = l->o.batch_size;
-    return l->o.drop_last ? n / b : (n + b - 1) / b;
+    return l->o.drop_last ? n / b : cg__ceil_div(n, b);
 }
 
 cg_loader_state cg_loader_get_state(const cg_loader *h) {
@@ -271,7 +277,11 @@ cg_status cg_loader_next(cg_loader *h, cg_tensor **images, cg_tensor **labels) {
     const dataset_impl *ds = ds_of(l->ds);
     int64_t remaining = ds->n - l->position, b = l->o.batch_size;
     if (remaining <= 0 || (l->o.drop_last && remaining < b)) { /* end of the epoch */
-        l->epoch++, l->position = 0;
+        int64_t next;
+        if (!cg__add_i64(l->epoch, 1, &next)) /* stays at the end of the last epoch it can count */
+            return cg__fail(CG_ERR_INVALID_ARG, "cg_loader_next: epoch %lld has ended, and the epoch count would "
+                            "overflow 64 bits; set another epoch with cg_loader_set_state", (long long)l->epoch);
+        l->epoch = next, l->position = 0;
         return CG_OK;
     }
     if (b > remaining) b = remaining;

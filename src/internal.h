@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "handle.h"
+#include "checked.h"
 #include "kernels/elementwise_ops.h"
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -73,10 +74,15 @@ cg_status cg__check_same_device(const cg_tensor *a, const cg_tensor *b, const ch
 /* Writes "(5, 10)" into buf. */
 const char *cg__shape_str(const cg_tensor *t, char *buf, size_t len);
 const char *cg__dims_str(int ndim, const int64_t *shape, char *buf, size_t len);
-/* Validates dims (0..8, each >= 0) for function fn. */
+/* Validates dims (0..8, each >= 0, the rule of src/checked.h) for function fn. */
 cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn);
+/* Checks the shape (ndim, shape) that fn computes from its operands a and b (named name_a, name_b
+ * in the message, with their shapes): CG_ERR_SHAPE when it breaks the rule of src/checked.h. */
+cg_status cg__check_result_shape(int ndim, const int64_t *shape, const char *fn, const char *name_a,
+                                 const cg_tensor *a, const char *name_b, const cg_tensor *b);
 
-/* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM. */
+/* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM or a shape that breaks
+ * the rule of src/checked.h (a backstop: ops check the shapes they compute, naming themselves). */
 cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d);
 /* out when s is CG_OK; otherwise frees out and returns NULL (the failure is already recorded). */
 cg_tensor *cg__finish(cg_tensor *out, cg_status s);
@@ -87,8 +93,13 @@ cg_tensor *cg__view_new(const cg_tensor *t, int ndim, const int64_t *shape, cons
                         int64_t offset);
 /* A new handle on t's data with t's layout (cg_detach without the check). */
 cg_tensor *cg__alias(const cg_tensor *t);
+/* For a valid shape (cg__check_shape) or a part of one, which cannot overflow (src/checked.h). */
 void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 int64_t cg__numel_of(int ndim, const int64_t *shape);
+/* Whether a and b share storage and the ranges of elements they span intersect (conservatively
+ * true when a range does not fit in 64 bits); an empty tensor overlaps nothing. For in-place ops:
+ * their source must be read before it is overwritten. */
+bool cg__overlaps(const cg_tensor *a, const cg_tensor *b);
 
 /* fn's error unless l is a live loader whose data set is alive too (src/data_loader.c). */
 cg_status cg__check_loader(const cg_loader *l, const char *fn);

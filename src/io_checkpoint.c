@@ -111,12 +111,12 @@ static cg_status add_meta(ck_out *o, const char *key, const char *fmt, ...) {
 }
 
 /* "v0,v1,..." of n non-negative integers, as a metadata value. */
-static cg_status add_meta_list(ck_out *o, const char *key, const int64_t *v, int n) {
+static cg_status add_meta_list(ck_out *o, const char *key, const uint64_t *v, int n) {
     size_t cap = (size_t)n * 21 + 1, at = 0;
     char *s = malloc(cap);
     if (!s) return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
     s[0] = '\0';
-    for (int i = 0; i < n; i++) at += (size_t)snprintf(s + at, cap - at, "%s%" PRId64, i ? "," : "", v[i]);
+    for (int i = 0; i < n; i++) at += (size_t)snprintf(s + at, cap - at, "%s%" PRIu64, i ? "," : "", v[i]);
     cg_status st = add_meta(o, key, "%s", s);
     free(s);
     return st;
@@ -140,7 +140,7 @@ static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
     cg_status s = add_meta(o, CK_RESERVED "optimizer", "%s", cg__opt(opt)->ops->name);
     if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.lr", "%s", cg__shortest_str(cg__opt(opt)->lr, false, lr, sizeof lr));
     if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.settings", "%s", st.settings);
-    if (s == CG_OK) s = add_meta_list(o, key, counts, cg__m(m)->nparams);
+    if (s == CG_OK) s = add_meta_list(o, key, (const uint64_t *)counts, cg__m(m)->nparams); /* counts are >= 0 */
     free(counts);
     /* Buffers not made yet (no step so far) are left out: the load then starts them at zero. */
     for (int k = 0; k < st.nbuffers && s == CG_OK; k++) {
@@ -166,11 +166,9 @@ static cg_status save_rng(ck_out *o) {
     cg__rng_get_state(&rng);
     int ncuda = CG_MAX_CUDA;
     while (ncuda > 0 && rng.cuda[ncuda - 1] == 0) ncuda--;
-    int64_t cuda[CG_MAX_CUDA];
-    for (int i = 0; i < ncuda; i++) cuda[i] = (int64_t)rng.cuda[i];
     CG_TRY(add_meta(o, CK_RESERVED "rng.seed", "%" PRIu64, rng.seed));
     CG_TRY(add_meta(o, CK_RESERVED "rng.cpu", "%" PRIu64, rng.cpu));
-    return add_meta_list(o, CK_RESERVED "rng.cuda", cuda, ncuda);
+    return add_meta_list(o, CK_RESERVED "rng.cuda", rng.cuda, ncuda);
 }
 
 static cg_status save_loader(ck_out *o, const cg_loader *l) {
@@ -289,29 +287,29 @@ static cg_status meta_i64(const ck_plan *p, const char *key, int64_t *out) {
     return CG_OK;
 }
 
-/* A required list "v0,v1,..." of n non-negative integers; n < 0: any count up to -n, *count set. */
-static cg_status meta_list(const ck_plan *p, const char *key, int n, int64_t *out, int *count) {
+/* A required list "v0,v1,..." of n integers in [0, max]; n < 0: any count up to -n, *count set. */
+static cg_status meta_list(const ck_plan *p, const char *key, int n, uint64_t max, uint64_t *out, int *count) {
     const char *v = meta_required(p, key), *at = v;
     if (!v) return cg_last_status();
-    int max = n < 0 ? -n : n, got = 0;
+    int limit = n < 0 ? -n : n, got = 0;
     bool ok = true;
     while (ok && *at) {
         char item[24];
         size_t len = strcspn(at, ",");
         uint64_t x = 0;
-        ok = got < max && len > 0 && len < sizeof item;
+        ok = got < limit && len > 0 && len < sizeof item;
         if (ok) {
             memcpy(item, at, len);
             item[len] = '\0';
-            ok = parse_u64(item, &x) && x <= INT64_MAX;
+            ok = parse_u64(item, &x) && x <= max;
         }
-        if (ok) out[got++] = (int64_t)x;
+        if (ok) out[got++] = x;
         at += len;
         if (ok && *at == ',') ok = *++at != '\0'; /* no trailing comma */
     }
     if (!ok || (n >= 0 && got != n))
-        return load_fail(p, "metadata \"%s\" is not a list of %s%d non-negative integers", key, n < 0 ? "at most " : "",
-                         max);
+        return load_fail(p, "metadata \"%s\" is not a list of %s%d integers in [0, %" PRIu64 "]", key,
+                         n < 0 ? "at most " : "", limit, max);
     if (count) *count = got;
     return CG_OK;
 }
@@ -347,12 +345,12 @@ static cg_status plan_model(ck_plan *p, const cg_module *model) {
 }
 
 static cg_status plan_rng(ck_plan *p) {
-    int64_t cuda[CG_MAX_CUDA];
     int ncuda = 0;
     CG_TRY(meta_u64(p, CK_RESERVED "rng.seed", UINT64_MAX, &p->rng.seed));
     CG_TRY(meta_u64(p, CK_RESERVED "rng.cpu", UINT64_MAX, &p->rng.cpu));
-    CG_TRY(meta_list(p, CK_RESERVED "rng.cuda", -CG_MAX_CUDA, cuda, &ncuda));
-    for (int i = 0; i < CG_MAX_CUDA; i++) p->rng.cuda[i] = i < ncuda ? (uint64_t)cuda[i] : 0;
+    /* a GPU's position is a uint64 like the CPU's: one loaded near INT64_MAX may pass it, and load again */
+    CG_TRY(meta_list(p, CK_RESERVED "rng.cuda", -CG_MAX_CUDA, UINT64_MAX, p->rng.cuda, &ncuda));
+    for (int i = ncuda; i < CG_MAX_CUDA; i++) p->rng.cuda[i] = 0;
     return CG_OK;
 }
 
@@ -403,7 +401,8 @@ static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
         return load_fail(p, "metadata \"" CK_RESERVED "optimizer.lr\" = \"%.64s\" is not a learning rate", lr);
     char key[160];
     snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", p->ost.count_name);
-    CG_TRY(meta_list(p, key, cg__m(m)->nparams, p->counts, NULL));
+    /* int64 counts in [0, INT64_MAX], read through their unsigned type (which C lets alias them) */
+    CG_TRY(meta_list(p, key, cg__m(m)->nparams, INT64_MAX, (uint64_t *)p->counts, NULL));
     if (cg__opt(opt)->ops->check_counts(opt, p->counts) != CG_OK) return load_fail(p, "%s", cg_last_error());
     bool any_count = false;
     for (int i = 0; i < cg__m(m)->nparams; i++) any_count |= p->counts[i] != 0;

@@ -129,9 +129,9 @@ static cg_status parse(idx_src *s, const char *name, int expect_ndim, cg_idx *ou
     for (int i = 0; i < ndim; i++) {
         int64_t dim = big_endian32(header + 4 + 4 * i);
         if (dim == 0) FAIL("corrupt header: dimension %d has size 0", i);
-        if (count > ((int64_t)1 << 62) / dim) FAIL("corrupt header: the dimension sizes overflow (dimension %d is %lld)", i, (long long)dim);
+        if (!cg__mul_i64(count, dim, &count) || count > ((int64_t)1 << 62))
+            FAIL("corrupt header: the dimension sizes overflow (dimension %d is %lld)", i, (long long)dim);
         out->dims[i] = dim;
-        count *= dim;
     }
     out->ndim = ndim;
     out->count = count;

@@ -12,23 +12,46 @@ static cg_status check_same_device(const cg_tensor *x, const cg_tensor *t, const
                     cg_device_str(cg__t(x)->device, dx, sizeof dx), name, cg_device_str(cg__t(t)->device, dt, sizeof dt));
 }
 
-/* Checks that the window fits the (padded) input and that the per-image sizes fit the 32-bit ints the
- * backends (BLAS, cuDNN) index with. */
+/* The output size along one dim, (in + 2 padding - kernel) / stride + 1: 0 when the window is larger
+ * than the padded input, -1 when that input's size overflows 64 bits. */
+static int64_t out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding) {
+    int64_t padded;
+    if (!cg__mul_i64(2, padding, &padded) || !cg__add_i64(in, padded, &padded)) return -1;
+    return padded < kernel ? 0 : (padded - kernel) / stride + 1;
+}
+
+/* The product of n sizes (each >= 0) is at most INT_MAX. */
+static bool fits_int(int n, const int64_t *sizes) {
+    int64_t p = 1;
+    for (int i = 0; i < n; i++)
+        if (!cg__mul_i64(p, sizes[i], &p)) return false;
+    return p <= INT_MAX;
+}
+
+/* Checks that the padded input's size fits in 64 bits, that the window fits it and that the per-image
+ * sizes fit the 32-bit ints the backends (BLAS, cuDNN) index with: then every size the backends
+ * compute, the output's (n, k, oh, ow) included, fits too. */
 static cg_status check_geom(const cg_conv_geom *g, const cg_tensor *x, const char *fn, const char *what) {
     char sx[160];
-    int64_t ph = g->h + 2 * g->padding, pw = g->w + 2 * g->padding;
-    if (g->kh > ph || g->kw > pw) {
+    if (g->oh < 0 || g->ow < 0)
+        return cg__fail(CG_ERR_SHAPE, "%s: x %s padded by %lld on each side is too large: its size overflows 64 bits",
+                        fn, cg__shape_str(x, sx, sizeof sx), (long long)g->padding);
+    if (g->oh == 0 || g->ow == 0) {
         char padded[64] = "";
         if (g->padding) snprintf(padded, sizeof padded, " padded by %lld", (long long)g->padding);
         return cg__fail(CG_ERR_SHAPE, "%s: the %s %lldx%lld is larger than the input %lldx%lld%s (x %s)", fn, what,
                         (long long)g->kh, (long long)g->kw, (long long)g->h, (long long)g->w, padded,
                         cg__shape_str(x, sx, sizeof sx));
     }
-    int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow;
-    if (g->n > INT_MAX || g->k > INT_MAX || ckk > INT_MAX || p > INT_MAX || g->c * g->h * g->w > INT_MAX ||
-        ckk * p > INT_MAX || g->k * p > INT_MAX)
-        return cg__fail(CG_ERR_SHAPE, "%s: x %s with a %lldx%lld %s is too large (per-image sizes must stay below 2^31)",
-                        fn, cg__shape_str(x, sx, sizeof sx), (long long)g->kh, (long long)g->kw, what);
+    /* an image (c h w), its columns (c kh kw) by output pixels (oh ow), and its output (k oh ow) */
+    const int64_t image[] = {g->c, g->h, g->w}, columns[] = {g->c, g->kh, g->kw, g->oh, g->ow},
+                  output[] = {g->k, g->oh, g->ow};
+    if (g->n > INT_MAX || g->k > INT_MAX || !fits_int(3, image) || !fits_int(3, columns) || !fits_int(2, columns + 3) ||
+        !fits_int(5, columns) || !fits_int(3, output))
+        return cg__fail(CG_ERR_SHAPE, "%s: x %s with a %lldx%lld %s, stride %lld and padding %lld is too large (its "
+                        "output is %lldx%lld; per-image sizes must stay below 2^31)", fn, cg__shape_str(x, sx, sizeof sx),
+                        (long long)g->kh, (long long)g->kw, what, (long long)g->stride, (long long)g->padding,
+                        (long long)g->oh, (long long)g->ow);
     return CG_OK;
 }
 
@@ -36,8 +59,8 @@ static cg_status check_geom(const cg_conv_geom *g, const cg_tensor *x, const cha
 static cg_conv_geom conv_geom(const int64_t *x_shape, const int64_t *w_shape, int64_t stride, int64_t padding) {
     return (cg_conv_geom){.n = x_shape[0], .c = x_shape[1], .h = x_shape[2], .w = x_shape[3], .k = w_shape[0],
                           .kh = w_shape[2], .kw = w_shape[3], .stride = stride, .padding = padding,
-                          .oh = (x_shape[2] + 2 * padding - w_shape[2]) / stride + 1,
-                          .ow = (x_shape[3] + 2 * padding - w_shape[3]) / stride + 1};
+                          .oh = out_size(x_shape[2], w_shape[2], stride, padding),
+                          .ow = out_size(x_shape[3], w_shape[3], stride, padding)};
 }
 
 static cg_status check_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride,
@@ -74,7 +97,7 @@ static cg_status check_conv2d(const cg_tensor *x, const cg_tensor *weight, const
 static cg_status bias_grad_into(const cg_conv_geom *g, const cg_tensor *gy, cg_tensor *out) {
     const cg_backend *be = cg__backend_for(cg__t(gy)->device);
     int index = cg__t(gy)->device.index;
-    size_t bytes = (size_t)(g->n * g->k) * sizeof(float);
+    size_t bytes = (size_t)(g->n * g->k) * sizeof(float); /* at most y's size (check_geom) */
     float *per_image = cg__alloc(cg__t(gy)->device, bytes);
     if (!per_image) return cg_last_status();
     cg_status s = be->reduce_sum(cg__data(gy), g->n * g->k, g->oh * g->ow, 1, 1.0f, per_image, index);
@@ -157,7 +180,7 @@ cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
 static cg_conv_geom pool_geom(const int64_t *x_shape, int64_t kernel, int64_t stride) {
     return (cg_conv_geom){.n = x_shape[0], .c = x_shape[1], .h = x_shape[2], .w = x_shape[3], .k = x_shape[1],
                           .kh = kernel, .kw = kernel, .stride = stride, .padding = 0,
-                          .oh = (x_shape[2] - kernel) / stride + 1, .ow = (x_shape[3] - kernel) / stride + 1};
+                          .oh = out_size(x_shape[2], kernel, stride, 0), .ow = out_size(x_shape[3], kernel, stride, 0)};
 }
 
 /* saved: arg, each window's choice (see max_pool2d_forward); dim: kernel, dim2: stride. */
@@ -189,7 +212,8 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     if (stride <= 0) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: stride must be positive, got %d", fn, stride);
     cg_conv_geom g = pool_geom(cg__t(x)->shape, kernel, stride);
     if (check_geom(&g, x, fn, "window") != CG_OK) return NULL;
-    if (g.kh * g.w > (1 << 24)) /* the backends keep each window's choice as a float offset */
+    int64_t span;
+    if (!cg__mul_i64(g.kh, g.w, &span) || span > (1 << 24)) /* the backends keep each window's choice as a float offset */
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: x %s is too wide for a %dx%d window (kernel * W must stay below 2^24)", fn,
                             cg__shape_str(x, sx, sizeof sx), kernel, kernel);
     const cg_tensor *inputs[1] = {x};

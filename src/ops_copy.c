@@ -81,6 +81,33 @@ cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
     return recorded(out, t, MOVE_DEVICE, "cg_to", 0, 0);
 }
 
+/* The elements t reaches, [*lo, *hi] counted from its storage's start (t not empty); false when
+ * that does not fit in 64 bits. */
+static bool element_range(const cg_tensor *t, int64_t *lo, int64_t *hi) {
+    *lo = *hi = cg__t(t)->offset;
+    for (int i = 0; i < cg__t(t)->ndim; i++) {
+        int64_t reach;
+        if (!cg__mul_i64(cg__t(t)->strides[i], cg__t(t)->shape[i] - 1, &reach)) return false;
+        if (!(reach < 0 ? cg__add_i64(*lo, reach, lo) : cg__add_i64(*hi, reach, hi))) return false;
+    }
+    return true;
+}
+
+bool cg__overlaps(const cg_tensor *a, const cg_tensor *b) {
+    if (cg__t(a)->storage != cg__t(b)->storage || cg__t(a)->numel == 0 || cg__t(b)->numel == 0) return false;
+    int64_t alo, ahi, blo, bhi;
+    if (!element_range(a, &alo, &ahi) || !element_range(b, &blo, &bhi)) return true;
+    return alo <= bhi && blo <= ahi;
+}
+
+/* The same elements of the same storage in the same order (strides of size-1 dims do not matter). */
+static bool same_layout(const cg_tensor *a, const cg_tensor *b) {
+    if (cg__t(a)->storage != cg__t(b)->storage || cg__t(a)->offset != cg__t(b)->offset || cg__t(a)->ndim != cg__t(b)->ndim) return false;
+    for (int i = 0; i < cg__t(a)->ndim; i++)
+        if (cg__t(a)->shape[i] != cg__t(b)->shape[i] || (cg__t(a)->shape[i] > 1 && cg__t(a)->strides[i] != cg__t(b)->strides[i])) return false;
+    return true;
+}
+
 cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
     CG_TRY(cg__check_tensor(dst, "cg_copy_", "dst"));
     CG_TRY(cg__check_tensor(src, "cg_copy_", "src"));
@@ -88,9 +115,19 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
     if (cg__t(dst)->ndim != cg__t(src)->ndim || memcmp(cg__t(dst)->shape, cg__t(src)->shape, (size_t)cg__t(dst)->ndim * sizeof(int64_t)) != 0)
         return cg__fail(CG_ERR_SHAPE, "cg_copy_: destination shape %s differs from source shape %s",
                         cg__shape_str(dst, sd, sizeof sd), cg__shape_str(src, ss, sizeof ss));
+    /* which also means that no two elements of dst share a place, as a broadcast view's would */
     if (!cg_is_contiguous(dst))
         return cg__fail(CG_ERR_INVALID_ARG, "cg_copy_: destination must be contiguous");
-    CG_TRY(copy_between(dst, src));
+    if (same_layout(dst, src)) return CG_OK; /* x into itself: nothing changes */
+    if (cg__overlaps(dst, src)) { /* e.g. x from its own transpose: src is read whole before dst is written */
+        cg_tensor *c = copy_contiguous(src);
+        if (!c) return cg_last_status();
+        cg_status s = copy_between(dst, c);
+        cg_tensor_free(c);
+        CG_TRY(s);
+    } else {
+        CG_TRY(copy_between(dst, src));
+    }
     cg__t(dst)->storage->version++;
     return CG_OK;
 }
@@ -111,17 +148,15 @@ static cg_status infer_shape(const cg_tensor *t, int ndim, const int64_t *shape,
     if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && !shape))
         return cg__fail(CG_ERR_SHAPE, "%s: %d dims requested, cgrad supports 0 to %d", fn, ndim, CG_MAX_DIMS);
     int infer = -1;
-    int64_t known = 1, span = 1; /* span: the product of the sizes > 1, which the strides reach even
-                                  * when a size 0 makes the tensor empty (as cg__check_shape) */
     for (int i = 0; i < ndim; i++) {
         out[i] = shape[i];
         if (shape[i] == -1 && infer >= 0) return cg__fail(CG_ERR_SHAPE, "%s: only one dimension can be inferred", fn);
-        else if (shape[i] == -1) infer = i;
+        else if (shape[i] == -1) infer = i, out[i] = 1; /* 1 until resolved: out's product is then the known sizes' */
         else if (shape[i] < 0) return cg__fail(CG_ERR_SHAPE, "%s: invalid size %lld in the new shape", fn, (long long)shape[i]);
-        else if (shape[i] > 1 && span > INT64_MAX / shape[i])
-            return cg__fail(CG_ERR_SHAPE, "%s: the new shape is too large: its sizes multiply past 64 bits", fn);
-        else known *= shape[i], span *= shape[i] > 1 ? shape[i] : 1;
     }
+    int64_t known;
+    if (!cg__shape_numel(ndim, out, &known))
+        return cg__fail(CG_ERR_SHAPE, "%s: the new shape is too large: its sizes multiply past 64 bits", fn);
     if (infer >= 0 && known > 0 && cg__t(t)->numel % known == 0) out[infer] = cg__t(t)->numel / known;
     char a[160], b[160];
     if (cg__numel_of(ndim, out) != cg__t(t)->numel || (infer >= 0 && known == 0))

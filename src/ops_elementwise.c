@@ -15,7 +15,8 @@ cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char
         shape[i] = sa == 1 ? sb : sa;
     }
     *ndim = n;
-    return CG_OK;
+    /* (0, 2^40, 1) and (1, 1, 2^40) are empty, their result too, but its strides would overflow */
+    return cg__check_result_shape(n, shape, fn, "a", a, "b", b);
 }
 
 /* Strides of t read as a tensor of the output shape: 0 along broadcast dims. */

@@ -95,7 +95,10 @@ static cg_status check_matmul_shapes(const cg_tensor *a, const cg_tensor *b, con
 cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     if (cg__check_same_device(a, b, "cg_matmul") != CG_OK || check_matmul_shapes(a, b, "cg_matmul") != CG_OK)
         return NULL;
-    cg_tensor *out = cg__tensor_new(2, (int64_t[]){cg__t(a)->shape[0], cg__t(b)->shape[1]}, cg__t(a)->device);
+    /* a (m, 0) and b (0, n) are empty, but the result (m, n) is not */
+    const int64_t shape[2] = {cg__t(a)->shape[0], cg__t(b)->shape[1]};
+    if (cg__check_result_shape(2, shape, "cg_matmul", "a", a, "b", b) != CG_OK) return NULL;
+    cg_tensor *out = cg__tensor_new(2, shape, cg__t(a)->device);
     if (!out) return NULL;
     cg_status s = gemm_into(a, b, out);
     const cg_tensor *inputs[2] = {a, b};
@@ -167,7 +170,10 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
         return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_linear: input %s, weight %s and bias %s do not fit (expected (N, in), (out, in), (out,))",
                             cg__shape_str(x, sx, sizeof sx), cg__shape_str(weight, sw, sizeof sw),
                             bias ? cg__shape_str(bias, sb, sizeof sb) : "none");
-    cg_tensor *out = cg__tensor_new(2, (int64_t[]){cg__t(x)->shape[0], cg__t(weight)->shape[0]}, cg__t(x)->device);
+    /* x (N, 0) and weight (out, 0) are empty, but y (N, out) is not */
+    const int64_t shape[2] = {cg__t(x)->shape[0], cg__t(weight)->shape[0]};
+    if (cg__check_result_shape(2, shape, "cg_linear", "input", x, "weight", weight) != CG_OK) return NULL;
+    cg_tensor *out = cg__tensor_new(2, shape, cg__t(x)->device);
     cg_tensor *wt = out ? transposed(weight) : NULL;
     bool fused = false;
     cg_status s = wt ? gemm_bias_into(x, wt, bias && cg_is_contiguous(bias) ? bias : NULL, NULL, out, &fused)

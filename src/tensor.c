@@ -143,18 +143,24 @@ cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn) {
         return cg__fail(CG_ERR_SHAPE, "%s: %d dims requested, cgrad supports 0 to %d", fn, ndim, CG_MAX_DIMS);
     if (ndim > 0 && !shape) return cg__fail(CG_ERR_INVALID_ARG, "%s: shape is NULL", fn);
     char buf[160];
-    /* The product of the non-zero sizes bounds numel and the contiguous strides, which are
-     * computed even when a zero size makes the tensor empty. */
-    int64_t span = 1;
-    for (int i = 0; i < ndim; i++) {
+    for (int i = 0; i < ndim; i++)
         if (shape[i] < 0)
             return cg__fail(CG_ERR_SHAPE, "%s: negative size in shape %s", fn, cg__dims_str(ndim, shape, buf, sizeof buf));
-        if (shape[i] > 1 && span > INT64_MAX / shape[i])
-            return cg__fail(CG_ERR_SHAPE, "%s: shape %s is too large: its sizes multiply past 64 bits", fn,
-                            cg__dims_str(ndim, shape, buf, sizeof buf));
-        if (shape[i] > 1) span *= shape[i];
-    }
+    int64_t numel;
+    if (!cg__shape_numel(ndim, shape, &numel))
+        return cg__fail(CG_ERR_SHAPE, "%s: shape %s is too large: its sizes multiply past 64 bits", fn,
+                        cg__dims_str(ndim, shape, buf, sizeof buf));
     return CG_OK;
+}
+
+cg_status cg__check_result_shape(int ndim, const int64_t *shape, const char *fn, const char *name_a,
+                                 const cg_tensor *a, const char *name_b, const cg_tensor *b) {
+    int64_t numel;
+    if (cg__shape_numel(ndim, shape, &numel)) return CG_OK;
+    char sa[160], sb[160], so[160];
+    return cg__fail(CG_ERR_SHAPE, "%s: %s %s and %s %s give a result of shape %s, too large: its sizes multiply past 64 bits",
+                    fn, name_a, cg__shape_str(a, sa, sizeof sa), name_b, cg__shape_str(b, sb, sizeof sb),
+                    cg__dims_str(ndim, shape, so, sizeof so));
 }
 
 int64_t cg__numel_of(int ndim, const int64_t *shape) {
@@ -186,7 +192,12 @@ static cg_tensor *handle_new(int ndim, const int64_t *shape, const int64_t *stri
 }
 
 cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d) {
-    int64_t numel = cg__numel_of(ndim, shape);
+    int64_t numel;
+    if (!cg__shape_numel(ndim, shape, &numel)) {
+        char buf[160];
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "a tensor of shape %s is too large: its sizes multiply past 64 bits",
+                            cg__dims_str(ndim, shape, buf, sizeof buf));
+    }
     if (numel > (int64_t)(SIZE_MAX / 8 / sizeof(float)))
         return CG_FAIL_NULL(CG_ERR_OOM, "tensor of %lld elements is too large", (long long)numel);
     cg_storage *s = storage_new(d, (size_t)numel * sizeof(float));

@@ -106,7 +106,9 @@ void cg_loader_free(cg_loader *l); /* NULL is ignored */
  * epoch (position 0, a new permutation), so a loop over one epoch reads:
  *     cg_tensor *x, *y;
  *     while (cg_loader_next(loader, &x, &y) == CG_OK && x) { ... }
- * Any other status is a failure (cg_last_error() says which); the loader's state is unchanged. */
+ * Any other status is a failure (cg_last_error() says which); the loader's state is unchanged. The
+ * epoch count stops at INT64_MAX: ending that epoch fails (CG_ERR_INVALID_ARG), so every state a
+ * loader reaches is one a checkpoint saves and loads. */
 cg_status cg_loader_next(cg_loader *l, cg_tensor **images, cg_tensor **labels);
 /* Batches per epoch: ceil(N / B), or floor(N / B) with drop_last. */
 int64_t cg_loader_num_batches(const cg_loader *l);

@@ -82,7 +82,8 @@ void cg_optimizer_free(cg_optimizer *opt);
  *     cg_adam_options o = cg_adam_defaults(); o.lr = 3e-4;
  * Adam adds weight_decay * p to the gradient (L2); AdamW decays p by (1 - lr * weight_decay) before
  * the update (decoupled). A parameter's step count (for the bias corrections) advances only on steps
- * where it has a gradient. */
+ * where it has a gradient; a step that would take a count past INT64_MAX fails (CG_ERR_INVALID_ARG)
+ * before anything changes, so every state the optimizer reaches saves and loads. */
 typedef struct cg_adam_options {
     double lr;           /* 1e-3 */
     double beta1, beta2; /* 0.9, 0.999 */

@@ -90,8 +90,11 @@ typedef struct col_workspace {
 static cg_status workspace_get(const cg_conv_geom *g, col_workspace *ws) {
     *ws = (col_workspace){0};
     if (is_pointwise(g)) return CG_OK;
-    ws->per_thread = g->c * g->kh * g->kw * g->oh * g->ow;
-    ws->bytes = (size_t)(ws->per_thread * omp_get_max_threads()) * sizeof(float);
+    ws->per_thread = g->c * g->kh * g->kw * g->oh * g->ow; /* below 2^31 (src/ops_conv.c) */
+    int64_t floats;
+    if (!cg__mul_i64(ws->per_thread, omp_get_max_threads(), &floats) || !cg__bytes_of(floats, sizeof(float), &ws->bytes))
+        return cg__fail(CG_ERR_OOM, "cg_conv2d: %d threads' column buffers of %lld floats each overflow 64 bits",
+                        omp_get_max_threads(), (long long)ws->per_thread);
     ws->base = cg__alloc(cg_cpu(), ws->bytes);
     return ws->base ? CG_OK : cg_last_status();
 }
@@ -108,7 +111,10 @@ static const float *columns_of(const cg_conv_geom *g, const col_workspace *ws, c
     return col;
 }
 
-static int64_t conv_flops(const cg_conv_geom *g) { return g->n * g->k * g->oh * g->ow * g->c * g->kh * g->kw; }
+/* y's size (n k oh ow) times a column's (c kh kw): beyond 64 bits when both are large, so saturated. */
+static int64_t conv_flops(const cg_conv_geom *g) {
+    return cg__mul_sat(g->n * g->k * g->oh * g->ow, g->c * g->kh * g->kw);
+}
 
 /* y_n (k, oh ow) = weight (k, c kh kw) col_n (c kh kw, oh ow) [+ bias, set first, with beta 1]. */
 cg_status cg__cpu_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
@@ -158,7 +164,11 @@ cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, 
         memset(gweight, 0, (size_t)wn * sizeof(float));
         return CG_OK;
     }
-    size_t partial_bytes = groups > 1 ? (size_t)(groups * wn) * sizeof(float) : 0;
+    int64_t partial_floats = 0;
+    size_t partial_bytes = 0;
+    if (groups > 1 && (!cg__mul_i64(groups, wn, &partial_floats) || !cg__bytes_of(partial_floats, sizeof(float), &partial_bytes)))
+        return cg__fail(CG_ERR_OOM, "cg_conv2d: %lld partial weight gradients of %lld floats each overflow 64 bits",
+                        (long long)groups, (long long)wn);
     float *partial = groups > 1 ? cg__alloc(cg_cpu(), partial_bytes) : gweight;
     if (!partial) return cg_last_status();
     col_workspace ws;

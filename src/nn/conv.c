@@ -43,9 +43,13 @@ cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kern
     if (stride <= 0 || stride > INT32_MAX || padding < 0 || padding > INT32_MAX)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: stride (%lld) must be positive and padding (%lld) non-negative", fn,
                             (long long)stride, (long long)padding);
-    if (!cg__backend_for(d)) return NULL;
+    int64_t weights; /* checked before anything is allocated; the bias is a part of the weight's size */
+    if (!cg__shape_numel(4, (const int64_t[]){out_channels, in_channels, kernel_size, kernel_size}, &weights))
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: a weight (%lld, %lld, %lld, %lld) of out_channels x in_channels x kernel_size^2 is too large: its size overflows 64 bits",
+                            fn, (long long)out_channels, (long long)in_channels, (long long)kernel_size, (long long)kernel_size);
+    if (!cg__backend_for(d)) return (cg__fail_context("%s", fn), NULL);
     cg_module *m = conv_create(in_channels, out_channels, kernel_size, stride, padding, bias, d);
-    if (!m) return NULL;
+    if (!m) return (cg__fail_context("%s", fn), NULL); /* e.g. out of memory */
     if (cg__module_init_uniform(m, 1.0f / sqrtf((float)(in_channels * kernel_size * kernel_size))) != CG_OK) {
         cg_module_free(m);
         return NULL;

@@ -32,9 +32,13 @@ cg_module *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
     if (in_features <= 0 || out_features <= 0)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_linear_new: in_features (%lld) and out_features (%lld) must be positive",
                             (long long)in_features, (long long)out_features);
+    int64_t weights; /* checked before anything is allocated; the bias is a part of the weight's size */
+    if (!cg__shape_numel(2, (const int64_t[]){out_features, in_features}, &weights))
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_linear_new: a weight of out_features (%lld) x in_features (%lld) is too large: its size overflows 64 bits",
+                            (long long)out_features, (long long)in_features);
     if (!cg__backend_for(d)) return (cg__fail_context("cg_linear_new"), NULL);
     cg_module *m = linear_create(in_features, out_features, bias, d);
-    if (!m) return NULL;
+    if (!m) return (cg__fail_context("cg_linear_new"), NULL); /* e.g. out of memory */
     if (cg__module_init_uniform(m, 1.0f / sqrtf((float)in_features)) != CG_OK) {
         cg_module_free(m);
         return NULL;

@@ -174,7 +174,7 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
     int n;
     cg_param_entry *params = cg__param_list_new(m, "", &n);
     if (!params) return cg_last_status();
-    int64_t total = 0;
+    int64_t total = 0; /* at most the floats the parameters take in memory: no overflow */
     for (int i = 0; i < n; i++) {
         params[i].offset = total;
         total += aligned(cg__t(params[i].tensor)->numel);

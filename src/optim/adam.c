@@ -146,9 +146,17 @@ static cg_status adam_step(cg_optimizer *base) {
                         "corrections come from step counts kept on the host, so every replay would repeat the "
                         "captured step's; capture forward and backward only, and call cg_optimizer_step after "
                         "each replay", opt->decoupled ? "AdamW" : "Adam");
-    for (int r = 0; r < cg__opt(base)->nroots; r++) CG_TRY(step_root(opt, r));
-    /* Replicas share one gradient pattern, so the step counts advance once for all. */
+    /* Replicas share one gradient pattern, so the step counts advance once for all: checked first, so
+     * that a count at the maximum fails the step before anything changes. */
     cg_module *m = cg__opt(base)->roots[0];
+    for (int i = 0; i < cg__m(m)->nparams; i++) {
+        int64_t next;
+        if (cg__t(cg__m(m)->params[i].tensor)->grad_defined && !cg__add_i64(opt->steps[i], 1, &next))
+            return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: the %s step count of parameter %d (\"%s\") is "
+                            "%lld, and one more step would overflow 64 bits", cg__opt(base)->ops->name, i, cg__m(m)->params[i].name,
+                            (long long)opt->steps[i]);
+    }
+    for (int r = 0; r < cg__opt(base)->nroots; r++) CG_TRY(step_root(opt, r));
     for (int i = 0; i < cg__m(m)->nparams; i++)
         if (cg__t(cg__m(m)->params[i].tensor)->grad_defined) opt->steps[i]++;
     return CG_OK;

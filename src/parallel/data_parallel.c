@@ -16,9 +16,12 @@ typedef struct dp_state {
 
 int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes) {
     if (batch <= 0 || n <= 0 || !sizes) return 0;
-    int64_t chunk = (batch + n - 1) / n;
+    int64_t chunk = cg__ceil_div(batch, n);
     int k = 0;
-    for (int64_t start = 0; start < batch; start += chunk) sizes[k++] = batch - start < chunk ? batch - start : chunk;
+    for (int64_t left = batch; left > 0; k++) { /* counts down, so nothing passes batch */
+        sizes[k] = left < chunk ? left : chunk;
+        left -= sizes[k];
+    }
     return k;
 }
 
@@ -147,10 +150,12 @@ static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
             memcmp(cg__t(ys[i])->shape + 1, cg__t(ys[0])->shape + 1, (size_t)(cg__t(ys[0])->ndim - 1) * sizeof(int64_t)))
             return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: replica outputs %s and %s cannot be gathered along dim 0",
                                 cg__shape_str(ys[0], a, sizeof a), cg__shape_str(ys[i], b, sizeof b));
-        shape[0] += cg__t(ys[i])->shape[0];
+        if (!cg__add_i64(shape[0], cg__t(ys[i])->shape[0], &shape[0]))
+            return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: the replicas' outputs (the first %s) hold more than 2^63 rows together",
+                                cg__shape_str(ys[0], a, sizeof a));
     }
     cg_tensor *out = cg__tensor_new(cg__t(ys[0])->ndim, shape, st->output);
-    if (!out) return NULL;
+    if (!out) return (cg__fail_context("DataParallel: gathering the replicas' outputs"), NULL);
     int64_t row = cg__t(out)->shape[0] ? cg__t(out)->numel / cg__t(out)->shape[0] : 0, start = 0;
     cg_status s = CG_OK;
     for (int i = 0; i < k && s == CG_OK; i++) {
