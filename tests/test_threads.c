@@ -32,7 +32,7 @@
 #define CLASSES 3
 #define HIDDEN 8
 #define BATCH 8
-#define STEPS 15 /* across two epoch ends */
+#define STEPS 36 /* six epochs, across their ends */
 #define TIME_LIMIT_S 120 /* alarm(): a hang fails the test instead of stalling CI */
 
 static void *ok(void *p) {
@@ -137,6 +137,7 @@ static void shared_free(void) {
 typedef struct run {
     int index;          /* picks the optimizer, the loader's order and seed */
     cg_module *model;   /* made before the threads start */
+    pthread_barrier_t *start; /* the threads train at the same time; NULL on one thread */
     float losses[STEPS];
     float *params;      /* the final parameters, concatenated */
     size_t nparams;
@@ -178,6 +179,7 @@ static void *train(void *arg) {
     cg_loader_options lo = {.batch_size = BATCH, .shuffle = r->index % 2 == 0, .seed = 100 + (uint64_t)r->index,
                             .flatten = true};
     cg_loader *loader = cg_loader_new(g_dataset, lo);
+    if (r->start) pthread_barrier_wait(r->start);
     if (!WORKER_OK(e, opt != NULL) || !WORKER_OK(e, loader != NULL)) goto done;
     for (int i = 0; i < STEPS;) {
         cg_scope *scope = cg_scope_begin();
@@ -221,13 +223,16 @@ static void threads_train_own_models_over_shared_data(void **state) {
     cg_module *base = model_new();
     run single[THREADS] = {0}, threaded[THREADS] = {0};
     void *args[THREADS];
+    pthread_barrier_t start;
+    assert_int_equal(pthread_barrier_init(&start, NULL, THREADS), 0);
     for (int i = 0; i < THREADS; i++) {
         single[i] = (run){.index = i, .model = ok(cg_module_clone(base, cg_cpu()))};
-        threaded[i] = (run){.index = i, .model = ok(cg_module_clone(base, cg_cpu()))};
+        threaded[i] = (run){.index = i, .model = ok(cg_module_clone(base, cg_cpu())), .start = &start};
         args[i] = &threaded[i];
     }
     for (int i = 0; i < THREADS; i++) train(&single[i]); /* the reference: one after another, on this thread */
     run_threads(THREADS, train, args);
+    pthread_barrier_destroy(&start);
     for (int i = 0; i < THREADS; i++) {
         cg_test_context("thread %d", i);
         if (single[i].error.text[0]) fail_msg("single-threaded run %d: %s", i, single[i].error.text);
