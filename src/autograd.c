@@ -1,6 +1,8 @@
 /* Reverse-mode autograd: recording nodes as ops run, and the backward engine. */
 #include "internal.h"
 
+#include <stdatomic.h>
+
 #include "spinlock.h"
 
 static _Thread_local bool grad_enabled = true;
@@ -212,7 +214,9 @@ typedef struct node_stack {
 } node_stack;
 
 static _Thread_local node_stack pending_stack, ready_stack; /* kept between calls: no steady-state malloc */
-static uint64_t backward_epoch;
+/* Numbers the passes of every thread, so no two passes share one (nodes and hooked leaves are stamped
+ * with their pass), whichever threads they run on. */
+static atomic_uint_fast64_t backward_epoch;
 
 #define MAX_BACKWARD_CALLBACKS 16
 typedef struct backward_callback {
@@ -239,8 +243,16 @@ static cg_status run_callbacks(cg_status s) {
     return s;
 }
 
+/* The stacks go with their thread (freed at its exit). */
+static void stacks_free(void) {
+    free(pending_stack.items);
+    free(ready_stack.items);
+    pending_stack = ready_stack = (node_stack){0};
+}
+
 static cg_status push(node_stack *st, cg_node *n) {
     if (st->count == st->capacity) {
+        if (!st->capacity && cg__at_thread_exit(stacks_free) != CG_OK) return cg__fail_context("cg_backward");
         size_t capacity = st->capacity ? 2 * st->capacity : 256;
         cg_node **grown = realloc(st->items, capacity * sizeof *grown);
         if (!grown) return cg__fail(CG_ERR_OOM, "cg_backward: out of host memory");
@@ -258,9 +270,10 @@ static void expect_leaf_grad(cg_tensor *leaf, uint64_t epoch) {
 }
 
 /* One of them ran: after the last, the leaf's gradient is final for this pass. */
-static void leaf_grad_sent(cg_tensor *leaf) {
-    if (cg__handle_live(CG_HANDLE_TENSOR, leaf) && cg__t(leaf)->grad_hook && cg__t(leaf)->grad_epoch == backward_epoch && --cg__t(leaf)->grad_pending == 0)
-        cg__t(leaf)->grad_hook(cg__t(leaf)->grad_hook_ctx, leaf);
+static void leaf_grad_sent(cg_tensor *leaf, uint64_t epoch) {
+    if (!cg__handle_live(CG_HANDLE_TENSOR, leaf)) return;
+    cg_tensor_impl *l = cg__t(leaf);
+    if (l->grad_hook && l->grad_epoch == epoch && --l->grad_pending == 0) l->grad_hook(l->grad_hook_ctx, leaf);
 }
 
 /* Counts, for each node reachable from root, how many consumers will send it a gradient (and for
@@ -293,8 +306,8 @@ static bool saved_values_changed(const cg_node *n) {
     return false;
 }
 
-/* Runs one node's backward and routes each input gradient to its producer or leaf. */
-static cg_status run_node(cg_node *n) {
+/* Runs one node's backward (in pass `epoch`) and routes each input gradient to its producer or leaf. */
+static cg_status run_node(cg_node *n, uint64_t epoch) {
     cg_tensor *grad_in[CG_NODE_MAX_INPUTS] = {0};
     cg_status s = CG_OK;
     if (n->grad_accum) {
@@ -325,7 +338,7 @@ static cg_status run_node(cg_node *n) {
             cg_tensor_free(g);
         }
         cg_node *p = n->next[k];
-        if (!p && n->leaf[k]) leaf_grad_sent(n->leaf[k]);
+        if (!p && n->leaf[k]) leaf_grad_sent(n->leaf[k], epoch);
         if (p && --p->pending == 0) {
             cg_status ps = push(&ready_stack, p);
             if (s == CG_OK) s = ps;
@@ -347,13 +360,14 @@ static cg_status backward_from(cg_tensor *out, cg_tensor *grad) {
         return cg__fail(CG_ERR_INVALID_ARG, "cg_backward: trying to backward through the graph a second time "
                                             "(its saved values were freed by the first backward)");
     }
-    cg_status s = count_dependencies(root, ++backward_epoch);
+    uint64_t epoch = atomic_fetch_add_explicit(&backward_epoch, 1, memory_order_relaxed) + 1; /* nodes start at 0 */
+    cg_status s = count_dependencies(root, epoch);
     root->grad_accum = grad;
     ready_stack.count = 0;
     if (s == CG_OK) s = push(&ready_stack, root);
     /* After a failure keep draining, so every node drops its pending gradient. */
     while (ready_stack.count) {
-        cg_status ns = run_node(ready_stack.items[--ready_stack.count]);
+        cg_status ns = run_node(ready_stack.items[--ready_stack.count], epoch);
         if (s == CG_OK) s = ns;
     }
     return run_callbacks(s);

@@ -4,11 +4,13 @@
 #include <omp.h>
 #include <stdatomic.h>
 
-static uint64_t global_seed = 0x2545F4914F6CDD1DULL;
+/* Process-wide settings, atomic so that any thread may change them while others run (see Threads in
+ * cgrad.h); relaxed, as no other memory is published through them. */
+static atomic_uint_fast64_t global_seed = 0x2545F4914F6CDD1DULL;
 static atomic_uint_fast64_t seed_generation = 1;
 static atomic_uint_fast64_t cpu_rng_counter = 0;
 static atomic_uint_fast64_t cuda_rng_offset[CG_MAX_CUDA];
-static bool allow_tf32 = false;
+static atomic_bool allow_tf32 = false;
 
 #ifndef CGRAD_HAVE_CUDA
 int cg__cuda_probe(void) { return 0; }
@@ -108,18 +110,18 @@ void cg_set_num_threads(int n) {
 int cg_get_num_threads(void) { return omp_get_max_threads(); }
 
 void cg_manual_seed(uint64_t seed) {
-    global_seed = seed;
+    atomic_store_explicit(&global_seed, seed, memory_order_relaxed);
     atomic_store(&cpu_rng_counter, 0);
     for (int i = 0; i < CG_MAX_CUDA; i++) atomic_store(&cuda_rng_offset[i], 0);
     atomic_fetch_add(&seed_generation, 1);
 }
-uint64_t cg__seed(void) { return global_seed; }
+uint64_t cg__seed(void) { return atomic_load_explicit(&global_seed, memory_order_relaxed); }
 uint64_t cg__seed_generation(void) { return atomic_load(&seed_generation); }
 uint64_t cg__cpu_rng_reserve(uint64_t count) { return atomic_fetch_add(&cpu_rng_counter, count); }
 uint64_t cg__cuda_rng_reserve(int index, uint64_t count) { return atomic_fetch_add(&cuda_rng_offset[index], count); }
 
 void cg__rng_get_state(cg_rng_state *out) {
-    out->seed = global_seed;
+    out->seed = cg__seed();
     out->cpu = atomic_load(&cpu_rng_counter);
     for (int i = 0; i < CG_MAX_CUDA; i++) out->cuda[i] = atomic_load(&cuda_rng_offset[i]);
 }
@@ -130,5 +132,5 @@ void cg__rng_set_state(const cg_rng_state *s) {
     for (int i = 0; i < CG_MAX_CUDA; i++) atomic_store(&cuda_rng_offset[i], s->cuda[i]);
 }
 
-void cg_set_allow_tf32(bool allow) { allow_tf32 = allow; }
-bool cg_get_allow_tf32(void) { return allow_tf32; }
+void cg_set_allow_tf32(bool allow) { atomic_store_explicit(&allow_tf32, allow, memory_order_relaxed); }
+bool cg_get_allow_tf32(void) { return atomic_load_explicit(&allow_tf32, memory_order_relaxed); }

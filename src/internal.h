@@ -33,7 +33,7 @@ typedef struct cg_storage {
     cg_device device;
     float *data;     /* device or host pointer, from the caching allocator */
     size_t bytes;    /* size of the block as requested */
-    int refcount;    /* tensors that share it */
+    int refcount;    /* tensors that share it; changed atomically (threads may share a read-only tensor) */
     uint64_t version; /* in-place writes through the API (cg_copy_), so backward can refuse stale saves */
     struct cg_storage *next_free;
 } cg_storage;
@@ -382,6 +382,13 @@ bool cg__peer_takes(const cg_peer *p, int64_t count);
  * memory the others mapped) the ranks must meet, e.g. at an MPI barrier. */
 void cg__peer_disconnect(cg_peer *p);
 void cg__peer_free(cg_peer *p);
+
+/* ---- per-thread memory (src/thread_exit.c) -------------------------------------------------- */
+/* Runs fn on the calling thread when it exits (once, however often it was registered), to release
+ * what the thread keeps in _Thread_local variables between calls so that a steady training step
+ * allocates nothing. Register when that memory is first allocated. fn never runs for the main thread,
+ * whose memory stays reachable until the process ends. */
+cg_status cg__at_thread_exit(void (*fn)(void));
 
 /* ---- global state (src/device.c) ------------------------------------------------------------ */
 /* The seed of cg_manual_seed and a counter that changes with each call, so a backend's

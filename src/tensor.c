@@ -38,8 +38,12 @@ static cg_storage *storage_new(cg_device d, size_t bytes) {
     return s;
 }
 
+/* The count is atomic: threads may take and free views of one read-only tensor at once. Acquire-release
+ * on the way down, so the last owner frees the block after every other owner's last access. */
+static void storage_retain(cg_storage *s) { __atomic_fetch_add(&s->refcount, 1, __ATOMIC_RELAXED); }
+
 static void storage_release(cg_storage *s) {
-    if (!s || --s->refcount > 0) return;
+    if (!s || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     cg__free(s->device, s->data, s->bytes);
     storage_recycle(s);
 }
@@ -216,7 +220,7 @@ cg_tensor *cg__view_new(const cg_tensor *base, int ndim, const int64_t *shape, c
     cg_tensor *t = handle_new(ndim, shape, strides, cg__t(base)->device);
     if (!t) return NULL;
     cg__t(t)->storage = cg__t(base)->storage;
-    cg__t(t)->storage->refcount++;
+    storage_retain(cg__t(t)->storage);
     cg__t(t)->offset = offset;
     return t;
 }
@@ -227,7 +231,7 @@ cg_tensor *cg__alias(const cg_tensor *t) {
 }
 
 void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset) {
-    cg__t(base)->storage->refcount++;
+    storage_retain(cg__t(base)->storage);
     storage_release(cg__t(t)->storage);
     cg__t(t)->storage = cg__t(base)->storage;
     cg__t(t)->offset = offset;

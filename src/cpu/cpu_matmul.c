@@ -281,17 +281,25 @@ static skinny_isa skinny_pick(void) {
 }
 
 /* The buffer w is packed into, kept between calls and grown when needed, so a training step does
- * not allocate (as the tape's stacks). floats is a multiple of 16: whole 64-byte lines. */
+ * not allocate (as the tape's stacks); freed when its thread exits. floats is a multiple of 16: whole
+ * 64-byte lines. */
+static _Thread_local float *packed_buffer;
+static _Thread_local size_t packed_capacity;
+
+static void packed_w_buffer_free(void) {
+    free(packed_buffer);
+    packed_buffer = NULL, packed_capacity = 0;
+}
+
 static float *packed_w_buffer(size_t floats) {
-    static _Thread_local float *buffer;
-    static _Thread_local size_t capacity;
-    if (floats > capacity) {
+    if (floats > packed_capacity) {
+        if (!packed_capacity && cg__at_thread_exit(packed_w_buffer_free) != CG_OK) return NULL;
         float *grown = aligned_alloc(64, floats * sizeof(float));
         if (!grown) return NULL;
-        free(buffer);
-        buffer = grown, capacity = floats;
+        free(packed_buffer);
+        packed_buffer = grown, packed_capacity = floats;
     }
-    return buffer;
+    return packed_buffer;
 }
 
 /* y (n, o) = x (n, k) w (o, k)^T. w is packed chunk by chunk (16 columns of every row together), so a

@@ -3,6 +3,7 @@
 #include "cuda/cuda_internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 static int device_count;
 static char no_gpu_reason[256];
@@ -10,6 +11,31 @@ static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 
 static cg_cuda_context *contexts[CG_MAX_CUDA];
 static pthread_mutex_t context_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The thread driving each GPU, or NULL. A context's stream, handles (cuBLAS, cuDNN, cuRAND), plan caches
+ * and graph captures serve one host thread at a time: the first to run work on the GPU drives it until it
+ * exits (see Threads in cgrad.h). A thread is told apart by the address of its own driver_tag. */
+static _Atomic(const void *) drivers[CG_MAX_CUDA];
+static _Thread_local char driver_tag;
+
+static void release_gpus(void) {
+    for (int i = 0; i < CG_MAX_CUDA; i++) {
+        const void *me = &driver_tag;
+        atomic_compare_exchange_strong(&drivers[i], &me, NULL);
+    }
+}
+
+static cg_status claim_gpu(int index) {
+    const void *me = &driver_tag, *driver = atomic_load_explicit(&drivers[index], memory_order_acquire);
+    if (driver == me) return CG_OK;
+    if (!driver && atomic_compare_exchange_strong(&drivers[index], &driver, me)) {
+        if (cg__at_thread_exit(release_gpus) == CG_OK) return CG_OK;
+        atomic_store(&drivers[index], NULL);
+        return cg__fail_context("cuda:%d", index);
+    }
+    return cg__fail(CG_ERR_DEVICE, "cuda:%d is driven by another thread: cgrad runs each GPU's work from one host "
+                                   "thread at a time, the first to use it, until that thread exits", index);
+}
 
 cg_status cg__cuda_error(cudaError_t e, const char *call, const char *file, int line) {
     cg_status s = e == cudaErrorMemoryAllocation ? CG_ERR_OOM : CG_ERR_BACKEND;
@@ -82,6 +108,7 @@ static cg_status context_create(int index, cg_cuda_context **out) {
 cg_status cg__cuda_enter(int index, cg_cuda_context **ctx) {
     if (index < 0 || index >= cg__cuda_probe())
         return cg__fail(CG_ERR_DEVICE, "cuda:%d does not exist (%d CUDA devices)", index, cg__cuda_probe());
+    CG_TRY(claim_gpu(index));
     CG_CUDA_CHECK(cudaSetDevice(index));
     if (contexts[index]) {
         *ctx = contexts[index];
