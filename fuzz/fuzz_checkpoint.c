@@ -7,12 +7,11 @@
  *     leaves the parameters, the optimizer's buffers, counts and learning rate, the loader's place
  *     and the generators bit for bit as they were;
  *   - a restore that succeeds leaves each parameter holding the file's tensor of its name, the
- *     learning rate, loader place and generator seed the file's, and a state that still trains:
- *     forward gives (2, 3), and a training step on the loader's next batch (the optimizer's step
- *     included) succeeds.
+ *     learning rate, loader place and CPU generator (seed, position) the file's, and a state that
+ *     still trains: forward gives (2, 3), and a training step on the loader's next batch (the
+ *     optimizer's step included) succeeds.
  * A broken expectation aborts, which libFuzzer reports as a crash; leaks and sanitizer reports fail
  * the run as well. */
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +110,8 @@ static void check_restored(const cg_safetensors *st, fx_state *s) {
     }
     cg_rng_state rng;
     cg__rng_get_state(&rng);
-    CHECK(rng.seed == strtoull(cg_safetensors_metadata(st, "cgrad.rng.seed"), NULL, 10));
+    CHECK(rng.seed == strtoull(cg_safetensors_metadata(st, "cgrad.rng.seed"), NULL, 10) &&
+          rng.cpu == strtoull(cg_safetensors_metadata(st, "cgrad.rng.cpu"), NULL, 10));
     /* it still trains */
     cg_tensor *out = cg_module_forward(s->model, s->x);
     CHECK(out && cg_ndim(out) == 2 && cg_size(out, 0) == 2 && cg_size(out, 1) == 3);
