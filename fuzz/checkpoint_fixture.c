@@ -44,9 +44,9 @@ void fx_state_new(fx_state *s, uint8_t selector) {
     CHECK((s->x = cg_from_data(x, CG_SHAPE(BATCH, IN), cg_cpu())));
     CHECK((s->y = cg_from_data(y, CG_SHAPE(BATCH), cg_cpu())));
     if (selector & FX_STEPPED) CHECK(fx_step(s) == CG_OK);
-    if ((selector & FX_ADVANCED) && s->loader) {
+    while ((selector & FX_ADVANCED) && s->loader && cg_loader_get_state(s->loader).position < N) {
         cg_tensor *bx, *by;
-        CHECK(cg_loader_next(s->loader, &bx, &by) == CG_OK);
+        CHECK(cg_loader_next(s->loader, &bx, &by) == CG_OK && bx);
         cg_tensor_free(bx), cg_tensor_free(by);
     }
 }

@@ -13,7 +13,8 @@
 #define FX_OPTIMIZER_MASK 0x03u /* 0 none, 1 SGD (momentum 0.9), 2 Adam, 3 AdamW (their defaults) */
 #define FX_LOADER 0x04u         /* the loader exists */
 #define FX_STEPPED 0x08u        /* one training step was taken: optimizer buffers and counts, generators */
-#define FX_ADVANCED 0x10u       /* the loader gave one batch more */
+#define FX_ADVANCED 0x10u       /* the loader then gave the rest of its epoch (position 5: its next
+                                 * call ends the epoch) */
 
 typedef struct fx_state {
     cg_module *model;

@@ -1,8 +1,8 @@
 /* libFuzzer target: arbitrary bytes restored as a training checkpoint (cg_checkpoint_restore).
  * Byte 0 selects the training state restored into (checkpoint_fixture.h: no optimizer, SGD with
- * momentum, Adam or AdamW; a loader or none; a step taken or not; a batch drawn or not); the other
- * bytes are parsed in memory as a safetensors file (cg__safetensors_parse: fuzz_safetensors covers
- * what it refuses). What the API promises (include/cgrad/io.h), checked:
+ * momentum, Adam or AdamW; a loader or none; a step taken or not; the loader at the end of its
+ * epoch or not); the other bytes are parsed in memory as a safetensors file (cg__safetensors_parse:
+ * fuzz_safetensors covers what it refuses). What the API promises (include/cgrad/io.h), checked:
  *   - a restore that fails returns CG_ERR_IO with a message naming cg_checkpoint_restore, and
  *     leaves the parameters, the optimizer's buffers, counts and learning rate, the loader's place
  *     and the generators bit for bit as they were;

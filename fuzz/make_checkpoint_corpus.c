@@ -1,7 +1,8 @@
 /* Writes the seed corpus of fuzz_checkpoint into the directory given: checkpoints that
  * cg_checkpoint_save writes from the fixture's states (checkpoint_fixture.h), each behind the
  * selector byte of the state to restore into. The valid ones restore (each optimizer kind, with and
- * without buffers, loader and user metadata); the near-misses are refused for one reason each.
+ * without buffers, loader, user metadata, and a loader at the end of its epoch); the near-misses are
+ * refused for one reason each.
  *   build-fuzz/fuzz/make_checkpoint_corpus fuzz/corpus/fuzz_checkpoint */
 #include <stdio.h>
 #include <stdlib.h>
