@@ -22,7 +22,7 @@
 #include "optim/optimizer.h"
 
 /* ---- the state a failed restore must leave untouched ---------------------------------------------- */
-enum { MAX_PARAMS = 8 };
+enum { MAX_PARAMS = 8 }; /* the fixture has 4 */
 
 typedef struct snapshot {
     float *params;                          /* every parameter, in order, concatenated */
