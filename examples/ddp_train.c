@@ -2,8 +2,15 @@
  *
  * Launch one process per GPU with mpirun (see the README):
  *   mpirun -np 4 build/ddp_train --steps 200 --batch 4096 --hidden 1024 --layers 4
- * The same program runs on CPU ranks (no GPU, or CGRAD_DIST_DEVICE=cpu), where the gradients are
- * averaged with MPI_Allreduce instead of NCCL.
+ * The same program runs on CPU ranks (--device cpu, CGRAD_DIST_DEVICE=cpu, or no GPU), where the
+ * gradients are averaged with MPI_Allreduce instead of NCCL.
+ *
+ * --device says where the ranks run, as in the other examples, for every rank at once: cpu puts
+ * them all on the CPU; cuda (which is cuda:0) puts them all on GPUs, the ranks of a host on
+ * cuda:(local rank % GPUs), the placement cg_dist_init makes. Another index (cuda:1, ...) is
+ * refused, since one index cannot place several ranks: CUDA_VISIBLE_DEVICES chooses a host's
+ * GPUs. The default is CPU ranks when CGRAD_DIST_DEVICE=cpu is set, else GPU ranks when the host
+ * has a GPU, else CPU ranks; the flag overrides CGRAD_DIST_DEVICE.
  *
  * The PyTorch it mirrors:
  *   dist.init_process_group("nccl"); torch.cuda.set_device(local_rank)
@@ -21,6 +28,7 @@
  *
  * Rank 0 prints the loss averaged over the ranks and the step time: the median over the steps of
  * the slowest rank's time, each rank's step ending with a device synchronisation. */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +121,11 @@ int main(int argc, char **argv) {
     int steps = 200, hidden = 256, layers = 3, nbatches = 16, print_every = 20, threads = 0;
     int64_t batch = 1024, in = 32, out = 4;
     float lr = 0.05f, momentum = 0.9f, bucket_mb = 25.0f;
+    const char *dist_device = getenv("CGRAD_DIST_DEVICE");
+    cg_device ranks_on = dist_device && strcmp(dist_device, "cpu") == 0 ? cg_cpu() : cg_default_device();
     eu_flag flags[] = {
+        {"--device", EU_DEVICE, &ranks_on, 0,
+         "where every rank runs: cpu, or cuda (= cuda:0): the ranks of a host on cuda:(local rank % GPUs)"},
         {"--steps", EU_INT, &steps, 1, "training steps"},
         {"--batch", EU_SIZE, &batch, 1, "global batch: rows per step over all ranks (a multiple of the ranks)"},
         {"--hidden", EU_INT, &hidden, 1, "width of the hidden layers"},
@@ -136,6 +148,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ddp_train: --layers %d: at most %d\n", layers, MAX_LAYERS - 1);
         return 2;
     }
+    if (ranks_on.type == CG_CUDA && ranks_on.index != 0) {
+        fprintf(stderr, "ddp_train: --device cuda:%d: DDP places the ranks of a host on cuda:(local rank %% GPUs), "
+                        "so a GPU index cannot be chosen; pass --device cuda and choose the GPUs with "
+                        "CUDA_VISIBLE_DEVICES (e.g. CUDA_VISIBLE_DEVICES=%d for one rank on cuda:%d)\n",
+                ranks_on.index, ranks_on.index, ranks_on.index);
+        return 2;
+    }
+    /* cg_dist_init reads CGRAD_DIST_DEVICE: "cpu" makes CPU ranks, anything else GPU ranks where
+     * there are GPUs (and --device cuda checked that there is one). */
+    if (ranks_on.type == CG_CPU) setenv("CGRAD_DIST_DEVICE", "cpu", 1);
+    else unsetenv("CGRAD_DIST_DEVICE");
 
     /* dist.init_process_group: MPI, then this rank's device (cuda:(local rank % GPUs), or the CPU)
      * and, on GPUs, an NCCL communicator. */
@@ -146,6 +169,7 @@ int main(int argc, char **argv) {
     }
     int rank = cg_dist_rank(dist), world = cg_dist_world_size(dist);
     cg_device device = cg_dist_device(dist);
+    eu_expect(device.type == ranks_on.type, "the rank runs on the kind of device --device asked for");
     if (batch % world != 0) {
         if (rank == 0)
             fprintf(stderr, "ddp_train: --batch %lld is not a multiple of the %d ranks: every rank needs "

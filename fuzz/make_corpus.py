@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the fuzz targets into fuzz/corpus/<target>/: a few small valid files
-and edge cases (standard library only), plus copies of the tests' small safetensors fixtures,
-written by PyTorch (tests/data)."""
+"""Writes the seed corpus of the file readers' fuzz targets into fuzz/corpus/<target>/: a few small
+valid files and edge cases (standard library only), plus copies of the tests' small safetensors
+fixtures, written by PyTorch (tests/data). fuzz_checkpoint's seeds are checkpoints cgrad writes:
+make_checkpoint_corpus.c (built with the fuzz targets) makes them."""
 import gzip
 import json
 import os

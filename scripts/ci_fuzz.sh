@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# CI: builds the libFuzzer targets of the file readers (fuzz/: fuzz_safetensors, fuzz_idx) with
-# clang, ASan and UBSan, and runs each from its seed corpus (fuzz/corpus/<target>) for a short
-# time. Fails on any crash, sanitizer report, leak, timeout (an input slower than 10 s) or
-# out-of-memory (past 2 GB of RSS, or one malloc past 2 GB): the failing input is kept as
-# $BUILD_DIR/artifacts/<target>-<kind>-<hash> (reproduce: $BUILD_DIR/fuzz/<target> <that file>).
+# CI: builds the libFuzzer targets (fuzz/: fuzz_safetensors and fuzz_idx for the file readers,
+# fuzz_checkpoint for checkpoint restore) with clang, ASan and UBSan, and runs each from its seed
+# corpus (fuzz/corpus/<target>) for a short time. Fails on any crash, sanitizer report, leak,
+# timeout (an input slower than 10 s) or out-of-memory (past 2 GB of RSS, or one malloc past 2 GB):
+# the failing input is kept as $BUILD_DIR/artifacts/<target>-<kind>-<hash> (reproduce:
+# $BUILD_DIR/fuzz/<target> <that file>).
 #
 # Environment: BUILD_DIR (default build-fuzz), FUZZ_SECONDS per target (default 30), FUZZ_TARGETS
-# (default "fuzz_safetensors fuzz_idx"). New inputs found go to $BUILD_DIR/corpus/<target>, never
-# into the committed seeds.
+# (default "fuzz_safetensors fuzz_idx fuzz_checkpoint"). New inputs found go to
+# $BUILD_DIR/corpus/<target>, never into the committed seeds.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
-read -r -a targets <<< "${FUZZ_TARGETS:-fuzz_safetensors fuzz_idx}"
+read -r -a targets <<< "${FUZZ_TARGETS:-fuzz_safetensors fuzz_idx fuzz_checkpoint}"
 
 # clang with libFuzzer (Debian: clang + libclang-rt-dev) and its OpenMP runtime (libomp-dev); the
 # library's own dependencies come from setup.sh's package list.

@@ -4,8 +4,10 @@
  *   2. cg_last_error() names the function and the facts that matter (shapes, devices, file, why):
  *      the fragments in the table, matched as substrings;
  *   3. nothing leaked: cg_memory_stats' bytes_in_use on the CPU and on the device under test are
- *      back where they were, and (CPU build) once warm, running the case 3 more times leaves the
- *      host heap (mallinfo2, every arena) no larger: a leaked node, module or record would grow it;
+ *      back where they were, and once warm, running the case 3 more times leaves no more live host
+ *      blocks made by cgrad or this test (alloc_count.h: counted exactly, by address, through
+ *      link-time wrappers; other libraries and their threads are not counted): a leaked node,
+ *      module, record or string would stay live;
  *   4. the library still works: a small matmul + backward right after gives the right values.
  * GPU-only cases (device mismatches, a device listed twice) skip in the CPU build; the cuda binary
  * exits 77 without a GPU.
@@ -85,11 +87,11 @@
  * Adam hyperparameter checks (test_nn.c, test_adam.c); DataParallel shards and module placement
  * (test_data_parallel.c). */
 #define _POSIX_C_SOURCE 200809L
-#include <malloc.h>
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc_count.h"
 #include "test_util.h"
 
 /* ---- checking one misuse --------------------------------------------------------------------- */
@@ -712,27 +714,6 @@ static size_t bytes_in_use(cg_device d) {
     return s.bytes_in_use;
 }
 
-/* Host heap in use, over every malloc arena. glibc keeps up to 7 freed chunks of each small size in
- * a per-thread cache (tcache) that mallinfo2 counts as in use, so every bin is filled before reading
- * (chunk sizes 32..1040 bytes: requests of size - 8). A request may be served by a larger free chunk
- * too small to split, which then fills the next bin instead, so fill until two readings agree. */
-static size_t heap_in_use(void) {
-    enum { PER_BIN = 7 };
-    void *volatile chunks[PER_BIN];
-    size_t previous = 0;
-    for (int round = 0; round < 8; round++) {
-        for (size_t size = 32; size <= 1040; size += 16) {
-            for (int i = 0; i < PER_BIN; i++) chunks[i] = malloc(size - 8);
-            for (int i = 0; i < PER_BIN; i++) free(chunks[i]);
-        }
-        struct mallinfo2 mi = mallinfo2();
-        size_t now = mi.uordblks + mi.hblkhd;
-        if (now == previous) break;
-        previous = now;
-    }
-    return previous;
-}
-
 /* x (2, 3) requiring grad: sum(x @ x^T) = |sum of the rows|^2, whose gradient is 2 (sum of the rows)
  * in every row. */
 static void assert_still_works(cg_device d) {
@@ -766,21 +747,24 @@ static void run_case(void **state) {
                  cg_test_device_str(), dev0, dev1);
     assert_still_works(d);
     /* Once cgrad's caches (handle chunks, node and storage records, block lists) are warm, repeating
-     * the case leaves the heap no larger unless something leaks (one CPU thread: see main). The CUDA
-     * runtime's own host allocations are not predictable, so the cuda build skips this part. */
-    if (!cg_test_is_cuda()) {
-        c->run(d);
-        size_t heap0 = heap_in_use();
-        for (int i = 0; i < REPEATS; i++) c->run(d);
-        size_t heap1 = heap_in_use();
-        if (heap1 > heap0) fail_msg("%s: the host heap grew by %zu bytes over %d repeats", c->name, heap1 - heap0, REPEATS);
-    }
+     * the case leaves no more blocks live unless something leaks. */
+    c->run(d);
+    cg_test_alloc_live live0 = cg_test_alloc_live_now();
+    for (int i = 0; i < REPEATS; i++) c->run(d);
+    cg_test_alloc_live live1 = cg_test_alloc_live_now();
+    if (live1.blocks > live0.blocks || live1.bytes > live0.bytes)
+        fail_msg("%s leaked host memory: live blocks from cgrad and the test went from %zu (%zu bytes) to %zu "
+                 "(%zu bytes) over %d repeats", c->name, live0.blocks, live0.bytes, live1.blocks, live1.bytes, REPEATS);
     cg_clear_error();
 }
 
 int main(void) {
     cg_test_init();
-    cg_set_num_threads(1); /* the heap check reads the malloc caches of this thread only */
+    if (!cg_test_alloc_wrapped()) {
+        fprintf(stderr, "test_misuse: not linked with alloc_count.c's wrappers (tests/CMakeLists.txt): "
+                        "the leak check would see nothing\n");
+        return 1;
+    }
     for (size_t i = 0; i < sizeof g_pixels; i++) g_pixels[i] = (uint8_t)(i * 37);
     struct CMUnitTest tests[NCASES];
     for (int i = 0; i < NCASES; i++)

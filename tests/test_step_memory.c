@@ -6,59 +6,17 @@
  *    (no malloc / cudaMalloc from the caching allocator) and bytes_in_use back at the same value
  *    after every scope end (nothing a step creates outlives it: the loop cannot leak).
  *  - A steady-state step calls no host malloc / calloc / realloc / aligned_alloc / posix_memalign
- *    / free at all from cgrad (or this test): tests/CMakeLists.txt links this binary with
- *    -Wl,--wrap=... for those symbols, so every call from the statically linked library and the
- *    test objects goes through the counting __wrap_* functions below. Calls made inside shared
+ *    / strdup / strndup / free at all from cgrad (or this test): tests/CMakeLists.txt links this
+ *    binary with the counting wrappers of alloc_count.c (-Wl,--wrap=...), through which every call
+ *    from the statically linked library and the test objects goes. Calls made inside shared
  *    libraries (libc itself, OpenBLAS, libgomp, the CUDA runtime) are not wrapped and not counted:
  *    the claim checked is about cgrad's own code. */
-#include <stdatomic.h>
+#define _POSIX_C_SOURCE 200809L /* strdup, strndup, posix_memalign */
+#include <stdlib.h>
 #include <string.h>
 
+#include "alloc_count.h"
 #include "test_util.h"
-
-/* ---- counting wrappers ----------------------------------------------------------------------------- */
-void *__real_malloc(size_t size);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t size);
-void *__real_aligned_alloc(size_t align, size_t size);
-int __real_posix_memalign(void **p, size_t align, size_t size);
-void __real_free(void *p);
-
-void *__wrap_malloc(size_t size);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t size);
-void *__wrap_aligned_alloc(size_t align, size_t size);
-int __wrap_posix_memalign(void **p, size_t align, size_t size);
-void __wrap_free(void *p);
-
-enum { C_MALLOC, C_CALLOC, C_REALLOC, C_ALIGNED_ALLOC, C_POSIX_MEMALIGN, C_FREE, NCOUNTERS };
-static const char *const kCounterName[NCOUNTERS] = {"malloc", "calloc", "realloc", "aligned_alloc",
-                                                    "posix_memalign", "free"};
-static atomic_bool g_counting;
-static atomic_ulong g_calls[NCOUNTERS];
-static atomic_bool g_wrapped; /* set by any wrapper: proves the link-time wrapping took effect */
-
-static inline void count(int which) {
-    atomic_store_explicit(&g_wrapped, true, memory_order_relaxed);
-    if (atomic_load_explicit(&g_counting, memory_order_relaxed))
-        atomic_fetch_add_explicit(&g_calls[which], 1, memory_order_relaxed);
-}
-
-void *__wrap_malloc(size_t size) { count(C_MALLOC); return __real_malloc(size); }
-void *__wrap_calloc(size_t n, size_t size) { count(C_CALLOC); return __real_calloc(n, size); }
-void *__wrap_realloc(void *p, size_t size) { count(C_REALLOC); return __real_realloc(p, size); }
-void *__wrap_aligned_alloc(size_t align, size_t size) { count(C_ALIGNED_ALLOC); return __real_aligned_alloc(align, size); }
-int __wrap_posix_memalign(void **p, size_t align, size_t size) { count(C_POSIX_MEMALIGN); return __real_posix_memalign(p, align, size); }
-void __wrap_free(void *p) { if (p) count(C_FREE); __real_free(p); }
-
-static void counting_start(void) {
-    for (int i = 0; i < NCOUNTERS; i++) atomic_store(&g_calls[i], 0);
-    atomic_store(&g_counting, true);
-}
-static void counting_stop(unsigned long calls[NCOUNTERS]) {
-    atomic_store(&g_counting, false);
-    for (int i = 0; i < NCOUNTERS; i++) calls[i] = atomic_load(&g_calls[i]);
-}
 
 /* ---- the training loop ----------------------------------------------------------------------------- */
 enum { N = 16, IN = 32, HID = 64, OUT = 8, WARMUP = 20, STEPS = 20 };
@@ -138,10 +96,10 @@ static void run_loop(const char *what, cg_sgd_options o, bool upload, bool read_
     cg_memory_stats base = stats();
     for (int i = 0; i < STEPS; i++) {
         cg_test_context("%s on %s: steady step %d", what, cg_test_device_str(), i);
-        unsigned long calls[NCOUNTERS];
-        counting_start();
+        unsigned long calls[CG_ALLOC_NFNS];
+        cg_test_alloc_calls_start();
         cg_status s = step(&l, &loss);
-        counting_stop(calls);
+        cg_test_alloc_calls_stop(calls);
         CG_TEST_STATUS_OK(s);
         CG_TEST_STATUS_OK(cg_synchronize(cg_test_device()));
         cg_memory_stats now = stats();
@@ -158,10 +116,10 @@ static void run_loop(const char *what, cg_sgd_options o, bool upload, bool read_
         unsigned long total = 0;
         char msg[256] = "";
         size_t used = 0;
-        for (int c = 0; c < NCOUNTERS; c++) {
+        for (int c = 0; c < CG_ALLOC_NFNS; c++) {
             total += calls[c];
             if (calls[c] && used < sizeof msg)
-                used += (size_t)snprintf(msg + used, sizeof msg - used, " %s x%lu", kCounterName[c], calls[c]);
+                used += (size_t)snprintf(msg + used, sizeof msg - used, " %s x%lu", cg_test_alloc_fn_name((cg_test_alloc_fn)c), calls[c]);
         }
         if (total && check_host) fail_msg("a steady-state step called the host allocator from cgrad:%s", msg);
     }
@@ -172,26 +130,67 @@ static void run_loop(const char *what, cg_sgd_options o, bool upload, bool read_
 static void test_wrapping_active(void **state) {
     (void)state;
     /* the test's own malloc goes through the wrapper: otherwise the counts below prove nothing */
-    unsigned long calls[NCOUNTERS];
-    counting_start();
+    unsigned long calls[CG_ALLOC_NFNS];
+    cg_test_alloc_calls_start();
     void *volatile p = malloc(32);
     free(p);
-    counting_stop(calls);
-    assert_true(atomic_load(&g_wrapped));
-    assert_int_equal(calls[C_MALLOC], 1);
-    assert_int_equal(calls[C_FREE], 1);
+    cg_test_alloc_calls_stop(calls);
+    assert_true(cg_test_alloc_wrapped());
+    assert_int_equal(calls[CG_ALLOC_MALLOC], 1);
+    assert_int_equal(calls[CG_ALLOC_FREE], 1);
     /* and cgrad's: creating a tensor handle outside any cache calls into the wrapped allocator at
      * least once over many creations (handle chunks, storage, the CPU pool) */
-    counting_start();
+    cg_test_alloc_calls_start();
     for (int i = 0; i < 300; i++) {
         cg_tensor *t = cg_empty(1, (int64_t[]){(int64_t)(1 << 16) + i * 4096}, cg_cpu());
         cg_tensor_free(t);
     }
     cg_empty_cache(cg_cpu());
-    counting_stop(calls);
+    cg_test_alloc_calls_stop(calls);
     unsigned long total = 0;
-    for (int c = 0; c < NCOUNTERS; c++) total += calls[c];
+    for (int c = 0; c < CG_ALLOC_NFNS; c++) total += calls[c];
     assert_true(total > 0);
+}
+
+static void assert_live(cg_test_alloc_live base, size_t blocks, size_t bytes) {
+    cg_test_alloc_live now = cg_test_alloc_live_now();
+    if (now.blocks != base.blocks + blocks || now.bytes != base.bytes + bytes)
+        fail_msg("live: %zu blocks, %zu bytes; expected %zu + %zu, %zu + %zu", now.blocks, now.bytes, base.blocks,
+                 blocks, base.bytes, bytes);
+}
+
+/* The live count test_misuse's leak check reads: exact through every wrapped function, through a
+ * table that grows and shrinks (blocks freed in another order than made), and blind to a block a
+ * library allocated (cJSON's text, freed by cgrad). */
+static void test_live_blocks_exact(void **state) {
+    (void)state;
+    enum { MANY = 20000 };
+    cg_test_alloc_live base = cg_test_alloc_live_now();
+    char *a = malloc(10);
+    assert_live(base, 1, 10);
+    a = realloc(a, 1000);
+    assert_live(base, 1, 1000);
+    void *volatile b = calloc(3, 8), *volatile c = aligned_alloc(64, 128); /* volatile: kept, though unused */
+    void *e = NULL;
+    char *s = strdup("abc"), *t = strndup("abcdef", 2);
+    assert_int_equal(posix_memalign(&e, 64, 64), 0);
+    assert_live(base, 6, 1000 + 24 + 128 + 4 + 3 + 64);
+    free(a), free(b), free(c), free(s), free(t), free(e);
+    assert_live(base, 0, 0);
+    void **blocks = cg_test_malloc(MANY * sizeof *blocks);
+    for (int i = 0; i < MANY; i++) blocks[i] = malloc((size_t)(i % 7) + 1);
+    for (int i = 0; i < MANY; i += 2) free(blocks[i]);
+    for (int i = MANY - 1; i > 0; i -= 2) free(blocks[i]);
+    free(blocks);
+    assert_live(base, 0, 0);
+    /* a block from cJSON's allocator: a safetensors write frees the header text cJSON printed */
+    cg_tensor *x = CG_TEST_OK(cg_zeros(CG_SHAPE(2), cg_cpu()));
+    char path[512];
+    cg_test_tmp_path("live_blocks.safetensors", path, sizeof path);
+    base = cg_test_alloc_live_now();
+    CG_TEST_STATUS_OK(cg_safetensors_write(path, 1, (const char *[]){"x"}, (const cg_tensor *[]){x}, 0, NULL, NULL));
+    assert_live(base, 0, 0);
+    cg_tensor_free(x);
 }
 
 static const cg_sgd_options kPlain = {.lr = 0.05f};
@@ -230,6 +229,7 @@ int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
         CG_TEST(test_wrapping_active),
+        CG_TEST(test_live_blocks_exact),
         CG_TEST(test_allocator_plain_sgd),
         CG_TEST(test_allocator_nesterov_sgd),
         CG_TEST(test_allocator_loader_loop),
@@ -237,5 +237,5 @@ int main(void) {
         CG_TEST(test_no_host_malloc_nesterov_sgd),
         CG_TEST(test_no_host_malloc_loader_loop),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }

@@ -18,10 +18,10 @@
  * scripts/ci_tsan.sh runs this binary under ThreadSanitizer. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
-#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc_count.h"
 #include "test_util.h" /* cgrad.h, which includes the cgrad/ headers */
 
 #define THREADS 4
@@ -38,49 +38,6 @@
 static void *ok(void *p) {
     if (!p) fail_msg("%s", cg_last_error());
     return p;
-}
-
-/* ---- counting allocation calls (linked with -Wl,--wrap=...) ----------------------------------------- */
-void *__real_malloc(size_t size);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t size);
-void *__real_aligned_alloc(size_t align, size_t size);
-int __real_posix_memalign(void **p, size_t align, size_t size);
-void __real_free(void *p);
-
-void *__wrap_malloc(size_t size);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t size);
-void *__wrap_aligned_alloc(size_t align, size_t size);
-int __wrap_posix_memalign(void **p, size_t align, size_t size);
-void __wrap_free(void *p);
-
-/* Blocks allocated minus blocks freed by this binary's own code (cgrad is linked statically), from
- * every thread, while counting is on. */
-static atomic_bool g_counting;
-static atomic_long g_live_blocks;
-
-static void *counted(void *p) {
-    if (p && atomic_load(&g_counting)) atomic_fetch_add(&g_live_blocks, 1);
-    return p;
-}
-
-void *__wrap_malloc(size_t size) { return counted(__real_malloc(size)); }
-void *__wrap_calloc(size_t n, size_t size) { return counted(__real_calloc(n, size)); }
-void *__wrap_aligned_alloc(size_t align, size_t size) { return counted(__real_aligned_alloc(align, size)); }
-int __wrap_posix_memalign(void **p, size_t align, size_t size) {
-    int r = __real_posix_memalign(p, align, size);
-    if (r == 0) counted(*p);
-    return r;
-}
-void *__wrap_realloc(void *p, size_t size) {
-    void *q = __real_realloc(p, size);
-    if (!p) counted(q); /* a new block; otherwise the block moved or failed to, and is still one */
-    return q;
-}
-void __wrap_free(void *p) {
-    if (p && atomic_load(&g_counting)) atomic_fetch_sub(&g_live_blocks, 1);
-    __real_free(p);
 }
 
 /* ---- threads --------------------------------------------------------------------------------------- */
@@ -330,14 +287,15 @@ static void exited_threads_leave_no_memory(void **state) {
     ex.x = ok(cg_zeros(CG_SHAPE(GEMM_ROWS, GEMM_K), cg_cpu()));
     ex.w = ok(cg_zeros(CG_SHAPE(2, GEMM_K), cg_cpu()));
     exiting_thread(&ex); /* the first grows cgrad's shared pools (handles, nodes, cached blocks) */
-    atomic_store(&g_live_blocks, 0);
-    atomic_store(&g_counting, true);
+    assert_true(cg_test_alloc_wrapped());
+    cg_test_alloc_live before = cg_test_alloc_live_now();
     for (int i = 0; i < EXITING_THREADS; i++) exiting_thread(&ex);
-    atomic_store(&g_counting, false);
-    long live = atomic_load(&g_live_blocks);
+    cg_test_alloc_live after = cg_test_alloc_live_now();
     cg_tensor_free((cg_tensor *)ex.x);
     cg_tensor_free((cg_tensor *)ex.w);
-    if (live != 0) fail_msg("%d threads that ran one backward pass and exited left %ld blocks allocated", EXITING_THREADS, live);
+    if (after.blocks != before.blocks)
+        fail_msg("%d threads that ran one backward pass and exited left %zd blocks allocated", EXITING_THREADS,
+                 (ssize_t)(after.blocks - before.blocks));
 }
 
 /* ---- GPUs: one driving thread at a time -------------------------------------------------------------------- */
