@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI: valgrind memcheck over the CPU test binaries that cover the core (tensors, autograd, modules,
-# optimizer, losses) and everything that reads files (safetensors, IDX, the data loader). A test
+# optimizer, losses), everything that reads files (safetensors, IDX, the data loader), and the
+# misuse, freed-handle and size-overflow cases (test_misuse, test_handles, test_sizes). A test
 # fails on any memcheck error or definite leak; third-party reports are suppressed
 # (tests/valgrind.supp, each explained). Matmul / elementwise / skinny GEMM sweeps are left to
 # ci_sanitize.sh: their large sizes take minutes under valgrind and add no new code paths.
@@ -14,7 +15,8 @@ cd "$ROOT"
 BUILD_DIR=${1:-build-cpu}
 TESTS=(test_tensor_cpu test_autograd_cpu test_nn_cpu test_adam_cpu test_cross_entropy_cpu
        test_reduce_cpu test_errors_cpu test_fixtures_cpu test_graph_cpu test_data_parallel_cpu
-       test_step_memory_cpu test_safetensors_cpu test_idx test_data_loader_cpu)
+       test_step_memory_cpu test_safetensors_cpu test_idx test_data_loader_cpu test_misuse_cpu test_handles
+       test_sizes_cpu)
 
 if ! command -v valgrind >/dev/null 2>&1; then
   [[ $EUID -eq 0 ]] || { echo "ci_valgrind: valgrind is missing (apt-get install valgrind)" >&2; exit 1; }
