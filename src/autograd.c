@@ -86,14 +86,15 @@ cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, i
     for (int k = 0; k < ninputs; k++) {
         const cg_tensor *in = inputs[k];
         if (!in) continue;
-        n->in_ndim[k] = cg__t(in)->ndim;
-        memcpy(n->in_shape[k], cg__t(in)->shape, sizeof cg__t(in)->shape);
-        n->in_device[k] = cg__t(in)->device;
-        n->needs_grad[k] = cg__t(in)->requires_grad;
-        if (cg__t(in)->grad_fn) {
-            n->next[k] = cg__t(in)->grad_fn;
-            cg__t(in)->grad_fn->refcount++;
-        } else if (cg__t(in)->requires_grad) {
+        const cg_tensor_impl *ini = cg__t(in);
+        n->in_ndim[k] = ini->ndim;
+        memcpy(n->in_shape[k], ini->shape, sizeof ini->shape);
+        n->in_device[k] = ini->device;
+        n->needs_grad[k] = ini->requires_grad;
+        if (ini->grad_fn) {
+            n->next[k] = ini->grad_fn;
+            ini->grad_fn->refcount++;
+        } else if (ini->requires_grad) {
             n->leaf[k] = (cg_tensor *)in;
         }
     }
@@ -113,14 +114,17 @@ cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, i
 /* ---- tensor-level API -------------------------------------------------------------------------------- */
 cg_status cg_set_requires_grad(cg_tensor *t, bool requires_grad) {
     CG_TRY(cg__check_tensor(t, "cg_set_requires_grad", "t"));
-    if (cg__t(t)->grad_fn)
+    cg_tensor_impl *ti = cg__t(t);
+    if (ti->grad_fn)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_set_requires_grad: only leaf tensors can change requires_grad "
-                                            "(this one was produced by %s; use cg_detach)", cg__t(t)->grad_fn->name);
-    cg__t(t)->requires_grad = requires_grad;
+                                            "(this one was produced by %s; use cg_detach)", ti->grad_fn->name);
+    ti->requires_grad = requires_grad;
     return CG_OK;
 }
 
-bool cg_requires_grad(const cg_tensor *t) { return cg__check_tensor(t, "cg_requires_grad", "t") == CG_OK && cg__t(t)->requires_grad; }
+bool cg_requires_grad(const cg_tensor *t) {
+    return cg__check_tensor(t, "cg_requires_grad", "t") == CG_OK && cg__t(t)->requires_grad;
+}
 bool cg_is_leaf(const cg_tensor *t) { return cg__check_tensor(t, "cg_is_leaf", "t") == CG_OK && !cg__t(t)->grad_fn; }
 
 cg_tensor *cg_grad(const cg_tensor *t) {
@@ -167,25 +171,27 @@ static cg_status accumulate_leaf(cg_tensor *leaf, cg_tensor *g) {
         cg_tensor_free(g);
         return cg__fail(s, "cg_backward: a leaf tensor used by the graph was freed before backward");
     }
-    if (!cg__t(leaf)->grad) {
-        cg__t(leaf)->grad = cg__tensor_new(cg__t(leaf)->ndim, cg__t(leaf)->shape, cg__t(leaf)->device);
-        if (!cg__t(leaf)->grad) {
+    cg_tensor_impl *leafi = cg__t(leaf);
+    if (!leafi->grad) {
+        leafi->grad = cg__tensor_new(leafi->ndim, leafi->shape, leafi->device);
+        if (!leafi->grad) {
             cg_tensor_free(g);
             return cg_last_status();
         }
-        cg_keep(cg__t(leaf)->grad);
+        cg_keep(leafi->grad);
     }
-    s = cg__t(leaf)->grad_defined ? cg__add_(cg__t(leaf)->grad, g) : cg_copy_(cg__t(leaf)->grad, g);
+    s = leafi->grad_defined ? cg__add_(leafi->grad, g) : cg_copy_(leafi->grad, g);
     cg_tensor_free(g);
-    if (s == CG_OK) cg__t(leaf)->grad_defined = true;
+    if (s == CG_OK) leafi->grad_defined = true;
     return s;
 }
 
 cg_tensor *cg__leaf_grad_target(cg_node *n, int k) {
     cg_tensor *leaf = n->leaf[k];
-    if (!cg__handle_live(CG_HANDLE_TENSOR, leaf) || !cg__t(leaf)->grad || cg__t(leaf)->grad_defined || !cg_is_contiguous(cg__t(leaf)->grad))
-        return NULL;
-    return cg__t(leaf)->grad;
+    if (!cg__handle_live(CG_HANDLE_TENSOR, leaf)) return NULL;
+    const cg_tensor_impl *leafi = cg__t(leaf);
+    if (!leafi->grad || leafi->grad_defined || !cg_is_contiguous(leafi->grad)) return NULL;
+    return leafi->grad;
 }
 
 void cg__leaf_grad_written(cg_node *n, int k) {
@@ -264,9 +270,11 @@ static cg_status push(node_stack *st, cg_node *n) {
 
 /* A hooked leaf counts the nodes of this pass that will send it a gradient. */
 static void expect_leaf_grad(cg_tensor *leaf, uint64_t epoch) {
-    if (!cg__handle_live(CG_HANDLE_TENSOR, leaf) || !cg__t(leaf)->grad_hook) return;
-    if (cg__t(leaf)->grad_epoch != epoch) cg__t(leaf)->grad_epoch = epoch, cg__t(leaf)->grad_pending = 0;
-    cg__t(leaf)->grad_pending++;
+    if (!cg__handle_live(CG_HANDLE_TENSOR, leaf)) return;
+    cg_tensor_impl *leafi = cg__t(leaf);
+    if (!leafi->grad_hook) return;
+    if (leafi->grad_epoch != epoch) leafi->grad_epoch = epoch, leafi->grad_pending = 0;
+    leafi->grad_pending++;
 }
 
 /* One of them ran: after the last, the leaf's gradient is final for this pass. */
@@ -349,12 +357,13 @@ static cg_status run_node(cg_node *n, uint64_t epoch) {
 }
 
 static cg_status backward_from(cg_tensor *out, cg_tensor *grad) {
-    if (!cg__t(out)->grad_fn) {
+    const cg_tensor_impl *outi = cg__t(out);
+    if (!outi->grad_fn) {
         cg_status s = accumulate_leaf(out, grad);
-        if (cg__t(out)->grad_hook) cg__t(out)->grad_hook(cg__t(out)->grad_hook_ctx, out);
+        if (outi->grad_hook) outi->grad_hook(outi->grad_hook_ctx, out);
         return s;
     }
-    cg_node *root = cg__t(out)->grad_fn;
+    cg_node *root = outi->grad_fn;
     if (root->released) {
         cg_tensor_free(grad);
         return cg__fail(CG_ERR_INVALID_ARG, "cg_backward: trying to backward through the graph a second time "
@@ -375,27 +384,26 @@ static cg_status backward_from(cg_tensor *out, cg_tensor *grad) {
 
 cg_status cg_backward_with(cg_tensor *output, const cg_tensor *grad_output) {
     CG_TRY(cg__check_tensor(output, "cg_backward", "output"));
-    if (!cg__t(output)->requires_grad)
+    const cg_tensor_impl *outputi = cg__t(output);
+    if (!outputi->requires_grad)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_backward: the tensor does not require grad and has no grad_fn");
     cg_tensor *grad;
     char so[160], sg[160];
     bool previous = cg_set_grad_enabled(false);
     if (!grad_output) {
-        if (cg__t(output)->numel != 1) {
+        if (outputi->numel != 1) {
             cg_set_grad_enabled(previous);
             return cg__fail(CG_ERR_SHAPE, "cg_backward: grad can be implicitly created only for one-element outputs, "
                                           "got shape %s (pass grad_output with cg_backward_with)",
                             cg__shape_str(output, so, sizeof so));
         }
-        grad = cg_ones(cg__t(output)->ndim, cg__t(output)->shape, cg__t(output)->device);
+        grad = cg_ones(outputi->ndim, outputi->shape, outputi->device);
     } else {
         cg_status s = cg__check_same_device(output, grad_output, "cg_backward_with");
-        if (s == CG_OK && !same_shape(grad_output, cg__t(output)->ndim, cg__t(output)->shape))
+        if (s == CG_OK && !same_shape(grad_output, outputi->ndim, outputi->shape))
             s = cg__fail(CG_ERR_SHAPE, "cg_backward_with: grad_output shape %s differs from output shape %s",
                          cg__shape_str(grad_output, sg, sizeof sg), cg__shape_str(output, so, sizeof so));
-        grad = s == CG_OK ? cg__view_new(grad_output, cg__t(grad_output)->ndim, cg__t(grad_output)->shape, cg__t(grad_output)->strides,
-                                         cg__t(grad_output)->offset)
-                          : NULL;
+        grad = s == CG_OK ? cg__alias(grad_output) : NULL;
     }
     cg_status s = grad ? backward_from(output, grad) : cg_last_status();
     cg_set_grad_enabled(previous);

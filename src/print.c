@@ -110,38 +110,39 @@ static int64_t gather_shown(const float *x, const int64_t *shape, int ndim, int 
 
 cg_status cg_fprint(FILE *f, const cg_tensor *t) {
     CG_TRY(cg__check_tensor(t, "cg_fprint", "t"));
+    const cg_tensor_impl *ti = cg__t(t);
     if (!f) return cg__fail(CG_ERR_INVALID_ARG, "cg_fprint: FILE is NULL");
-    float *host = malloc((size_t)(cg__t(t)->numel ? cg__t(t)->numel : 1) * 2 * sizeof(float));
+    float *host = malloc((size_t)(ti->numel ? ti->numel : 1) * 2 * sizeof(float));
     if (!host) return cg__fail(CG_ERR_OOM, "cg_fprint: out of host memory");
-    cg_status s = cg_to_host(t, host, (size_t)cg__t(t)->numel);
+    cg_status s = cg_to_host(t, host, (size_t)ti->numel);
     if (s != CG_OK) {
         free(host);
         return s;
     }
-    printer p = {.f = f, .data = host, .shape = cg__t(t)->shape, .ndim = cg__t(t)->ndim,
-                 .summarize = cg__t(t)->numel > SUMMARY_THRESHOLD, .indent = 7};
+    printer p = {.f = f, .data = host, .shape = ti->shape, .ndim = ti->ndim,
+                 .summarize = ti->numel > SUMMARY_THRESHOLD, .indent = 7};
     fputs("tensor(", f);
-    if (cg__t(t)->numel == 0) {
+    if (ti->numel == 0) {
         fputs("[]", f);
-        if (cg__t(t)->ndim != 1) {
+        if (ti->ndim != 1) {
             char buf[160];
             fprintf(f, ", size=%s", cg__shape_str(t, buf, sizeof buf));
         }
     } else {
-        float *sample = host + cg__t(t)->numel;
-        int64_t n = gather_shown(host, cg__t(t)->shape, cg__t(t)->ndim, 0, 0, cg__t(t)->numel, p.summarize, sample);
+        float *sample = host + ti->numel;
+        int64_t n = gather_shown(host, ti->shape, ti->ndim, 0, 0, ti->numel, p.summarize, sample);
         choose_format(sample, n, &p.fmt);
-        if (cg__t(t)->ndim == 0) {
+        if (ti->ndim == 0) {
             char buf[64];
             format_value(buf, sizeof buf, host[0], &p.fmt);
             fputs(buf, f);
         } else {
-            print_dim(&p, 0, 0, cg__t(t)->numel);
+            print_dim(&p, 0, 0, ti->numel);
         }
     }
-    if (cg__t(t)->device.type != CG_CPU) {
+    if (ti->device.type != CG_CPU) {
         char buf[16];
-        fprintf(f, ", device='%s'", cg_device_str(cg__t(t)->device, buf, sizeof buf));
+        fprintf(f, ", device='%s'", cg_device_str(ti->device, buf, sizeof buf));
     }
     fputs(")\n", f);
     free(host);

@@ -219,9 +219,10 @@ cg_tensor *cg__view_new(const cg_tensor *base, int ndim, const int64_t *shape, c
                         int64_t offset) {
     cg_tensor *t = handle_new(ndim, shape, strides, cg__t(base)->device);
     if (!t) return NULL;
-    cg__t(t)->storage = cg__t(base)->storage;
-    storage_retain(cg__t(t)->storage);
-    cg__t(t)->offset = offset;
+    cg_tensor_impl *ti = cg__t(t);
+    ti->storage = cg__t(base)->storage;
+    storage_retain(ti->storage);
+    ti->offset = offset;
     return t;
 }
 
@@ -231,20 +232,23 @@ cg_tensor *cg__alias(const cg_tensor *t) {
 }
 
 void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset) {
-    storage_retain(cg__t(base)->storage);
-    storage_release(cg__t(t)->storage);
-    cg__t(t)->storage = cg__t(base)->storage;
-    cg__t(t)->offset = offset;
-    cg__t(t)->device = cg__t(base)->device;
-    cg__contiguous_strides(cg__t(t)->ndim, cg__t(t)->shape, cg__t(t)->strides);
+    cg_tensor_impl *ti = cg__t(t);
+    const cg_tensor_impl *basei = cg__t(base);
+    storage_retain(basei->storage);
+    storage_release(ti->storage);
+    ti->storage = basei->storage;
+    ti->offset = offset;
+    ti->device = basei->device;
+    cg__contiguous_strides(ti->ndim, ti->shape, ti->strides);
 }
 
 void cg_tensor_free(cg_tensor *t) {
     if (!t || cg__check_tensor(t, "cg_tensor_free", "t") != CG_OK) return;
+    const cg_tensor_impl *ti = cg__t(t);
     scope_unlink(t);
-    cg__node_unref(cg__t(t)->grad_fn);
-    cg_tensor_free(cg__t(t)->grad);
-    storage_release(cg__t(t)->storage);
+    cg__node_unref(ti->grad_fn);
+    cg_tensor_free(ti->grad);
+    storage_release(ti->storage);
     cg__handle_free(&tensor_pool, t);
 }
 
@@ -253,12 +257,13 @@ int cg_ndim(const cg_tensor *t) { return cg__check_tensor(t, "cg_ndim", "t") == 
 
 int64_t cg_size(const cg_tensor *t, int dim) {
     if (cg__check_tensor(t, "cg_size", "t") != CG_OK) return -1;
-    int d = dim < 0 ? dim + cg__t(t)->ndim : dim;
-    if (d < 0 || d >= cg__t(t)->ndim) {
-        cg__fail(CG_ERR_INVALID_ARG, "cg_size: dim %d out of range for a %d-dim tensor", dim, cg__t(t)->ndim);
+    const cg_tensor_impl *ti = cg__t(t);
+    int d = dim < 0 ? dim + ti->ndim : dim;
+    if (d < 0 || d >= ti->ndim) {
+        cg__fail(CG_ERR_INVALID_ARG, "cg_size: dim %d out of range for a %d-dim tensor", dim, ti->ndim);
         return -1;
     }
-    return cg__t(t)->shape[d];
+    return ti->shape[d];
 }
 
 int64_t cg_numel(const cg_tensor *t) { return cg__check_tensor(t, "cg_numel", "t") == CG_OK ? cg__t(t)->numel : -1; }
@@ -268,10 +273,11 @@ cg_device cg_device_of(const cg_tensor *t) {
 
 bool cg_is_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_is_contiguous", "t") != CG_OK) return false;
+    const cg_tensor_impl *ti = cg__t(t);
     int64_t expected = 1;
-    for (int i = cg__t(t)->ndim - 1; i >= 0; i--) {
-        if (cg__t(t)->shape[i] != 1 && cg__t(t)->strides[i] != expected) return false;
-        expected *= cg__t(t)->shape[i];
+    for (int i = ti->ndim - 1; i >= 0; i--) {
+        if (ti->shape[i] != 1 && ti->strides[i] != expected) return false;
+        expected *= ti->shape[i];
     }
     return true;
 }
@@ -310,11 +316,12 @@ cg_tensor *cg_ones(int ndim, const int64_t *shape, cg_device d) { return filled(
 cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape, cg_device d) {
     cg_tensor *t = created(ndim, shape, d, "cg_from_data");
     if (!t) return NULL;
-    if (!data && cg__t(t)->numel > 0) {
+    const cg_tensor_impl *ti = cg__t(t);
+    if (!data && ti->numel > 0) {
         cg_tensor_free(t);
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_from_data: data is NULL");
     }
-    return cg__finish(t, cg__copy_bytes(d, cg__t(t)->storage->data, cg_cpu(), data, (size_t)cg__t(t)->numel * sizeof(float)));
+    return cg__finish(t, cg__copy_bytes(d, ti->storage->data, cg_cpu(), data, (size_t)ti->numel * sizeof(float)));
 }
 
 cg_tensor *cg_arange(double start, double end, double step, cg_device d) {
@@ -341,11 +348,12 @@ cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d) { return random
 /* ---- read-back ------------------------------------------------------------------------------------ */
 cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len) {
     CG_TRY(cg__check_tensor(t, "cg_to_host", "t"));
-    if (!dst && cg__t(t)->numel > 0) return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: dst is NULL");
-    if (dst_len < (size_t)cg__t(t)->numel)
+    const cg_tensor_impl *ti = cg__t(t);
+    if (!dst && ti->numel > 0) return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: dst is NULL");
+    if (dst_len < (size_t)ti->numel)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: destination holds %zu floats, tensor has %lld",
-                        dst_len, (long long)cg__t(t)->numel);
-    if (cg__t(t)->numel == 0) return CG_OK;
+                        dst_len, (long long)ti->numel);
+    if (ti->numel == 0) return CG_OK;
     cg_tensor *c = cg_contiguous(t);
     if (!c) return cg_last_status();
     cg_status s = cg__copy_bytes(cg_cpu(), dst, cg__t(c)->device, cg__data(c), (size_t)cg__t(c)->numel * sizeof(float));
