@@ -9,7 +9,8 @@ static cg_status check_same_device(const cg_tensor *x, const cg_tensor *t, const
     if (cg_device_equal(cg__t(x)->device, cg__t(t)->device)) return CG_OK;
     char dx[16], dt[16];
     return cg__fail(CG_ERR_DEVICE, "%s: expected all tensors on the same device, but found x on %s and %s on %s", fn,
-                    cg_device_str(cg__t(x)->device, dx, sizeof dx), name, cg_device_str(cg__t(t)->device, dt, sizeof dt));
+                    cg_device_str(cg__t(x)->device, dx, sizeof dx), name,
+                    cg_device_str(cg__t(t)->device, dt, sizeof dt));
 }
 
 /* The output size along one dim, (in + 2 padding - kernel) / stride + 1: 0 when the window is larger
@@ -69,40 +70,42 @@ static cg_status check_conv2d(const cg_tensor *x, const cg_tensor *weight, const
     char sx[160], sw[160], sb[160];
     CG_TRY(cg__check_tensor(x, fn, "x"));
     CG_TRY(cg__check_tensor(weight, fn, "weight"));
+    const cg_tensor_impl *xi = cg__t(x), *weighti = cg__t(weight);
     if (bias) CG_TRY(cg__check_tensor(bias, fn, "bias"));
     CG_TRY(check_same_device(x, weight, fn, "weight"));
     if (bias) CG_TRY(check_same_device(x, bias, fn, "bias"));
-    if (cg__t(x)->ndim != 4 || cg__t(weight)->ndim != 4)
+    if (xi->ndim != 4 || weighti->ndim != 4)
         return cg__fail(CG_ERR_SHAPE, "%s: expected x (N, C_in, H, W) and weight (C_out, C_in, kh, kw), got x %s and weight %s",
                         fn, cg__shape_str(x, sx, sizeof sx), cg__shape_str(weight, sw, sizeof sw));
-    if (cg__t(x)->shape[1] != cg__t(weight)->shape[1])
+    if (xi->shape[1] != weighti->shape[1])
         return cg__fail(CG_ERR_SHAPE, "%s: x %s has %lld input channels but weight %s expects %lld", fn,
-                        cg__shape_str(x, sx, sizeof sx), (long long)cg__t(x)->shape[1], cg__shape_str(weight, sw, sizeof sw),
-                        (long long)cg__t(weight)->shape[1]);
-    if (cg__t(weight)->shape[1] < 1 || cg__t(weight)->shape[2] < 1 || cg__t(weight)->shape[3] < 1)
+                        cg__shape_str(x, sx, sizeof sx), (long long)xi->shape[1], cg__shape_str(weight, sw, sizeof sw),
+                        (long long)weighti->shape[1]);
+    if (weighti->shape[1] < 1 || weighti->shape[2] < 1 || weighti->shape[3] < 1)
         return cg__fail(CG_ERR_SHAPE, "%s: weight %s needs at least one input channel and a kernel of at least 1x1", fn,
                         cg__shape_str(weight, sw, sizeof sw));
-    if (bias && (cg__t(bias)->ndim != 1 || cg__t(bias)->shape[0] != cg__t(weight)->shape[0]))
+    if (bias && (cg__t(bias)->ndim != 1 || cg__t(bias)->shape[0] != weighti->shape[0]))
         return cg__fail(CG_ERR_SHAPE, "%s: bias %s does not fit weight %s: expected (%lld) (one per output channel)", fn,
                         cg__shape_str(bias, sb, sizeof sb), cg__shape_str(weight, sw, sizeof sw),
-                        (long long)cg__t(weight)->shape[0]);
+                        (long long)weighti->shape[0]);
     if (stride <= 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: stride must be positive, got %d", fn, stride);
     if (padding < 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: padding must be non-negative, got %d", fn, padding);
-    *g = conv_geom(cg__t(x)->shape, cg__t(weight)->shape, stride, padding);
+    *g = conv_geom(xi->shape, weighti->shape, stride, padding);
     return check_geom(g, x, fn, "kernel");
 }
 
 /* out (k) = the sum of gy (n, k, oh, ow) over n, oh and ow: over the pixels of each (n, k), then over
  * n, both with the backend's deterministic sum. */
 static cg_status bias_grad_into(const cg_conv_geom *g, const cg_tensor *gy, cg_tensor *out) {
-    const cg_backend *be = cg__backend_for(cg__t(gy)->device);
-    int index = cg__t(gy)->device.index;
+    const cg_tensor_impl *gyi = cg__t(gy);
+    const cg_backend *be = cg__backend_for(gyi->device);
+    int index = gyi->device.index;
     size_t bytes = (size_t)(g->n * g->k) * sizeof(float); /* at most y's size (check_geom) */
-    float *per_image = cg__alloc(cg__t(gy)->device, bytes);
+    float *per_image = cg__alloc(gyi->device, bytes);
     if (!per_image) return cg_last_status();
     cg_status s = be->reduce_sum(cg__data(gy), g->n * g->k, g->oh * g->ow, 1, 1.0f, per_image, index);
     if (s == CG_OK) s = be->reduce_sum(per_image, 1, g->n, g->k, 1.0f, cg__data(out), index);
-    cg__free(cg__t(gy)->device, per_image, bytes); /* stream order makes the reuse safe on a GPU */
+    cg__free(gyi->device, per_image, bytes); /* stream order makes the reuse safe on a GPU */
     return s;
 }
 
@@ -113,10 +116,12 @@ typedef cg_status (*grad_writer)(const cg_conv_geom *g, const cg_tensor *x, cons
 
 static cg_status write_grad(cg_node *node, int k, grad_writer compute, const cg_conv_geom *g, const cg_tensor *gy,
                             cg_tensor **grad_in) {
+    const cg_tensor_impl *gyi = cg__t(gy);
     cg_tensor *dst = cg__leaf_grad_target(node, k), *fresh = NULL;
-    if (!dst && !(dst = fresh = cg__tensor_new(node->in_ndim[k], node->in_shape[k], cg__t(gy)->device))) return cg_last_status();
-    cg_status s = cg__t(gy)->numel == 0 ? cg__backend_for(cg__t(gy)->device)->fill(dst, 0.0f)
-                                 : compute(g, node->saved[0], node->saved[1], gy, dst);
+    if (!dst && !(dst = fresh = cg__tensor_new(node->in_ndim[k], node->in_shape[k], gyi->device)))
+        return cg_last_status();
+    cg_status s = gyi->numel == 0 ? cg__backend_for(gyi->device)->fill(dst, 0.0f)
+                                  : compute(g, node->saved[0], node->saved[1], gy, dst);
     if (s != CG_OK) {
         cg_tensor_free(fresh);
         return s;
@@ -128,11 +133,13 @@ static cg_status write_grad(cg_node *node, int k, grad_writer compute, const cg_
 
 static cg_status grad_x(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
                         cg_tensor *dst) {
-    return cg__backend_for(cg__t(gy)->device)->conv2d_backward_data(g, cg__data(gy), cg__data(w), cg__data(dst), cg__t(gy)->device.index);
+    return cg__backend_for(cg__t(gy)->device)->conv2d_backward_data(g, cg__data(gy), cg__data(w), cg__data(dst),
+                                                                    cg__t(gy)->device.index);
 }
 static cg_status grad_weight(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
                              cg_tensor *dst) {
-    return cg__backend_for(cg__t(gy)->device)->conv2d_backward_weight(g, cg__data(x), cg__data(gy), cg__data(dst), cg__t(gy)->device.index);
+    return cg__backend_for(cg__t(gy)->device)->conv2d_backward_weight(g, cg__data(x), cg__data(gy), cg__data(dst),
+                                                                      cg__t(gy)->device.index);
 }
 static cg_status grad_bias(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
                            cg_tensor *dst) {
@@ -157,13 +164,14 @@ cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     const char *fn = "cg_conv2d";
     cg_conv_geom g;
     if (check_conv2d(x, weight, bias, stride, padding, &g) != CG_OK) return NULL;
+    const cg_tensor_impl *xi = cg__t(x);
     cg_tensor *xc = cg__raw_contiguous(x), *wc = xc ? cg__raw_contiguous(weight) : NULL;
     cg_tensor *bc = wc && bias ? cg__raw_contiguous(bias) : NULL;
-    cg_tensor *out = wc && (bc || !bias) ? cg__tensor_new(4, (int64_t[]){g.n, g.k, g.oh, g.ow}, cg__t(x)->device) : NULL;
+    cg_tensor *out = wc && (bc || !bias) ? cg__tensor_new(4, (int64_t[]){g.n, g.k, g.oh, g.ow}, xi->device) : NULL;
     cg_status s = out ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(out)->numel > 0)
-        s = cg__backend_for(cg__t(x)->device)->conv2d_forward(&g, cg__data(xc), cg__data(wc), bc ? cg__data(bc) : NULL,
-                                                       cg__data(out), cg__t(x)->device.index);
+        s = cg__backend_for(xi->device)->conv2d_forward(&g, cg__data(xc), cg__data(wc), bc ? cg__data(bc) : NULL,
+                                                        cg__data(out), xi->device.index);
     const cg_tensor *inputs[3] = {x, weight, bias};
     int ninputs = bias ? 3 : 2;
     if (s == CG_OK && cg__should_record(ninputs, inputs)) {
@@ -187,12 +195,13 @@ static cg_conv_geom pool_geom(const int64_t *x_shape, int64_t kernel, int64_t st
 static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
     const cg_tensor *arg = node->saved[0];
     cg_conv_geom g = pool_geom(node->in_shape[0], node->dim, node->dim2);
+    const cg_tensor_impl *gyi = cg__t(gy);
     cg_tensor *gyc = cg__raw_contiguous(gy);
-    cg_tensor *gx = gyc ? cg__tensor_new(4, node->in_shape[0], cg__t(gy)->device) : NULL;
+    cg_tensor *gx = gyc ? cg__tensor_new(4, node->in_shape[0], gyi->device) : NULL;
     cg_status s = gx ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(gx)->numel > 0) /* then every window holds elements: gy has them too */
-        s = cg__backend_for(cg__t(gy)->device)->max_pool2d_backward(&g, cg__data(gyc), cg__data(arg), cg__data(gx),
-                                                             cg__t(gy)->device.index);
+        s = cg__backend_for(gyi->device)->max_pool2d_backward(&g, cg__data(gyc), cg__data(arg), cg__data(gx),
+                                                              gyi->device.index);
     cg_tensor_free(gyc);
     if (s != CG_OK) {
         cg_tensor_free(gx);
@@ -206,11 +215,12 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     const char *fn = "cg_max_pool2d";
     char sx[160];
     if (cg__check_tensor(x, fn, "x") != CG_OK) return NULL;
-    if (cg__t(x)->ndim != 4)
+    const cg_tensor_impl *xi = cg__t(x);
+    if (xi->ndim != 4)
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected x (N, C, H, W), got %s", fn, cg__shape_str(x, sx, sizeof sx));
     if (kernel <= 0) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: kernel must be positive, got %d", fn, kernel);
     if (stride <= 0) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: stride must be positive, got %d", fn, stride);
-    cg_conv_geom g = pool_geom(cg__t(x)->shape, kernel, stride);
+    cg_conv_geom g = pool_geom(xi->shape, kernel, stride);
     if (check_geom(&g, x, fn, "window") != CG_OK) return NULL;
     int64_t span;
     if (!cg__mul_i64(g.kh, g.w, &span) || span > (1 << 24)) /* the backends keep each window's choice as a float offset */
@@ -219,12 +229,12 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     const cg_tensor *inputs[1] = {x};
     bool record = cg__should_record(1, inputs);
     int64_t shape[4] = {g.n, g.c, g.oh, g.ow};
-    cg_tensor *xc = cg__raw_contiguous(x), *out = xc ? cg__tensor_new(4, shape, cg__t(x)->device) : NULL;
-    cg_tensor *arg = out && record ? cg__tensor_new(4, shape, cg__t(x)->device) : NULL;
+    cg_tensor *xc = cg__raw_contiguous(x), *out = xc ? cg__tensor_new(4, shape, xi->device) : NULL;
+    cg_tensor *arg = out && record ? cg__tensor_new(4, shape, xi->device) : NULL;
     cg_status s = out && (arg || !record) ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(out)->numel > 0)
-        s = cg__backend_for(cg__t(x)->device)->max_pool2d_forward(&g, cg__data(xc), cg__data(out), arg ? cg__data(arg) : NULL,
-                                                           cg__t(x)->device.index);
+        s = cg__backend_for(xi->device)->max_pool2d_forward(&g, cg__data(xc), cg__data(out), arg ? cg__data(arg) : NULL,
+                                                            xi->device.index);
     if (s == CG_OK && record) {
         const cg_tensor *saved[1] = {arg};
         cg_node *node = cg__record(out, fn, max_pool2d_backward, 1, inputs, 1, saved);

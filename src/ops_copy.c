@@ -39,17 +39,20 @@ static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, movement_kind kin
 }
 
 cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out) {
-    if (cg__t(out)->numel == 0) return CG_OK;
+    const cg_tensor_impl *outi = cg__t(out);
+    if (outi->numel == 0) return CG_OK;
     cg_ew_layout lay;
-    CG_TRY(cg__ew_layout(x, NULL, cg__t(out)->ndim, cg__t(out)->shape, &lay));
-    return cg__backend_for(cg__t(x)->device)->unary(op, alpha, cg__data(x), &lay, cg__data(out), cg__t(x)->device.index);
+    CG_TRY(cg__ew_layout(x, NULL, outi->ndim, outi->shape, &lay));
+    return cg__backend_for(cg__t(x)->device)->unary(op, alpha, cg__data(x), &lay, cg__data(out),
+                                                    cg__t(x)->device.index);
 }
 
 static cg_status copy_between(cg_tensor *dst, const cg_tensor *src);
 
 /* A contiguous copy of t on its own device. */
 static cg_tensor *copy_contiguous(const cg_tensor *t) {
-    cg_tensor *out = cg__tensor_new(cg__t(t)->ndim, cg__t(t)->shape, cg__t(t)->device);
+    const cg_tensor_impl *ti = cg__t(t);
+    cg_tensor *out = cg__tensor_new(ti->ndim, ti->shape, ti->device);
     if (!out) return NULL;
     if (cg__unary_into(CG_UNARY_COPY, 0.0f, t, out) != CG_OK) {
         cg_tensor_free(out);
@@ -65,7 +68,8 @@ cg_tensor *cg_clone(const cg_tensor *t) {
 
 cg_tensor *cg_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_contiguous", "t") != CG_OK) return NULL;
-    cg_tensor *out = cg_is_contiguous(t) ? cg__view_new(t, cg__t(t)->ndim, cg__t(t)->shape, NULL, cg__t(t)->offset) : copy_contiguous(t);
+    const cg_tensor_impl *ti = cg__t(t);
+    cg_tensor *out = cg_is_contiguous(t) ? cg__view_new(t, ti->ndim, ti->shape, NULL, ti->offset) : copy_contiguous(t);
     return recorded(out, t, MOVE_IDENTITY, "cg_contiguous", 0, 0);
 }
 
@@ -84,10 +88,11 @@ cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
 /* The elements t reaches, [*lo, *hi] counted from its storage's start (t not empty); false when
  * that does not fit in 64 bits. */
 static bool element_range(const cg_tensor *t, int64_t *lo, int64_t *hi) {
-    *lo = *hi = cg__t(t)->offset;
-    for (int i = 0; i < cg__t(t)->ndim; i++) {
+    const cg_tensor_impl *ti = cg__t(t);
+    *lo = *hi = ti->offset;
+    for (int i = 0; i < ti->ndim; i++) {
         int64_t reach;
-        if (!cg__mul_i64(cg__t(t)->strides[i], cg__t(t)->shape[i] - 1, &reach)) return false;
+        if (!cg__mul_i64(ti->strides[i], ti->shape[i] - 1, &reach)) return false;
         if (!(reach < 0 ? cg__add_i64(*lo, reach, lo) : cg__add_i64(*hi, reach, hi))) return false;
     }
     return true;
@@ -102,17 +107,19 @@ bool cg__overlaps(const cg_tensor *a, const cg_tensor *b) {
 
 /* The same elements of the same storage in the same order (strides of size-1 dims do not matter). */
 static bool same_layout(const cg_tensor *a, const cg_tensor *b) {
-    if (cg__t(a)->storage != cg__t(b)->storage || cg__t(a)->offset != cg__t(b)->offset || cg__t(a)->ndim != cg__t(b)->ndim) return false;
-    for (int i = 0; i < cg__t(a)->ndim; i++)
-        if (cg__t(a)->shape[i] != cg__t(b)->shape[i] || (cg__t(a)->shape[i] > 1 && cg__t(a)->strides[i] != cg__t(b)->strides[i])) return false;
+    const cg_tensor_impl *ai = cg__t(a), *bi = cg__t(b);
+    if (ai->storage != bi->storage || ai->offset != bi->offset || ai->ndim != bi->ndim) return false;
+    for (int i = 0; i < ai->ndim; i++)
+        if (ai->shape[i] != bi->shape[i] || (ai->shape[i] > 1 && ai->strides[i] != bi->strides[i])) return false;
     return true;
 }
 
 cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
     CG_TRY(cg__check_tensor(dst, "cg_copy_", "dst"));
     CG_TRY(cg__check_tensor(src, "cg_copy_", "src"));
+    const cg_tensor_impl *dsti = cg__t(dst), *srci = cg__t(src);
     char sd[160], ss[160];
-    if (cg__t(dst)->ndim != cg__t(src)->ndim || memcmp(cg__t(dst)->shape, cg__t(src)->shape, (size_t)cg__t(dst)->ndim * sizeof(int64_t)) != 0)
+    if (dsti->ndim != srci->ndim || memcmp(dsti->shape, srci->shape, (size_t)dsti->ndim * sizeof(int64_t)) != 0)
         return cg__fail(CG_ERR_SHAPE, "cg_copy_: destination shape %s differs from source shape %s",
                         cg__shape_str(dst, sd, sizeof sd), cg__shape_str(src, ss, sizeof ss));
     /* which also means that no two elements of dst share a place, as a broadcast view's would */
@@ -128,16 +135,19 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
     } else {
         CG_TRY(copy_between(dst, src));
     }
-    cg__t(dst)->storage->version++;
+    dsti->storage->version++;
     return CG_OK;
 }
 
 /* dst (contiguous) = src, on any two devices; not recorded. */
 static cg_status copy_between(cg_tensor *dst, const cg_tensor *src) {
-    if (cg_device_equal(cg__t(dst)->device, cg__t(src)->device)) return cg__unary_into(CG_UNARY_COPY, 0.0f, src, dst);
-    cg_tensor *c = cg_is_contiguous(src) ? cg__view_new(src, cg__t(src)->ndim, cg__t(src)->shape, NULL, cg__t(src)->offset) : copy_contiguous(src);
+    const cg_tensor_impl *srci = cg__t(src);
+    if (cg_device_equal(cg__t(dst)->device, srci->device)) return cg__unary_into(CG_UNARY_COPY, 0.0f, src, dst);
+    cg_tensor *c = cg_is_contiguous(src) ? cg__view_new(src, srci->ndim, srci->shape, NULL, srci->offset)
+                                         : copy_contiguous(src);
     if (!c) return cg_last_status();
-    cg_status s = cg__copy_bytes(cg__t(dst)->device, cg__data(dst), cg__t(c)->device, cg__data(c), (size_t)cg__t(c)->numel * sizeof(float));
+    cg_status s = cg__copy_bytes(cg__t(dst)->device, cg__data(dst), cg__t(c)->device, cg__data(c),
+                                 (size_t)cg__t(c)->numel * sizeof(float));
     cg_tensor_free(c);
     return s;
 }
@@ -145,6 +155,7 @@ static cg_status copy_between(cg_tensor *dst, const cg_tensor *src) {
 /* Resolves one -1 in shape against numel; fails if the sizes do not match. */
 static cg_status infer_shape(const cg_tensor *t, int ndim, const int64_t *shape, int64_t *out, const char *fn) {
     CG_TRY(cg__check_tensor(t, fn, "t"));
+    const cg_tensor_impl *ti = cg__t(t);
     if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && !shape))
         return cg__fail(CG_ERR_SHAPE, "%s: %d dims requested, cgrad supports 0 to %d", fn, ndim, CG_MAX_DIMS);
     int infer = -1;
@@ -157,23 +168,24 @@ static cg_status infer_shape(const cg_tensor *t, int ndim, const int64_t *shape,
     int64_t known;
     if (!cg__shape_numel(ndim, out, &known))
         return cg__fail(CG_ERR_SHAPE, "%s: the new shape is too large: its sizes multiply past 64 bits", fn);
-    if (infer >= 0 && known > 0 && cg__t(t)->numel % known == 0) out[infer] = cg__t(t)->numel / known;
+    if (infer >= 0 && known > 0 && ti->numel % known == 0) out[infer] = ti->numel / known;
     char a[160], b[160];
-    if (cg__numel_of(ndim, out) != cg__t(t)->numel || (infer >= 0 && known == 0))
+    if (cg__numel_of(ndim, out) != ti->numel || (infer >= 0 && known == 0))
         return cg__fail(CG_ERR_SHAPE, "%s: shape %s is invalid for a tensor of shape %s (%lld elements)", fn,
-                        cg__dims_str(ndim, shape, a, sizeof a), cg__shape_str(t, b, sizeof b), (long long)cg__t(t)->numel);
+                        cg__dims_str(ndim, shape, a, sizeof a), cg__shape_str(t, b, sizeof b), (long long)ti->numel);
     return CG_OK;
 }
 
 cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
     int64_t resolved[CG_MAX_DIMS];
     if (infer_shape(t, ndim, shape, resolved, "cg_view") != CG_OK) return NULL;
+    const cg_tensor_impl *ti = cg__t(t);
     if (!cg_is_contiguous(t)) {
         char s[160], st[160];
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor of shape %s and strides %s is not contiguous (use cg_reshape, which copies)",
-                            cg__shape_str(t, s, sizeof s), cg__dims_str(cg__t(t)->ndim, cg__t(t)->strides, st, sizeof st));
+                            cg__shape_str(t, s, sizeof s), cg__dims_str(ti->ndim, ti->strides, st, sizeof st));
     }
-    return recorded(cg__view_new(t, ndim, resolved, NULL, cg__t(t)->offset), t, MOVE_RESHAPE, "cg_view", 0, 0);
+    return recorded(cg__view_new(t, ndim, resolved, NULL, ti->offset), t, MOVE_RESHAPE, "cg_view", 0, 0);
 }
 
 cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
@@ -192,14 +204,15 @@ cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
 
 cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     if (cg__check_tensor(t, "cg_transpose", "t") != CG_OK) return NULL;
-    int d0 = dim0 < 0 ? dim0 + cg__t(t)->ndim : dim0, d1 = dim1 < 0 ? dim1 + cg__t(t)->ndim : dim1;
-    if (d0 < 0 || d0 >= cg__t(t)->ndim || d1 < 0 || d1 >= cg__t(t)->ndim)
+    const cg_tensor_impl *ti = cg__t(t);
+    int d0 = dim0 < 0 ? dim0 + ti->ndim : dim0, d1 = dim1 < 0 ? dim1 + ti->ndim : dim1;
+    if (d0 < 0 || d0 >= ti->ndim || d1 < 0 || d1 >= ti->ndim)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_transpose: dims (%d, %d) out of range for a %d-dim tensor",
-                            dim0, dim1, cg__t(t)->ndim);
+                            dim0, dim1, ti->ndim);
     int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
-    memcpy(shape, cg__t(t)->shape, sizeof shape);
-    memcpy(strides, cg__t(t)->strides, sizeof strides);
-    shape[d0] = cg__t(t)->shape[d1], shape[d1] = cg__t(t)->shape[d0];
-    strides[d0] = cg__t(t)->strides[d1], strides[d1] = cg__t(t)->strides[d0];
-    return recorded(cg__view_new(t, cg__t(t)->ndim, shape, strides, cg__t(t)->offset), t, MOVE_TRANSPOSE, "cg_transpose", d0, d1);
+    memcpy(shape, ti->shape, sizeof shape);
+    memcpy(strides, ti->strides, sizeof strides);
+    shape[d0] = ti->shape[d1], shape[d1] = ti->shape[d0];
+    strides[d0] = ti->strides[d1], strides[d1] = ti->strides[d0];
+    return recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, MOVE_TRANSPOSE, "cg_transpose", d0, d1);
 }

@@ -2,10 +2,11 @@
 #include "internal.h"
 
 cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char *fn, int *ndim, int64_t *shape) {
-    int n = cg__t(a)->ndim > cg__t(b)->ndim ? cg__t(a)->ndim : cg__t(b)->ndim;
+    const cg_tensor_impl *ai = cg__t(a), *bi = cg__t(b);
+    int n = ai->ndim > bi->ndim ? ai->ndim : bi->ndim;
     for (int i = 0; i < n; i++) {
-        int ia = cg__t(a)->ndim - n + i, ib = cg__t(b)->ndim - n + i;
-        int64_t sa = ia >= 0 ? cg__t(a)->shape[ia] : 1, sb = ib >= 0 ? cg__t(b)->shape[ib] : 1;
+        int ia = ai->ndim - n + i, ib = bi->ndim - n + i;
+        int64_t sa = ia >= 0 ? ai->shape[ia] : 1, sb = ib >= 0 ? bi->shape[ib] : 1;
         if (sa != sb && sa != 1 && sb != 1) {
             char bufa[160], bufb[160];
             return cg__fail(CG_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)", fn,
@@ -21,9 +22,10 @@ cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char
 
 /* Strides of t read as a tensor of the output shape: 0 along broadcast dims. */
 static void broadcast_strides(const cg_tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
+    const cg_tensor_impl *ti = cg__t(t);
     for (int i = 0; i < ndim; i++) {
-        int it = cg__t(t)->ndim - ndim + i;
-        strides[i] = (it < 0 || cg__t(t)->shape[it] == 1) ? 0 : cg__t(t)->strides[it];
+        int it = ti->ndim - ndim + i;
+        strides[i] = (it < 0 || ti->shape[it] == 1) ? 0 : ti->strides[it];
     }
     (void)shape;
 }
@@ -155,7 +157,8 @@ static void unary_saves(cg_unary_op op, bool *save_x, bool *save_y) {
 /* ---- forward ------------------------------------------------------------------------------------ */
 cg_tensor *cg__unary_op(cg_unary_op op, float alpha, const cg_tensor *x, const char *fn) {
     if (cg__check_tensor(x, fn, "a") != CG_OK) return NULL;
-    cg_tensor *out = cg__tensor_new(cg__t(x)->ndim, cg__t(x)->shape, cg__t(x)->device);
+    const cg_tensor_impl *xi = cg__t(x);
+    cg_tensor *out = cg__tensor_new(xi->ndim, xi->shape, xi->device);
     if (!out) return NULL;
     if (cg__unary_into(op, alpha, x, out) != CG_OK) {
         cg_tensor_free(out);
@@ -177,10 +180,12 @@ cg_tensor *cg__unary_op(cg_unary_op op, float alpha, const cg_tensor *x, const c
 
 /* out = op(a, b) into an existing contiguous tensor of the broadcast shape. */
 static cg_status binary_into(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, cg_tensor *out) {
-    if (cg__t(out)->numel == 0) return CG_OK;
+    const cg_tensor_impl *outi = cg__t(out);
+    if (outi->numel == 0) return CG_OK;
     cg_ew_layout lay;
-    CG_TRY(cg__ew_layout(a, b, cg__t(out)->ndim, cg__t(out)->shape, &lay));
-    return cg__backend_for(cg__t(a)->device)->binary(op, cg__data(a), cg__data(b), &lay, cg__data(out), cg__t(a)->device.index);
+    CG_TRY(cg__ew_layout(a, b, outi->ndim, outi->shape, &lay));
+    return cg__backend_for(cg__t(a)->device)->binary(op, cg__data(a), cg__data(b), &lay, cg__data(out),
+                                                     cg__t(a)->device.index);
 }
 
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn) {

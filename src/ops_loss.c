@@ -5,11 +5,12 @@
  * d loss / d input = 2 scale (input - target) g, read straight from input and target (saved). */
 static cg_status mse_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *input = n->saved[0], *target = n->saved[1];
-    cg_tensor *gi = cg__tensor_new(cg__t(input)->ndim, cg__t(input)->shape, cg__t(input)->device);
+    const cg_tensor_impl *inputi = cg__t(input);
+    cg_tensor *gi = cg__tensor_new(inputi->ndim, inputi->shape, inputi->device);
     if (!gi) return cg_last_status();
-    cg_status s = cg__backend_for(cg__t(input)->device)->scaled_diff(cg__data(input), cg__data(target), cg__data(g),
-                                                              2.0f * n->scalar, cg__t(input)->numel, cg__data(gi),
-                                                              cg__t(input)->device.index);
+    cg_status s = cg__backend_for(inputi->device)->scaled_diff(cg__data(input), cg__data(target), cg__data(g),
+                                                               2.0f * n->scalar, inputi->numel, cg__data(gi),
+                                                               inputi->device.index);
     if (s == CG_OK && n->needs_grad[1] && !(grad_in[1] = cg_neg(gi))) s = cg_last_status();
     if (s == CG_OK && n->needs_grad[0]) grad_in[0] = gi;
     else cg_tensor_free(gi);
@@ -21,20 +22,22 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
     if (cg__check_tensor(input, "cg_mse_loss", "input") != CG_OK || cg__check_tensor(target, "cg_mse_loss", "target") != CG_OK ||
         cg__check_same_device(input, target, "cg_mse_loss") != CG_OK)
         return NULL;
-    if (cg__t(input)->ndim != cg__t(target)->ndim || memcmp(cg__t(input)->shape, cg__t(target)->shape, (size_t)cg__t(input)->ndim * sizeof(int64_t)))
+    const cg_tensor_impl *inputi = cg__t(input), *targeti = cg__t(target);
+    if (inputi->ndim != targeti->ndim || memcmp(inputi->shape, targeti->shape, (size_t)inputi->ndim * sizeof(int64_t)))
         return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_mse_loss: input shape %s and target shape %s differ",
                             cg__shape_str(input, si, sizeof si), cg__shape_str(target, st, sizeof st));
     if (reduction != CG_REDUCTION_MEAN && reduction != CG_REDUCTION_SUM)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_mse_loss: unknown reduction %d", (int)reduction);
-    float scale = reduction == CG_REDUCTION_MEAN ? 1.0f / (float)cg__t(input)->numel : 1.0f;
+    float scale = reduction == CG_REDUCTION_MEAN ? 1.0f / (float)inputi->numel : 1.0f;
     bool grad_mode = cg_set_grad_enabled(false); /* plain data: views when already contiguous */
     cg_tensor *a = cg_contiguous(input), *b = a ? cg_contiguous(target) : NULL;
     cg_set_grad_enabled(grad_mode);
-    cg_tensor *loss = b ? cg__tensor_new(0, NULL, cg__t(input)->device) : NULL;
+    cg_tensor *loss = b ? cg__tensor_new(0, NULL, inputi->device) : NULL;
     cg_status s = loss ? CG_OK : cg_last_status();
-    const cg_backend *be = cg__backend_for(cg__t(input)->device);
-    if (s == CG_OK && cg__t(input)->numel == 0) s = be->fill(loss, reduction == CG_REDUCTION_MEAN ? NAN : 0.0f);
-    else if (s == CG_OK) s = be->sum_sqdiff(cg__data(a), cg__data(b), cg__t(input)->numel, scale, cg__data(loss), cg__t(input)->device.index);
+    const cg_backend *be = cg__backend_for(inputi->device);
+    if (s == CG_OK && inputi->numel == 0) s = be->fill(loss, reduction == CG_REDUCTION_MEAN ? NAN : 0.0f);
+    else if (s == CG_OK)
+        s = be->sum_sqdiff(cg__data(a), cg__data(b), inputi->numel, scale, cg__data(loss), inputi->device.index);
     const cg_tensor *inputs[2] = {input, target};
     if (s == CG_OK && cg__should_record(2, inputs)) {
         const cg_tensor *saved[2] = {a, b};

@@ -11,16 +11,17 @@ typedef struct gemm_operand {
 } gemm_operand;
 
 static cg_status operand_of(const cg_tensor *t, gemm_operand *op) {
+    const cg_tensor_impl *ti = cg__t(t);
     op->t = t, op->copy = NULL;
-    if (cg__t(t)->strides[1] == 1 && (cg__t(t)->strides[0] >= cg__t(t)->shape[1] || cg__t(t)->shape[0] == 1)) {
-        op->trans = false, op->ld = cg__t(t)->shape[0] == 1 ? cg__t(t)->shape[1] : cg__t(t)->strides[0];
-    } else if (cg__t(t)->strides[0] == 1 && (cg__t(t)->strides[1] >= cg__t(t)->shape[0] || cg__t(t)->shape[1] == 1)) {
-        op->trans = true, op->ld = cg__t(t)->shape[1] == 1 ? cg__t(t)->shape[0] : cg__t(t)->strides[1];
+    if (ti->strides[1] == 1 && (ti->strides[0] >= ti->shape[1] || ti->shape[0] == 1)) {
+        op->trans = false, op->ld = ti->shape[0] == 1 ? ti->shape[1] : ti->strides[0];
+    } else if (ti->strides[0] == 1 && (ti->strides[1] >= ti->shape[0] || ti->shape[1] == 1)) {
+        op->trans = true, op->ld = ti->shape[1] == 1 ? ti->shape[0] : ti->strides[1];
     } else {
-        op->copy = cg__tensor_new(2, cg__t(t)->shape, cg__t(t)->device);
+        op->copy = cg__tensor_new(2, ti->shape, ti->device);
         if (!op->copy) return cg_last_status();
         CG_TRY(cg__unary_into(CG_UNARY_COPY, 0.0f, t, op->copy));
-        op->t = op->copy, op->trans = false, op->ld = cg__t(t)->shape[1];
+        op->t = op->copy, op->trans = false, op->ld = ti->shape[1];
     }
     if (op->ld < 1) op->ld = 1;
     return CG_OK;
@@ -32,8 +33,9 @@ static cg_status operand_of(const cg_tensor *t, gemm_operand *op) {
  * when it did not the caller runs that pass. Not recorded. */
 static cg_status gemm_bias_into(const cg_tensor *a, const cg_tensor *b, const cg_tensor *bias, cg_tensor *bias_grad,
                                 cg_tensor *out, bool *fused) {
-    int64_t m = cg__t(a)->shape[0], k = cg__t(a)->shape[1], n = cg__t(b)->shape[1];
-    const cg_backend *be = cg__backend_for(cg__t(a)->device);
+    const cg_tensor_impl *ai = cg__t(a);
+    int64_t m = ai->shape[0], k = ai->shape[1], n = cg__t(b)->shape[1];
+    const cg_backend *be = cg__backend_for(ai->device);
     *fused = false;
     if (cg__t(out)->numel == 0) return CG_OK;
     if (k == 0) return be->fill(out, 0.0f);
@@ -41,10 +43,11 @@ static cg_status gemm_bias_into(const cg_tensor *a, const cg_tensor *b, const cg
     cg_status s = operand_of(a, &oa);
     if (s == CG_OK && (s = operand_of(b, &ob)) == CG_OK && be->gemm_bias && (bias || bias_grad))
         s = be->gemm_bias(oa.trans, ob.trans, m, n, k, cg__data(oa.t), oa.ld, cg__data(ob.t), ob.ld, cg__data(out), n,
-                          bias ? cg__data(bias) : NULL, bias_grad ? cg__data(bias_grad) : NULL, cg__t(a)->device.index, fused);
+                          bias ? cg__data(bias) : NULL, bias_grad ? cg__data(bias_grad) : NULL,
+                          ai->device.index, fused);
     if (s == CG_OK && !*fused)
         s = be->gemm(oa.trans, ob.trans, m, n, k, cg__data(oa.t), oa.ld, cg__data(ob.t), ob.ld, cg__data(out), n,
-                     cg__t(a)->device.index);
+                     ai->device.index);
     cg_tensor_free(oa.copy);
     cg_tensor_free(ob.copy);
     return s;
@@ -57,8 +60,9 @@ static cg_status gemm_into(const cg_tensor *a, const cg_tensor *b, cg_tensor *ou
 
 /* A transposed view of a 2-D tensor that no scope or tape sees. */
 static cg_tensor *transposed(const cg_tensor *t) {
-    int64_t shape[2] = {cg__t(t)->shape[1], cg__t(t)->shape[0]}, strides[2] = {cg__t(t)->strides[1], cg__t(t)->strides[0]};
-    cg_tensor *v = cg__view_new(t, 2, shape, strides, cg__t(t)->offset);
+    const cg_tensor_impl *ti = cg__t(t);
+    int64_t shape[2] = {ti->shape[1], ti->shape[0]}, strides[2] = {ti->strides[1], ti->strides[0]};
+    cg_tensor *v = cg__view_new(t, 2, shape, strides, ti->offset);
     return v ? cg_keep(v) : NULL;
 }
 
@@ -81,14 +85,15 @@ static cg_status matmul_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 }
 
 static cg_status check_matmul_shapes(const cg_tensor *a, const cg_tensor *b, const char *fn) {
+    const cg_tensor_impl *ai = cg__t(a), *bi = cg__t(b);
     char sa[160], sb[160];
-    if (cg__t(a)->ndim != 2 || cg__t(b)->ndim != 2)
+    if (ai->ndim != 2 || bi->ndim != 2)
         return cg__fail(CG_ERR_SHAPE, "%s: expected 2-D tensors, got %s and %s", fn, cg__shape_str(a, sa, sizeof sa),
                         cg__shape_str(b, sb, sizeof sb));
-    if (cg__t(a)->shape[1] != cg__t(b)->shape[0])
+    if (ai->shape[1] != bi->shape[0])
         return cg__fail(CG_ERR_SHAPE, "%s: shapes %s and %s cannot be multiplied (%lld != %lld)", fn,
-                        cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb), (long long)cg__t(a)->shape[1],
-                        (long long)cg__t(b)->shape[0]);
+                        cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb), (long long)ai->shape[1],
+                        (long long)bi->shape[0]);
     return CG_OK;
 }
 
@@ -112,9 +117,10 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
  * GEMM, into b's empty buffer or a new grad_in[2]; *bias_done says whether it did. */
 static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x, bool fuse_bias, cg_tensor **grad_in,
                              bool *bias_done) {
+    const cg_tensor_impl *gi = cg__t(g);
     cg_tensor *dw = cg__leaf_grad_target(n, 1), *db = fuse_bias ? cg__leaf_grad_target(n, 2) : NULL;
-    cg_tensor *new_dw = dw ? NULL : cg__tensor_new(2, (int64_t[]){cg__t(g)->shape[1], cg__t(x)->shape[1]}, cg__t(g)->device);
-    cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new(1, &cg__t(g)->shape[1], cg__t(g)->device) : NULL;
+    cg_tensor *new_dw = dw ? NULL : cg__tensor_new(2, (int64_t[]){gi->shape[1], cg__t(x)->shape[1]}, gi->device);
+    cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new(1, &gi->shape[1], gi->device) : NULL;
     cg_tensor *gt = transposed(g);
     *bias_done = false;
     cg_status s = gt && (dw || new_dw) && (!fuse_bias || db || new_db)
@@ -163,17 +169,18 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     if (cg__check_tensor(x, "cg_linear", "input") != CG_OK || cg__check_tensor(weight, "cg_linear", "weight") != CG_OK ||
         (bias && cg__check_tensor(bias, "cg_linear", "bias") != CG_OK))
         return NULL;
+    const cg_tensor_impl *xi = cg__t(x), *weighti = cg__t(weight);
     if (cg__check_same_device(x, weight, "cg_linear") != CG_OK) return NULL;
     if (bias && cg__check_same_device(x, bias, "cg_linear") != CG_OK) return NULL;
-    if (cg__t(x)->ndim != 2 || cg__t(weight)->ndim != 2 || cg__t(x)->shape[1] != cg__t(weight)->shape[1] ||
-        (bias && (cg__t(bias)->ndim != 1 || cg__t(bias)->shape[0] != cg__t(weight)->shape[0])))
+    if (xi->ndim != 2 || weighti->ndim != 2 || xi->shape[1] != weighti->shape[1] ||
+        (bias && (cg__t(bias)->ndim != 1 || cg__t(bias)->shape[0] != weighti->shape[0])))
         return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_linear: input %s, weight %s and bias %s do not fit (expected (N, in), (out, in), (out,))",
                             cg__shape_str(x, sx, sizeof sx), cg__shape_str(weight, sw, sizeof sw),
                             bias ? cg__shape_str(bias, sb, sizeof sb) : "none");
     /* x (N, 0) and weight (out, 0) are empty, but y (N, out) is not */
-    const int64_t shape[2] = {cg__t(x)->shape[0], cg__t(weight)->shape[0]};
+    const int64_t shape[2] = {xi->shape[0], weighti->shape[0]};
     if (cg__check_result_shape(2, shape, "cg_linear", "input", x, "weight", weight) != CG_OK) return NULL;
-    cg_tensor *out = cg__tensor_new(2, shape, cg__t(x)->device);
+    cg_tensor *out = cg__tensor_new(2, shape, xi->device);
     cg_tensor *wt = out ? transposed(weight) : NULL;
     bool fused = false;
     cg_status s = wt ? gemm_bias_into(x, wt, bias && cg_is_contiguous(bias) ? bias : NULL, NULL, out, &fused)

@@ -26,30 +26,31 @@ static cg_status reduce_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 /* x viewed as (outer, n, inner) reduced over n into out (outer, inner). */
 static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const char *fn) {
     if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
-    int d = dim < 0 ? dim + cg__t(t)->ndim : dim;
-    if (!all && (d < 0 || d >= cg__t(t)->ndim))
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, cg__t(t)->ndim);
-    int64_t outer = 1, n = cg__t(t)->numel, inner = 1;
+    const cg_tensor_impl *ti = cg__t(t);
+    int d = dim < 0 ? dim + ti->ndim : dim;
+    if (!all && (d < 0 || d >= ti->ndim))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, ti->ndim);
+    int64_t outer = 1, n = ti->numel, inner = 1;
     int ndim = 0;
     int64_t shape[CG_MAX_DIMS];
     if (!all) {
-        outer = cg__numel_of(d, cg__t(t)->shape);
-        n = cg__t(t)->shape[d];
-        inner = cg__numel_of(cg__t(t)->ndim - d - 1, cg__t(t)->shape + d + 1);
-        for (int i = 0; i < cg__t(t)->ndim; i++)
-            if (i != d) shape[ndim++] = cg__t(t)->shape[i];
+        outer = cg__numel_of(d, ti->shape);
+        n = ti->shape[d];
+        inner = cg__numel_of(ti->ndim - d - 1, ti->shape + d + 1);
+        for (int i = 0; i < ti->ndim; i++)
+            if (i != d) shape[ndim++] = ti->shape[i];
             else if (keepdim) shape[ndim++] = 1;
     }
-    cg_tensor *out = cg__tensor_new(ndim, shape, cg__t(t)->device);
+    cg_tensor *out = cg__tensor_new(ndim, shape, ti->device);
     if (!out) return NULL;
-    const cg_backend *be = cg__backend_for(cg__t(t)->device);
+    const cg_backend *be = cg__backend_for(ti->device);
     cg_status s = CG_OK;
     if (n == 0) {
         s = be->fill(out, mean ? NAN : 0.0f); /* as PyTorch: empty sum 0, empty mean NaN */
     } else if (cg__t(out)->numel > 0) {
         cg_tensor *c = cg_contiguous(t);
         s = c ? be->reduce_sum(cg__data(c), outer, n, inner, mean ? 1.0f / (float)n : 1.0f, cg__data(out),
-                               cg__t(t)->device.index)
+                               ti->device.index)
               : cg_last_status();
         cg_tensor_free(c);
     }
@@ -68,9 +69,11 @@ static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bo
 cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out) {
     cg_tensor *c = cg_is_contiguous(g) ? cg__alias(g) : cg_clone(g);
     if (!c) return cg_last_status();
-    int64_t rows = cg__t(g)->shape[0], cols = cg__t(g)->numel / (rows ? rows : 1);
-    const cg_backend *be = cg__backend_for(cg__t(g)->device);
-    cg_status s = rows == 0 ? be->fill(out, 0.0f) : be->reduce_sum(cg__data(c), 1, rows, cols, 1.0f, cg__data(out), cg__t(g)->device.index);
+    const cg_tensor_impl *gi = cg__t(g);
+    int64_t rows = gi->shape[0], cols = gi->numel / (rows ? rows : 1);
+    const cg_backend *be = cg__backend_for(gi->device);
+    cg_status s = rows == 0 ? be->fill(out, 0.0f)
+                            : be->reduce_sum(cg__data(c), 1, rows, cols, 1.0f, cg__data(out), gi->device.index);
     cg_tensor_free(c);
     return s;
 }
