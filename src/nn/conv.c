@@ -8,15 +8,18 @@ enum { STRIDE, PADDING };
 enum { POOL_KERNEL, POOL_STRIDE };
 
 static cg_tensor *conv_forward(cg_module *m, const cg_tensor *x) {
-    return cg_conv2d(x, cg__m(m)->own[0], cg__m(m)->nown == 2 ? cg__m(m)->own[1] : NULL, (int)cg__m(m)->config[STRIDE], (int)cg__m(m)->config[PADDING]);
+    const cg_module_impl *mi = cg__m(m);
+    return cg_conv2d(x, mi->own[0], mi->nown == 2 ? mi->own[1] : NULL, (int)mi->config[STRIDE],
+                     (int)mi->config[PADDING]);
 }
 
 static cg_module *conv_create(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t padding, bool bias,
                               cg_device d);
 
 static cg_module *conv_shell(const cg_module *m, cg_device d) {
-    const int64_t *w = cg__t(cg__m(m)->own[0])->shape; /* (out, in, k, k) */
-    return conv_create(w[1], w[0], w[2], cg__m(m)->config[STRIDE], cg__m(m)->config[PADDING], cg__m(m)->nown == 2, d);
+    const cg_module_impl *mi = cg__m(m);
+    const int64_t *w = cg__t(mi->own[0])->shape; /* (out, in, k, k) */
+    return conv_create(w[1], w[0], w[2], mi->config[STRIDE], mi->config[PADDING], mi->nown == 2, d);
 }
 
 static const cg_module_ops conv_ops = {.type = "Conv2d", .forward = conv_forward, .shell = conv_shell};

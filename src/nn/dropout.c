@@ -8,7 +8,9 @@ static float dropout_p(const cg_module *m) {
     return (float)p;
 }
 
-static cg_tensor *dropout_forward(cg_module *m, const cg_tensor *x) { return cg_dropout(x, dropout_p(m), cg__m(m)->training); }
+static cg_tensor *dropout_forward(cg_module *m, const cg_tensor *x) {
+    return cg_dropout(x, dropout_p(m), cg__m(m)->training);
+}
 
 static const cg_module_ops dropout_ops = {.type = "Dropout", .forward = dropout_forward, .shell = cg__module_plain_shell};
 

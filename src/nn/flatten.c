@@ -3,7 +3,8 @@
 
 static cg_tensor *flatten_forward(cg_module *m, const cg_tensor *x) {
     if (cg__check_tensor(x, "Flatten", "x") != CG_OK) return NULL;
-    if (cg__t(x)->ndim < 1) return CG_FAIL_NULL(CG_ERR_SHAPE, "Flatten: needs at least 1 dim (N, ...), got a 0-dim tensor");
+    if (cg__t(x)->ndim < 1)
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "Flatten: needs at least 1 dim (N, ...), got a 0-dim tensor");
     const int64_t shape[2] = {cg__t(x)->shape[0], -1};
     return cg_reshape(x, 2, shape);
 }

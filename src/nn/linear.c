@@ -5,13 +5,15 @@
 enum { IN_FEATURES, OUT_FEATURES, HAS_BIAS };
 
 static cg_tensor *linear_forward(cg_module *m, const cg_tensor *x) {
-    return cg_linear(x, cg__m(m)->own[0], cg__m(m)->config[HAS_BIAS] ? cg__m(m)->own[1] : NULL);
+    const cg_module_impl *mi = cg__m(m);
+    return cg_linear(x, mi->own[0], mi->config[HAS_BIAS] ? mi->own[1] : NULL);
 }
 
 static cg_module *linear_create(int64_t in, int64_t out, bool bias, cg_device d);
 
 static cg_module *linear_shell(const cg_module *m, cg_device d) {
-    return linear_create(cg__m(m)->config[IN_FEATURES], cg__m(m)->config[OUT_FEATURES], cg__m(m)->config[HAS_BIAS], d);
+    const cg_module_impl *mi = cg__m(m);
+    return linear_create(mi->config[IN_FEATURES], mi->config[OUT_FEATURES], mi->config[HAS_BIAS], d);
 }
 
 static const cg_module_ops linear_ops = {.type = "Linear", .forward = linear_forward, .shell = linear_shell};
@@ -19,7 +21,8 @@ static const cg_module_ops linear_ops = {.type = "Linear", .forward = linear_for
 static cg_module *linear_create(int64_t in, int64_t out, bool bias, cg_device d) {
     cg_module *m = cg__module_new(&linear_ops, d, 0);
     if (!m) return NULL;
-    cg__m(m)->config[IN_FEATURES] = in, cg__m(m)->config[OUT_FEATURES] = out, cg__m(m)->config[HAS_BIAS] = bias;
+    cg_module_impl *mi = cg__m(m);
+    mi->config[IN_FEATURES] = in, mi->config[OUT_FEATURES] = out, mi->config[HAS_BIAS] = bias;
     if (!cg__module_add_param(m, "weight", 2, (int64_t[]){out, in}) ||
         (bias && !cg__module_add_param(m, "bias", 1, (int64_t[]){out})) || cg__module_pack(m, d) != CG_OK) {
         cg_module_free(m);

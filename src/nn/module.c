@@ -28,21 +28,24 @@ cg_status cg__check_module(const cg_module *m, const char *fn) {
 
 cg_status cg__module_check_adoptable(const cg_module *m, const char *fn, const char *what) {
     CG_TRY(cg__handle_check(CG_HANDLE_MODULE, m, fn, what));
-    if (cg__m(m)->parent)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s (%s) already belongs to a %s", fn, what, cg__m(m)->ops->type,
-                        cg__m(cg__m(m)->parent)->ops->type);
-    if (cg__m(m)->has_optimizer)
+    const cg_module_impl *mi = cg__m(m);
+    if (mi->parent)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s (%s) already belongs to a %s", fn, what, mi->ops->type,
+                        cg__m(mi->parent)->ops->type);
+    if (mi->has_optimizer)
         return cg__fail(CG_ERR_INVALID_ARG,
                         "%s: %s (%s) already has an optimizer, which would keep stepping its old parameter buffer; "
-                        "build the whole model first, then create the optimizer over it", fn, what, cg__m(m)->ops->type);
+                        "build the whole model first, then create the optimizer over it", fn, what, mi->ops->type);
     return CG_OK;
 }
 
 cg_module *cg__module_plain_shell(const cg_module *m, cg_device d) {
-    cg_module *s = cg__module_new(cg__m(m)->ops, d, 0);
+    const cg_module_impl *mi = cg__m(m);
+    cg_module *s = cg__module_new(mi->ops, d, 0);
     if (s) {
-        memcpy(cg__m(s)->config, cg__m(m)->config, sizeof cg__m(s)->config);
-        cg__m(s)->training = cg__m(m)->training;
+        cg_module_impl *si = cg__m(s);
+        memcpy(si->config, mi->config, sizeof si->config);
+        si->training = mi->training;
     }
     return s;
 }
@@ -51,7 +54,8 @@ cg_module *cg__module_plain_shell(const cg_module *m, cg_device d) {
 static cg_status init_uniform(cg_tensor *p, float bound) {
     bool previous = cg_set_grad_enabled(false);
     cg_scope *scope = cg_scope_begin();
-    cg_tensor *u = cg_rand(cg__t(p)->ndim, cg__t(p)->shape, cg__t(p)->device);
+    const cg_tensor_impl *pi = cg__t(p);
+    cg_tensor *u = cg_rand(pi->ndim, pi->shape, pi->device);
     cg_tensor *v = u ? cg_add_scalar(cg_mul_scalar(u, 2.0f * bound), -bound) : NULL;
     cg_status s = v ? cg_copy_(p, v) : cg_last_status();
     cg_scope_end(scope);
@@ -65,14 +69,15 @@ cg_status cg__module_init_uniform(cg_module *m, float bound) {
 }
 
 cg_tensor *cg__module_add_param(cg_module *m, const char *name, int ndim, const int64_t *shape) {
-    if (cg__m(m)->nown == CG_MODULE_MAX_OWN_PARAMS)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: too many parameters", cg__m(m)->ops->type);
-    cg_tensor *t = cg__tensor_new(ndim, shape, cg__m(m)->device);
+    cg_module_impl *mi = cg__m(m);
+    if (mi->nown == CG_MODULE_MAX_OWN_PARAMS)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: too many parameters", mi->ops->type);
+    cg_tensor *t = cg__tensor_new(ndim, shape, mi->device);
     if (!t) return NULL;
     cg_keep(t);
     cg__t(t)->requires_grad = true;
-    cg__m(m)->own_names[cg__m(m)->nown] = name;
-    cg__m(m)->own[cg__m(m)->nown++] = t;
+    mi->own_names[mi->nown] = name;
+    mi->own[mi->nown++] = t;
     return t;
 }
 
@@ -99,14 +104,15 @@ static bool add_size(size_t *acc, size_t v) {
 /* Counts the tree's parameters into *n and their names' bytes (NULs included) into *bytes, for names
  * that start with prefix_len bytes here. False when a count or size overflows. */
 static bool measure_names(const cg_module *m, size_t prefix_len, int *n, size_t *bytes) {
-    for (int i = 0; i < cg__m(m)->nown; i++) {
+    const cg_module_impl *mi = cg__m(m);
+    for (int i = 0; i < mi->nown; i++) {
         size_t len = prefix_len;
-        if (*n == INT_MAX || !add_size(&len, strlen(cg__m(m)->own_names[i]) + 1) || !add_size(bytes, len)) return false;
+        if (*n == INT_MAX || !add_size(&len, strlen(mi->own_names[i]) + 1) || !add_size(bytes, len)) return false;
         (*n)++;
     }
-    for (int c = 0; c < cg__m(m)->nchildren; c++) {
+    for (int c = 0; c < mi->nchildren; c++) {
         size_t len = prefix_len;
-        if (!add_size(&len, decimal_digits(c) + 1) || !measure_names(cg__m(m)->children[c], len, n, bytes)) return false;
+        if (!add_size(&len, decimal_digits(c) + 1) || !measure_names(mi->children[c], len, n, bytes)) return false;
     }
     return true;
 }
@@ -125,18 +131,19 @@ static void write_path(const tree_path *path, char *end) {
  * counts the prefix and the path. */
 static void fill_names(const cg_module *m, const tree_path *path, const char *prefix, size_t prefix_len,
                        cg_param_entry *out, int *n, char **text) {
-    for (int i = 0; i < cg__m(m)->nown; i++) {
+    const cg_module_impl *mi = cg__m(m);
+    for (int i = 0; i < mi->nown; i++) {
         char *name = *text;
-        size_t own = strlen(cg__m(m)->own_names[i]) + 1;
+        size_t own = strlen(mi->own_names[i]) + 1;
         memcpy(name, prefix, strlen(prefix));
         write_path(path, name + prefix_len);
-        memcpy(name + prefix_len, cg__m(m)->own_names[i], own);
+        memcpy(name + prefix_len, mi->own_names[i], own);
         *text += prefix_len + own;
-        out[(*n)++] = (cg_param_entry){.name = name, .tensor = cg__m(m)->own[i]};
+        out[(*n)++] = (cg_param_entry){.name = name, .tensor = mi->own[i]};
     }
-    for (int c = 0; c < cg__m(m)->nchildren; c++) {
+    for (int c = 0; c < mi->nchildren; c++) {
         tree_path child = {path, c};
-        fill_names(cg__m(m)->children[c], &child, prefix, prefix_len + decimal_digits(c) + 1, out, n, text);
+        fill_names(mi->children[c], &child, prefix, prefix_len + decimal_digits(c) + 1, out, n, text);
     }
 }
 
@@ -147,7 +154,9 @@ cg_param_entry *cg__param_list_new(const cg_module *m, const char *prefix, int *
         !add_size(&bytes, (size_t)count * sizeof(cg_param_entry)) || !add_size(&bytes, names))
         return CG_FAIL_NULL(CG_ERR_OOM, "the parameter names of a %s module do not fit in memory", cg__m(m)->ops->type);
     cg_param_entry *list = malloc(bytes ? bytes : 1);
-    if (!list) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for the parameter list of a %s module", cg__m(m)->ops->type);
+    if (!list)
+        return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for the parameter list of a %s module",
+                            cg__m(m)->ops->type);
     char *text = (char *)(list + count);
     int filled = 0;
     fill_names(m, NULL, prefix, strlen(prefix), list, &filled, &text);
@@ -158,16 +167,18 @@ cg_param_entry *cg__param_list_new(const cg_module *m, const char *prefix, int *
 static int64_t aligned(int64_t n) { return (n + CG_PARAM_ALIGN - 1) / CG_PARAM_ALIGN * CG_PARAM_ALIGN; }
 
 static void drop_buffers(cg_module *m) {
-    free(cg__m(m)->params);
-    cg__m(m)->params = NULL, cg__m(m)->nparams = 0;
-    cg_tensor_free(cg__m(m)->flat_data);
-    cg_tensor_free(cg__m(m)->flat_grad);
-    cg__m(m)->flat_data = cg__m(m)->flat_grad = NULL;
+    cg_module_impl *mi = cg__m(m);
+    free(mi->params);
+    mi->params = NULL, mi->nparams = 0;
+    cg_tensor_free(mi->flat_data);
+    cg_tensor_free(mi->flat_grad);
+    mi->flat_data = mi->flat_grad = NULL;
 }
 
 static void set_device(cg_module *m, cg_device d) {
-    cg__m(m)->device = d;
-    for (int c = 0; c < cg__m(m)->nchildren; c++) set_device(cg__m(m)->children[c], d);
+    cg_module_impl *mi = cg__m(m);
+    mi->device = d;
+    for (int c = 0; c < mi->nchildren; c++) set_device(mi->children[c], d);
 }
 
 cg_status cg__module_pack(cg_module *m, cg_device d) {
@@ -188,7 +199,8 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
     }
     for (int i = 0; i < n && s == CG_OK; i++) {
         cg_tensor *p = params[i].tensor;
-        s = cg__copy_bytes(d, cg__data(data) + params[i].offset, cg__t(p)->device, cg__data(p), (size_t)cg__t(p)->numel * sizeof(float));
+        s = cg__copy_bytes(d, cg__data(data) + params[i].offset, cg__t(p)->device, cg__data(p),
+                           (size_t)cg__t(p)->numel * sizeof(float));
     }
     if (s != CG_OK) {
         cg_tensor_free(data), cg_tensor_free(grad), free(params);
@@ -197,20 +209,22 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
     cg_keep(data), cg_keep(grad);
     for (int i = 0; i < n; i++) {
         cg_tensor *p = params[i].tensor;
+        cg_tensor_impl *pi = cg__t(p);
         cg__tensor_rebind(p, data, params[i].offset);
-        cg_tensor_free(cg__t(p)->grad);
-        cg__t(p)->grad = cg__view_new(grad, cg__t(p)->ndim, cg__t(p)->shape, NULL, params[i].offset);
-        if (cg__t(p)->grad) cg_keep(cg__t(p)->grad);
-        cg__t(p)->grad_defined = false;
+        cg_tensor_free(pi->grad);
+        pi->grad = cg__view_new(grad, pi->ndim, pi->shape, NULL, params[i].offset);
+        if (pi->grad) cg_keep(pi->grad);
+        pi->grad_defined = false;
     }
-    for (int c = 0; c < cg__m(m)->nchildren; c++) {
-        drop_buffers(cg__m(m)->children[c]);
-        cg__m(cg__m(m)->children[c])->parent = m;
+    cg_module_impl *mi = cg__m(m);
+    for (int c = 0; c < mi->nchildren; c++) {
+        drop_buffers(mi->children[c]);
+        cg__m(mi->children[c])->parent = m;
     }
     drop_buffers(m);
     set_device(m, d);
-    cg__m(m)->params = params, cg__m(m)->nparams = n;
-    cg__m(m)->flat_data = data, cg__m(m)->flat_grad = grad;
+    mi->params = params, mi->nparams = n;
+    mi->flat_data = data, mi->flat_grad = grad;
     return CG_OK;
 }
 
@@ -229,7 +243,8 @@ static cg_status check_root(const cg_module *m, const char *fn) {
 /* Devices are checked by the ops themselves (an input on the wrong device fails in the first op
  * that meets a parameter, naming both devices); wrappers like DataParallel accept any device. */
 cg_tensor *cg_module_forward(cg_module *m, const cg_tensor *x) {
-    if (cg__check_module(m, "cg_module_forward") != CG_OK || cg__check_tensor(x, "cg_module_forward", "x") != CG_OK) return NULL;
+    if (cg__check_module(m, "cg_module_forward") != CG_OK || cg__check_tensor(x, "cg_module_forward", "x") != CG_OK)
+        return NULL;
     return cg__m(m)->ops->forward(m, x);
 }
 
@@ -272,7 +287,8 @@ cg_module *cg_module_clone(const cg_module *m, cg_device d) {
     if (check_root(m, "cg_module_clone") != CG_OK) return NULL;
     const cg_module_impl *mi = cg__m(m);
     if (!cg__backend_for(d)) return (cg__fail_context("cg_module_clone"), NULL);
-    if (!mi->ops->shell) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_clone: a %s cannot be cloned", mi->ops->type);
+    if (!mi->ops->shell)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_clone: a %s cannot be cloned", mi->ops->type);
     cg_module *copy = mi->ops->shell(m, d);
     if (!copy) return NULL;
     cg_status s = cg__module_pack(copy, d);
@@ -295,7 +311,8 @@ cg_tensor *cg_module_parameter(const cg_module *m, int i, const char **name) {
     if (check_root(m, "cg_module_parameter") != CG_OK) return NULL;
     const cg_module_impl *mi = cg__m(m);
     if (i < 0 || i >= mi->nparams)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_parameter: index %d out of range (%d parameters)", i, mi->nparams);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_module_parameter: index %d out of range (%d parameters)", i,
+                            mi->nparams);
     if (name) *name = mi->params[i].name;
     return mi->params[i].tensor;
 }

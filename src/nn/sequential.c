@@ -19,11 +19,13 @@ static cg_tensor *sequential_forward(cg_module *m, const cg_tensor *x) {
 static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_device d);
 
 static cg_module *sequential_shell(const cg_module *m, cg_device d) {
-    cg_module **shells = calloc((size_t)cg__m(m)->nchildren + 1, sizeof *shells);
+    const cg_module_impl *mi = cg__m(m);
+    cg_module **shells = calloc((size_t)mi->nchildren + 1, sizeof *shells);
     if (!shells) return CG_FAIL_NULL(CG_ERR_OOM, "Sequential: out of host memory");
     int made = 0;
-    while (made < cg__m(m)->nchildren && (shells[made] = cg__m(cg__m(m)->children[made])->ops->shell(cg__m(m)->children[made], d))) made++;
-    cg_module *copy = made == cg__m(m)->nchildren ? sequential_assemble(made, shells, d) : NULL;
+    while (made < mi->nchildren && (shells[made] = cg__m(mi->children[made])->ops->shell(mi->children[made], d)))
+        made++;
+    cg_module *copy = made == mi->nchildren ? sequential_assemble(made, shells, d) : NULL;
     if (!copy)
         while (made--) cg_module_free(shells[made]);
     free(shells);
@@ -47,9 +49,10 @@ static cg_module *sequential_assemble(int n, cg_module *const *modules, cg_devic
 
 /* Parameterless children (activations) may come from any device; the rest must agree. */
 static bool has_params(const cg_module *m) {
-    if (cg__m(m)->nown) return true;
-    for (int c = 0; c < cg__m(m)->nchildren; c++)
-        if (has_params(cg__m(m)->children[c])) return true;
+    const cg_module_impl *mi = cg__m(m);
+    if (mi->nown) return true;
+    for (int c = 0; c < mi->nchildren; c++)
+        if (has_params(mi->children[c])) return true;
     return false;
 }
 
@@ -62,18 +65,19 @@ cg_module *cg_sequential_new(int n, cg_module *const *modules) {
         char what[32];
         snprintf(what, sizeof what, "module %d", c);
         if (cg__module_check_adoptable(child, "cg_sequential_new", what) != CG_OK) return NULL;
+        const cg_module_impl *childi = cg__m(child);
         for (int j = 0; j < c; j++) /* it would be owned, and freed, twice */
             if (modules[j] == child)
                 return CG_FAIL_NULL(CG_ERR_INVALID_ARG,
                                     "cg_sequential_new: module %d is module %d again (a module can have one place; "
                                     "shared weights are not supported)", c, j);
         if (!has_params(child)) continue;
-        if (found && !cg_device_equal(d, cg__m(child)->device)) {
+        if (found && !cg_device_equal(d, childi->device)) {
             char a[16], b[16];
             return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_sequential_new: module %d is on %s, earlier ones on %s", c,
-                                cg_device_str(cg__m(child)->device, a, sizeof a), cg_device_str(d, b, sizeof b));
+                                cg_device_str(childi->device, a, sizeof a), cg_device_str(d, b, sizeof b));
         }
-        d = cg__m(child)->device, found = true;
+        d = childi->device, found = true;
     }
     return sequential_assemble(n, modules, d);
 }
