@@ -248,7 +248,8 @@ int64_t cg_loader_num_batches(const cg_loader *h) {
 
 cg_loader_state cg_loader_get_state(const cg_loader *h) {
     cg_loader_state s = {0, 0};
-    if (cg__check_loader(h, "cg_loader_get_state") == CG_OK) s.epoch = loader_of(h)->epoch, s.position = loader_of(h)->position;
+    if (cg__check_loader(h, "cg_loader_get_state") == CG_OK)
+        s.epoch = loader_of(h)->epoch, s.position = loader_of(h)->position;
     return s;
 }
 

@@ -519,9 +519,10 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
     int np = cg_module_num_parameters(m); /* -1: m is inside another module */
     if (np < 0) return cg__fail_context("%s", fn);
     CG_TRY(read_file(fn, path, &st));
+    const safetensors_impl *sti = st_of(st);
     cg_status s = CG_OK;
     int *match = calloc((size_t)np + 1, sizeof(int));
-    bool *used = calloc((size_t)st_of(st)->n + 1, sizeof(bool));
+    bool *used = calloc((size_t)sti->n + 1, sizeof(bool));
     if (!match || !used) {
         s = cg__fail(CG_ERR_OOM, "%s: %s: out of host memory", fn, path);
         goto done;
@@ -546,7 +547,7 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
                           missing, np);
             goto done;
         }
-        const st_entry *e = &st_of(st)->e[k];
+        const st_entry *e = &sti->e[k];
         if (strcmp(e->dtype, "F32") != 0) {
             s = read_fail(fn, path, "tensor \"%s\" has dtype %s; cgrad parameters are F32", name, e->dtype);
             goto done;
@@ -564,20 +565,20 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
         used[k] = true;
     }
     if (!(flags & CG_SAFETENSORS_ALLOW_UNEXPECTED)) {
-        for (int k = 0; k < st_of(st)->n; k++)
+        for (int k = 0; k < sti->n; k++)
             if (!used[k]) {
                 s = read_fail(fn, path,
                               "unexpected tensor \"%.128s\": not a parameter of the module "
                               "(CG_SAFETENSORS_ALLOW_UNEXPECTED ignores such tensors)",
-                              st_of(st)->e[k].name);
+                              sti->e[k].name);
                 goto done;
             }
     }
     for (int i = 0; i < np && s == CG_OK; i++) {
         cg_tensor *p = cg_module_parameter(m, i, NULL);
-        const st_entry *e = &st_of(st)->e[match[i]];
+        const st_entry *e = &sti->e[match[i]];
         if (e->numel == 0) continue;
-        float *buf = entry_floats(st_of(st), e);
+        float *buf = entry_floats(sti, e);
         if (!buf) {
             s = cg_last_status();
             break;

@@ -41,33 +41,36 @@ static cg_status cuda_synchronize(int index) {
 }
 
 static cg_status cuda_fill(cg_tensor *out, float value) {
+    const cg_tensor_impl *outi = cg__t(out);
     cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(cg__t(out)->device.index, &ctx));
-    if (cg__t(out)->numel > 0) CG_CUDA_CHECK(cg_launch_fill(cg__data(out), cg__t(out)->numel, value, ctx->stream));
+    CG_TRY(cg__cuda_enter(outi->device.index, &ctx));
+    if (outi->numel > 0) CG_CUDA_CHECK(cg_launch_fill(cg__data(out), outi->numel, value, ctx->stream));
     return CG_OK;
 }
 
 static cg_status cuda_arange(cg_tensor *out, double start, double step) {
+    const cg_tensor_impl *outi = cg__t(out);
     cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(cg__t(out)->device.index, &ctx));
-    if (cg__t(out)->numel > 0) CG_CUDA_CHECK(cg_launch_arange(cg__data(out), cg__t(out)->numel, start, step, ctx->stream));
+    CG_TRY(cg__cuda_enter(outi->device.index, &ctx));
+    if (outi->numel > 0) CG_CUDA_CHECK(cg_launch_arange(cg__data(out), outi->numel, start, step, ctx->stream));
     return CG_OK;
 }
 
 /* cuRAND's Philox generator, re-seeded whenever cg_manual_seed() was called since last use, and
  * set to the offset device.c reserves for this draw (normals come in pairs: n rounded up to even). */
 static cg_status cuda_random(cg_tensor *out, bool normal) {
+    const cg_tensor_impl *outi = cg__t(out);
     cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(cg__t(out)->device.index, &ctx));
+    CG_TRY(cg__cuda_enter(outi->device.index, &ctx));
     if (ctx->seed_generation != cg__seed_generation()) {
         CG_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->curand, cg__seed()));
         ctx->seed_generation = cg__seed_generation();
     }
     float *y = cg__data(out);
-    size_t n = (size_t)cg__t(out)->numel;
+    size_t n = (size_t)outi->numel;
     if (n == 0) return CG_OK;
     uint64_t drawn = normal ? (n + 1) & ~(size_t)1 : n;
-    CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, cg__cuda_rng_reserve(cg__t(out)->device.index, drawn)));
+    CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, cg__cuda_rng_reserve(outi->device.index, drawn)));
     if (!normal) {
         CG_CURAND_CHECK(curandGenerateUniform(ctx->curand, y, n));
         CG_CUDA_CHECK(cg_launch_uniform_fixup(y, (int64_t)n, ctx->stream));

@@ -30,9 +30,10 @@ static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x);
 /* The state of a DataParallel module; NULL + fn's error for anything else. */
 static dp_state *dp_state_of(const cg_module *dp, const char *fn) {
     if (cg__check_module(dp, fn) != CG_OK) return NULL;
-    if (cg__m(dp)->ops->forward != dp_forward)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: a %s, not a DataParallel module", fn, cg__m(dp)->ops->type);
-    return cg__m(dp)->state;
+    const cg_module_impl *dpi = cg__m(dp);
+    if (dpi->ops->forward != dp_forward)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: a %s, not a DataParallel module", fn, dpi->ops->type);
+    return dpi->state;
 }
 
 cg_device cg_data_parallel_device(const cg_module *dp, int i) {
@@ -47,13 +48,13 @@ cg_device cg_data_parallel_device(const cg_module *dp, int i) {
 /* ---- gradient synchronisation ----------------------------------------------------------------------- */
 /* Replica r's part of a bucket is final: its device's queue up to here is what the sum waits for. */
 static cg_status dp_replica_done(void *ctx, int replica, int bucket) {
-    dp_state *st = cg__m(((cg_module *)ctx))->state;
+    dp_state *st = cg__m((cg_module *)ctx)->state;
     return cg__nccl_mark(st->nccl, replica, bucket);
 }
 
 /* Every replica's part is final: sum the bucket's range across them, on the NCCL side streams. */
 static cg_status dp_launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end, bool last) {
-    dp_state *st = cg__m(((cg_module *)ctx))->state;
+    dp_state *st = cg__m((cg_module *)ctx)->state;
     float *bufs[CG_NODE_MAX_INPUTS];
     for (int r = 0; r < st->n; r++) bufs[r] = st->grad_bufs[r] + begin;
     return cg__nccl_allreduce(st->nccl, st->peer, bufs, end - begin, false, bucket, last);
@@ -61,8 +62,9 @@ static cg_status dp_launch_bucket(void *ctx, int bucket, int64_t begin, int64_t 
 
 static cg_status dp_make_buckets(cg_module *dp, size_t bytes) {
     static const cg_grad_bucket_ops ops = {.replica_done = dp_replica_done, .launch = dp_launch_bucket};
-    dp_state *st = cg__m(dp)->state;
-    cg_grad_buckets *made = cg__grad_buckets_new(cg__m(dp)->replicas, cg__m(dp)->nreplicas, bytes, &ops, dp);
+    const cg_module_impl *dpi = cg__m(dp);
+    dp_state *st = dpi->state;
+    cg_grad_buckets *made = cg__grad_buckets_new(dpi->replicas, dpi->nreplicas, bytes, &ops, dp);
     if (!made) return cg_last_status();
     cg__grad_buckets_free(st->buckets);
     st->buckets = made;
@@ -81,7 +83,8 @@ cg_status cg_data_parallel_set_bucket_bytes(cg_module *dp, size_t bytes) {
  * parameter counts as having a gradient when any replica produced one. */
 static cg_status dp_sync_gradients(void *ctx) {
     cg_module *dp = ctx;
-    dp_state *st = cg__m(dp)->state;
+    const cg_module_impl *dpi = cg__m(dp);
+    dp_state *st = dpi->state;
     st->in_backward = false;
     cg_status s = CG_OK;
     if (st->n > 1) {
@@ -89,10 +92,10 @@ static cg_status dp_sync_gradients(void *ctx) {
         cg_status js = cg__nccl_join(st->nccl);
         if (s == CG_OK) s = js;
     }
-    for (int i = 0; i < cg__m(dp)->nparams; i++) {
+    for (int i = 0; i < dpi->nparams; i++) {
         bool any = false;
-        for (int r = 0; r < st->n; r++) any |= cg__t(cg__m(cg__m(dp)->replicas[r])->params[i].tensor)->grad_defined;
-        for (int r = 0; r < st->n; r++) cg__t(cg__m(cg__m(dp)->replicas[r])->params[i].tensor)->grad_defined = any;
+        for (int r = 0; r < st->n; r++) any |= cg__t(cg__m(dpi->replicas[r])->params[i].tensor)->grad_defined;
+        for (int r = 0; r < st->n; r++) cg__t(cg__m(dpi->replicas[r])->params[i].tensor)->grad_defined = any;
     }
     return s;
 }
@@ -104,8 +107,8 @@ static cg_status dp_begin_backward(cg_module *dp) {
     dp_state *st = cg__m(dp)->state;
     if (st->in_backward) return CG_OK;
     for (int r = 1; r < st->n; r++) {
-        cg_module *m = cg__m(dp)->replicas[r];
-        for (int i = 0; i < cg__m(m)->nparams; i++) cg__t(cg__m(m)->params[i].tensor)->grad_defined = false;
+        const cg_module_impl *mi = cg__m(cg__m(dp)->replicas[r]);
+        for (int i = 0; i < mi->nparams; i++) cg__t(mi->params[i].tensor)->grad_defined = false;
     }
     CG_TRY(cg__queue_backward_callback(dp_sync_gradients, dp));
     st->in_backward = true;
@@ -115,10 +118,11 @@ static cg_status dp_begin_backward(cg_module *dp) {
 
 /* A view of rows [start, start + rows) of t that no scope or tape sees. */
 static cg_tensor *rows_of(const cg_tensor *t, int64_t start, int64_t rows) {
+    const cg_tensor_impl *ti = cg__t(t);
     int64_t shape[CG_MAX_DIMS];
-    memcpy(shape, cg__t(t)->shape, sizeof shape);
+    memcpy(shape, ti->shape, sizeof shape);
     shape[0] = rows;
-    cg_tensor *v = cg__view_new(t, cg__t(t)->ndim, shape, cg__t(t)->strides, cg__t(t)->offset + start * cg__t(t)->strides[0]);
+    cg_tensor *v = cg__view_new(t, ti->ndim, shape, ti->strides, ti->offset + start * ti->strides[0]);
     return v ? cg_keep(v) : NULL;
 }
 
@@ -141,22 +145,24 @@ static cg_status gather_backward(cg_node *node, const cg_tensor *g, cg_tensor **
 
 static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
     dp_state *st = cg__m(dp)->state;
-    const cg_tensor *first = ys[0];
+    const cg_tensor_impl *firsti = cg__t(ys[0]);
     int64_t shape[CG_MAX_DIMS] = {0};
-    for (int d = 1; d < cg__t(first)->ndim; d++) shape[d] = cg__t(first)->shape[d];
+    for (int d = 1; d < firsti->ndim; d++) shape[d] = firsti->shape[d];
     for (int i = 0; i < k; i++) {
+        const cg_tensor_impl *yi = cg__t(ys[i]);
         char a[160], b[160];
-        if (cg__t(ys[i])->ndim != cg__t(ys[0])->ndim || cg__t(ys[i])->ndim < 1 ||
-            memcmp(cg__t(ys[i])->shape + 1, cg__t(ys[0])->shape + 1, (size_t)(cg__t(ys[0])->ndim - 1) * sizeof(int64_t)))
+        if (yi->ndim != firsti->ndim || yi->ndim < 1 ||
+            memcmp(yi->shape + 1, firsti->shape + 1, (size_t)(firsti->ndim - 1) * sizeof(int64_t)))
             return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: replica outputs %s and %s cannot be gathered along dim 0",
                                 cg__shape_str(ys[0], a, sizeof a), cg__shape_str(ys[i], b, sizeof b));
-        if (!cg__add_i64(shape[0], cg__t(ys[i])->shape[0], &shape[0]))
+        if (!cg__add_i64(shape[0], yi->shape[0], &shape[0]))
             return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: the replicas' outputs (the first %s) hold more than 2^63 rows together",
                                 cg__shape_str(ys[0], a, sizeof a));
     }
-    cg_tensor *out = cg__tensor_new(cg__t(ys[0])->ndim, shape, st->output);
+    cg_tensor *out = cg__tensor_new(firsti->ndim, shape, st->output);
     if (!out) return (cg__fail_context("DataParallel: gathering the replicas' outputs"), NULL);
-    int64_t row = cg__t(out)->shape[0] ? cg__t(out)->numel / cg__t(out)->shape[0] : 0, start = 0;
+    const cg_tensor_impl *outi = cg__t(out);
+    int64_t row = outi->shape[0] ? outi->numel / outi->shape[0] : 0, start = 0;
     cg_status s = CG_OK;
     for (int i = 0; i < k && s == CG_OK; i++) {
         cg_tensor *c = cg_contiguous(ys[i]);
@@ -192,13 +198,14 @@ static cg_tensor *run_replicas(cg_module *dp, int k, const cg_tensor *const *sha
 
 static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x) {
     dp_state *st = cg__m(dp)->state;
-    if (cg__t(x)->ndim < 1 || cg__t(x)->shape[0] == 0)
+    const cg_tensor_impl *xi = cg__t(x);
+    if (xi->ndim < 1 || xi->shape[0] == 0)
         return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: the input needs a non-empty batch dimension");
-    if (cg__t(x)->requires_grad && cg_is_grad_enabled())
+    if (xi->requires_grad && cg_is_grad_enabled())
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "DataParallel: an input that requires grad is not supported "
                                                 "(detach it, or pass per-device shards)");
     int64_t sizes[CG_NODE_MAX_INPUTS];
-    int k = cg_data_parallel_chunks(cg__t(x)->shape[0], st->n, sizes);
+    int k = cg_data_parallel_chunks(xi->shape[0], st->n, sizes);
     cg_tensor *shards[CG_NODE_MAX_INPUTS] = {0};
     int made = 0;
     for (int64_t start = 0; made < k; start += sizes[made++]) {
@@ -223,18 +230,20 @@ cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor
         if (cg__check_tensor(shards[i], "cg_data_parallel_forward_shards", "shards[i]") != CG_OK) return NULL;
         if (!cg_device_equal(cg__t(shards[i])->device, cg_cuda(st->devices[i])))
             return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_data_parallel_forward_shards: shard %d is on %s, expected %s", i,
-                                cg_device_str(cg__t(shards[i])->device, a, sizeof a), cg_device_str(cg_cuda(st->devices[i]), b, sizeof b));
+                                cg_device_str(cg__t(shards[i])->device, a, sizeof a),
+                                cg_device_str(cg_cuda(st->devices[i]), b, sizeof b));
     }
     return run_replicas(dp, n, shards);
 }
 
 /* ---- construction -------------------------------------------------------------------------------------- */
 static void dp_destroy(cg_module *dp) {
-    dp_state *st = cg__m(dp)->state;
+    cg_module_impl *dpi = cg__m(dp);
+    dp_state *st = dpi->state;
     if (st) cg__grad_buckets_free(st->buckets), cg__peer_free(st->peer);
-    for (int r = 0; r < cg__m(dp)->nreplicas; r++) cg__module_free_owned(cg__m(dp)->replicas[r]);
-    free(cg__m(dp)->replicas);
-    cg__m(dp)->replicas = NULL, cg__m(dp)->nreplicas = 0;
+    for (int r = 0; r < dpi->nreplicas; r++) cg__module_free_owned(dpi->replicas[r]);
+    free(dpi->replicas);
+    dpi->replicas = NULL, dpi->nreplicas = 0;
     if (st) cg__nccl_free(st->nccl);
     free(st);
 }
@@ -242,7 +251,8 @@ static void dp_destroy(cg_module *dp) {
 static const cg_module_ops dp_ops = {.type = "DataParallel", .forward = dp_forward, .destroy = dp_destroy};
 
 bool cg_parallel_peer_allreduce(const cg_module *m) {
-    if (cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->ops == &dp_ops) return ((const dp_state *)cg__m(m)->state)->peer != NULL;
+    if (cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->ops == &dp_ops)
+        return ((const dp_state *)cg__m(m)->state)->peer != NULL;
     return cg__ddp_peer_allreduce(m);
 }
 
@@ -264,7 +274,8 @@ static cg_status check_devices(const cg_module *m, int n, const int *ids, int ou
     char a[16], b[16];
     if (!cg_device_equal(cg__m(m)->device, cg_cuda(st->devices[0])))
         return cg__fail(CG_ERR_DEVICE, "DataParallel: the module must have its parameters on %s (device_ids[0]) but found them on %s",
-                        cg_device_str(cg_cuda(st->devices[0]), a, sizeof a), cg_device_str(cg__m(m)->device, b, sizeof b));
+                        cg_device_str(cg_cuda(st->devices[0]), a, sizeof a),
+                        cg_device_str(cg__m(m)->device, b, sizeof b));
     if (output_device >= count)
         return cg__fail(CG_ERR_DEVICE, "DataParallel: output_device %d is out of range (%d CUDA devices)", output_device, count);
     st->output = cg_cuda(output_device < 0 ? st->devices[0] : output_device);
@@ -273,11 +284,12 @@ static cg_status check_devices(const cg_module *m, int n, const int *ids, int ou
 
 /* The wrapper lists the first replica's parameters as "module.<name>", as PyTorch's state_dict. */
 static cg_status alias_params(cg_module *dp, const cg_module *m) {
+    cg_module_impl *dpi = cg__m(dp);
     int n;
-    cg__m(dp)->params = cg__param_list_new(m, "module.", &n); /* the same tensors, in the same order */
-    if (!cg__m(dp)->params) return cg__fail_context("DataParallel");
-    for (int i = 0; i < n; i++) cg__m(dp)->params[i].offset = cg__m(m)->params[i].offset;
-    cg__m(dp)->nparams = n;
+    dpi->params = cg__param_list_new(m, "module.", &n); /* the same tensors, in the same order */
+    if (!dpi->params) return cg__fail_context("DataParallel");
+    for (int i = 0; i < n; i++) dpi->params[i].offset = cg__m(m)->params[i].offset;
+    dpi->nparams = n;
     return CG_OK;
 }
 
@@ -294,28 +306,31 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
         free(st);
         return NULL;
     }
-    cg__m(dp)->state = st;
-    cg__m(dp)->replicas = calloc((size_t)st->n, sizeof *cg__m(dp)->replicas);
-    cg_status s = cg__m(dp)->replicas ? alias_params(dp, module) : cg__fail(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
+    cg_module_impl *dpi = cg__m(dp);
+    dpi->state = st;
+    dpi->replicas = calloc((size_t)st->n, sizeof *dpi->replicas);
+    cg_status s = dpi->replicas ? alias_params(dp, module)
+                                : cg__fail(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
     for (int r = 0; r < st->n && s == CG_OK; r++) {
         cg_module *replica = r == 0 ? module : cg_module_clone(module, cg_cuda(st->devices[r]));
         if (!replica) {
             s = cg_last_status();
             break;
         }
-        cg__m(dp)->replicas[cg__m(dp)->nreplicas++] = replica;
+        dpi->replicas[dpi->nreplicas++] = replica;
         st->grad_bufs[r] = cg__data(cg__m(replica)->flat_grad);
     }
     if (s == CG_OK && st->n > 1) s = cg__nccl_new(NULL, st->n, 0, st->n, st->devices, &st->nccl);
     if (s == CG_OK && st->n > 1 && cg__peer_enabled() &&
-        cg__peer_new_local(st->n, st->devices, st->grad_bufs, cg__t(cg__m(cg__m(dp)->replicas[0])->flat_grad)->numel, &st->peer) != CG_OK)
+        cg__peer_new_local(st->n, st->devices, st->grad_bufs, cg__t(cg__m(dpi->replicas[0])->flat_grad)->numel,
+                           &st->peer) != CG_OK)
         st->peer = NULL; /* NCCL does it all: the GPUs cannot reach each other's memory */
     if (s == CG_OK && st->n > 1) s = dp_make_buckets(dp, CG_GRAD_BUCKET_DEFAULT_BYTES);
     if (s != CG_OK) {
-        if (cg__m(dp)->nreplicas > 0) cg__m(dp)->replicas[0] = NULL; /* the caller keeps its module */
+        if (dpi->nreplicas > 0) dpi->replicas[0] = NULL; /* the caller keeps its module */
         cg_module_free(dp);
         return NULL;
     }
-    for (int r = 0; r < cg__m(dp)->nreplicas; r++) cg__m(cg__m(dp)->replicas[r])->parent = dp; /* after cloning the first */
+    for (int r = 0; r < dpi->nreplicas; r++) cg__m(dpi->replicas[r])->parent = dp; /* after cloning the first */
     return dp;
 }

@@ -18,7 +18,9 @@ typedef struct dist_impl {
 static cg_handle_pool dist_pool = CG_HANDLE_POOL(CG_HANDLE_DIST, dist_impl);
 
 static dist_impl *dist_of(const cg_dist *h) { return cg__handle_object(h); }
-static cg_status check_dist(const cg_dist *h, const char *fn) { return cg__handle_check(CG_HANDLE_DIST, h, fn, "dist"); }
+static cg_status check_dist(const cg_dist *h, const char *fn) {
+    return cg__handle_check(CG_HANDLE_DIST, h, fn, "dist");
+}
 
 static cg_status mpi_error(int code, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -80,7 +82,9 @@ cg_dist *cg_dist_init(int *argc, char ***argv) {
 }
 
 int cg_dist_rank(const cg_dist *d) { return check_dist(d, "cg_dist_rank") == CG_OK ? dist_of(d)->rank : -1; }
-int cg_dist_world_size(const cg_dist *d) { return check_dist(d, "cg_dist_world_size") == CG_OK ? dist_of(d)->world : -1; }
+int cg_dist_world_size(const cg_dist *d) {
+    return check_dist(d, "cg_dist_world_size") == CG_OK ? dist_of(d)->world : -1;
+}
 cg_device cg_dist_device(const cg_dist *d) {
     return check_dist(d, "cg_dist_device") == CG_OK ? dist_of(d)->device : cg_cpu();
 }
@@ -116,14 +120,15 @@ typedef struct ddp_state {
 static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end, bool last) {
     (void)bucket;
     ddp_state *st = ctx;
-    cg_module *m = st->module;
-    float *data = cg__data(cg__m(m)->flat_grad) + begin;
+    const cg_module_impl *mi = cg__m(st->module);
+    const dist_impl *disti = dist_of(st->dist);
+    float *data = cg__data(mi->flat_grad) + begin;
     int64_t count = end - begin;
-    if (dist_of(st->dist)->world == 1 || count == 0) return CG_OK;
-    if (cg__m(m)->device.type == CG_CUDA) return cg__nccl_allreduce(dist_of(st->dist)->nccl, st->peer, &data, count, true, -1, last);
+    if (disti->world == 1 || count == 0) return CG_OK;
+    if (mi->device.type == CG_CUDA) return cg__nccl_allreduce(disti->nccl, st->peer, &data, count, true, -1, last);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: a bucket of %lld floats is too large for MPI", (long long)count);
     CG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-    float scale = 1.0f / (float)dist_of(st->dist)->world;
+    float scale = 1.0f / (float)disti->world;
     for (int64_t i = 0; i < count; i++) data[i] *= scale;
     return CG_OK;
 }
@@ -132,14 +137,14 @@ static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end
  * compute stream waits for the averages, and every parameter holds the averaged gradient. */
 static cg_status ddp_finish_backward(void *ctx) {
     ddp_state *st = ctx;
-    cg_module *m = st->module;
+    const cg_module_impl *mi = cg__m(st->module);
     st->in_backward = false;
     cg_status s = cg__grad_buckets_flush(st->buckets);
-    if (cg__m(m)->device.type == CG_CUDA && dist_of(st->dist)->world > 1) {
+    if (mi->device.type == CG_CUDA && dist_of(st->dist)->world > 1) {
         cg_status js = cg__nccl_join(dist_of(st->dist)->nccl);
         if (s == CG_OK) s = js;
     }
-    for (int i = 0; i < cg__m(m)->nparams; i++) cg__t(cg__m(m)->params[i].tensor)->grad_defined = true;
+    for (int i = 0; i < mi->nparams; i++) cg__t(mi->params[i].tensor)->grad_defined = true;
     return s;
 }
 
@@ -162,13 +167,14 @@ static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
                                                 "before cg_dist_finalize)");
     if (!cg_is_grad_enabled()) return cg_module_forward(st->module, x); /* evaluation: purely local */
     /* Averaging assumes equal local batches: a different size would silently mis-weight a rank. */
-    int64_t sizes[2] = {cg__t(x)->ndim ? cg__t(x)->shape[0] : 1, cg__t(x)->ndim ? -cg__t(x)->shape[0] : -1};
+    const cg_tensor_impl *xi = cg__t(x);
+    int64_t sizes[2] = {xi->ndim ? xi->shape[0] : 1, xi->ndim ? -xi->shape[0] : -1};
     int rc = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS) return (mpi_error(rc, "DDP batch-size check"), NULL);
     if (sizes[0] != -sizes[1])
         return CG_FAIL_NULL(CG_ERR_SHAPE, "DistributedDataParallel: local batch sizes differ across ranks (from %lld to "
                                           "%lld rows; this rank has %lld): every rank needs the same batch size",
-                            (long long)-sizes[1], (long long)sizes[0], (long long)(cg__t(x)->ndim ? cg__t(x)->shape[0] : 1));
+                            (long long)-sizes[1], (long long)sizes[0], (long long)(xi->ndim ? xi->shape[0] : 1));
     cg_tensor *y = cg_module_forward(st->module, x);
     if (!y || !cg__t(y)->requires_grad) return y;
     cg_tensor *out = cg__alias(y);
@@ -194,20 +200,22 @@ static void free_peer(ddp_state *st) {
 }
 
 static void ddp_destroy(cg_module *ddp) {
-    ddp_state *st = cg__m(ddp)->state;
+    cg_module_impl *ddpi = cg__m(ddp);
+    ddp_state *st = ddpi->state;
     if (!st) return;
     cg__grad_buckets_free(st->buckets);
     free_peer(st);
     cg__module_free_owned(st->module);
     free(st);
-    free(cg__m(ddp)->replicas);
-    cg__m(ddp)->replicas = NULL, cg__m(ddp)->nreplicas = 0;
+    free(ddpi->replicas);
+    ddpi->replicas = NULL, ddpi->nreplicas = 0;
 }
 
 static const cg_module_ops ddp_ops = {.type = "DistributedDataParallel", .forward = ddp_forward, .destroy = ddp_destroy};
 
 bool cg__ddp_peer_allreduce(const cg_module *m) {
-    return cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->ops == &ddp_ops && ((const ddp_state *)cg__m(m)->state)->peer != NULL;
+    return cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->ops == &ddp_ops &&
+           ((const ddp_state *)cg__m(m)->state)->peer != NULL;
 }
 
 /* Whether every rank says yes (a failed MPI call counts as a no everywhere it fails). */
@@ -219,13 +227,14 @@ static bool all_agree(bool yes) {
 /* The peer all-reduce over the ranks' flat gradients, when all of them can take part; otherwise
  * (other hosts, no peer access, CGRAD_PEER_ALLREDUCE=0) none does and NCCL takes every bucket. */
 static void connect_peers(ddp_state *st) {
-    cg_dist *d = st->dist;
-    cg_module *m = st->module;
-    if (cg__m(m)->device.type != CG_CUDA || dist_of(d)->world < 2) return;
+    const dist_impl *di = dist_of(st->dist);
+    const cg_module_impl *mi = cg__m(st->module);
+    if (mi->device.type != CG_CUDA || di->world < 2) return;
     cg_peer *p = NULL;
-    unsigned char *all = calloc((size_t)dist_of(d)->world, CG_PEER_EXPORT_BYTES), mine[CG_PEER_EXPORT_BYTES] = {0};
+    unsigned char *all = calloc((size_t)di->world, CG_PEER_EXPORT_BYTES), mine[CG_PEER_EXPORT_BYTES] = {0};
     bool ok = all && cg__peer_enabled() &&
-              cg__peer_new_rank(dist_of(d)->device.index, dist_of(d)->rank, dist_of(d)->world, cg__data(cg__m(m)->flat_grad), cg__t(cg__m(m)->flat_grad)->numel, &p) == CG_OK &&
+              cg__peer_new_rank(di->device.index, di->rank, di->world, cg__data(mi->flat_grad),
+                                cg__t(mi->flat_grad)->numel, &p) == CG_OK &&
               cg__peer_export(p, mine) == CG_OK;
     bool connected = false;
     if (all_agree(ok) &&
@@ -243,11 +252,11 @@ static void connect_peers(ddp_state *st) {
 
 /* Rank 0's parameters everywhere, so replicas start identical (as DDP's constructor). */
 static cg_status broadcast_parameters(ddp_state *st) {
-    cg_module *m = st->module;
-    float *data = cg__data(cg__m(m)->flat_data);
-    int64_t count = cg__t(cg__m(m)->flat_data)->numel;
+    const cg_module_impl *mi = cg__m(st->module);
+    float *data = cg__data(mi->flat_data);
+    int64_t count = cg__t(mi->flat_data)->numel;
     if (dist_of(st->dist)->world == 1) return CG_OK;
-    if (cg__m(m)->device.type == CG_CUDA) return cg__nccl_broadcast(dist_of(st->dist)->nccl, &data, count, 0);
+    if (mi->device.type == CG_CUDA) return cg__nccl_broadcast(dist_of(st->dist)->nccl, &data, count, 0);
     if (count > INT32_MAX) return cg__fail(CG_ERR_INVALID_ARG, "DDP: %lld parameters are too many for one MPI call", (long long)count);
     CG_MPI_CHECK(MPI_Bcast(data, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD));
     return CG_OK;
@@ -257,38 +266,42 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     char a[16], b[16];
     if (check_dist(dist, "cg_ddp_new") != CG_OK) return NULL;
     if (cg__module_check_adoptable(module, "cg_ddp_new", "the module") != CG_OK) return NULL;
-    if (!cg__m(module)->flat_data) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: the module has no parameters");
-    if (!cg_device_equal(cg__m(module)->device, dist_of(dist)->device))
+    cg_module_impl *modulei = cg__m(module);
+    const dist_impl *disti = dist_of(dist);
+    if (!modulei->flat_data) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: the module has no parameters");
+    if (!cg_device_equal(modulei->device, disti->device))
         return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_ddp_new: the module is on %s but this rank's device is %s",
-                            cg_device_str(cg__m(module)->device, a, sizeof a), cg_device_str(dist_of(dist)->device, b, sizeof b));
-    cg_module *ddp = cg__module_new(&ddp_ops, cg__m(module)->device, 0);
+                            cg_device_str(modulei->device, a, sizeof a), cg_device_str(disti->device, b, sizeof b));
+    cg_module *ddp = cg__module_new(&ddp_ops, modulei->device, 0);
     ddp_state *st = ddp ? calloc(1, sizeof *st) : NULL;
     if (!st) {
         cg_module_free(ddp);
         return CG_FAIL_NULL(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     }
-    cg__m(ddp)->state = st;
+    cg_module_impl *ddpi = cg__m(ddp);
+    ddpi->state = st;
     st->dist = dist, st->module = module;
     static const cg_grad_bucket_ops ops = {.launch = launch_bucket};
     st->buckets = cg__grad_buckets_new(&module, 1, bucket_bytes ? bucket_bytes : CG_GRAD_BUCKET_DEFAULT_BYTES, &ops, st);
     cg_status s = st->buckets ? broadcast_parameters(st) : cg_last_status();
     if (s == CG_OK) connect_peers(st);
-    if (s == CG_OK && !(cg__m(ddp)->replicas = calloc(1, sizeof *cg__m(ddp)->replicas))) s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
+    if (s == CG_OK && !(ddpi->replicas = calloc(1, sizeof *ddpi->replicas)))
+        s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     if (s == CG_OK) {
-        cg__m(ddp)->replicas[0] = module, cg__m(ddp)->nreplicas = 1;
+        ddpi->replicas[0] = module, ddpi->nreplicas = 1;
         int n;
-        cg__m(ddp)->params = cg__param_list_new(module, "module.", &n); /* the same tensors, in the same order */
-        if (!cg__m(ddp)->params) s = cg__fail_context("cg_ddp_new");
+        ddpi->params = cg__param_list_new(module, "module.", &n); /* the same tensors, in the same order */
+        if (!ddpi->params) s = cg__fail_context("cg_ddp_new");
     }
-    for (int i = 0; s == CG_OK && i < cg__m(module)->nparams; i++) cg__m(ddp)->params[i].offset = cg__m(module)->params[i].offset;
+    for (int i = 0; s == CG_OK && i < modulei->nparams; i++) ddpi->params[i].offset = modulei->params[i].offset;
     if (s != CG_OK) {
         cg__grad_buckets_free(st->buckets); /* unhooks the caller's module, which it keeps */
         st->buckets = NULL, st->module = NULL;
         cg_module_free(ddp);
         return NULL;
     }
-    cg__m(ddp)->nparams = cg__m(module)->nparams;
-    cg__m(module)->parent = ddp;
+    ddpi->nparams = modulei->nparams;
+    modulei->parent = ddp;
     return ddp;
 }
 

@@ -61,9 +61,9 @@ void cg__grad_buckets_arm(cg_grad_buckets *gb) {
  * stale values: zeros go in before the bucket is combined. */
 static void zero_undefined(cg_grad_buckets *gb, int r, int b) {
     for (int i = 0; i < gb->nparams && gb->failure == CG_OK; i++) {
-        cg_tensor *p = cg__m(gb->replicas[r])->params[i].tensor;
-        if (gb->hooks[r * gb->nparams + i].bucket == b && !cg__t(p)->grad_defined)
-            gb->failure = cg__backend_for(cg__t(p)->device)->fill(cg__t(p)->grad, 0.0f);
+        const cg_tensor_impl *pi = cg__t(cg__m(gb->replicas[r])->params[i].tensor);
+        if (gb->hooks[r * gb->nparams + i].bucket == b && !pi->grad_defined)
+            gb->failure = cg__backend_for(pi->device)->fill(pi->grad, 0.0f);
     }
 }
 
@@ -82,17 +82,17 @@ cg_status cg__grad_buckets_flush(cg_grad_buckets *gb) {
 
 /* Walks the parameters from the last: a bucket closes once it holds bucket_bytes. */
 static void assign_buckets(cg_grad_buckets *gb, size_t bucket_bytes) {
-    const cg_module *m = gb->replicas[0];
+    const cg_module_impl *mi = cg__m(gb->replicas[0]);
     int64_t limit = (int64_t)(bucket_bytes / sizeof(float));
-    for (int i = cg__m(m)->nparams - 1; i >= 0; i--) {
+    for (int i = mi->nparams - 1; i >= 0; i--) {
         bucket *bk = &gb->buckets[gb->nbuckets];
-        if (bk->params == 0) bk->end = i + 1 < cg__m(m)->nparams ? cg__m(m)->params[i + 1].offset : cg__t(cg__m(m)->flat_grad)->numel;
-        bk->begin = cg__m(m)->params[i].offset;
+        if (bk->params == 0) bk->end = i + 1 < mi->nparams ? mi->params[i + 1].offset : cg__t(mi->flat_grad)->numel;
+        bk->begin = mi->params[i].offset;
         bk->params++;
         for (int r = 0; r < gb->nreplicas; r++) gb->hooks[r * gb->nparams + i] = (param_hook){gb, r, gb->nbuckets, false};
         if (bk->end - bk->begin >= limit) gb->nbuckets++;
     }
-    if (cg__m(m)->nparams > 0 && gb->buckets[gb->nbuckets].params > 0) gb->nbuckets++;
+    if (mi->nparams > 0 && gb->buckets[gb->nbuckets].params > 0) gb->nbuckets++;
 }
 
 cg_grad_buckets *cg__grad_buckets_new(cg_module *const *replicas, int nreplicas, size_t bucket_bytes,
