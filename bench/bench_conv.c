@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv, "benchmark: the Fashion-MNIST CNN's conv and pool layers, forward and backward",
                    flags, 5);
-    cg_set_num_threads(threads);
+    CHECK_OK(cg_set_num_threads(threads));
     cg_set_allow_tf32(tf32 != 0);
     cg_manual_seed(1);
     char where[64];

@@ -304,7 +304,10 @@ int main(int argc, char **argv) {
     }
     int rank = cg_dist_rank(g_dist), world = cg_dist_world_size(g_dist);
     cg_device dev = cg_dist_device(g_dist);
-    if (dev.type == CG_CPU) cg_set_num_threads(cg_get_num_threads() / world > 0 ? cg_get_num_threads() / world : 1);
+    if (dev.type == CG_CPU) {
+        int per_rank = cg_get_num_threads() / world;
+        CHECK_OK(cg_set_num_threads(per_rank > 0 ? per_rank : 1));
+    }
     cg_set_allow_tf32(false);
     size_t bucket_bytes = (size_t)((double)(bucket_mb > 0 ? bucket_mb : 25.0f) * 1048576.0);
     if (rank == 0) {

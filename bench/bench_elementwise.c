@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv, "benchmark: cos(x)**2 + sin(x)**2 op by op, and its memory floor",
                    flags, (int)(sizeof flags / sizeof flags[0]));
-    cg_set_num_threads(threads);
+    CHECK_OK(cg_set_num_threads(threads));
     int gpu = device.type == CG_CUDA;
     if (copy_mib == 0) copy_mib = gpu ? 1024 : 256;
 

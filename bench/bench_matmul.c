@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv, "benchmark: fp32 x @ x on the GPU and on the CPU", flags,
                    (int)(sizeof flags / sizeof flags[0]));
-    cg_set_num_threads(threads);
+    CHECK_OK(cg_set_num_threads(threads));
     cg_set_allow_tf32(false); /* true fp32, like torch.backends.cuda.matmul.allow_tf32 = False */
     cg_manual_seed(0);
 

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
         {"--runs", EU_INT, &runs, 1, "timed runs (median)"},
     };
     eu_parse_flags(argc, argv, "benchmark: the seed Linear's GEMMs against a read of x", flags, 6);
-    cg_set_num_threads(threads);
+    CHECK_OK(cg_set_num_threads(threads));
     cg_manual_seed(1);
     cg_tensor *x = CHECK(cg_randn(CG_SHAPE(n, k), device)), *w = CHECK(cg_randn(CG_SHAPE(o, k), device));
     cg_tensor *g = CHECK(cg_randn(CG_SHAPE(n, o), device));

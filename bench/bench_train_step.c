@@ -276,13 +276,13 @@ static void work_tiny(const config *c) {
 
     /* CPU at tiny_threads threads */
     int threads = cg_get_num_threads();
-    cg_set_num_threads(c->tiny_threads);
+    CHECK_OK(cg_set_num_threads(c->tiny_threads));
     snprintf(key, sizeof key, "tiny_cpu_t%d_in%lld_out%lld_n%lld", cg_get_num_threads(),
              (long long)in, (long long)out, (long long)n);
     trainer t = trainer_new(cg_cpu(), in, out, n);
     print_result(key, time_steps(&t, key, 10 * c->warmup, c->cpu_tiny_steps), c->cpu_tiny_steps, "");
     trainer_free(&t);
-    cg_set_num_threads(threads);
+    CHECK_OK(cg_set_num_threads(threads));
 }
 
 static void work_wide(const config *c) {
@@ -312,7 +312,7 @@ static void work_wide(const config *c) {
 static void work_cpu_seed(const config *c) {
     char key[128], extra[64];
     int threads = cg_get_num_threads();
-    cg_set_num_threads(c->cpu_seed_threads);
+    CHECK_OK(cg_set_num_threads(c->cpu_seed_threads));
     /* the floor: X read twice (forward, weight gradient) at the CPU's copy bandwidth */
     int64_t mib = c->copy_mib < 256 ? c->copy_mib : 256;
     snprintf(key, sizeof key, "copy_cpu_t%d_%lldMiB", cg_get_num_threads(), (long long)mib);
@@ -324,7 +324,7 @@ static void work_cpu_seed(const config *c) {
     trainer_free(&t);
     snprintf(extra, sizeof extra, "floor_ms=%.4f", 2e3 * (double)c->n * (double)c->in * sizeof(float) / bw);
     print_result(key, med, c->cpu_seed_steps, extra);
-    cg_set_num_threads(threads);
+    CHECK_OK(cg_set_num_threads(threads));
 }
 
 static void work_first_step(const config *c) {

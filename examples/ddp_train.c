@@ -181,9 +181,9 @@ int main(int argc, char **argv) {
     if (device.type == CG_CPU) {
         /* CPU ranks share the host's cores; oversubscribing them slows every rank down. */
         int t = threads > 0 ? threads : cg_get_num_threads() / world;
-        cg_set_num_threads(t > 0 ? t : 1);
+        CHECK_OK(cg_set_num_threads(t > 0 ? t : 1));
     } else if (threads > 0) {
-        cg_set_num_threads(threads);
+        CHECK_OK(cg_set_num_threads(threads));
     }
 
     /* Who runs where: every rank's device, gathered as a sum of one-hot slots. */

@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv, "x @ x for x = rand(n, n), timed on the CPU and on the GPU", flags,
                    (int)(sizeof flags / sizeof flags[0]));
-    cg_set_num_threads(threads);
+    CHECK_OK(cg_set_num_threads(threads));
     cg_manual_seed(0);
 
     double flop = 2.0 * (double)n * (double)n * (double)n; /* n^2 dot products of length n */

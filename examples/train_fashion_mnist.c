@@ -457,7 +457,7 @@ int main(int argc, char **argv) {
     }
     if (!data_dir) data_dir = getenv("CGRAD_FASHION_MNIST_DIR");
     if (!data_dir || !*data_dir) data_dir = CG_FASHION_MNIST_DIR;
-    if (threads > 0) cg_set_num_threads(threads);
+    if (threads > 0) CHECK_OK(cg_set_num_threads(threads));
     if (device.type == CG_CPU && !cg_cuda_is_available())
         printf("no GPU: %s. Running on the CPU.\n", cg_cuda_unavailable_reason());
     bool tty = isatty(fileno(stdout));

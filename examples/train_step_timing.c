@@ -161,7 +161,7 @@ int main(int argc, char **argv) {
                    "timed on the CPU and on the GPU\n"
                    "  --graph  also capture the GPU step as a CUDA graph and time its replays",
                    flags, (int)(sizeof flags / sizeof flags[0]));
-    cg_set_num_threads(threads);
+    CHECK_OK(cg_set_num_threads(threads));
     cg_manual_seed(0);
 
     printf("training step: Linear(%lld, %lld), %lld examples, SGD(lr=0.01), MSELoss, float32\n",

@@ -105,7 +105,19 @@ const char *cg_device_name(cg_device d, char *buf, size_t len);
 cg_status cg_synchronize(cg_device d);
 
 /* ---- global settings -------------------------------------------------------------------- */
-void cg_set_num_threads(int n);    /* CPU threads for kernels and OpenBLAS (torch.set_num_threads) */
+/* The most CPU threads cgrad runs: every one may be inside a BLAS call at once (tiled GEMM,
+ * convolution), each such call holds one of OpenBLAS's buffers, and OpenBLAS 0.3.21 as Debian builds
+ * it (for 64 threads) has 640 of them, up to 63 kept by its own threads; a call that finds none
+ * left crashes inside OpenBLAS. 512 leaves room, and is more threads than cgrad's kernels scale to. */
+#define CG_MAX_THREADS 512
+/* CPU threads for kernels and OpenBLAS (torch.set_num_threads), for ops run by the calling thread;
+ * 1 <= n <= CG_MAX_THREADS, else CG_ERR_INVALID_ARG. The threads, and a BLAS buffer for each, are set
+ * up here (and, at the default count, before a thread's first CPU op), so that a later shortage of
+ * memory is an error of the op that meets it: when they cannot be set up (the process is out of
+ * threads or address space) it fails with CG_ERR_OOM and the previous count stays. */
+cg_status cg_set_num_threads(int n);
+/* The calling thread's count: cg_set_num_threads's, else OMP_NUM_THREADS or the cores (at most
+ * CG_MAX_THREADS). */
 int cg_get_num_threads(void);
 void cg_manual_seed(uint64_t seed); /* seeds the CPU generator and every GPU's generator */
 void cg_set_allow_tf32(bool allow); /* GPU matmul in TF32; off by default (true fp32) */

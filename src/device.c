@@ -1,5 +1,5 @@
 /* Devices and global settings: device discovery, names, parsing, threads, seed, TF32. */
-#include "internal.h"
+#include "cpu/cpu.h"
 
 #include <omp.h>
 #include <stdatomic.h>
@@ -103,11 +103,21 @@ cg_status cg_synchronize(cg_device d) {
     return be->synchronize(d.index);
 }
 
-void cg_set_num_threads(int n) {
-    if (n < 1) n = 1;
+cg_status cg_set_num_threads(int n) {
+    if (n < 1 || n > CG_MAX_THREADS)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_set_num_threads: %d threads; expected 1 to %d (CG_MAX_THREADS)", n,
+                        CG_MAX_THREADS);
+    int previous = omp_get_max_threads();
     omp_set_num_threads(n); /* every CPU kernel's threads, BLAS calls included (src/cpu/cpu_matmul.c) */
+    if (cg__cpu_enter() == CG_OK) return CG_OK; /* the new team and its BLAS buffers, set up now */
+    omp_set_num_threads(previous);
+    return cg__fail_context("cg_set_num_threads(%d)", n);
 }
-int cg_get_num_threads(void) { return omp_get_max_threads(); }
+
+int cg_get_num_threads(void) {
+    int n = omp_get_max_threads();
+    return n < CG_MAX_THREADS ? n : CG_MAX_THREADS; /* a larger default is cut there at the first op */
+}
 
 void cg_manual_seed(uint64_t seed) {
     atomic_store_explicit(&global_seed, seed, memory_order_relaxed);

@@ -4,6 +4,7 @@
 
 cg_status cg__cpu_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                             const cg_adam_args *a, int index) {
+    CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(i, n, n, {
         cg_adam_update(&param[i], grad[i], &exp_avg[i], &exp_avg_sq[i], a->one_minus_beta1, a->beta2, a->one_minus_beta2,
                        a->eps, a->weight_decay, a->step_size, a->bias_correction2_sqrt, a->decay_factor, a->decoupled);

@@ -15,6 +15,7 @@ static cg_status cpu_memcpy(cg_device d, void *dst, const void *src, size_t byte
 static cg_status cpu_synchronize(int index) { return CG_OK; }
 
 static cg_status cpu_fill(cg_tensor *out, float value) {
+    CG_TRY(cg__cpu_enter());
     float *y = cg__data(out);
     int64_t n = cg__t(out)->numel;
     CG_CPU_FOR(i, n, n, { y[i] = value; });
@@ -22,6 +23,7 @@ static cg_status cpu_fill(cg_tensor *out, float value) {
 }
 
 static cg_status cpu_arange(cg_tensor *out, double start, double step) {
+    CG_TRY(cg__cpu_enter());
     float *y = cg__data(out);
     int64_t n = cg__t(out)->numel;
     CG_CPU_FOR(i, n, n, { y[i] = (float)(start + (double)i * step); });
@@ -30,6 +32,7 @@ static cg_status cpu_arange(cg_tensor *out, double start, double step) {
 
 /* Element i depends only on (seed, i), so the stream is the same at any thread count. */
 static cg_status cpu_random(cg_tensor *out, bool normal) {
+    CG_TRY(cg__cpu_enter());
     float *y = cg__data(out);
     int64_t n = cg__t(out)->numel, draws = (n + 3) / 4;
     uint64_t key = cg__seed(), first = cg__cpu_rng_reserve((uint64_t)draws);

@@ -4,6 +4,7 @@
 
 cg_status cg__cpu_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
                                         float *row_loss, int index) {
+    CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(i, n, n * c, {
         const float *x = logits + i * c;
         float *y = logp + i * c;
@@ -21,6 +22,7 @@ cg_status cg__cpu_cross_entropy_forward(const float *logits, const float *target
 
 cg_status cg__cpu_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale, int64_t n,
                                          int64_t c, float *grad, int index) {
+    CG_TRY(cg__cpu_enter());
     float gscale = g[0] * scale;
     CG_CPU_FOR(i, n, n * c, {
         int64_t k = cg_class_index(targets[i], c);
@@ -32,6 +34,7 @@ cg_status cg__cpu_cross_entropy_backward(const float *logp, const float *targets
 
 cg_status cg__cpu_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
                          int index) {
+    CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(o, outer * inner, outer * n * inner, {
         const float *p = x + (o / inner) * n * inner + o % inner;
         int64_t best = 0;
@@ -44,6 +47,7 @@ cg_status cg__cpu_argmax(const float *x, int64_t outer, int64_t n, int64_t inner
 }
 
 cg_status cg__cpu_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst, int index) {
+    CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(i, n, n * row_len, { memcpy(dst + i * row_len, src + (int64_t)rows[i] * row_len, (size_t)row_len * sizeof(float)); });
     return CG_OK;
 }

@@ -119,10 +119,10 @@ static int64_t conv_flops(const cg_conv_geom *g) {
 /* y_n (k, oh ow) = weight (k, c kh kw) col_n (c kh kw, oh ow) [+ bias, set first, with beta 1]. */
 cg_status cg__cpu_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
                                  float *y, int index) {
+    CG_TRY(cg__cpu_enter());
     int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow;
     col_workspace ws;
     CG_TRY(workspace_get(g, &ws));
-    cg__cpu_blas_init(); /* one thread per BLAS call: the calls run inside our parallel loops */
     CG_CPU_FOR(n, g->n, conv_flops(g), {
         const float *col = columns_of(g, &ws, x + n * g->c * g->h * g->w);
         float *y_n = y + n * g->k * p;
@@ -139,10 +139,10 @@ cg_status cg__cpu_conv2d_forward(const cg_conv_geom *g, const float *x, const fl
 /* gcol_n (c kh kw, oh ow) = weight^T gy_n (k, oh ow), folded back into gx_n by col2im. */
 cg_status cg__cpu_conv2d_backward_data(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
                                        int index) {
+    CG_TRY(cg__cpu_enter());
     int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow, chw = g->c * g->h * g->w;
     col_workspace ws;
     CG_TRY(workspace_get(g, &ws));
-    cg__cpu_blas_init(); /* one thread per BLAS call: the calls run inside our parallel loops */
     CG_CPU_FOR(n, g->n, conv_flops(g), {
         float *gcol = ws.base ? ws.base + ws.per_thread * omp_get_thread_num() : gx + n * chw;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ckk, (int)p, (int)g->k, 1.0f, weight, (int)ckk,
@@ -158,6 +158,7 @@ cg_status cg__cpu_conv2d_backward_data(const cg_conv_geom *g, const float *gy, c
  * added in order. */
 cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
                                          int index) {
+    CG_TRY(cg__cpu_enter());
     int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow, wn = g->k * ckk;
     int64_t groups = (g->n + WGRAD_GROUP - 1) / WGRAD_GROUP;
     if (groups == 0) {
@@ -177,7 +178,6 @@ cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, 
         if (groups > 1) cg__free(cg_cpu(), partial, partial_bytes);
         return s;
     }
-    cg__cpu_blas_init(); /* one thread per BLAS call: the calls run inside our parallel loops */
     CG_CPU_FOR(gi, groups, conv_flops(g), {
         int64_t end = (gi + 1) * WGRAD_GROUP < g->n ? (gi + 1) * WGRAD_GROUP : g->n;
         for (int64_t n = gi * WGRAD_GROUP; n < end; n++) {
@@ -231,6 +231,7 @@ static void pool_chunk(const cg_conv_geom *g, const float *x, int64_t o0, int n,
 }
 
 cg_status cg__cpu_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index) {
+    CG_TRY(cg__cpu_enter());
     int64_t total = g->n * g->c * g->oh * g->ow, chunks = (total + POOL_CHUNK - 1) / POOL_CHUNK;
     CG_CPU_FOR(c, chunks, total * g->kh * g->kw, {
         int64_t o0 = c * POOL_CHUNK;
@@ -241,6 +242,7 @@ cg_status cg__cpu_max_pool2d_forward(const cg_conv_geom *g, const float *x, floa
 
 /* Each plane's windows scatter into it one after another in row-major order (overlapping ones add up). */
 cg_status cg__cpu_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index) {
+    CG_TRY(cg__cpu_enter());
     int64_t planes = g->n * g->c, p = g->oh * g->ow, hw = g->h * g->w;
     CG_CPU_FOR(pl, planes, planes * (hw + p), {
         float *plane = gx + pl * hw;

@@ -54,6 +54,7 @@ CG_BINARY_OPS(BINARY_KERNEL)
 #undef BINARY_KERNEL
 
 cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index) {
+    CG_TRY(cg__cpu_enter());
     switch (op) {
 #define CASE(OP) case OP: unary_##OP(alpha, x, lay, out); break;
         CG_UNARY_OPS(CASE)
@@ -64,6 +65,7 @@ cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew
 }
 
 cg_status cg__cpu_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out, int index) {
+    CG_TRY(cg__cpu_enter());
     switch (op) {
 #define CASE(OP) case OP: binary_##OP(a, b, lay, out); break;
         CG_BINARY_OPS(CASE)

@@ -16,7 +16,6 @@
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
-#include <pthread.h>
 #include <string.h>
 
 #define SKINNY_MAX 16
@@ -378,15 +377,6 @@ static void tiny_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
         }
 }
 
-static void blas_hold_to_one_thread(void) {
-    if (openblas_get_parallel() == OPENBLAS_THREAD) openblas_set_num_threads(1);
-}
-
-void cg__cpu_blas_init(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, blas_hold_to_one_thread);
-}
-
 /* Splits C (m, n) into a grid of tm x tn tiles for `threads` threads: the grid with at least as many
  * tiles as threads whose tiles have the smallest half-perimeter (the A and B panels each tile packs). */
 static void tile_grid(int64_t m, int64_t n, int threads, int64_t *tm, int64_t *tn) {
@@ -445,6 +435,7 @@ static void tiled_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 
 cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float *c, int64_t ldc, int index) {
+    CG_TRY(cg__cpu_enter());
     if (!trans_a && trans_b && n <= SKINNY_MAX && m * k >= SKINNY_MIN_ELEMENTS) {
         return skinny_nt((int)n, a, lda, b, ldb, m, k, c, ldc); /* C (m, n) = A B^T: y = x w^T */
     }
@@ -459,7 +450,6 @@ cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
         return cg__fail(CG_ERR_SHAPE, "cpu gemm: dims (%lld, %lld, %lld) exceed BLAS's 32-bit int", (long long)m,
                         (long long)n, (long long)k);
-    cg__cpu_blas_init();
     tiled_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
     return CG_OK;
 }

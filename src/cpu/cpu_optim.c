@@ -4,6 +4,7 @@
 
 cg_status cg__cpu_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *a,
                            int index) {
+    CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(i, n, n, {
         cg_sgd_update(&param[i], grad[i], momentum_buf ? &momentum_buf[i] : NULL, a->lr, a->momentum, a->dampening,
                       a->weight_decay, a->nesterov, a->first);

@@ -8,6 +8,7 @@
 
 /* MSE: the same fixed blocking as sum_contiguous, over (a - b)^2. */
 cg_status cg__cpu_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *out, int index) {
+    CG_TRY(cg__cpu_enter());
     if (n <= SMALL_SUM) { /* one block: the split below only pays on long sums */
         double acc = 0;
         for (int64_t i = 0; i < n; i++) acc += ((double)a[i] - (double)b[i]) * ((double)a[i] - (double)b[i]);
@@ -33,6 +34,7 @@ cg_status cg__cpu_sum_sqdiff(const float *a, const float *b, int64_t n, float sc
 
 cg_status cg__cpu_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,
                               int index) {
+    CG_TRY(cg__cpu_enter());
     float s = factor * g[0];
     CG_CPU_FOR(i, n, n, { grad[i] = (a[i] - b[i]) * s; });
     return CG_OK;
@@ -58,6 +60,7 @@ static double sum_contiguous(const float *x, int64_t n) {
 }
 
 cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out, int index) {
+    CG_TRY(cg__cpu_enter());
     if (inner == 1) {
         if (outer == 1) {
             out[0] = (float)(sum_contiguous(x, n) * scale);

@@ -1,0 +1,163 @@
+/* The CPU backend's start-up. OpenMP and OpenBLAS take threads and memory on demand, and neither
+ * survives a shortage there:
+ *  - libgomp creates a team's threads at the first parallel loop of a size, one team per calling
+ *    thread, and keeps them between loops; when pthread_create fails it exits the process
+ *    ("libgomp: Thread creation failed").
+ *  - OpenBLAS gives each BLAS call in flight a buffer from a table (driver/others/memory.c), maps a
+ *    slot's buffer (128 MiB of address space in 0.3.21 on x86-64) the first time the slot is taken
+ *    and keeps it; when the mapping fails it tries again, forever.
+ *  - OpenBLAS's pthreads build grows its own pool when asked for more threads (the pooled GEMM of
+ *    cpu_matmul.c); a failed pthread_create there goes unnoticed and the next threaded call waits for
+ *    the missing thread forever; each new thread maps its buffer as it starts.
+ * So before a thread's first CPU op, and again when its thread count has changed, this sets all of
+ * that up while it can still fail as an error: it checks that the threads can be created (creating
+ * and joining them) and the buffers mapped (mapping and unmapping them), then grows OpenBLAS's pool
+ * and runs one parallel region of the whole team in which every thread holds a BLAS buffer at once.
+ * Afterwards the team's threads and the buffers stay, so an op that meets a shortage fails in an
+ * allocation of its own, with CG_ERR_OOM.
+ *
+ * What stays out of reach: a shortage between the check and the set-up; libgomp's own small
+ * allocations (a parallel loop's bookkeeping), which exit the process when they fail; OpenBLAS's
+ * threads started with the library, whose buffers are mapped before any of this runs (with the
+ * address space already too small they wait forever, and so does the process at exit); several
+ * threads running BLAS calls at once, whose buffers beyond one team's are mapped on demand; and a
+ * thread stack size other than the default (OMP_STACKSIZE), which the check does not use. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include "cpu/cpu.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <omp.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+/* OpenBLAS exports these (driver/others/memory.c) though cblas.h does not declare them: they take
+ * and give back the buffer a BLAS call works in (NULL when its table is full). */
+void *blas_memory_alloc(int procpos);
+void blas_memory_free(void *buffer);
+
+/* The address space of one OpenBLAS buffer: BUFFER_SIZE (32 << 22 in 0.3.21's common_x86_64.h) and
+ * the page it adds. */
+#define BLAS_BUFFER_BYTES (((size_t)32 << 22) + 4096)
+/* The most threads or buffers one start-up checks: a team, and as many for OpenBLAS's own pool. */
+#define START_MAX (2 * CG_MAX_THREADS)
+
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+/* under start_lock: */
+static bool blas_held;     /* OpenBLAS held to one thread (by the first start-up) */
+static bool blas_pool_own; /* OpenBLAS's pthreads build: it has a thread pool of its own */
+static int blas_pool;      /* that pool's threads, the caller counted in: from OpenBLAS's start, then as grown */
+static int buffers_held;   /* the most BLAS buffers a start-up has held at once (OpenBLAS keeps them mapped) */
+static _Thread_local int team_ready; /* the thread count this thread's team was set up for; 0: not yet */
+
+typedef struct probe_gate {
+    pthread_mutex_t lock;
+    pthread_cond_t open;
+    bool opened;
+} probe_gate;
+
+static void *probe_wait(void *arg) {
+    probe_gate *g = arg;
+    pthread_mutex_lock(&g->lock);
+    while (!g->opened) pthread_cond_wait(&g->open, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+    return NULL;
+}
+
+/* Whether `count` more threads can run at once now: they are created (default attributes, as
+ * libgomp's and OpenBLAS's), all alive together, then joined. */
+static cg_status probe_threads(int count, int team) {
+    pthread_t ids[START_MAX];
+    probe_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    int made = 0, err = 0;
+    while (made < count && (err = pthread_create(&ids[made], NULL, probe_wait, &gate)) == 0) made++;
+    pthread_mutex_lock(&gate.lock);
+    gate.opened = true;
+    pthread_cond_broadcast(&gate.open);
+    pthread_mutex_unlock(&gate.lock);
+    for (int i = 0; i < made; i++) pthread_join(ids[i], NULL);
+    if (made < count)
+        return cg__fail(CG_ERR_OOM, "cpu start-up (threads: %d): cannot create the threads it needs: pthread_create "
+                        "failed for %d of %d more (%s); fewer threads (cg_set_num_threads) need fewer",
+                        team, made + 1, count, strerror(err));
+    return CG_OK;
+}
+
+/* Whether `count` more OpenBLAS buffers can be mapped now: they are mapped (read-write, untouched,
+ * as OpenBLAS maps them), then unmapped. */
+static cg_status probe_buffers(int count, int team) {
+    void *maps[START_MAX];
+    int made = 0, err = 0;
+    while (made < count) {
+        maps[made] = mmap(NULL, BLAS_BUFFER_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (maps[made] == MAP_FAILED) {
+            err = errno;
+            break;
+        }
+        made++;
+    }
+    for (int i = 0; i < made; i++) munmap(maps[i], BLAS_BUFFER_BYTES);
+    if (made < count)
+        return cg__fail(CG_ERR_OOM, "cpu start-up (threads: %d): out of address space for OpenBLAS's buffers: %d more "
+                        "of %zu MiB each are needed and %d could be mapped (mmap: %s); fewer threads "
+                        "(cg_set_num_threads) need fewer",
+                        team, count, BLAS_BUFFER_BYTES >> 20, made, strerror(err));
+    return CG_OK;
+}
+
+/* One parallel region of `team` threads (which libgomp keeps), each holding a BLAS buffer at once,
+ * so that OpenBLAS maps as many as a parallel loop of BLAS calls takes (and keeps them). */
+static cg_status hold_buffers(int team) {
+    int missing = 0;
+#pragma omp parallel num_threads(team) reduction(+ : missing)
+    {
+        void *buffer = blas_memory_alloc(0);
+        missing += buffer == NULL;
+#pragma omp barrier
+        if (buffer) blas_memory_free(buffer);
+    }
+    if (missing > 0)
+        return cg__fail(CG_ERR_BACKEND, "cpu start-up (threads: %d): OpenBLAS has no buffer for %d of them: its table "
+                        "is full (more BLAS calls at once than it was built for); use fewer threads", team, missing);
+    return CG_OK;
+}
+
+/* Sets up this thread's team of `team` threads; under start_lock. The first start-up also holds
+ * OpenBLAS to one thread (every CPU kernel parallelises on OpenMP's threads, see cpu_matmul.c); telling
+ * OpenBLAS its thread count restarts its pool when a fork() has stopped it, so those threads are
+ * checked too. */
+static cg_status start_team(int team) {
+    if (!blas_held) {
+        blas_pool_own = openblas_get_parallel() == OPENBLAS_THREAD;
+        blas_pool = openblas_get_num_threads();
+    }
+    int restart = !blas_held && blas_pool_own ? blas_pool - 1 : 0;
+    int pool = blas_pool_own && team > blas_pool ? team - blas_pool : 0; /* threads OpenBLAS's pool gains */
+    int threads = team - (team_ready > 1 ? team_ready : 1);                /* the team's, beyond those it has */
+    int buffers = team - buffers_held;
+    CG_TRY(probe_threads((threads > 0 ? threads : 0) + pool + restart, team));
+    CG_TRY(probe_buffers((buffers > 0 ? buffers : 0) + pool, team));
+    if (blas_pool_own && pool > 0) {
+        openblas_set_num_threads(team);
+        blas_pool = openblas_get_num_threads(); /* OpenBLAS stops at the count it was built for */
+    }
+    if (blas_pool_own) openblas_set_num_threads(1);
+    blas_held = true;
+    CG_TRY(hold_buffers(team));
+    if (team > buffers_held) buffers_held = team;
+    return CG_OK;
+}
+
+static cg_status cpu_start(void) {
+    if (omp_in_parallel()) return CG_OK; /* inside a parallel region an op runs on its calling thread */
+    if (omp_get_max_threads() > CG_MAX_THREADS) omp_set_num_threads(CG_MAX_THREADS); /* a default too large */
+    int team = omp_get_max_threads();
+    if (team == team_ready) return CG_OK;
+    pthread_mutex_lock(&start_lock);
+    cg_status s = start_team(team);
+    pthread_mutex_unlock(&start_lock);
+    if (s == CG_OK) team_ready = team;
+    return s;
+}
+
+cg_status cg__cpu_enter(void) { return omp_get_max_threads() == team_ready ? CG_OK : cpu_start(); }
