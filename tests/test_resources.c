@@ -6,13 +6,14 @@
  *  thread_count_bounds           cg_set_num_threads(1 << 30), (0), (-1), (MAX + 1);   INVALID naming 512; the count
  *                                then (CG_MAX_THREADS) and a GEMM on every thread     and the ops after it unchanged;
  *                                                                                     the maximum runs, right values
- *  oom_after_start               2 threads set up, then the address space limited to  the GEMM runs; a GEMM whose
- *                                32 MiB above its use: a (512, 512) GEMM as the first output (256 MiB) or packed
- *                                BLAS call, GEMMs whose output or work does not fit   operand (64 MiB) does not fit:
- *                                                                                     OOM; a small GEMM still works
- *  limit_before_first_op         the address space limited to 120 MiB above its use   OOM from the start-up, naming
- *                                before the first CPU op: cg_matmul, again, and       OpenBLAS's buffers; the count
- *                                cg_set_num_threads(1)                                unchanged; no exit, no hang
+ *  oom_after_start               cores + 2 threads set up, then the address space     the GEMM runs; a GEMM whose
+ *                                limited to 32 MiB above its use: a (512, 2048) @     output (256 MiB) or packed
+ *                                (2048, 512) GEMM as the first BLAS calls, GEMMs      operand (64 MiB) does not fit:
+ *                                whose output or work does not fit                    OOM; a small GEMM still works
+ *  limit_before_first_op         the address space limited to 120 MiB above its use   OOM from the start-up (its
+ *                                before the first CPU op: a (512, 2048) @ (2048, 512) threads or OpenBLAS's buffers
+ *                                GEMM, again, and cg_set_num_threads(1)               do not fit); the count
+ *                                                                                     unchanged; no exit, no hang
  *  more_threads_under_limit      1 thread set up, the limit 4 MiB above use, then     OOM, the count stays 1, a
  *                                cg_set_num_threads(16) and a parallel op             parallel op runs on 1 thread
  *
@@ -148,14 +149,21 @@ static void thread_count_bounds(void) {
 }
 
 static void oom_after_start(void) {
-    CHILD_CHECK(cg_set_num_threads(2) == CG_OK, "cg_set_num_threads(2)");
-    cg_tensor *a = cg_ones(CG_SHAPE(512, 512), cg_cpu());
+    /* More threads than OpenBLAS's own (the cores, or OPENBLAS_NUM_THREADS): without the start-up,
+     * the tiled GEMM below would need more buffers than OpenBLAS's threads had mapped. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores >= 1 && cores < 63 ? (int)cores + 2 : 64;
+    CHILD_CHECK(cg_set_num_threads(threads) == CG_OK, "cg_set_num_threads(%d)", threads);
+    cg_tensor *a = cg_ones(CG_SHAPE(512, 2048), cg_cpu());
     cg_tensor *wide = cg_ones(CG_SHAPE(8192, 64), cg_cpu());
     cg_tensor *x = cg_ones(CG_SHAPE(1, 1 << 20), cg_cpu()), *w = cg_ones(CG_SHAPE(16, 1 << 20), cg_cpu());
     CHILD_CHECK(a && wide && x && w, "cg_ones");
     limit_address_space(32 * MIB);
-    /* the first BLAS calls of the process: their buffers were set up with the threads */
-    child_check_ones_product(__LINE__, cg_matmul(a, a), 512);
+    /* the first BLAS calls of the process, one per tile of C on every thread: their buffers were set
+     * up with the threads */
+    cg_tensor *a_t = cg_transpose(a, 0, 1);
+    CHILD_CHECK(a_t, "cg_transpose");
+    child_check_ones_product(__LINE__, cg_matmul(a, a_t), 2048);
     /* output (8192, 8192): 256 MiB */
     cg_tensor *wide_t = cg_transpose(wide, 0, 1);
     CHILD_CHECK(wide_t, "cg_transpose");
@@ -169,24 +177,26 @@ static void oom_after_start(void) {
     cg_tensor *s = cg_ones(CG_SHAPE(64, 64), cg_cpu());
     CHILD_CHECK(s, "cg_ones after the failures");
     child_check_ones_product(__LINE__, cg_matmul(s, s), 64);
-    cg_tensor_free(s), cg_tensor_free(w_t), cg_tensor_free(wide_t);
+    cg_tensor_free(s), cg_tensor_free(w_t), cg_tensor_free(wide_t), cg_tensor_free(a_t);
     cg_tensor_free(a), cg_tensor_free(wide), cg_tensor_free(x), cg_tensor_free(w);
 }
 
 static void limit_before_first_op(void) {
-    static float host[64 * 64];
     int before = cg_get_num_threads();
+    float *host = calloc(512 * 2048, sizeof *host);
+    cg_tensor *a = host ? cg_from_data(host, CG_SHAPE(512, 2048), cg_cpu()) : NULL; /* a copy: no CPU op yet */
+    cg_tensor *a_t = a ? cg_transpose(a, 0, 1) : NULL;
+    CHILD_CHECK(a_t, "cg_from_data, cg_transpose");
+    free(host);
     limit_address_space(120 * MIB); /* less than one OpenBLAS buffer */
-    cg_tensor *a = cg_from_data(host, CG_SHAPE(64, 64), cg_cpu()); /* a copy: no CPU op yet */
-    CHILD_CHECK(a, "cg_from_data");
     for (int attempt = 0; attempt < 2; attempt++) {
-        CHILD_CHECK(!cg_matmul(a, a), "a BLAS call without room for a BLAS buffer (attempt %d)", attempt);
-        CHILD_EXPECT_ERROR(CG_ERR_OOM, "cpu start-up", "OpenBLAS's buffers", "cg_set_num_threads");
+        CHILD_CHECK(!cg_matmul(a, a_t), "a GEMM without room for its threads' BLAS buffers (attempt %d)", attempt);
+        CHILD_EXPECT_ERROR(CG_ERR_OOM, "cpu start-up", "cg_set_num_threads");
     }
     CHILD_CHECK(cg_set_num_threads(1) == CG_ERR_OOM, "cg_set_num_threads(1) without room for a BLAS buffer");
-    CHILD_EXPECT_ERROR(CG_ERR_OOM, "cg_set_num_threads(1)", "cpu start-up (threads: 1)", "128 MiB");
+    CHILD_EXPECT_ERROR(CG_ERR_OOM, "cg_set_num_threads(1)", "cpu start-up (threads: 1)");
     CHILD_CHECK(cg_get_num_threads() == before, "the count changed to %d", cg_get_num_threads());
-    cg_tensor_free(a);
+    cg_tensor_free(a_t), cg_tensor_free(a);
 }
 
 static void more_threads_under_limit(void) {

@@ -39,14 +39,12 @@ void blas_memory_free(void *buffer);
 /* The address space of one OpenBLAS buffer: BUFFER_SIZE (32 << 22 in 0.3.21's common_x86_64.h) and
  * the page it adds. */
 #define BLAS_BUFFER_BYTES (((size_t)32 << 22) + 4096)
-/* The most threads or buffers one start-up checks: a team, and as many for OpenBLAS's own pool. */
-#define START_MAX (2 * CG_MAX_THREADS)
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 /* under start_lock: */
 static bool blas_held;     /* OpenBLAS held to one thread (by the first start-up) */
 static bool blas_pool_own; /* OpenBLAS's pthreads build: it has a thread pool of its own */
-static int blas_pool;      /* that pool's threads, the caller counted in: from OpenBLAS's start, then as grown */
+static int blas_pool;      /* that pool's threads, the caller counted in (1 without a pool), as grown */
 static int buffers_held;   /* the most BLAS buffers a start-up has held at once (OpenBLAS keeps them mapped) */
 static _Thread_local int team_ready; /* the thread count this thread's team was set up for; 0: not yet */
 
@@ -67,7 +65,9 @@ static void *probe_wait(void *arg) {
 /* Whether `count` more threads can run at once now: they are created (default attributes, as
  * libgomp's and OpenBLAS's), all alive together, then joined. */
 static cg_status probe_threads(int count, int team) {
-    pthread_t ids[START_MAX];
+    if (count <= 0) return CG_OK;
+    pthread_t *ids = malloc((size_t)count * sizeof *ids);
+    if (!ids) return cg__fail(CG_ERR_OOM, "cpu start-up (threads: %d): out of host memory", team);
     probe_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
     int made = 0, err = 0;
     while (made < count && (err = pthread_create(&ids[made], NULL, probe_wait, &gate)) == 0) made++;
@@ -76,6 +76,7 @@ static cg_status probe_threads(int count, int team) {
     pthread_cond_broadcast(&gate.open);
     pthread_mutex_unlock(&gate.lock);
     for (int i = 0; i < made; i++) pthread_join(ids[i], NULL);
+    free(ids);
     if (made < count)
         return cg__fail(CG_ERR_OOM, "cpu start-up (threads: %d): cannot create the threads it needs: pthread_create "
                         "failed for %d of %d more (%s); fewer threads (cg_set_num_threads) need fewer",
@@ -83,20 +84,25 @@ static cg_status probe_threads(int count, int team) {
     return CG_OK;
 }
 
-/* Whether `count` more OpenBLAS buffers can be mapped now: they are mapped (read-write, untouched,
- * as OpenBLAS maps them), then unmapped. */
+/* Whether `count` more OpenBLAS buffers can be mapped now: they are mapped one by one (read-write,
+ * as OpenBLAS maps them; each keeps the previous one's address in its first page), then unmapped. */
 static cg_status probe_buffers(int count, int team) {
-    void *maps[START_MAX];
+    void *last = NULL;
     int made = 0, err = 0;
-    while (made < count) {
-        maps[made] = mmap(NULL, BLAS_BUFFER_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (maps[made] == MAP_FAILED) {
+    for (; made < count; made++) {
+        void *map = mmap(NULL, BLAS_BUFFER_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED) {
             err = errno;
             break;
         }
-        made++;
+        *(void **)map = last;
+        last = map;
     }
-    for (int i = 0; i < made; i++) munmap(maps[i], BLAS_BUFFER_BYTES);
+    while (last) {
+        void *previous = *(void **)last;
+        munmap(last, BLAS_BUFFER_BYTES);
+        last = previous;
+    }
     if (made < count)
         return cg__fail(CG_ERR_OOM, "cpu start-up (threads: %d): out of address space for OpenBLAS's buffers: %d more "
                         "of %zu MiB each are needed and %d could be mapped (mmap: %s); fewer threads "
@@ -105,46 +111,56 @@ static cg_status probe_buffers(int count, int team) {
     return CG_OK;
 }
 
-/* One parallel region of `team` threads (which libgomp keeps), each holding a BLAS buffer at once,
- * so that OpenBLAS maps as many as a parallel loop of BLAS calls takes (and keeps them). */
-static cg_status hold_buffers(int team) {
+/* One parallel region of `team` threads (which libgomp keeps) holding `count` BLAS buffers at once,
+ * each thread at least one, so that OpenBLAS maps that many (and keeps them). */
+static cg_status hold_buffers(int count, int team) {
+    void **held = calloc((size_t)count, sizeof *held);
+    if (!held) return cg__fail(CG_ERR_OOM, "cpu start-up (threads: %d): out of host memory", team);
     int missing = 0;
 #pragma omp parallel num_threads(team) reduction(+ : missing)
     {
-        void *buffer = blas_memory_alloc(0);
-        missing += buffer == NULL;
+        int t = omp_get_thread_num(), threads = omp_get_num_threads();
+        for (int i = t; i < count; i += threads) missing += (held[i] = blas_memory_alloc(0)) == NULL;
 #pragma omp barrier
-        if (buffer) blas_memory_free(buffer);
+        for (int i = t; i < count; i += threads)
+            if (held[i]) blas_memory_free(held[i]);
     }
+    free(held);
     if (missing > 0)
-        return cg__fail(CG_ERR_BACKEND, "cpu start-up (threads: %d): OpenBLAS has no buffer for %d of them: its table "
-                        "is full (more BLAS calls at once than it was built for); use fewer threads", team, missing);
+        return cg__fail(CG_ERR_BACKEND, "cpu start-up (threads: %d): OpenBLAS has no buffer for %d of the %d it needs at "
+                        "once: its table is full (more BLAS calls at once than it was built for); use fewer threads",
+                        team, missing, count);
     return CG_OK;
 }
 
-/* Sets up this thread's team of `team` threads; under start_lock. The first start-up also holds
- * OpenBLAS to one thread (every CPU kernel parallelises on OpenMP's threads, see cpu_matmul.c); telling
- * OpenBLAS its thread count restarts its pool when a fork() has stopped it, so those threads are
- * checked too. */
+/* Sets up this thread's team of `team` threads; under start_lock.
+ * Buffers: OpenBLAS's own threads keep one each and take any that is free, so `team` callers at once
+ * always find one only when team + (its pool - 1) are mapped; that many are held at once.
+ * Threads: the team's new ones, those OpenBLAS's pool gains, and at the first start-up (which tells
+ * OpenBLAS its thread count, and so starts its pool again if a fork() stopped it) the pool's.
+ * The checks come first, so they count high: OpenBLAS's pool grows at most to the team (it stops at
+ * the count it was built for), and its new threads may take buffers held before. */
 static cg_status start_team(int team) {
     if (!blas_held) {
         blas_pool_own = openblas_get_parallel() == OPENBLAS_THREAD;
-        blas_pool = openblas_get_num_threads();
+        blas_pool = blas_pool_own ? openblas_get_num_threads() : 1;
     }
-    int restart = !blas_held && blas_pool_own ? blas_pool - 1 : 0;
-    int pool = blas_pool_own && team > blas_pool ? team - blas_pool : 0; /* threads OpenBLAS's pool gains */
-    int threads = team - (team_ready > 1 ? team_ready : 1);                /* the team's, beyond those it has */
-    int buffers = team - buffers_held;
-    CG_TRY(probe_threads((threads > 0 ? threads : 0) + pool + restart, team));
-    CG_TRY(probe_buffers((buffers > 0 ? buffers : 0) + pool, team));
-    if (blas_pool_own && pool > 0) {
-        openblas_set_num_threads(team);
-        blas_pool = openblas_get_num_threads(); /* OpenBLAS stops at the count it was built for */
+    int grow = blas_pool_own && team > blas_pool ? team - blas_pool : 0;
+    int restart = blas_held ? 0 : blas_pool - 1;
+    int threads = team - (team_ready > 1 ? team_ready : 1), buffers = team + blas_pool + grow - 1 - buffers_held;
+    CG_TRY(probe_threads((threads > 0 ? threads : 0) + grow + restart, team));
+    CG_TRY(probe_buffers((buffers > 0 ? buffers : 0) + grow, team));
+    if (blas_pool_own) {
+        if (grow > 0) {
+            openblas_set_num_threads(team);
+            blas_pool = openblas_get_num_threads();
+        }
+        openblas_set_num_threads(1); /* every CPU kernel parallelises on OpenMP's threads */
     }
-    if (blas_pool_own) openblas_set_num_threads(1);
     blas_held = true;
-    CG_TRY(hold_buffers(team));
-    if (team > buffers_held) buffers_held = team;
+    int hold = team + blas_pool - 1;
+    CG_TRY(hold_buffers(hold, team));
+    if (hold > buffers_held) buffers_held = hold;
     return CG_OK;
 }
 
