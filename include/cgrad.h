@@ -278,7 +278,8 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
  * Log-sum-exp from the row maximum, so logits of any magnitude are safe; deterministic (no atomics).
  * Gradient: (softmax(logits) - onehot(targets)) / N. A target that is not an integer in [0, C) is an
  * error on the CPU and makes the loss NaN on a GPU (checking there would wait for the device).
- * N = 0 gives NaN, as PyTorch. Targets must not require grad. */
+ * N = 0 gives NaN, as PyTorch. Targets must not require grad. C <= 2^24 (indices as floats are exact
+ * up to there; more is CG_ERR_SHAPE). */
 cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets);
 /* F.conv2d: x (N, C_in, H, W), weight (C_out, C_in, kh, kw), bias (C_out) or NULL, the same stride
  * and zero padding on both spatial dims -> (N, C_out, (H + 2p - kh) / s + 1, (W + 2p - kw) / s + 1).
@@ -295,10 +296,11 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride);
  * otherwise (or p == 0) x itself is returned as a view. 0 <= p < 1. */
 cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training);
 /* torch.argmax(t, dim, keepdim): the index (as a float) of the first maximum along dim; NaN counts as
- * the maximum. Not recorded on the tape. */
+ * the maximum. Not recorded on the tape. The dim has at most 2^24 elements (a float holds every index
+ * up to there exactly; more is CG_ERR_SHAPE). */
 cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim);
-/* The number of rows of logits (N, C) whose argmax equals the target (N), N <= 2^24. Waits for the
- * device (the count is a host value). */
+/* The number of rows of logits (N, C) whose argmax equals the target (N), N <= 2^24, C <= 2^24. Waits
+ * for the device (the count is a host value). */
 cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct);
 
 #ifdef __cplusplus

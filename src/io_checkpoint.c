@@ -393,12 +393,15 @@ static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
     if (strcmp(settings, p->ost.settings) != 0)
         return load_fail(p, "the checkpoint's %s has settings \"%.200s\", but this one has \"%s\"", kind, settings,
                          p->ost.settings);
+    /* The settings equal this optimizer's, which its constructor checked; lr gets the same check. */
     const char *lr = meta_required(p, CK_RESERVED "optimizer.lr");
     char *end;
     if (!lr) return cg_last_status();
     p->lr = strtod(lr, &end);
-    if (*end || end == lr || !(p->lr >= 0) || isinf(p->lr))
+    if (*end || end == lr)
         return load_fail(p, "metadata \"" CK_RESERVED "optimizer.lr\" = \"%.64s\" is not a learning rate", lr);
+    if (cg__lr_check("metadata \"" CK_RESERVED "optimizer.lr\"", p->lr, cg__opt(opt)->lr_scale) != CG_OK)
+        return load_fail(p, "%s", cg_last_error());
     char key[160];
     snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", p->ost.count_name);
     /* int64 counts in [0, INT64_MAX], read through their unsigned type (which C lets alias them) */

@@ -5,6 +5,18 @@
 
 #include "kernels/classify_math.h"
 
+/* Class indices travel as floats (argmax's result, the targets): exact up to 2^24, so a dim of
+ * more classes is refused until integer tensors come. */
+#define CG_FLOAT_INDEX_MAX ((int64_t)1 << 24)
+static cg_status check_float_indices(const cg_tensor *t, int dim, const char *fn, const char *what) {
+    int64_t n = cg__t(t)->shape[dim];
+    if (n <= CG_FLOAT_INDEX_MAX) return CG_OK;
+    char buf[160];
+    return cg__fail(CG_ERR_SHAPE, "%s: %s has %lld elements along dim %d (shape %s), more than 2^24 = %lld: indices are "
+                    "floats, exact only up to 2^24", fn, what, (long long)n, dim,
+                    cg__shape_str(t, buf, sizeof buf), (long long)CG_FLOAT_INDEX_MAX);
+}
+
 static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *targets, const char *fn) {
     char sl[160], st[160];
     CG_TRY(cg__check_tensor(logits, fn, "logits"));
@@ -17,7 +29,7 @@ static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *
     if (cg__t(logits)->ndim != 2 || cg__t(targets)->ndim != 1 || cg__t(targets)->shape[0] != cg__t(logits)->shape[0] || cg__t(logits)->shape[1] < 1)
         return cg__fail(CG_ERR_SHAPE, "%s: expected logits (N, C) with C >= 1 and targets (N) of class indices, got logits %s and targets %s",
                         fn, cg__shape_str(logits, sl, sizeof sl), cg__shape_str(targets, st, sizeof st));
-    return CG_OK;
+    return check_float_indices(logits, 1, fn, "logits");
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------------------ */
@@ -88,6 +100,7 @@ cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: cannot take the argmax over dim %d of size 0 (shape %s)", fn, dim,
                             cg__shape_str(t, buf, sizeof buf));
     }
+    if (check_float_indices(t, d, fn, "t") != CG_OK) return NULL;
     int64_t outer = cg__numel_of(d, cg__t(t)->shape), n = cg__t(t)->shape[d], inner = cg__numel_of(cg__t(t)->ndim - d - 1, cg__t(t)->shape + d + 1);
     int64_t shape[CG_MAX_DIMS];
     int ndim = 0;

@@ -381,6 +381,8 @@ static void test_corrupt_files(void **state) {
         {"cgrad.optimizer.momentum_ready", "1,1,1", "\"cgrad.optimizer.momentum_ready\" is not a list of 4"},
         {"cgrad.optimizer.momentum_ready", "1,2,1,1", "momentum_ready of parameter 1 is 2"},
         {"cgrad.optimizer.lr", "fast", "\"cgrad.optimizer.lr\" = \"fast\" is not a learning rate"},
+        {"cgrad.optimizer.lr", "1e300", "\"cgrad.optimizer.lr\": invalid learning rate 1e+300: lr must be at most"},
+        {"cgrad.optimizer.lr", "inf", "\"cgrad.optimizer.lr\": invalid learning rate inf: lr must be finite"},
         {"cgrad.optimizer.settings", "momentum=0.5", "settings \"momentum=0.5\""},
         {"cgrad.loader.position", "38", "loader position 38 is past the data set's 37 samples"},
         {"cgrad.loader.samples", "36", "the loader's samples is 37, but the checkpoint's is 36"},

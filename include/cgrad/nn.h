@@ -67,7 +67,10 @@ typedef struct cg_sgd_options {
     bool nesterov;      /* requires momentum > 0 and dampening == 0 */
 } cg_sgd_options;
 
-/* torch.optim.SGD over every parameter of m. */
+/* torch.optim.SGD over every parameter of m. Every optimizer's hyperparameters (here, in Adam's
+ * options, cg_optimizer_set_lr and a checkpoint's) must be finite, in PyTorch's ranges (lr, momentum,
+ * weight_decay, eps >= 0; betas in [0, 1)) and usable by the float update: at most FLT_MAX (for Adam,
+ * lr / (1 - beta1) and lr * weight_decay too), and 0 or at least FLT_MIN; else CG_ERR_INVALID_ARG. */
 cg_optimizer *cg_sgd_new(cg_module *m, cg_sgd_options options);
 /* Sets every gradient to none, as PyTorch's set_to_none: every parameter's "has grad" flag is
  * cleared (no kernel runs; the next backward overwrites the buffer), so cg_grad returns NULL and

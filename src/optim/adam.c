@@ -41,17 +41,15 @@ cg_adam_options cg_adamw_defaults(void) {
 }
 
 static cg_optimizer *adam_new(cg_module *m, cg_adam_options o, bool decoupled, const char *fn) {
-    if (cg__optimizer_check_module(m, fn) != CG_OK) return NULL;
-    /* PyTorch's checks, in its order */
-    if (!(o.lr >= 0) || isinf(o.lr)) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid learning rate %g", fn, o.lr);
-    if (!(o.eps >= 0)) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid epsilon value %g", fn, o.eps);
-    if (!(o.beta1 >= 0 && o.beta1 < 1))
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid beta parameter at index 0: %g (0 <= beta1 < 1)", fn, o.beta1);
-    if (!(o.beta2 >= 0 && o.beta2 < 1))
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid beta parameter at index 1: %g (0 <= beta2 < 1)", fn, o.beta2);
-    if (!(o.weight_decay >= 0) || isinf(o.weight_decay))
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: invalid weight_decay value %g", fn, o.weight_decay);
-    cg_optimizer *h = cg__optimizer_new(decoupled ? &adamw_ops : &adam_ops, &adam_pool, m, o.lr, fn);
+    /* PyTorch's checks, in its order; then lr against the factors the update applies to it */
+    if (cg__optimizer_check_module(m, fn) != CG_OK || cg__hyperparam_check(fn, CG_HP_LR, o.lr) != CG_OK ||
+        cg__hyperparam_check(fn, CG_HP_EPS, o.eps) != CG_OK || cg__hyperparam_check(fn, CG_HP_BETA1, o.beta1) != CG_OK ||
+        cg__hyperparam_check(fn, CG_HP_BETA2, o.beta2) != CG_OK ||
+        cg__hyperparam_check(fn, CG_HP_WEIGHT_DECAY, o.weight_decay) != CG_OK)
+        return NULL;
+    double lr_scale = fmax(1.0 / (1.0 - o.beta1), o.weight_decay); /* step_size at t = 1; decay_factor */
+    if (cg__lr_check(fn, o.lr, lr_scale) != CG_OK) return NULL;
+    cg_optimizer *h = cg__optimizer_new(decoupled ? &adamw_ops : &adam_ops, &adam_pool, m, o.lr, lr_scale, fn);
     if (!h) return NULL;
     adam_optimizer *opt = cg__handle_object(h);
     opt->exp_avg = calloc((size_t)opt->base.nroots, sizeof *opt->exp_avg);

@@ -2,6 +2,7 @@
  * step/free by kind, the learning-rate setters and schedules, and the buffers checkpoints restore. */
 #include "optim/optimizer.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -15,7 +16,7 @@ cg_status cg__optimizer_check_module(const cg_module *m, const char *fn) {
 }
 
 cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *pool, cg_module *m, double lr,
-                                const char *fn) {
+                                double lr_scale, const char *fn) {
     cg_module_impl *mi = cg__m(m);
     int nroots = mi->replicas ? mi->nreplicas : 1;
     cg_optimizer *h = cg__handle_new(pool);
@@ -26,6 +27,7 @@ cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *poo
         return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
     }
     opt->ops = ops, opt->pool = pool, opt->module = m, opt->nroots = nroots, opt->lr = lr;
+    opt->lr_scale = lr_scale;
     mi->has_optimizer = true;
     for (int r = 0; r < nroots; r++) opt->roots[r] = mi->replicas ? mi->replicas[r] : m;
     return h;
@@ -110,10 +112,50 @@ void cg__optimizer_run_range(const cg_module *m, int i, int j, int64_t *begin, i
     *count = end - *begin;
 }
 
+/* ---- hyperparameters ----------------------------------------------------------------------------------- */
+static const struct {
+    const char *field, *words; /* the option's name, and PyTorch's words for it in its errors */
+    bool nonnegative, below_one;
+} hyperparams[] = {
+    [CG_HP_LR] = {"lr", "learning rate", true, false},
+    [CG_HP_MOMENTUM] = {"momentum", "momentum value", true, false},
+    [CG_HP_DAMPENING] = {"dampening", "dampening value", false, false},
+    [CG_HP_WEIGHT_DECAY] = {"weight_decay", "weight_decay value", true, false},
+    [CG_HP_EPS] = {"eps", "epsilon value", true, false},
+    [CG_HP_BETA1] = {"beta1", "beta parameter at index 0", true, true},
+    [CG_HP_BETA2] = {"beta2", "beta parameter at index 1", true, true},
+};
+
+cg_status cg__hyperparam_check(const char *who, cg_hyperparam which, double value) {
+    bool below_one = hyperparams[which].below_one;
+    char why[160];
+    if (!isfinite(value))
+        snprintf(why, sizeof why, "must be finite");
+    else if ((hyperparams[which].nonnegative && value < 0) || (below_one && value >= 1))
+        snprintf(why, sizeof why, below_one ? "must be >= 0 and < 1" : "must be >= 0");
+    else if (fabs(value) > FLT_MAX)
+        snprintf(why, sizeof why, "must be at most %g, the largest float: the update runs in float", FLT_MAX);
+    else if (value != 0 && fabs(value) < FLT_MIN)
+        snprintf(why, sizeof why, "must be 0 or at least %g, the smallest normal float: in the float update it would "
+                 "become a subnormal or 0", FLT_MIN);
+    else
+        return CG_OK;
+    return cg__fail(CG_ERR_INVALID_ARG, "%s: invalid %s %g: %s %s", who, hyperparams[which].words, value,
+                    hyperparams[which].field, why);
+}
+
+cg_status cg__lr_check(const char *who, double lr, double lr_scale) {
+    CG_TRY(cg__hyperparam_check(who, CG_HP_LR, lr));
+    if (lr * lr_scale > FLT_MAX)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: invalid learning rate %g: the update multiplies lr by up to %g, and "
+                        "the product must be at most %g, the largest float", who, lr, lr_scale, FLT_MAX);
+    return CG_OK;
+}
+
 /* ---- learning rate ---------------------------------------------------------------------------------- */
 cg_status cg_optimizer_set_lr(cg_optimizer *opt, double lr) {
     CG_TRY(cg__handle_check(CG_HANDLE_OPTIMIZER, opt, "cg_optimizer_set_lr", "optimizer"));
-    if (!(lr >= 0) || isinf(lr)) return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_set_lr: invalid learning rate %g", lr);
+    CG_TRY(cg__lr_check("cg_optimizer_set_lr", lr, cg__opt(opt)->lr_scale));
     cg__opt(opt)->lr = lr;
     return CG_OK;
 }

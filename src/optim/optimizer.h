@@ -37,16 +37,39 @@ typedef struct cg_optimizer_impl {
     int nroots;               /* the packed parameter sets stepped: the module, or its replicas */
     cg_module **roots;
     double lr;                /* cg_optimizer_set_lr changes it between steps */
+    double lr_scale;          /* the most the kind's float update multiplies lr by (see cg__lr_check) */
 } cg_optimizer_impl;
 
 static inline cg_optimizer_impl *cg__opt(const cg_optimizer *opt) { return (cg_optimizer_impl *)cg__handle_object(opt); }
 
+/* Every optimizer hyperparameter, for cg__hyperparam_check. */
+typedef enum cg_hyperparam {
+    CG_HP_LR,
+    CG_HP_MOMENTUM,
+    CG_HP_DAMPENING,
+    CG_HP_WEIGHT_DECAY,
+    CG_HP_EPS,
+    CG_HP_BETA1,
+    CG_HP_BETA2,
+} cg_hyperparam;
+
+/* The one check of a hyperparameter, for every kind's constructor, cg_optimizer_set_lr and a
+ * checkpoint's restore: value must be finite; in its range (PyTorch's: lr, momentum, weight_decay and
+ * eps >= 0, betas in [0, 1), dampening any); and a float the update can use, as every update runs in
+ * float: at most FLT_MAX, and 0 or at least FLT_MIN (a smaller one would silently become a subnormal
+ * or 0). CG_ERR_INVALID_ARG otherwise, as "<who>: invalid learning rate 1e+300: lr must be ...". */
+cg_status cg__hyperparam_check(const char *who, cg_hyperparam which, double value);
+/* The same for lr, and lr * lr_scale (the most the update multiplies lr by: 1 for SGD; for Adam,
+ * lr / (1 - beta1^t) at t = 1 and lr * weight_decay) must be at most FLT_MAX too. */
+cg_status cg__lr_check(const char *who, double lr, double lr_scale);
+
 /* fn's errors for a module an optimizer cannot take: NULL, part of another module, no parameters. */
 cg_status cg__optimizer_check_module(const cg_module *m, const char *fn);
 /* A zeroed optimizer from pool (the kind's, whose objects start with cg_optimizer_impl) over m,
- * which cg__optimizer_check_module accepted; NULL + CG_ERR_OOM naming fn. */
+ * which cg__optimizer_check_module accepted, with lr and lr_scale that cg__lr_check accepted; NULL +
+ * CG_ERR_OOM naming fn. */
 cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *pool, cg_module *m, double lr,
-                                const char *fn);
+                                double lr_scale, const char *fn);
 /* fn's error unless opt is a live optimizer whose module is still alive. */
 cg_status cg__check_optimizer(const cg_optimizer *opt, const char *fn);
 

@@ -18,14 +18,15 @@ static const cg_optimizer_ops sgd_ops = {"SGD", sgd_step, sgd_destroy, sgd_descr
 static cg_handle_pool sgd_pool = CG_HANDLE_POOL(CG_HANDLE_OPTIMIZER, sgd_optimizer);
 
 cg_optimizer *cg_sgd_new(cg_module *m, cg_sgd_options o) {
-    if (cg__optimizer_check_module(m, "cg_sgd_new") != CG_OK) return NULL;
-    if (!(o.lr >= 0)) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sgd_new: invalid learning rate %g", (double)o.lr);
-    if (!(o.momentum >= 0)) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sgd_new: invalid momentum %g", (double)o.momentum);
-    if (!(o.weight_decay >= 0))
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sgd_new: invalid weight_decay %g", (double)o.weight_decay);
+    const char *fn = "cg_sgd_new";
+    if (cg__optimizer_check_module(m, fn) != CG_OK || cg__lr_check(fn, o.lr, 1.0) != CG_OK ||
+        cg__hyperparam_check(fn, CG_HP_MOMENTUM, o.momentum) != CG_OK ||
+        cg__hyperparam_check(fn, CG_HP_DAMPENING, o.dampening) != CG_OK ||
+        cg__hyperparam_check(fn, CG_HP_WEIGHT_DECAY, o.weight_decay) != CG_OK)
+        return NULL;
     if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_sgd_new: nesterov momentum requires a momentum and zero dampening");
-    cg_optimizer *h = cg__optimizer_new(&sgd_ops, &sgd_pool, m, o.lr, "cg_sgd_new");
+    cg_optimizer *h = cg__optimizer_new(&sgd_ops, &sgd_pool, m, o.lr, 1.0, fn);
     if (!h) return NULL;
     sgd_optimizer *opt = cg__handle_object(h);
     opt->momentum = calloc((size_t)opt->base.nroots, sizeof *opt->momentum);
