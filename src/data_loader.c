@@ -71,7 +71,7 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
     if (!(std > 0) || !isfinite(mean) || !isfinite(std))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: normalisation needs a finite mean and std > 0 (got %g, %g)", fn,
                             (double)mean, (double)std);
-    if (!cg__backend_for(d)) return (cg__fail_context("%s", fn), NULL);
+    if (!cg__backend_for(d) || cg__cpu_enter() != CG_OK) return (cg__fail_context("%s", fn), NULL);
     int64_t n = images->dims[0];
     if (n > INT32_MAX) return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: %lld samples; the loader indexes at most 2^31 - 1", fn, (long long)n);
     cg_dataset *h = cg__handle_new(&dataset_pool);

@@ -1,5 +1,5 @@
 /* Devices and global settings: device discovery, names, parsing, threads, seed, TF32. */
-#include "cpu/cpu.h"
+#include "internal.h"
 
 #include <omp.h>
 #include <stdatomic.h>

@@ -260,6 +260,10 @@ typedef struct cg_backend {
 } cg_backend;
 
 extern const cg_backend cg__cpu_backend;
+/* Every CPU parallel region of cgrad comes after CG_TRY(cg__cpu_enter()): the calling thread's OpenMP
+ * team and OpenBLAS's buffers, set up before its first one and when its thread count changed
+ * (src/cpu/cpu_start.c); CG_ERR_OOM when they cannot be had. */
+cg_status cg__cpu_enter(void);
 /* NULL when the library was built without CUDA. */
 const cg_backend *cg__cuda_backend(void);
 /* Backend of a device; NULL + CG_ERR_DEVICE recorded when the device does not exist. */

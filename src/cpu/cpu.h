@@ -20,10 +20,8 @@
         }                                                                                         \
     } while (0)
 
-/* Every CPU backend entry that computes starts with CG_TRY(cg__cpu_enter()): before the calling
- * thread's first op, and after its thread count changed, it sets up the OpenMP team and OpenBLAS's
- * buffers (cpu_start.c), failing with CG_ERR_OOM when they cannot be had; otherwise it costs a compare. */
-cg_status cg__cpu_enter(void);
+/* Every CPU backend entry that computes starts with CG_TRY(cg__cpu_enter()) (internal.h): after the
+ * thread's first op it costs a compare. */
 cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index);
 cg_status cg__cpu_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out, int index);
 cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out, int index);
