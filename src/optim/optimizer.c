@@ -132,7 +132,7 @@ cg_status cg__hyperparam_check(const char *who, cg_hyperparam which, double valu
     if (!isfinite(value))
         snprintf(why, sizeof why, "must be finite");
     else if ((hyperparams[which].nonnegative && value < 0) || (below_one && value >= 1))
-        snprintf(why, sizeof why, below_one ? "must be >= 0 and < 1" : "must be >= 0");
+        snprintf(why, sizeof why, "%s", below_one ? "must be >= 0 and < 1" : "must be >= 0");
     else if (fabs(value) > FLT_MAX)
         snprintf(why, sizeof why, "must be at most %g, the largest float: the update runs in float", FLT_MAX);
     else if (value != 0 && fabs(value) < FLT_MIN)
