@@ -102,7 +102,7 @@ typedef struct cg_safetensors_info {
 /* Reads and validates path; *out is NULL on failure. Free with cg_safetensors_free. */
 cg_status cg_safetensors_read(const char *path, cg_safetensors **out);
 void cg_safetensors_free(cg_safetensors *st); /* NULL is ignored */
-int cg_safetensors_count(const cg_safetensors *st); /* tensors, in the order of their data */
+int cg_safetensors_count(const cg_safetensors *st); /* tensors, in the order of their data; -1 for a bad st */
 /* Info of tensor i (0 <= i < count); the strings live as long as st. */
 cg_status cg_safetensors_info_at(const cg_safetensors *st, int i, cg_safetensors_info *out);
 /* Index of the tensor called name, or -1. */

@@ -34,7 +34,7 @@ cg_module *cg_module_clone(const cg_module *m, cg_device d);
 /* Parameters in state_dict order; the handles are borrowed (owned by the module). */
 int cg_module_num_parameters(const cg_module *m);
 cg_tensor *cg_module_parameter(const cg_module *m, int i, const char **name);
-int64_t cg_module_parameter_count(const cg_module *m); /* total number of scalars */
+int64_t cg_module_parameter_count(const cg_module *m); /* total number of scalars; -1 for a bad m */
 void cg_module_train(cg_module *m, bool training);    /* train/eval mode */
 
 /* nn.Linear(in, out, bias): weight (out, in) and bias (out) ~ U(-1/sqrt(in), 1/sqrt(in)). */
