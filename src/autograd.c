@@ -5,7 +5,7 @@
 
 #include "spinlock.h"
 
-static _Thread_local bool grad_enabled = true;
+static CG_THREAD_FAST bool grad_enabled = true;
 
 bool cg_set_grad_enabled(bool enabled) {
     bool previous = grad_enabled;
@@ -219,7 +219,7 @@ typedef struct node_stack {
     size_t count, capacity;
 } node_stack;
 
-static _Thread_local node_stack pending_stack, ready_stack; /* kept between calls: no steady-state malloc */
+static CG_THREAD_FAST node_stack pending_stack, ready_stack; /* kept between calls: no steady-state malloc */
 /* Numbers the passes of every thread, so no two passes share one (nodes and hooked leaves are stamped
  * with their pass), whichever threads they run on. */
 static atomic_uint_fast64_t backward_epoch;
@@ -230,7 +230,7 @@ typedef struct backward_callback {
     void *ctx;
 } backward_callback;
 static _Thread_local backward_callback callbacks[MAX_BACKWARD_CALLBACKS];
-static _Thread_local int ncallbacks;
+static CG_THREAD_FAST int ncallbacks;
 
 cg_status cg__queue_backward_callback(cg_status (*fn)(void *ctx), void *ctx) {
     if (ncallbacks == MAX_BACKWARD_CALLBACKS)
@@ -256,14 +256,17 @@ static void stacks_free(void) {
     pending_stack = ready_stack = (node_stack){0};
 }
 
-static cg_status push(node_stack *st, cg_node *n) {
-    if (st->count == st->capacity) {
-        if (!st->capacity && cg__at_thread_exit(stacks_free) != CG_OK) return cg__fail_context("cg_backward");
-        size_t capacity = st->capacity ? 2 * st->capacity : 256;
-        cg_node **grown = realloc(st->items, capacity * sizeof *grown);
-        if (!grown) return cg__fail(CG_ERR_OOM, "cg_backward: out of host memory");
-        st->items = grown, st->capacity = capacity;
-    }
+static cg_status grow(node_stack *st) {
+    if (!st->capacity && cg__at_thread_exit(stacks_free) != CG_OK) return cg__fail_context("cg_backward");
+    size_t capacity = st->capacity ? 2 * st->capacity : 256;
+    cg_node **grown = realloc(st->items, capacity * sizeof *grown);
+    if (!grown) return cg__fail(CG_ERR_OOM, "cg_backward: out of host memory");
+    st->items = grown, st->capacity = capacity;
+    return CG_OK;
+}
+
+static inline cg_status push(node_stack *st, cg_node *n) {
+    if (st->count == st->capacity) CG_TRY(grow(st));
     st->items[st->count++] = n;
     return CG_OK;
 }

@@ -109,7 +109,7 @@ cg_status cg_set_num_threads(int n) {
                         CG_MAX_THREADS);
     int previous = omp_get_max_threads();
     omp_set_num_threads(n); /* every CPU kernel's threads, BLAS calls included (src/cpu/cpu_matmul.c) */
-    if (cg__cpu_enter() == CG_OK) return CG_OK; /* the new team and its BLAS buffers, set up now */
+    if (cg__cpu_start() == CG_OK) return CG_OK; /* the new team and its BLAS buffers, set up now */
     omp_set_num_threads(previous);
     return cg__fail_context("cg_set_num_threads(%d)", n);
 }

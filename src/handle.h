@@ -44,44 +44,99 @@ typedef enum cg_handle_kind {
 typedef struct cg_handle_pool {
     cg_handle_kind kind;
     size_t object_size;
-    int lock;        /* a spin lock (src/handle.c) */
+    int lock;        /* a spin lock, held for a few instructions */
     void *chunks;    /* every chunk ever made, linked: nothing is returned to the system */
-    void *free_list; /* slots ready for reuse, most recently freed first */
+    void *free_list; /* slots ready for reuse (cg_handle_header), most recently freed first */
 } cg_handle_pool;
 #define CG_HANDLE_POOL(kind, type) {(kind), sizeof(type), 0, NULL, NULL}
 
-/* A new object (zeroed) in a slot of pool; returns its handle, or NULL with CG_ERR_OOM recorded. */
-void *cg__handle_new(cg_handle_pool *pool);
-/* Ends the object's life: its handle (and any copy of it) is dead from now on. handle must be live. */
-void cg__handle_free(cg_handle_pool *pool, const void *handle);
-/* CG_OK when handle is a live object of this kind; otherwise records "<fn>: <what> is NULL", "...
- * is a freed <noun>" or "... is not a cgrad <noun>" (what: e.g. "argument 'x'", "module") and
- * returns CG_ERR_INVALID_ARG. */
-cg_status cg__handle_check(cg_handle_kind kind, const void *handle, const char *fn, const char *what);
 #define CG_HANDLE_ADDRESS_BITS 48
 /* The object a handle names. No check: callers have checked the handle (or own it). */
 static inline void *cg__handle_object(const void *handle) {
     return (void *)((uintptr_t)handle & (((uintptr_t)1 << CG_HANDLE_ADDRESS_BITS) - 1));
 }
 
-/* The header in front of every object (16 bytes, so objects stay 16-byte aligned); here so that the
- * check below, which every public call makes, compiles inline. */
+/* The header in front of every object (16 bytes, so objects stay 16-byte aligned). Its state is one
+ * word, so that the check every public call makes is one load and one compare:
+ *   bits 0..31 the kind, 32..47 the generation (of the live object, or of the next one; never 0, so
+ *   a bare address never matches), bit 48 set while the object lives.
+ * It is read without the pool's lock (relaxed: a plain load), as the caller's own object's. */
 typedef struct cg_handle_header {
-    cg_handle_kind kind;
-    uint16_t generation; /* of the live object, or of the next one; never 0, so a bare address never matches */
-    bool live;
+    uint64_t state;
     struct cg_handle_header *next_free;
 } cg_handle_header;
 #define CG_HANDLE_HEADER_BYTES 16
+#define CG_HANDLE_LIVE ((uint64_t)1 << 48)
+
+static inline cg_handle_header *cg__handle_header(const void *object) {
+    return (cg_handle_header *)((char *)object - CG_HANDLE_HEADER_BYTES);
+}
+static inline uint64_t cg__handle_generation(const void *handle) {
+    return (uint64_t)((uintptr_t)handle >> CG_HANDLE_ADDRESS_BITS);
+}
 
 /* Whether handle is a live object of this kind (no error recorded); false for NULL and for values
  * that cannot be handles (no generation, or an address no object can have). */
 static inline bool cg__handle_live(cg_handle_kind kind, const void *handle) {
     uintptr_t address = (uintptr_t)cg__handle_object(handle);
-    uint16_t generation = (uint16_t)((uintptr_t)handle >> CG_HANDLE_ADDRESS_BITS);
+    uint64_t generation = cg__handle_generation(handle);
     if (generation == 0 || address < CG_HANDLE_HEADER_BYTES || address % 16 != 0) return false;
-    const cg_handle_header *h = (const cg_handle_header *)(address - CG_HANDLE_HEADER_BYTES);
-    return h->kind == kind && h->live && h->generation == generation;
+    uint64_t state = __atomic_load_n(&cg__handle_header((const void *)address)->state, __ATOMIC_RELAXED);
+    return state == ((uint64_t)(uint32_t)kind | generation << 32 | CG_HANDLE_LIVE);
+}
+
+/* CG_OK when handle is a live object of this kind; otherwise records "<fn>: <what> is NULL", "...
+ * is a freed <noun>" or "... is not a cgrad <noun>" (what: e.g. "argument 'x'", "module") and
+ * returns CG_ERR_INVALID_ARG. Only a failure makes a call. */
+cg_status cg__handle_check_failed(cg_handle_kind kind, const void *handle, const char *fn, const char *what);
+static inline cg_status cg__handle_check(cg_handle_kind kind, const void *handle, const char *fn, const char *what) {
+    return cg__handle_live(kind, handle) ? CG_OK : cg__handle_check_failed(kind, handle, fn, what);
+}
+
+/* Adds a chunk of fresh slots to pool's free list; false when out of memory. Caller holds the lock. */
+bool cg__handle_pool_grow(cg_handle_pool *pool);
+static inline void cg__handle_lock(cg_handle_pool *pool) {
+    while (__atomic_exchange_n(&pool->lock, 1, __ATOMIC_ACQUIRE)) {
+    }
+}
+static inline void cg__handle_unlock(cg_handle_pool *pool) { __atomic_store_n(&pool->lock, 0, __ATOMIC_RELEASE); }
+
+/* A new object in a slot of pool, not zeroed (the hottest pool, tensors, zeroes with a size the
+ * compiler knows); returns its handle, or NULL when out of memory (no error recorded: see
+ * cg__handle_new). Inline: a tensor is made by almost every op. */
+static inline void *cg__handle_take(cg_handle_pool *pool) {
+    cg__handle_lock(pool);
+    if (!pool->free_list && !cg__handle_pool_grow(pool)) {
+        cg__handle_unlock(pool);
+        return NULL;
+    }
+    cg_handle_header *h = (cg_handle_header *)pool->free_list;
+    pool->free_list = h->next_free;
+    h->next_free = NULL;
+    uint64_t state = h->state | CG_HANDLE_LIVE;
+    __atomic_store_n(&h->state, state, __ATOMIC_RELAXED);
+    cg__handle_unlock(pool);
+    return (void *)((uintptr_t)((char *)h + CG_HANDLE_HEADER_BYTES) | (uintptr_t)(state >> 32 & 0xffff) << CG_HANDLE_ADDRESS_BITS);
+}
+
+/* A new object (zeroed) in a slot of pool; returns its handle, or NULL with CG_ERR_OOM recorded. */
+void *cg__handle_new(cg_handle_pool *pool);
+
+/* Ends the object's life: its handle (and any copy of it) is dead from now on, and the slot is reused
+ * under the next generation; a slot whose generation would wrap is retired instead, so no (slot,
+ * generation) pair is handed out twice. handle must be live. */
+static inline void cg__handle_free(cg_handle_pool *pool, const void *handle) {
+    cg_handle_header *h = cg__handle_header(cg__handle_object(handle));
+    cg__handle_lock(pool);
+    uint64_t generation = h->state >> 32 & 0xffff, kind = h->state & 0xffffffffu;
+    if (generation < 0xffff) {
+        __atomic_store_n(&h->state, kind | (generation + 1) << 32, __ATOMIC_RELAXED);
+        h->next_free = (cg_handle_header *)pool->free_list;
+        pool->free_list = h;
+    } else {
+        __atomic_store_n(&h->state, kind | generation << 32, __ATOMIC_RELAXED); /* retired: dead for good */
+    }
+    cg__handle_unlock(pool);
 }
 
 #ifdef __cplusplus

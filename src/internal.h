@@ -11,6 +11,14 @@
 #include "checked.h"
 #include "kernels/elementwise_ops.h"
 
+/* Thread-local state read by every op (grad mode, the innermost scope, the tape's stacks): the
+ * initial-exec model reads it with one load, where the default model in a shared library calls
+ * __tls_get_addr. Kept to a few small variables: a library loaded with dlopen draws them from the
+ * C library's small static TLS reserve. */
+#ifndef __cplusplus
+#define CG_THREAD_FAST _Thread_local __attribute__((tls_model("initial-exec")))
+#endif
+
 /* ---- errors ------------------------------------------------------------------------------- */
 /* Records a failure for cg_last_error() and returns the status, so callers can write
  * `return cg__fail(CG_ERR_SHAPE, "cg_add: ...")`. */
@@ -67,8 +75,12 @@ typedef struct cg_tensor_impl {
 static inline cg_tensor_impl *cg__t(const cg_tensor *t) { return (cg_tensor_impl *)cg__handle_object(t); }
 static inline float *cg__data(const cg_tensor *t) { return cg__t(t)->storage->data + cg__t(t)->offset; }
 
-/* Checks that t is a live handle; records "<fn>: argument <name> is NULL/freed" otherwise. */
-cg_status cg__check_tensor(const cg_tensor *t, const char *fn, const char *name);
+/* Checks that t is a live handle; records "<fn>: argument <name> is NULL/freed" otherwise. Every public
+ * call makes this check, so its common case compiles inline and only a failure makes a call. */
+cg_status cg__check_tensor_failed(const cg_tensor *t, const char *fn, const char *name);
+static inline cg_status cg__check_tensor(const cg_tensor *t, const char *fn, const char *name) {
+    return cg__handle_live(CG_HANDLE_TENSOR, t) ? CG_OK : cg__check_tensor_failed(t, fn, name);
+}
 /* Checks both are live and on one device (error names both devices). */
 cg_status cg__check_same_device(const cg_tensor *a, const cg_tensor *b, const char *fn);
 /* Writes "(5, 10)" into buf. */
@@ -261,9 +273,10 @@ typedef struct cg_backend {
 
 extern const cg_backend cg__cpu_backend;
 /* Every CPU parallel region of cgrad comes after CG_TRY(cg__cpu_enter()): the calling thread's OpenMP
- * team and OpenBLAS's buffers, set up before its first one and when its thread count changed
- * (src/cpu/cpu_start.c); CG_ERR_OOM when they cannot be had. */
+ * team and OpenBLAS's buffers, set up before its first one (src/cpu/cpu_start.c); CG_ERR_OOM when
+ * they cannot be had. cg__cpu_start sets them up again for a new thread count (cg_set_num_threads). */
 cg_status cg__cpu_enter(void);
+cg_status cg__cpu_start(void);
 /* NULL when the library was built without CUDA. */
 const cg_backend *cg__cuda_backend(void);
 /* Backend of a device; NULL + CG_ERR_DEVICE recorded when the device does not exist. */

@@ -50,16 +50,17 @@ static void storage_release(cg_storage *s) {
 
 /* ---- scopes ------------------------------------------------------------------------------------
  * A scope handle (cg_scope *, see handle.h) names the list of tensors created while it was the
- * innermost open scope of its thread; each thread keeps a stack of the scopes it opened. */
+ * innermost open scope of its thread; each thread's open scopes are a chain from the innermost out. */
 #define MAX_SCOPE_DEPTH 64
 
 typedef struct scope_impl {
     cg_tensor *head; /* tensors created while this scope was innermost */
+    cg_scope *outer; /* the scope that was innermost when this one began, or NULL */
 } scope_impl;
 
 static cg_handle_pool scope_pool = CG_HANDLE_POOL(CG_HANDLE_SCOPE, scope_impl);
-static _Thread_local cg_scope *scope_stack[MAX_SCOPE_DEPTH];
-static _Thread_local int scope_depth;
+static CG_THREAD_FAST cg_scope *innermost; /* every tensor made reads it */
+static CG_THREAD_FAST int scope_depth;
 
 static scope_impl *scope_of(const cg_scope *s) { return cg__handle_object(s); }
 
@@ -68,7 +69,8 @@ cg_scope *cg_scope_begin(void) {
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_scope_begin: more than %d nested scopes", MAX_SCOPE_DEPTH);
     cg_scope *s = cg__handle_new(&scope_pool);
     if (!s) return (cg__fail_context("cg_scope_begin"), NULL);
-    scope_stack[scope_depth++] = s;
+    scope_of(s)->outer = innermost;
+    innermost = s, scope_depth++;
     return s;
 }
 
@@ -83,8 +85,8 @@ static void scope_unlink(cg_tensor *h) {
 }
 
 static void scope_adopt(cg_tensor *h) {
-    if (scope_depth == 0) return;
-    cg_scope *s = scope_stack[scope_depth - 1];
+    cg_scope *s = innermost;
+    if (!s) return;
     cg_tensor_impl *t = cg__t(h);
     t->scope = s;
     t->scope_prev = NULL;
@@ -95,12 +97,12 @@ static void scope_adopt(cg_tensor *h) {
 
 void cg_scope_end(cg_scope *s) {
     if (cg__handle_check(CG_HANDLE_SCOPE, s, "cg_scope_end", "scope") != CG_OK) return;
-    if (scope_depth == 0 || s != scope_stack[scope_depth - 1]) {
+    if (s != innermost) {
         cg__fail(CG_ERR_INVALID_ARG, "cg_scope_end: not the innermost open scope of this thread");
         return;
     }
     while (scope_of(s)->head) cg_tensor_free(scope_of(s)->head);
-    scope_depth--;
+    innermost = scope_of(s)->outer, scope_depth--;
     cg__handle_free(&scope_pool, s);
 }
 
@@ -111,11 +113,10 @@ cg_tensor *cg_keep(cg_tensor *t) {
 }
 
 /* ---- handles and layout ------------------------------------------------------------------------ */
-cg_status cg__check_tensor(const cg_tensor *t, const char *fn, const char *name) {
-    if (cg__handle_live(CG_HANDLE_TENSOR, t)) return CG_OK;
+cg_status cg__check_tensor_failed(const cg_tensor *t, const char *fn, const char *name) {
     char what[96];
     snprintf(what, sizeof what, "argument '%s'", name);
-    return cg__handle_check(CG_HANDLE_TENSOR, t, fn, what);
+    return cg__handle_check_failed(CG_HANDLE_TENSOR, t, fn, what);
 }
 
 cg_status cg__check_same_device(const cg_tensor *a, const cg_tensor *b, const char *fn) {
@@ -182,9 +183,10 @@ void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
 }
 
 static cg_tensor *handle_new(int ndim, const int64_t *shape, const int64_t *strides, cg_device d) {
-    cg_tensor *h = cg__handle_new(&tensor_pool);
-    if (!h) return NULL;
+    cg_tensor *h = cg__handle_take(&tensor_pool);
+    if (!h) return CG_FAIL_NULL(CG_ERR_OOM, "out of host memory for a tensor handle");
     cg_tensor_impl *t = cg__t(h);
+    *t = (cg_tensor_impl){0};
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     if (strides) memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);

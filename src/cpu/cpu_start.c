@@ -46,7 +46,7 @@ static bool blas_held;     /* OpenBLAS held to one thread (by the first start-up
 static bool blas_pool_own; /* OpenBLAS's pthreads build: it has a thread pool of its own */
 static int blas_pool;      /* that pool's threads, the caller counted in (1 without a pool), as grown */
 static int buffers_held;   /* the most BLAS buffers a start-up has held at once (OpenBLAS keeps them mapped) */
-static _Thread_local int team_ready; /* the thread count this thread's team was set up for; 0: not yet */
+static CG_THREAD_FAST int team_ready; /* the thread count this thread's team was set up for; 0: not yet */
 
 typedef struct probe_gate {
     pthread_mutex_t lock;
@@ -185,7 +185,7 @@ static cg_status start_team(int team) {
     return CG_OK;
 }
 
-static cg_status cpu_start(void) {
+cg_status cg__cpu_start(void) {
     if (omp_in_parallel()) return CG_OK; /* inside a parallel region an op runs on its calling thread */
     if (omp_get_max_threads() > CG_MAX_THREADS) omp_set_num_threads(CG_MAX_THREADS); /* a default too large */
     int team = omp_get_max_threads();
@@ -197,4 +197,6 @@ static cg_status cpu_start(void) {
     return s;
 }
 
-cg_status cg__cpu_enter(void) { return omp_get_max_threads() == team_ready ? CG_OK : cpu_start(); }
+/* A thread count changed behind cg_set_num_threads' back (omp_set_num_threads) is not seen here: its
+ * team works, but is not set up in advance. */
+cg_status cg__cpu_enter(void) { return team_ready ? CG_OK : cg__cpu_start(); }

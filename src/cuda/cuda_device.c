@@ -16,7 +16,7 @@ static pthread_mutex_t context_lock = PTHREAD_MUTEX_INITIALIZER;
  * and graph captures serve one host thread at a time: the first to run work on the GPU drives it until it
  * exits (see Threads in cgrad.h). A thread is told apart by the address of its own driver_tag. */
 static _Atomic(const void *) drivers[CG_MAX_CUDA];
-static _Thread_local char driver_tag;
+static CG_THREAD_FAST char driver_tag;
 
 static void release_gpus(void) {
     for (int i = 0; i < CG_MAX_CUDA; i++) {
