@@ -153,7 +153,7 @@ bool cg__cuda_enable_peer(int dst, int src) {
 }
 
 cg_status cg__cuda_stream_wait(int waiter, int signaller) {
-    cg_cuda_context *wctx, *sctx;
+    cg_cuda_context *wctx = NULL, *sctx = NULL; /* set by cg__cuda_enter when it succeeds */
     CG_TRY(cg__cuda_enter(waiter, &wctx));
     CG_TRY(cg__cuda_enter(signaller, &sctx));
     CG_CUDA_CHECK(cudaEventRecord(sctx->marker, sctx->stream));
@@ -170,7 +170,7 @@ cg_status cg__cuda_stream_wait(int waiter, int signaller) {
 
 /* Orders the copy after the work queued on both devices, and both devices' later work after it. */
 cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void *src, size_t bytes) {
-    cg_cuda_context *dctx, *sctx;
+    cg_cuda_context *dctx = NULL, *sctx = NULL; /* set by cg__cuda_enter when it succeeds */
     CG_TRY(cg__cuda_enter(dst_index, &dctx));
     CG_TRY(cg__cuda_enter(src_index, &sctx));
     bool cross = dst_index != src_index, by_kernel = false;
