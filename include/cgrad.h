@@ -13,6 +13,12 @@
  * cg_last_error() says what went wrong (function, shapes, devices, backend error, file:line).
  * The library never aborts on bad input or on out-of-memory; the process goes on.
  *
+ * Handles (cg_tensor *, cg_module *, cg_optimizer *, cg_dataset *, cg_loader *, cg_graph *,
+ * cg_scope *, cg_safetensors *, cg_dist *) are opaque: never dereference them. Each carries a
+ * generation that every call checks, so a handle used after it was freed is an error ("... is a
+ * freed tensor"), even when its memory holds a new object of the same kind; freeing one twice is
+ * reported the same way and frees nothing.
+ *
  * Devices: CG_CPU, or CG_CUDA with an index. A machine with no GPU or no driver has zero CUDA
  * devices and everything runs on the CPU. Ops on tensors of different devices are errors.
  *
