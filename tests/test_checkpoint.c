@@ -332,39 +332,6 @@ static void test_loader_mismatch(void **state) {
     run_free(&r);
 }
 
-/* The metadata keys a checkpoint of an SGD run with a loader holds. */
-static const char *const sgd_keys[] = {
-    "format", "cgrad.checkpoint", "cgrad.rng.seed", "cgrad.rng.cpu", "cgrad.rng.cuda", "cgrad.optimizer",
-    "cgrad.optimizer.lr", "cgrad.optimizer.settings", "cgrad.optimizer.momentum_ready", "cgrad.loader.epoch",
-    "cgrad.loader.position", "cgrad.loader.seed", "cgrad.loader.batch_size", "cgrad.loader.shuffle",
-    "cgrad.loader.drop_last", "cgrad.loader.samples",
-};
-#define N_SGD_KEYS (int)(sizeof sgd_keys / sizeof sgd_keys[0])
-
-/* Writes src's tensors to dst with metadata `key` set to value (NULL: left out). */
-static void rewrite(const char *src, const char *dst, const char *key, const char *value) {
-    cg_safetensors *st;
-    CG_TEST_STATUS_OK(cg_safetensors_read(src, &st));
-    int n = cg_safetensors_count(st), nm = 0;
-    const char **names = cg_test_malloc((size_t)n * sizeof *names), *keys[N_SGD_KEYS], *values[N_SGD_KEYS];
-    const cg_tensor **ts = cg_test_malloc((size_t)n * sizeof *ts);
-    for (int i = 0; i < n; i++) {
-        cg_safetensors_info info;
-        CG_TEST_STATUS_OK(cg_safetensors_info_at(st, i, &info));
-        names[i] = info.name;
-        ts[i] = CG_TEST_OK(cg_safetensors_tensor(st, i, cg_cpu()));
-    }
-    for (int i = 0; i < N_SGD_KEYS; i++) {
-        const char *v = strcmp(sgd_keys[i], key) == 0 ? value : cg_safetensors_metadata(st, sgd_keys[i]);
-        assert_true(v || strcmp(sgd_keys[i], key) == 0); /* every key is there */
-        if (v) keys[nm] = sgd_keys[i], values[nm++] = v;
-    }
-    CG_TEST_STATUS_OK(cg_safetensors_write(dst, n, names, ts, nm, keys, values));
-    for (int i = 0; i < n; i++) cg_tensor_free((cg_tensor *)ts[i]);
-    free(names), free(ts);
-    cg_safetensors_free(st);
-}
-
 static void test_corrupt_files(void **state) {
     (void)state;
     char before[512], path[512];
@@ -390,7 +357,7 @@ static void test_corrupt_files(void **state) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cg_test_context("metadata %s = %s", cases[i].key, cases[i].value ? cases[i].value : "(none)");
-        rewrite(before, path, cases[i].key, cases[i].value);
+        cg_test_rewrite_checkpoint(before, path, cases[i].key, cases[i].value);
         assert_int_equal(cg_checkpoint_load(path, r.model, r.opt, r.loader), CG_ERR_IO);
         cg_test_assert_error(CG_ERR_IO, path, cases[i].error);
     }

@@ -234,37 +234,6 @@ static void test_batch_split_max(void **state) {
                 sizes[2] == INT64_C(3074457345618258601));
 }
 
-/* Rewrites the checkpoint src as dst with metadata key set to value: every other key of a checkpoint
- * (of a model, an Adam optimizer and a loader, those that src holds) is copied as it is. */
-static void rewrite(const char *src, const char *dst, const char *key, const char *value) {
-    static const char *const all[] = {
-        "format", "cgrad.checkpoint", "cgrad.rng.seed", "cgrad.rng.cpu", "cgrad.rng.cuda", "cgrad.optimizer",
-        "cgrad.optimizer.lr", "cgrad.optimizer.settings", "cgrad.optimizer.step", "cgrad.loader.epoch",
-        "cgrad.loader.position", "cgrad.loader.seed", "cgrad.loader.batch_size", "cgrad.loader.shuffle",
-        "cgrad.loader.drop_last", "cgrad.loader.samples",
-    };
-    enum { NKEYS = sizeof all / sizeof all[0] };
-    cg_safetensors *st;
-    CG_TEST_STATUS_OK(cg_safetensors_read(src, &st));
-    int n = cg_safetensors_count(st), nm = 0;
-    const char **names = cg_test_malloc((size_t)n * sizeof *names + 1), *keys[NKEYS], *values[NKEYS];
-    const cg_tensor **ts = cg_test_malloc((size_t)n * sizeof *ts + 1);
-    for (int i = 0; i < n; i++) {
-        cg_safetensors_info info;
-        CG_TEST_STATUS_OK(cg_safetensors_info_at(st, i, &info));
-        names[i] = info.name;
-        ts[i] = CG_TEST_OK(cg_safetensors_tensor(st, i, cg_cpu()));
-    }
-    for (int i = 0; i < NKEYS; i++) {
-        const char *v = strcmp(all[i], key) == 0 ? value : cg_safetensors_metadata(st, all[i]);
-        if (v) keys[nm] = all[i], values[nm++] = v;
-    }
-    CG_TEST_STATUS_OK(cg_safetensors_write(dst, n, names, ts, nm, keys, values));
-    for (int i = 0; i < n; i++) cg_tensor_free((cg_tensor *)ts[i]);
-    free(names), free(ts);
-    cg_safetensors_free(st);
-}
-
 static void test_loader_epoch_max(void **state) {
     (void)state;
     char path[512];
@@ -314,7 +283,7 @@ static void test_adam_step_max(void **state) {
     backward(m, opt, x);
     CG_TEST_STATUS_OK(cg_optimizer_step(opt));
     CG_TEST_STATUS_OK(cg_checkpoint_save(saved, m, opt, NULL, 0, NULL, NULL));
-    rewrite(saved, at_max, "cgrad.optimizer.step", MAX_STR "," MAX_STR);
+    cg_test_rewrite_checkpoint(saved, at_max, "cgrad.optimizer.step", MAX_STR "," MAX_STR);
     CG_TEST_STATUS_OK(cg_checkpoint_load(at_max, m, opt, NULL));
     /* a step would take the counts past INT64_MAX: it fails, and changes no parameter */
     backward(m, opt, x);
@@ -351,7 +320,7 @@ static void test_gpu_rng_past_int64(void **state) {
     cg_test_tmp_path("rng_past.safetensors", past, sizeof past);
     cg_module *m = ok(cg_linear_new(3, 2, true, cg_test_device()));
     CG_TEST_STATUS_OK(cg_checkpoint_save(saved, m, NULL, NULL, 0, NULL, NULL));
-    rewrite(saved, at_max, "cgrad.rng.cuda", MAX_STR);
+    cg_test_rewrite_checkpoint(saved, at_max, "cgrad.rng.cuda", MAX_STR);
     CG_TEST_STATUS_OK(cg_checkpoint_load(at_max, m, NULL, NULL));
     cg_tensor_free(CG_TEST_OK(cg_rand(CG_SHAPE(4), cg_test_device())));
     CG_TEST_STATUS_OK(cg_checkpoint_save(past, m, NULL, NULL, 0, NULL, NULL));

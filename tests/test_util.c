@@ -475,3 +475,32 @@ void cg_test_assert_same_parameters(const cg_module *a, const cg_module *b) {
     assert_memory_equal(pa, pb, na * sizeof *pa);
     free(pa), free(pb);
 }
+
+void cg_test_rewrite_checkpoint(const char *src, const char *dst, const char *key, const char *value) {
+    static const char *const all[] = { /* every key cg_checkpoint_save writes, for any optimizer */
+        "format", "cgrad.checkpoint", "cgrad.rng.seed", "cgrad.rng.cpu", "cgrad.rng.cuda", "cgrad.optimizer",
+        "cgrad.optimizer.lr", "cgrad.optimizer.settings", "cgrad.optimizer.step", "cgrad.optimizer.momentum_ready",
+        "cgrad.loader.epoch", "cgrad.loader.position", "cgrad.loader.seed", "cgrad.loader.batch_size",
+        "cgrad.loader.shuffle", "cgrad.loader.drop_last", "cgrad.loader.samples",
+    };
+    enum { NKEYS = sizeof all / sizeof all[0] };
+    cg_safetensors *st;
+    CG_TEST_STATUS_OK(cg_safetensors_read(src, &st));
+    int n = cg_safetensors_count(st), nm = 0;
+    const char **names = cg_test_malloc((size_t)n * sizeof *names + 1), *keys[NKEYS], *values[NKEYS];
+    const cg_tensor **ts = cg_test_malloc((size_t)n * sizeof *ts + 1);
+    for (int i = 0; i < n; i++) {
+        cg_safetensors_info info;
+        CG_TEST_STATUS_OK(cg_safetensors_info_at(st, i, &info));
+        names[i] = info.name;
+        ts[i] = CG_TEST_OK(cg_safetensors_tensor(st, i, cg_cpu()));
+    }
+    for (int i = 0; i < NKEYS; i++) {
+        const char *v = strcmp(all[i], key) == 0 ? value : cg_safetensors_metadata(st, all[i]);
+        if (v) keys[nm] = all[i], values[nm++] = v;
+    }
+    CG_TEST_STATUS_OK(cg_safetensors_write(dst, n, names, ts, nm, keys, values));
+    for (int i = 0; i < n; i++) cg_tensor_free((cg_tensor *)ts[i]);
+    free(names), free(ts);
+    cg_safetensors_free(st);
+}

@@ -200,4 +200,8 @@ int cg_test_tmpdir_teardown(void **state);
 const char *cg_test_tmpdir(void);
 const char *cg_test_tmp_path(const char *name, char *buf, size_t len);
 
+/* Writes the training checkpoint src (cg_checkpoint_save's) again as dst, every tensor and every
+ * metadata key cgrad writes copied as they are, except `key`, set to value (NULL: left out). */
+void cg_test_rewrite_checkpoint(const char *src, const char *dst, const char *key, const char *value);
+
 #endif
