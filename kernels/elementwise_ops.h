@@ -1,5 +1,18 @@
-/* The element-wise op families and their scalar math, shared by the CPU backend (C) and the CUDA
- * kernels (nvcc), so each op's formula is written once. */
+/* The element-wise ops, each declared once: its entry in a list below gives its name, what its
+ * backward reads, its forward and backward formulas, and the values its tests draw from. The op
+ * enums, the CPU and CUDA kernels (forward and fused backward), the tape's saved values, the
+ * backward, and the op-table test's double-precision references all come from these lists.
+ * C (the CPU backend and the references) and CUDA C++ (the kernels).
+ *
+ * Formulas are written once for any element type CGM_T (float in kernels, double in references):
+ * constants as CGM_C(v) and math through the cgm_ functions below, which pick the float or double
+ * function by type. Names inside formulas:
+ *   unary ops:  x the input, s the op's scalar parameter, y the output, g the gradient of y;
+ *   binary ops: a and b the inputs, y the output, g the gradient of y.
+ * A backward formula gives the input's gradient from g and the values its entry saves (CG_SAVES_X:
+ * x, CG_SAVES_Y: y, CG_SAVES_AB: a and b; CG_SAVES_NONE: neither). CG_NO_GRAD marks an op that is
+ * not differentiable. The test domain is the range [lo, hi] of each input and, for ops with a
+ * scalar parameter, the value of s the test uses. */
 #ifndef CGRAD_ELEMENTWISE_OPS_H
 #define CGRAD_ELEMENTWISE_OPS_H
 
@@ -12,31 +25,48 @@
 #define CG_HD static inline
 #endif
 
-/* X-macro lists: the enums and every backend's dispatch switch come from these, so adding an op
- * here (and its formula below) is all a backend needs. */
-#define CG_UNARY_OPS(X)                                                                             \
-    X(CG_UNARY_COPY)       /* y = x (strided gather: contiguous(), clone) */                        \
-    X(CG_UNARY_NEG) X(CG_UNARY_EXP) X(CG_UNARY_LOG) X(CG_UNARY_SIN) X(CG_UNARY_COS)                 \
-    X(CG_UNARY_SQRT) X(CG_UNARY_RELU) X(CG_UNARY_TANH) X(CG_UNARY_SIGMOID)                          \
-    X(CG_UNARY_ADD_SCALAR) /* y = x + alpha */                                                      \
-    X(CG_UNARY_MUL_SCALAR) /* y = x * alpha */                                                      \
-    X(CG_UNARY_DIV_SCALAR) /* y = x / alpha */                                                      \
-    X(CG_UNARY_POW_SCALAR) /* y = x ^ alpha */                                                      \
-    X(CG_UNARY_DROPOUT_MASK) /* x ~ U[0,1): y = 1 / (1 - alpha) where x >= alpha, else 0 */
+/* X(NAME, public name, saves, forward, backward, lo, hi, s) */
+#define CG_UNARY_OPS(X)                                                                                         \
+    X(COPY, "copy", CG_SAVES_NONE, x, g, -4, 4, 0) /* strided gather: cg_contiguous, cg_clone */                \
+    X(NEG, "cg_neg", CG_SAVES_NONE, -x, -g, -4, 4, 0)                                                           \
+    X(EXP, "cg_exp", CG_SAVES_Y, cgm_exp(x), g * y, -4, 4, 0)                                                   \
+    X(LOG, "cg_log", CG_SAVES_X, cgm_log(x), g / x, 0.1, 8, 0)                                                  \
+    X(SIN, "cg_sin", CG_SAVES_X, cgm_sin(x), cgm_cos(x) * g, -4, 4, 0)                                          \
+    X(COS, "cg_cos", CG_SAVES_X, cgm_cos(x), -(cgm_sin(x) * g), -4, 4, 0)                                       \
+    X(SQRT, "cg_sqrt", CG_SAVES_Y, cgm_sqrt(x), g / y * CGM_C(0.5), 0.1, 8, 0)                                 \
+    /* NaN propagates through ReLU, as in PyTorch */                                                            \
+    X(RELU, "cg_relu", CG_SAVES_X, x > CGM_C(0) ? x : (x == x ? CGM_C(0) : x), x > CGM_C(0) ? g : CGM_C(0), -4, \
+      4, 0)                                                                                                     \
+    X(TANH, "cg_tanh", CG_SAVES_Y, cgm_tanh(x), g * (CGM_C(1) - y * y), -4, 4, 0)                               \
+    X(SIGMOID, "cg_sigmoid", CG_SAVES_Y, CGM_C(1) / (CGM_C(1) + cgm_exp(-x)), g * y * (CGM_C(1) - y), -4, 4, 0) \
+    X(ADD_SCALAR, "cg_add_scalar", CG_SAVES_NONE, x + s, g, -4, 4, 0.75)                                        \
+    X(MUL_SCALAR, "cg_mul_scalar", CG_SAVES_NONE, x * s, g * s, -4, 4, -1.5)                                    \
+    X(DIV_SCALAR, "cg_div_scalar", CG_SAVES_NONE, x / s, g / s, -4, 4, 2.5)                                     \
+    X(POW_SCALAR, "cg_pow_scalar", CG_SAVES_X, cgm_pow(x, s), cgm_pow(x, s - CGM_C(1)) * s * g, 0.1, 4, 2.5)   \
+    /* x ~ U[0, 1): 1 / (1 - s) where x >= s, else 0 (dropout's mask; s the drop probability) */                \
+    X(DROPOUT_MASK, "cg_dropout", CG_NO_GRAD, x >= s ? CGM_C(1) / (CGM_C(1) - s) : CGM_C(0), CGM_C(0), 0, 1, 0.3)
 
-#define CG_BINARY_OPS(X)                                                                            \
-    X(CG_BINARY_ADD) X(CG_BINARY_SUB) X(CG_BINARY_MUL) X(CG_BINARY_DIV) X(CG_BINARY_POW)            \
-    X(CG_BINARY_RELU_BACKWARD)    /* a = grad, b = x: grad where x > 0 */                           \
-    X(CG_BINARY_TANH_BACKWARD)    /* a = grad, b = y = tanh(x): grad * (1 - y^2) */                 \
-    X(CG_BINARY_SIGMOID_BACKWARD) /* a = grad, b = y = sigmoid(x): grad * y * (1 - y) */
+/* X(NAME, public name, saves, forward, backward for a, backward for b, lo a, hi a, lo b, hi b) */
+#define CG_BINARY_OPS(X)                                                                                        \
+    X(ADD, "cg_add", CG_SAVES_NONE, a + b, g, g, -4, 4, -4, 4)                                                  \
+    X(SUB, "cg_sub", CG_SAVES_NONE, a - b, g, -g, -4, 4, -4, 4)                                                 \
+    X(MUL, "cg_mul", CG_SAVES_AB, a * b, g * b, g * a, -4, 4, -4, 4)                                            \
+    X(DIV, "cg_div", CG_SAVES_AB, a / b, g / b, -(a / (b * b) * g), -4, 4, 0.5, 4)                              \
+    X(POW, "cg_pow", CG_SAVES_AB, cgm_pow(a, b), cgm_pow(a, b - CGM_C(1)) * b * g, cgm_pow(a, b) * cgm_log(a) * g, \
+      0.5, 3, -2, 2)
 
-#define CG_ENUM_ENTRY(name) name,
-typedef enum cg_unary_op { CG_UNARY_OPS(CG_ENUM_ENTRY) CG_UNARY_COUNT } cg_unary_op;
-typedef enum cg_binary_op { CG_BINARY_OPS(CG_ENUM_ENTRY) CG_BINARY_COUNT } cg_binary_op;
-#undef CG_ENUM_ENTRY
+/* What a backward reads. */
+typedef enum cg_saves { CG_NO_GRAD, CG_SAVES_NONE, CG_SAVES_X, CG_SAVES_Y, CG_SAVES_AB } cg_saves;
+
+#define CG_UNARY_ENUM(NAME, ...) CG_UNARY_##NAME,
+#define CG_BINARY_ENUM(NAME, ...) CG_BINARY_##NAME,
+typedef enum cg_unary_op { CG_UNARY_OPS(CG_UNARY_ENUM) CG_UNARY_COUNT } cg_unary_op;
+typedef enum cg_binary_op { CG_BINARY_OPS(CG_BINARY_ENUM) CG_BINARY_COUNT } cg_binary_op;
+#undef CG_UNARY_ENUM
+#undef CG_BINARY_ENUM
 
 /* x^p with the exact shortcuts PyTorch takes for common exponents. */
-CG_HD float cg_powf(float x, float p) {
+CG_HD float cgm_powf(float x, float p) {
     if (p == 2.0f) return x * x;
     if (p == 1.0f) return x;
     if (p == 0.5f) return sqrtf(x);
@@ -51,7 +81,7 @@ CG_HD float cg_powf(float x, float p) {
 #define CG_TRIG_FAST_LIMIT 105615.0f
 #define CG_TRIG_REDUCE_LIMIT 16777216.0f
 
-CG_HD float cg_trig_reduced(float x, bool want_cos) {
+CG_HD float cgm_trig_reduced(float x, bool want_cos) {
     double xd = (double)x;
     double k = rint(xd * 0.63661977236758134308);
     double r = fma(-k, 1.5707963267948965580e+00, xd);
@@ -62,51 +92,93 @@ CG_HD float cg_trig_reduced(float x, bool want_cos) {
     return (quadrant & 2) ? -v : v;
 }
 
-CG_HD float cg_sinf(float x) {
+CG_HD float cgm_sinf(float x) {
     float a = fabsf(x);
-    return (a < CG_TRIG_FAST_LIMIT || !(a < CG_TRIG_REDUCE_LIMIT)) ? sinf(x) : cg_trig_reduced(x, false);
+    return (a < CG_TRIG_FAST_LIMIT || !(a < CG_TRIG_REDUCE_LIMIT)) ? sinf(x) : cgm_trig_reduced(x, false);
 }
 
-CG_HD float cg_cosf(float x) {
+CG_HD float cgm_cosf(float x) {
     float a = fabsf(x);
-    return (a < CG_TRIG_FAST_LIMIT || !(a < CG_TRIG_REDUCE_LIMIT)) ? cosf(x) : cg_trig_reduced(x, true);
+    return (a < CG_TRIG_FAST_LIMIT || !(a < CG_TRIG_REDUCE_LIMIT)) ? cosf(x) : cgm_trig_reduced(x, true);
 }
 
-CG_HD float cg_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* The math formulas use, by element type. */
+#ifdef __CUDACC__
+#define CGM_PAIR(name, f, d) \
+    CG_HD float name(float v) { return f(v); } \
+    CG_HD double name(double v) { return d(v); }
+CGM_PAIR(cgm_exp, expf, exp)
+CGM_PAIR(cgm_log, logf, log)
+CGM_PAIR(cgm_sin, cgm_sinf, sin)
+CGM_PAIR(cgm_cos, cgm_cosf, cos)
+CGM_PAIR(cgm_sqrt, sqrtf, sqrt)
+CGM_PAIR(cgm_tanh, tanhf, tanh)
+CGM_PAIR(cgm_erf, erff, erf)
+#undef CGM_PAIR
+CG_HD float cgm_pow(float v, float p) { return cgm_powf(v, p); }
+CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
+#else
+#define cgm_exp(v) _Generic((v), float: expf, default: exp)(v)
+#define cgm_log(v) _Generic((v), float: logf, default: log)(v)
+#define cgm_sin(v) _Generic((v), float: cgm_sinf, default: sin)(v)
+#define cgm_cos(v) _Generic((v), float: cgm_cosf, default: cos)(v)
+#define cgm_sqrt(v) _Generic((v), float: sqrtf, default: sqrt)(v)
+#define cgm_tanh(v) _Generic((v), float: tanhf, default: tanh)(v)
+#define cgm_erf(v) _Generic((v), float: erff, default: erf)(v)
+#define cgm_pow(v, p) _Generic((v), float: cgm_powf, default: pow)((v), (p))
+#endif
+#define CGM_C(v) ((CGM_T)(v))
 
-CG_HD float cg_unary_apply(cg_unary_op op, float x, float alpha) {
-    switch (op) {
-    case CG_UNARY_COPY: return x;
-    case CG_UNARY_NEG: return -x;
-    case CG_UNARY_EXP: return expf(x);
-    case CG_UNARY_LOG: return logf(x);
-    case CG_UNARY_SIN: return cg_sinf(x);
-    case CG_UNARY_COS: return cg_cosf(x);
-    case CG_UNARY_SQRT: return sqrtf(x);
-    case CG_UNARY_RELU: return x > 0.0f ? x : (x == x ? 0.0f : x); /* NaN propagates */
-    case CG_UNARY_TANH: return tanhf(x);
-    case CG_UNARY_SIGMOID: return cg_sigmoidf(x);
-    case CG_UNARY_ADD_SCALAR: return x + alpha;
-    case CG_UNARY_MUL_SCALAR: return x * alpha;
-    case CG_UNARY_DIV_SCALAR: return x / alpha;
-    case CG_UNARY_POW_SCALAR: return cg_powf(x, alpha);
-    case CG_UNARY_DROPOUT_MASK: return x >= alpha ? 1.0f / (1.0f - alpha) : 0.0f;
-    default: return x;
+/* The formulas as functions of one element type: forward, and the gradient of each input given g
+ * and the values the op saves (v: x or y for unary ops; ops that save nothing get g). Defined for
+ * float (cg_unary_fwd_f, ...) and, in C, for double (..._d), each a switch on the op. */
+#define CG_UNARY_FWD_CASE(NAME, PUB, SAVES, FWD, BWD, LO, HI, S) \
+    case CG_UNARY_##NAME: return FWD;
+#define CG_UNARY_BWD_CASE(NAME, PUB, SAVES, FWD, BWD, LO, HI, S) \
+    case CG_UNARY_##NAME: return BWD;
+#define CG_BINARY_FWD_CASE(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB) \
+    case CG_BINARY_##NAME: return FWD;
+#define CG_BINARY_BWD_CASE(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB) \
+    case CG_BINARY_##NAME: return which ? BB : BA;
+
+#define CG_EW_FUNCTIONS(SUFFIX)                                                                                     \
+    CG_HD CGM_T cg_unary_fwd_##SUFFIX(cg_unary_op op, CGM_T x, CGM_T s) {                                          \
+        (void)s;                                                                                                    \
+        switch (op) {                                                                                               \
+            CG_UNARY_OPS(CG_UNARY_FWD_CASE)                                                                         \
+        default: return x;                                                                                          \
+        }                                                                                                           \
+    }                                                                                                               \
+    CG_HD CGM_T cg_unary_bwd_##SUFFIX(cg_unary_op op, CGM_T g, CGM_T v, CGM_T s) {                                 \
+        CGM_T x = v, y = v;                                                                                         \
+        (void)x, (void)y, (void)s;                                                                                  \
+        switch (op) {                                                                                               \
+            CG_UNARY_OPS(CG_UNARY_BWD_CASE)                                                                         \
+        default: return g;                                                                                          \
+        }                                                                                                           \
+    }                                                                                                               \
+    CG_HD CGM_T cg_binary_fwd_##SUFFIX(cg_binary_op op, CGM_T a, CGM_T b) {                                        \
+        switch (op) {                                                                                               \
+            CG_BINARY_OPS(CG_BINARY_FWD_CASE)                                                                       \
+        default: return a;                                                                                          \
+        }                                                                                                           \
+    }                                                                                                               \
+    /* which: 0 the gradient of a, 1 of b */                                                                        \
+    CG_HD CGM_T cg_binary_bwd_##SUFFIX(cg_binary_op op, int which, CGM_T g, CGM_T a, CGM_T b) {                    \
+        (void)a, (void)b;                                                                                           \
+        switch (op) {                                                                                               \
+            CG_BINARY_OPS(CG_BINARY_BWD_CASE)                                                                       \
+        default: return g;                                                                                          \
+        }                                                                                                           \
     }
-}
 
-CG_HD float cg_binary_apply(cg_binary_op op, float a, float b) {
-    switch (op) {
-    case CG_BINARY_ADD: return a + b;
-    case CG_BINARY_SUB: return a - b;
-    case CG_BINARY_MUL: return a * b;
-    case CG_BINARY_DIV: return a / b;
-    case CG_BINARY_POW: return cg_powf(a, b);
-    case CG_BINARY_RELU_BACKWARD: return b > 0.0f ? a : 0.0f;
-    case CG_BINARY_TANH_BACKWARD: return a * (1.0f - b * b);
-    case CG_BINARY_SIGMOID_BACKWARD: return a * b * (1.0f - b);
-    default: return a;
-    }
-}
+#define CGM_T float
+CG_EW_FUNCTIONS(f)
+#undef CGM_T
+#ifndef __CUDACC__
+#define CGM_T double
+CG_EW_FUNCTIONS(d)
+#undef CGM_T
+#endif
 
 #endif

@@ -17,11 +17,8 @@
 extern "C" {
 #endif
 
-/* elementwise.cu: out (contiguous, lay->numel) = op(inputs read through lay) */
-cudaError_t cg_launch_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out,
-                            cudaStream_t stream);
-cudaError_t cg_launch_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out,
-                             cudaStream_t stream);
+/* elementwise.cu: one element-wise pass (internal.h: cg_ew_call) */
+cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);
 cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream);
 cudaError_t cg_launch_arange(float *out, int64_t n, double start, double step, cudaStream_t stream);
 /* Maps cuRAND's (0, 1] onto [0, 1) (1 becomes 0), as torch.rand's range. */

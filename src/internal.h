@@ -133,33 +133,58 @@ void *cg__alloc_capture_begin(cg_device d);
 void cg__alloc_capture_end(cg_device d);
 void cg__alloc_release_private(cg_device d, void *blocks);
 
-/* ---- strided element-wise descriptor -------------------------------------------------------- */
+/* ---- element-wise passes (the ops of kernels/elementwise_ops.h) -------------------------------- */
+#define CG_EW_MAX_INPUTS 3
 /* The output is contiguous with `shape`; input k is read at sum(index[i] * strides[k][i]).
  * Broadcast dims have stride 0. Dims are coalesced before a backend sees them. */
 typedef struct cg_ew_layout {
     int ndim;
     int64_t numel;
     int64_t shape[CG_MAX_DIMS];
-    int64_t strides[2][CG_MAX_DIMS];
-    bool contiguous[2]; /* input k is read contiguously with the output: fast path */
+    int64_t strides[CG_EW_MAX_INPUTS][CG_MAX_DIMS];
+    bool contiguous[CG_EW_MAX_INPUTS]; /* input k is read contiguously with the output: fast path */
 } cg_ew_layout;
 
-/* Layout of out(ndim, shape) = f(a[, b]) with broadcasting; b may be NULL. Fails with a message
- * naming fn and both shapes when they do not broadcast. */
-cg_status cg__ew_layout(const cg_tensor *a, const cg_tensor *b, int ndim, const int64_t *shape,
-                        cg_ew_layout *lay);
+/* What one pass computes, element by element (the formulas of kernels/elementwise_ops.h):
+ *   CG_EW_UNARY        out = forward(in[0] = x; s)
+ *   CG_EW_UNARY_GRAD   out = the gradient of x from in[0] = g and in[1] = the value the op saves
+ *                      (x or y; g again for ops that save nothing)
+ *   CG_EW_BINARY       out = forward(in[0] = a, in[1] = b)
+ *   CG_EW_BINARY_GRAD  out = the gradient of a (which 0) or b (which 1) from in[0] = g, in[1] = a,
+ *                      in[2] = b (g again for ops that save nothing) */
+typedef enum cg_ew_kind { CG_EW_UNARY, CG_EW_UNARY_GRAD, CG_EW_BINARY, CG_EW_BINARY_GRAD } cg_ew_kind;
+typedef struct cg_ew_call {
+    cg_ew_kind kind;
+    int op;    /* a cg_unary_op or a cg_binary_op */
+    int which; /* CG_EW_BINARY_GRAD: the input whose gradient */
+    float s;   /* the unary ops' scalar parameter */
+    const float *in[CG_EW_MAX_INPUTS];
+    float *out;
+    cg_ew_layout lay;
+} cg_ew_call;
+/* The number of inputs a pass of this kind reads. */
+static inline int cg__ew_inputs(cg_ew_kind kind) {
+    return kind == CG_EW_UNARY ? 1 : kind == CG_EW_BINARY_GRAD ? 3 : 2;
+}
+
+/* Layout of out (ndim, shape) = f(inputs[0..n)) with broadcasting: every input's shape must
+ * broadcast to shape (cg__broadcast_shape checks that). */
+void cg__ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay);
 /* Broadcast shape of a and b (NumPy rules), or a CG_ERR_SHAPE naming fn and both shapes. */
 cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char *fn, int *ndim,
                               int64_t *shape);
+/* out (contiguous) = the pass `kind` of op over the inputs (cg__ew_inputs(kind) of them, on out's
+ * device, each broadcasting to out's shape). */
+cg_status cg__ew_into(cg_ew_kind kind, int op, int which, float s, const cg_tensor *const *inputs, cg_tensor *out);
 /* The recorded (autograd-aware) element-wise ops behind the public functions; fn names the caller. */
-cg_tensor *cg__unary_op(cg_unary_op op, float alpha, const cg_tensor *x, const char *fn);
+cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char *fn);
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn);
+/* out (contiguous, same shape as x) = op(x, s), on x's device; not recorded. */
+cg_status cg__unary_into(cg_unary_op op, float s, const cg_tensor *x, cg_tensor *out);
 /* dst += src in place (same shape, same device); not recorded. */
 cg_status cg__add_(cg_tensor *dst, const cg_tensor *src);
 /* out (contiguous, (cols,)) = the sum of the rows of g (rows, cols); not recorded. */
 cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out);
-/* out (contiguous, same shape as x) = op(x, alpha), on x's device. */
-cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out);
 
 /* One SGD step's settings. first: the momentum buffer is uninitialised (PyTorch: buf = g). */
 typedef struct cg_sgd_args {
@@ -201,10 +226,7 @@ typedef struct cg_backend {
     cg_status (*arange)(cg_tensor *out, double start, double step);
     cg_status (*random)(cg_tensor *out, bool normal); /* U[0,1) or N(0,1) */
     /* compute: out is contiguous and already allocated */
-    cg_status (*unary)(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay,
-                       float *out, int index);
-    cg_status (*binary)(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay,
-                        float *out, int index);
+    cg_status (*elementwise)(const cg_ew_call *call, int index);
     /* x contiguous, viewed as (outer, n, inner); out (outer, inner) = sum over n, times scale */
     cg_status (*reduce_sum)(const float *x, int64_t outer, int64_t n, int64_t inner, float scale,
                             float *out, int index);
@@ -302,6 +324,39 @@ cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const 
 typedef struct cg_node cg_node;
 typedef cg_status (*cg_backward_fn)(cg_node *node, const cg_tensor *grad_out, cg_tensor **grad_in);
 
+/* Each recorded op's parameters, a struct per op (family) in one union. */
+typedef struct cg_unary_params {
+    cg_unary_op op;
+    float s; /* the scalar parameter (kernels/elementwise_ops.h) */
+} cg_unary_params;
+typedef struct cg_binary_params {
+    cg_binary_op op;
+} cg_binary_params;
+typedef struct cg_reduce_params {
+    int dim;     /* the dim reduced over, or -1 for all */
+    float scale; /* 1, or 1 / n for a mean */
+} cg_reduce_params;
+typedef enum cg_movement_kind { CG_MOVE_IDENTITY, CG_MOVE_RESHAPE, CG_MOVE_TRANSPOSE, CG_MOVE_DEVICE } cg_movement_kind;
+typedef struct cg_movement_params {
+    cg_movement_kind kind;
+    int dim0, dim1; /* CG_MOVE_TRANSPOSE: the dims swapped */
+} cg_movement_params;
+typedef struct cg_window_params {
+    int stride, padding; /* convolution */
+    int kernel;          /* pooling */
+} cg_window_params;
+typedef struct cg_loss_params {
+    float scale; /* the factor of the reduction: 1 / n for a mean */
+} cg_loss_params;
+typedef union cg_op_params {
+    cg_unary_params unary;
+    cg_binary_params binary;
+    cg_reduce_params reduce;
+    cg_movement_params movement;
+    cg_window_params window;
+    cg_loss_params loss;
+} cg_op_params;
+
 struct cg_node {
     int refcount;                            /* output tensor + consumer nodes */
     const char *name;                        /* op name, for error messages */
@@ -315,9 +370,8 @@ struct cg_node {
     cg_device in_device[CG_NODE_MAX_INPUTS];
     cg_tensor *saved[CG_NODE_MAX_SAVED];     /* owned handles (views), released after backward */
     uint64_t saved_version[CG_NODE_MAX_SAVED]; /* their storage's version when saved */
-    void *ctx;                               /* op-specific context, not owned */
-    float scalar;                            /* op parameters */
-    int dim, dim2;
+    void *ctx;                               /* a wrapper's state (data parallelism), not owned */
+    cg_op_params params;                     /* what the op's backward needs, typed by op */
     bool released;                           /* saved values freed by a backward pass */
     /* bookkeeping */
     cg_node *link;                           /* free list / release chain */

@@ -34,7 +34,7 @@ static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *
 
 /* ---- cross-entropy ------------------------------------------------------------------------------------ */
 /* As PyTorch's log_softmax + nll_loss: saved are logp (N, C), the log_softmax of the logits, and the
- * targets (N); scalar: 1/N. */
+ * targets (N); params.loss.scale: 1/N. */
 static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *logp = node->saved[0], *targets = node->saved[1];
     int64_t n = cg__t(logp)->shape[0], c = cg__t(logp)->shape[1];
@@ -42,7 +42,7 @@ static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_te
     if (!grad) return cg_last_status();
     cg_status s = n == 0 ? CG_OK
                          : cg__backend_for(cg__t(logp)->device)
-                               ->cross_entropy_backward(cg__data(logp), cg__data(targets), cg__data(g), node->scalar, n,
+                               ->cross_entropy_backward(cg__data(logp), cg__data(targets), cg__data(g), node->params.loss.scale, n,
                                                         c, cg__data(grad), cg__t(logp)->device.index);
     if (s != CG_OK) {
         cg_tensor_free(grad);
@@ -81,7 +81,7 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
     if (s == CG_OK && cg__should_record(2, inputs)) {
         const cg_tensor *saved[2] = {logp, tc};
         cg_node *node = cg__record(out, fn, cross_entropy_backward, 2, inputs, 2, saved);
-        if (node) node->scalar = n > 0 ? 1.0f / (float)n : 0.0f;
+        if (node) node->params.loss.scale = n > 0 ? 1.0f / (float)n : 0.0f;
         else s = cg_last_status();
     }
     cg_tensor_free(rows), cg_tensor_free(logp), cg_tensor_free(tc), cg_tensor_free(lc);

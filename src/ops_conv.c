@@ -146,10 +146,10 @@ static cg_status grad_bias(const cg_conv_geom *g, const cg_tensor *x, const cg_t
     return bias_grad_into(g, gy, dst);
 }
 
-/* saved: x and weight, contiguous; dim: stride, dim2: padding. */
+/* saved: x and weight, contiguous; params.window: stride and padding. */
 static cg_status conv2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
     const cg_tensor *x = node->saved[0], *w = node->saved[1];
-    cg_conv_geom g = conv_geom(cg__t(x)->shape, cg__t(w)->shape, node->dim, node->dim2);
+    cg_conv_geom g = conv_geom(cg__t(x)->shape, cg__t(w)->shape, node->params.window.stride, node->params.window.padding);
     cg_tensor *gyc = cg__raw_contiguous(gy);
     if (!gyc) return cg_last_status();
     cg_status s = CG_OK;
@@ -177,7 +177,7 @@ cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     if (s == CG_OK && cg__should_record(ninputs, inputs)) {
         const cg_tensor *saved[2] = {xc, wc};
         cg_node *node = cg__record(out, fn, conv2d_backward, ninputs, inputs, 2, saved);
-        if (node) node->dim = stride, node->dim2 = padding;
+        if (node) node->params.window = (cg_window_params){.stride = stride, .padding = padding};
         else s = cg_last_status();
     }
     cg_tensor_free(bc), cg_tensor_free(wc), cg_tensor_free(xc);
@@ -191,10 +191,10 @@ static cg_conv_geom pool_geom(const int64_t *x_shape, int64_t kernel, int64_t st
                           .oh = out_size(x_shape[2], kernel, stride, 0), .ow = out_size(x_shape[3], kernel, stride, 0)};
 }
 
-/* saved: arg, each window's choice (see max_pool2d_forward); dim: kernel, dim2: stride. */
+/* saved: arg, each window's choice (see max_pool2d_forward); params.window: kernel and stride. */
 static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
     const cg_tensor *arg = node->saved[0];
-    cg_conv_geom g = pool_geom(node->in_shape[0], node->dim, node->dim2);
+    cg_conv_geom g = pool_geom(node->in_shape[0], node->params.window.kernel, node->params.window.stride);
     const cg_tensor_impl *gyi = cg__t(gy);
     cg_tensor *gyc = cg__raw_contiguous(gy);
     cg_tensor *gx = gyc ? cg__tensor_new(4, node->in_shape[0], gyi->device) : NULL;
@@ -238,7 +238,7 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     if (s == CG_OK && record) {
         const cg_tensor *saved[1] = {arg};
         cg_node *node = cg__record(out, fn, max_pool2d_backward, 1, inputs, 1, saved);
-        if (node) node->dim = kernel, node->dim2 = stride;
+        if (node) node->params.window = (cg_window_params){.kernel = kernel, .stride = stride};
         else s = cg_last_status();
     }
     cg_tensor_free(arg), cg_tensor_free(xc);

@@ -13,38 +13,29 @@ cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const 
 }
 
 /* ---- autograd for data movement and shape ------------------------------------------------------ */
-typedef enum movement_kind { MOVE_IDENTITY, MOVE_RESHAPE, MOVE_TRANSPOSE, MOVE_DEVICE } movement_kind;
 
 /* The gradient goes back unchanged in value: reshaped, transposed back, or moved back. */
 static cg_status movement_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
-    switch ((movement_kind)n->dim) {
-    case MOVE_IDENTITY: grad_in[0] = cg__alias(g); break;
-    case MOVE_RESHAPE: grad_in[0] = cg_reshape(g, n->in_ndim[0], n->in_shape[0]); break;
-    case MOVE_TRANSPOSE: grad_in[0] = cg_transpose(g, n->dim2 / CG_MAX_DIMS, n->dim2 % CG_MAX_DIMS); break;
-    case MOVE_DEVICE: grad_in[0] = cg_to(g, n->in_device[0]); break;
+    const cg_movement_params *p = &n->params.movement;
+    switch (p->kind) {
+    case CG_MOVE_IDENTITY: grad_in[0] = cg__alias(g); break;
+    case CG_MOVE_RESHAPE: grad_in[0] = cg_reshape(g, n->in_ndim[0], n->in_shape[0]); break;
+    case CG_MOVE_TRANSPOSE: grad_in[0] = cg_transpose(g, p->dim0, p->dim1); break;
+    case CG_MOVE_DEVICE: grad_in[0] = cg_to(g, n->in_device[0]); break;
     }
     return grad_in[0] ? CG_OK : cg_last_status();
 }
 
 /* Records out as a movement of t when t requires grad; frees out and returns NULL on failure. */
-static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, movement_kind kind, const char *fn, int d0, int d1) {
+static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, cg_movement_kind kind, const char *fn, int d0, int d1) {
     if (!out || !cg__should_record(1, &t)) return out;
     cg_node *node = cg__record(out, fn, movement_backward, 1, &t, 0, NULL);
     if (!node) {
         cg_tensor_free(out);
         return NULL;
     }
-    node->dim = (int)kind, node->dim2 = d0 * CG_MAX_DIMS + d1; /* the transposed pair */
+    node->params.movement = (cg_movement_params){kind, d0, d1};
     return out;
-}
-
-cg_status cg__unary_into(cg_unary_op op, float alpha, const cg_tensor *x, cg_tensor *out) {
-    const cg_tensor_impl *outi = cg__t(out);
-    if (outi->numel == 0) return CG_OK;
-    cg_ew_layout lay;
-    CG_TRY(cg__ew_layout(x, NULL, outi->ndim, outi->shape, &lay));
-    return cg__backend_for(cg__t(x)->device)->unary(op, alpha, cg__data(x), &lay, cg__data(out),
-                                                    cg__t(x)->device.index);
 }
 
 static cg_status copy_between(cg_tensor *dst, const cg_tensor *src);
@@ -63,14 +54,14 @@ static cg_tensor *copy_contiguous(const cg_tensor *t) {
 
 cg_tensor *cg_clone(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_clone", "t") != CG_OK) return NULL;
-    return recorded(copy_contiguous(t), t, MOVE_IDENTITY, "cg_clone", 0, 0);
+    return recorded(copy_contiguous(t), t, CG_MOVE_IDENTITY, "cg_clone", 0, 0);
 }
 
 cg_tensor *cg_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_contiguous", "t") != CG_OK) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
     cg_tensor *out = cg_is_contiguous(t) ? cg__view_new(t, ti->ndim, ti->shape, NULL, ti->offset) : copy_contiguous(t);
-    return recorded(out, t, MOVE_IDENTITY, "cg_contiguous", 0, 0);
+    return recorded(out, t, CG_MOVE_IDENTITY, "cg_contiguous", 0, 0);
 }
 
 cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
@@ -82,7 +73,7 @@ cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
         cg_tensor_free(out);
         return NULL;
     }
-    return recorded(out, t, MOVE_DEVICE, "cg_to", 0, 0);
+    return recorded(out, t, CG_MOVE_DEVICE, "cg_to", 0, 0);
 }
 
 /* The elements t reaches, [*lo, *hi] counted from its storage's start (t not empty); false when
@@ -185,7 +176,7 @@ cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor of shape %s and strides %s is not contiguous (use cg_reshape, which copies)",
                             cg__shape_str(t, s, sizeof s), cg__dims_str(ti->ndim, ti->strides, st, sizeof st));
     }
-    return recorded(cg__view_new(t, ndim, resolved, NULL, ti->offset), t, MOVE_RESHAPE, "cg_view", 0, 0);
+    return recorded(cg__view_new(t, ndim, resolved, NULL, ti->offset), t, CG_MOVE_RESHAPE, "cg_view", 0, 0);
 }
 
 cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
@@ -199,7 +190,7 @@ cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
         v = c ? cg__view_new(c, ndim, resolved, NULL, 0) : NULL;
         cg_tensor_free(c);
     }
-    return recorded(v, t, MOVE_RESHAPE, "cg_reshape", 0, 0);
+    return recorded(v, t, CG_MOVE_RESHAPE, "cg_reshape", 0, 0);
 }
 
 cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
@@ -214,5 +205,5 @@ cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     memcpy(strides, ti->strides, sizeof strides);
     shape[d0] = ti->shape[d1], shape[d1] = ti->shape[d0];
     strides[d0] = ti->strides[d1], strides[d1] = ti->strides[d0];
-    return recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, MOVE_TRANSPOSE, "cg_transpose", d0, d1);
+    return recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, CG_MOVE_TRANSPOSE, "cg_transpose", d0, d1);
 }

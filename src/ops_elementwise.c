@@ -21,171 +21,126 @@ cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char
 }
 
 /* Strides of t read as a tensor of the output shape: 0 along broadcast dims. */
-static void broadcast_strides(const cg_tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
+static void broadcast_strides(const cg_tensor *t, int ndim, int64_t *strides) {
     const cg_tensor_impl *ti = cg__t(t);
     for (int i = 0; i < ndim; i++) {
         int it = ti->ndim - ndim + i;
         strides[i] = (it < 0 || ti->shape[it] == 1) ? 0 : ti->strides[it];
     }
-    (void)shape;
 }
 
-cg_status cg__ew_layout(const cg_tensor *a, const cg_tensor *b, int ndim, const int64_t *shape, cg_ew_layout *lay) {
-    int64_t strides[2][CG_MAX_DIMS] = {{0}};
-    const cg_tensor *inputs[2] = {a, b};
-    int ninputs = b ? 2 : 1;
-    for (int k = 0; k < ninputs; k++) broadcast_strides(inputs[k], ndim, shape, strides[k]);
+void cg__ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay) {
+    int64_t strides[CG_EW_MAX_INPUTS][CG_MAX_DIMS] = {{0}};
+    for (int k = 0; k < n; k++) broadcast_strides(inputs[k], ndim, strides[k]);
     /* Coalesce: drop size-1 dims, merge dim i into i+1 where every input steps evenly across. */
     memset(lay, 0, sizeof *lay);
     lay->numel = cg__numel_of(ndim, shape);
-    int n = 0;
+    int d = 0;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] == 1) continue;
-        bool merge = n > 0;
-        for (int k = 0; k < ninputs && merge; k++)
-            merge = strides[k][i] * shape[i] == lay->strides[k][n - 1];
+        bool merge = d > 0;
+        for (int k = 0; k < n && merge; k++) merge = strides[k][i] * shape[i] == lay->strides[k][d - 1];
         if (merge) {
-            lay->shape[n - 1] *= shape[i];
-            for (int k = 0; k < ninputs; k++) lay->strides[k][n - 1] = strides[k][i];
+            lay->shape[d - 1] *= shape[i];
+            for (int k = 0; k < n; k++) lay->strides[k][d - 1] = strides[k][i];
         } else {
-            lay->shape[n] = shape[i];
-            for (int k = 0; k < ninputs; k++) lay->strides[k][n] = strides[k][i];
-            n++;
+            lay->shape[d] = shape[i];
+            for (int k = 0; k < n; k++) lay->strides[k][d] = strides[k][i];
+            d++;
         }
     }
-    lay->ndim = n;
-    for (int k = 0; k < ninputs; k++) lay->contiguous[k] = n == 0 || (n == 1 && lay->strides[k][0] == 1);
-    return CG_OK;
+    lay->ndim = d;
+    for (int k = 0; k < n; k++) lay->contiguous[k] = d == 0 || (d == 1 && lay->strides[k][0] == 1);
+}
+
+cg_status cg__ew_into(cg_ew_kind kind, int op, int which, float s, const cg_tensor *const *inputs, cg_tensor *out) {
+    const cg_tensor_impl *outi = cg__t(out);
+    if (outi->numel == 0) return CG_OK;
+    cg_ew_call call = {.kind = kind, .op = op, .which = which, .s = s, .out = cg__data(out)};
+    int n = cg__ew_inputs(kind);
+    for (int k = 0; k < n; k++) call.in[k] = cg__data(inputs[k]);
+    cg__ew_layout(n, inputs, outi->ndim, outi->shape, &call.lay);
+    return cg__backend_for(outi->device)->elementwise(&call, outi->device.index);
+}
+
+cg_status cg__unary_into(cg_unary_op op, float s, const cg_tensor *x, cg_tensor *out) {
+    return cg__ew_into(CG_EW_UNARY, op, 0, s, &x, out);
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */
-/* Binary ops save (a, b); unary ops save x in saved[0] and their output y in saved[1], as needed.
- * Gradients are computed with the ops themselves (the engine runs them with grad mode off). */
+/* One fused pass per input: its gradient from g and the values the op saved (kernels/elementwise_ops.h);
+ * a gradient has g's shape, which the engine sums down to a broadcast input's. */
+static const cg_saves unary_saves[] = {
+#define SAVES(NAME, PUB, SAVED, ...) SAVED,
+    CG_UNARY_OPS(SAVES)
+#undef SAVES
+};
+static const cg_saves binary_saves[] = {
+#define SAVES(NAME, PUB, SAVED, ...) SAVED,
+    CG_BINARY_OPS(SAVES)
+#undef SAVES
+};
 
-static cg_tensor *mul_free(cg_tensor *a, const cg_tensor *b) { /* a * b, freeing a */
-    cg_tensor *r = a ? cg_mul(a, b) : NULL;
-    cg_tensor_free(a);
-    return r;
-}
+/* Whether a gradient is g itself (its formula is "g"): then it is a view of g, not a pass. */
+static const bool unary_grad_is_g[] = {
+#define IS_G(NAME, PUB, SAVED, FWD, BWD, ...) sizeof(#BWD) == 2,
+    CG_UNARY_OPS(IS_G)
+#undef IS_G
+};
+static const bool binary_grad_is_g[2][CG_BINARY_COUNT] = {
+#define IS_G_A(NAME, PUB, SAVED, FWD, BA, BB, ...) sizeof(#BA) == 2,
+#define IS_G_B(NAME, PUB, SAVED, FWD, BA, BB, ...) sizeof(#BB) == 2,
+    {CG_BINARY_OPS(IS_G_A)},
+    {CG_BINARY_OPS(IS_G_B)},
+#undef IS_G_A
+#undef IS_G_B
+};
 
-static cg_tensor *scale_free(cg_tensor *a, float s) { /* a * s, freeing a */
-    cg_tensor *r = a ? cg_mul_scalar(a, s) : NULL;
-    cg_tensor_free(a);
-    return r;
-}
-
-static cg_status binary_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
-    const cg_tensor *a = n->saved[0], *b = n->saved[1];
-    bool ga = n->needs_grad[0], gb = n->needs_grad[1];
-    switch ((cg_binary_op)n->dim) {
-    case CG_BINARY_ADD:
-        if (ga) grad_in[0] = cg__alias(g);
-        if (gb) grad_in[1] = cg__alias(g);
-        break;
-    case CG_BINARY_SUB:
-        if (ga) grad_in[0] = cg__alias(g);
-        if (gb) grad_in[1] = cg_neg(g);
-        break;
-    case CG_BINARY_MUL:
-        if (ga) grad_in[0] = cg_mul(g, b);
-        if (gb) grad_in[1] = cg_mul(g, a);
-        break;
-    case CG_BINARY_DIV: /* d/da = 1/b, d/db = -a/b^2 */
-        if (ga) grad_in[0] = cg_div(g, b);
-        if (gb) {
-            cg_tensor *b2 = cg_mul(b, b);
-            grad_in[1] = scale_free(mul_free(b2 ? cg_div(a, b2) : NULL, g), -1.0f);
-            cg_tensor_free(b2);
-        }
-        break;
-    case CG_BINARY_POW: /* d/da = b a^(b-1), d/db = a^b log(a) */
-        if (ga) {
-            cg_tensor *bm1 = cg_add_scalar(b, -1.0f), *p = bm1 ? cg_pow(a, bm1) : NULL;
-            grad_in[0] = mul_free(mul_free(p, b), g);
-            cg_tensor_free(bm1);
-        }
-        if (gb) {
-            cg_tensor *la = cg_log(a);
-            grad_in[1] = mul_free(mul_free(la ? cg_pow(a, b) : NULL, la), g);
-            cg_tensor_free(la);
-        }
-        break;
-    default:
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: no backward", n->name);
-    }
-    for (int k = 0; k < 2; k++)
-        if (n->needs_grad[k] && !grad_in[k]) return cg_last_status();
-    return CG_OK;
+static cg_tensor *ew_grad(cg_ew_kind kind, int op, int which, float s, const cg_tensor *const *inputs,
+                          const cg_tensor *g) {
+    bool is_g = kind == CG_EW_UNARY_GRAD ? unary_grad_is_g[op] : binary_grad_is_g[which][op];
+    if (is_g) return cg__alias(g);
+    const cg_tensor_impl *gi = cg__t(g);
+    cg_tensor *out = cg__tensor_new(gi->ndim, gi->shape, gi->device);
+    return out ? cg__finish(out, cg__ew_into(kind, op, which, s, inputs, out)) : NULL;
 }
 
 static cg_status unary_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
-    const cg_tensor *x = n->saved[0], *y = n->saved[1];
-    float alpha = n->scalar;
-    cg_tensor *r = NULL;
-    switch ((cg_unary_op)n->dim) {
-    case CG_UNARY_COPY: case CG_UNARY_ADD_SCALAR: r = cg__alias(g); break;
-    case CG_UNARY_NEG: r = cg_neg(g); break;
-    case CG_UNARY_MUL_SCALAR: r = cg_mul_scalar(g, alpha); break;
-    case CG_UNARY_DIV_SCALAR: r = cg_div_scalar(g, alpha); break;
-    case CG_UNARY_EXP: r = cg_mul(g, y); break;
-    case CG_UNARY_LOG: r = cg_div(g, x); break;
-    case CG_UNARY_SIN: r = mul_free(cg_cos(x), g); break;
-    case CG_UNARY_COS: r = scale_free(mul_free(cg_sin(x), g), -1.0f); break;
-    case CG_UNARY_SQRT: r = scale_free(cg_div(g, y), 0.5f); break;
-    case CG_UNARY_RELU: r = cg__binary_op(CG_BINARY_RELU_BACKWARD, g, x, "relu_backward"); break;
-    case CG_UNARY_TANH: r = cg__binary_op(CG_BINARY_TANH_BACKWARD, g, y, "tanh_backward"); break;
-    case CG_UNARY_SIGMOID: r = cg__binary_op(CG_BINARY_SIGMOID_BACKWARD, g, y, "sigmoid_backward"); break;
-    case CG_UNARY_POW_SCALAR: { /* alpha x^(alpha-1) */
-        cg_tensor *p = cg_pow_scalar(x, alpha - 1.0f), *s = p ? cg_mul_scalar(p, alpha) : NULL;
-        r = mul_free(s, g);
-        cg_tensor_free(p);
-        break;
-    }
-    default: return cg__fail(CG_ERR_INVALID_ARG, "%s: no backward", n->name);
-    }
-    grad_in[0] = r;
-    return r ? CG_OK : cg_last_status();
+    const cg_tensor *saved = n->saved[0] ? n->saved[0] : g;
+    const cg_tensor *inputs[2] = {g, saved};
+    grad_in[0] = ew_grad(CG_EW_UNARY_GRAD, n->params.unary.op, 0, n->params.unary.s, inputs, g);
+    return grad_in[0] ? CG_OK : cg_last_status();
 }
 
-/* Which values each unary op's backward reads: its input x, its output y. */
-static void unary_saves(cg_unary_op op, bool *save_x, bool *save_y) {
-    *save_x = op == CG_UNARY_LOG || op == CG_UNARY_SIN || op == CG_UNARY_COS || op == CG_UNARY_RELU ||
-              op == CG_UNARY_POW_SCALAR;
-    *save_y = op == CG_UNARY_EXP || op == CG_UNARY_SQRT || op == CG_UNARY_TANH || op == CG_UNARY_SIGMOID;
+static cg_status binary_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_tensor *inputs[3] = {g, n->saved[0] ? n->saved[0] : g, n->saved[1] ? n->saved[1] : g};
+    for (int k = 0; k < 2; k++) {
+        if (!n->needs_grad[k]) continue;
+        if (!(grad_in[k] = ew_grad(CG_EW_BINARY_GRAD, n->params.binary.op, k, 0.0f, inputs, g))) return cg_last_status();
+    }
+    return CG_OK;
 }
 
 /* ---- forward ------------------------------------------------------------------------------------ */
-cg_tensor *cg__unary_op(cg_unary_op op, float alpha, const cg_tensor *x, const char *fn) {
+cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char *fn) {
     if (cg__check_tensor(x, fn, "a") != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
     cg_tensor *out = cg__tensor_new(xi->ndim, xi->shape, xi->device);
     if (!out) return NULL;
-    if (cg__unary_into(op, alpha, x, out) != CG_OK) {
+    if (cg__unary_into(op, s, x, out) != CG_OK) {
         cg_tensor_free(out);
         return NULL;
     }
-    if (cg__should_record(1, &x)) {
-        bool save_x, save_y;
-        unary_saves(op, &save_x, &save_y);
-        const cg_tensor *saved[2] = {save_x ? x : NULL, save_y ? out : NULL};
-        cg_node *node = cg__record(out, fn, unary_backward, 1, &x, 2, saved);
+    if (unary_saves[op] != CG_NO_GRAD && cg__should_record(1, &x)) {
+        const cg_tensor *saved[1] = {unary_saves[op] == CG_SAVES_X ? x : unary_saves[op] == CG_SAVES_Y ? out : NULL};
+        cg_node *node = cg__record(out, fn, unary_backward, 1, &x, 1, saved);
         if (!node) {
             cg_tensor_free(out);
             return NULL;
         }
-        node->dim = (int)op, node->scalar = alpha;
+        node->params.unary = (cg_unary_params){op, s};
     }
     return out;
-}
-
-/* out = op(a, b) into an existing contiguous tensor of the broadcast shape. */
-static cg_status binary_into(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, cg_tensor *out) {
-    const cg_tensor_impl *outi = cg__t(out);
-    if (outi->numel == 0) return CG_OK;
-    cg_ew_layout lay;
-    CG_TRY(cg__ew_layout(a, b, outi->ndim, outi->shape, &lay));
-    return cg__backend_for(cg__t(a)->device)->binary(op, cg__data(a), cg__data(b), &lay, cg__data(out),
-                                                     cg__t(a)->device.index);
 }
 
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn) {
@@ -195,26 +150,27 @@ cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b
         return NULL;
     cg_tensor *out = cg__tensor_new(ndim, shape, cg__t(a)->device);
     if (!out) return NULL;
-    if (binary_into(op, a, b, out) != CG_OK) {
+    const cg_tensor *inputs[2] = {a, b};
+    if (cg__ew_into(CG_EW_BINARY, op, 0, 0.0f, inputs, out) != CG_OK) {
         cg_tensor_free(out);
         return NULL;
     }
-    const cg_tensor *inputs[2] = {a, b};
     if (cg__should_record(2, inputs)) {
-        bool saves = op != CG_BINARY_ADD && op != CG_BINARY_SUB;
+        bool saves = binary_saves[op] == CG_SAVES_AB;
         cg_node *node = cg__record(out, fn, binary_backward, 2, inputs, saves ? 2 : 0, inputs);
         if (!node) {
             cg_tensor_free(out);
             return NULL;
         }
-        node->dim = (int)op;
+        node->params.binary = (cg_binary_params){op};
     }
     return out;
 }
 
 cg_status cg__add_(cg_tensor *dst, const cg_tensor *src) {
     CG_TRY(cg__check_same_device(dst, src, "add_"));
-    return binary_into(CG_BINARY_ADD, dst, src, dst);
+    const cg_tensor *inputs[2] = {dst, src};
+    return cg__ew_into(CG_EW_BINARY, CG_BINARY_ADD, 0, 0.0f, inputs, dst);
 }
 
 cg_tensor *cg_add(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op(CG_BINARY_ADD, a, b, "cg_add"); }

@@ -9,7 +9,7 @@ static cg_status mse_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_i
     cg_tensor *gi = cg__tensor_new(inputi->ndim, inputi->shape, inputi->device);
     if (!gi) return cg_last_status();
     cg_status s = cg__backend_for(inputi->device)->scaled_diff(cg__data(input), cg__data(target), cg__data(g),
-                                                               2.0f * n->scalar, inputi->numel, cg__data(gi),
+                                                               2.0f * n->params.loss.scale, inputi->numel, cg__data(gi),
                                                                inputi->device.index);
     if (s == CG_OK && n->needs_grad[1] && !(grad_in[1] = cg_neg(gi))) s = cg_last_status();
     if (s == CG_OK && n->needs_grad[0]) grad_in[0] = gi;
@@ -42,7 +42,7 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
     if (s == CG_OK && cg__should_record(2, inputs)) {
         const cg_tensor *saved[2] = {a, b};
         cg_node *node = cg__record(loss, "cg_mse_loss", mse_backward, 2, inputs, 2, saved);
-        if (node) node->scalar = scale;
+        if (node) node->params.loss.scale = scale;
         else s = cg_last_status();
     }
     cg_tensor_free(a), cg_tensor_free(b);

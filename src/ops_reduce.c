@@ -9,11 +9,11 @@ static cg_status reduce_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
     int64_t kept[CG_MAX_DIMS];
     memcpy(kept, in_shape, sizeof kept);
     int kept_ndim = ndim;
-    if (n->dim < 0) kept_ndim = 0; /* all elements: g is 0-dim and broadcasts anywhere */
-    else kept[n->dim] = 1;
+    if (n->params.reduce.dim < 0) kept_ndim = 0; /* all elements: g is 0-dim and broadcasts anywhere */
+    else kept[n->params.reduce.dim] = 1;
     cg_tensor *gk = cg_reshape(g, kept_ndim, kept);
     cg_tensor *out = gk ? cg__tensor_new(ndim, in_shape, cg__t(g)->device) : NULL;
-    cg_status s = out ? cg__unary_into(CG_UNARY_MUL_SCALAR, n->scalar, gk, out) : cg_last_status();
+    cg_status s = out ? cg__unary_into(CG_UNARY_MUL_SCALAR, n->params.reduce.scale, gk, out) : cg_last_status();
     cg_tensor_free(gk);
     if (s != CG_OK) {
         cg_tensor_free(out);
@@ -56,7 +56,7 @@ static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bo
     }
     if (s == CG_OK && cg__should_record(1, &t)) {
         cg_node *node = cg__record(out, fn, reduce_backward, 1, &t, 0, NULL);
-        if (node) node->dim = all ? -1 : d, node->scalar = mean ? 1.0f / (float)n : 1.0f;
+        if (node) node->params.reduce = (cg_reduce_params){all ? -1 : d, mean ? 1.0f / (float)n : 1.0f};
         else s = cg_last_status();
     }
     if (s != CG_OK) {

@@ -22,8 +22,7 @@
 
 /* Every CPU backend entry that computes starts with CG_TRY(cg__cpu_enter()) (internal.h): after the
  * thread's first op it costs a compare. */
-cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index);
-cg_status cg__cpu_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out, int index);
+cg_status cg__cpu_elementwise(const cg_ew_call *call, int index);
 cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out, int index);
 cg_status cg__cpu_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *out, int index);
 cg_status cg__cpu_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,

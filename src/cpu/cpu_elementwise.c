@@ -1,7 +1,8 @@
-/* CPU element-wise kernels: a contiguous fast path and a strided/broadcast path, both over OpenMP.
- * One function per op, generated from the op lists, with the op a literal inside the parallel
- * region: GCC outlines an OpenMP region before it inlines, so an op passed in as a variable stays a
- * per-element switch in the outlined body (measured: ReLU over 3.2M floats 18 ms instead of ~1). */
+/* CPU element-wise passes (internal.h: cg_ew_call): a contiguous fast path and a strided/broadcast
+ * path, both over OpenMP. One function per op and pass, generated from the op lists of
+ * kernels/elementwise_ops.h, with the op a literal inside the parallel region: GCC outlines an OpenMP
+ * region before it inlines, so an op passed in as a variable stays a per-element switch in the
+ * outlined body (measured: ReLU over 3.2M floats 18 ms instead of ~1). */
 #include "cpu/cpu.h"
 
 /* Offset of element `linear` (row-major over lay->shape) in input k. */
@@ -19,58 +20,86 @@ static inline int64_t strided_offset(const cg_ew_layout *lay, int k, int64_t lin
 static inline int64_t row_length(const cg_ew_layout *lay) { return lay->ndim ? lay->shape[lay->ndim - 1] : 1; }
 static inline int64_t row_stride(const cg_ew_layout *lay, int k) { return lay->ndim ? lay->strides[k][lay->ndim - 1] : 0; }
 
-#define UNARY_KERNEL(OP)                                                                                \
-    static void unary_##OP(float alpha, const float *x, const cg_ew_layout *lay, float *y) {            \
-        int64_t n = lay->numel;                                                                         \
-        if (lay->contiguous[0]) {                                                                       \
-            CG_CPU_FOR(i, n, n, { y[i] = cg_unary_apply(OP, x[i], alpha); });                           \
-            return;                                                                                     \
-        }                                                                                               \
-        int64_t len = row_length(lay), sx = row_stride(lay, 0), rows = n / len;                         \
-        CG_CPU_FOR(r, rows, n, {                                                                        \
-            const float *xr = x + strided_offset(lay, 0, r * len);                                      \
-            float *yr = y + r * len;                                                                    \
-            for (int64_t j = 0; j < len; j++) yr[j] = cg_unary_apply(OP, xr[j * sx], alpha);           \
-        });                                                                                             \
-    }
-CG_UNARY_OPS(UNARY_KERNEL)
-#undef UNARY_KERNEL
-
-#define BINARY_KERNEL(OP)                                                                               \
-    static void binary_##OP(const float *a, const float *b, const cg_ew_layout *lay, float *y) {        \
-        int64_t n = lay->numel;                                                                         \
-        if (lay->contiguous[0] && lay->contiguous[1]) {                                                 \
-            CG_CPU_FOR(i, n, n, { y[i] = cg_binary_apply(OP, a[i], b[i]); });                           \
-            return;                                                                                     \
-        }                                                                                               \
-        int64_t len = row_length(lay), sa = row_stride(lay, 0), sb = row_stride(lay, 1), rows = n / len; \
-        CG_CPU_FOR(r, rows, n, {                                                                        \
-            const float *ar = a + strided_offset(lay, 0, r * len), *br = b + strided_offset(lay, 1, r * len); \
-            float *yr = y + r * len;                                                                    \
-            for (int64_t j = 0; j < len; j++) yr[j] = cg_binary_apply(OP, ar[j * sa], br[j * sb]);      \
-        });                                                                                             \
-    }
-CG_BINARY_OPS(BINARY_KERNEL)
-#undef BINARY_KERNEL
-
-cg_status cg__cpu_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index) {
-    CG_TRY(cg__cpu_enter());
-    switch (op) {
-#define CASE(OP) case OP: unary_##OP(alpha, x, lay, out); break;
-        CG_UNARY_OPS(CASE)
-#undef CASE
-    default: return cg__fail(CG_ERR_INVALID_ARG, "cpu: unknown unary op %d", (int)op);
-    }
-    return CG_OK;
+static inline bool contiguous(const cg_ew_layout *lay, int n) {
+    for (int k = 0; k < n; k++)
+        if (!lay->contiguous[k]) return false;
+    return true;
 }
 
-cg_status cg__cpu_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out, int index) {
-    CG_TRY(cg__cpu_enter());
-    switch (op) {
-#define CASE(OP) case OP: binary_##OP(a, b, lay, out); break;
-        CG_BINARY_OPS(CASE)
-#undef CASE
-    default: return cg__fail(CG_ERR_INVALID_ARG, "cpu: unknown binary op %d", (int)op);
+/* out[i] = EXPR of v0 (, v1, v2): input k's element at i, for the first N inputs. */
+#define EW_PASS(N, EXPR)                                                                                 \
+    do {                                                                                                 \
+        const cg_ew_layout *lay = &c->lay;                                                               \
+        const float *in0 = c->in[0], *in1 = c->in[N > 1 ? 1 : 0], *in2 = c->in[N > 2 ? 2 : 0];           \
+        float *y = c->out;                                                                               \
+        int64_t n = lay->numel;                                                                          \
+        if (contiguous(lay, N)) {                                                                        \
+            CG_CPU_FOR(i, n, n, {                                                                        \
+                float v0 = in0[i], v1 = in1[i], v2 = in2[i];                                             \
+                (void)v1, (void)v2;                                                                      \
+                y[i] = EXPR;                                                                             \
+            });                                                                                          \
+            return;                                                                                      \
+        }                                                                                                \
+        int64_t len = row_length(lay), rows = n / len;                                                   \
+        int64_t s0 = row_stride(lay, 0), s1 = row_stride(lay, N > 1 ? 1 : 0), s2 = row_stride(lay, N > 2 ? 2 : 0); \
+        CG_CPU_FOR(r, rows, n, {                                                                         \
+            const float *r0 = in0 + strided_offset(lay, 0, r * len);                                     \
+            const float *r1 = N > 1 ? in1 + strided_offset(lay, 1, r * len) : r0;                        \
+            const float *r2 = N > 2 ? in2 + strided_offset(lay, 2, r * len) : r0;                        \
+            float *yr = y + r * len;                                                                     \
+            for (int64_t j = 0; j < len; j++) {                                                          \
+                float v0 = r0[j * s0], v1 = r1[j * s1], v2 = r2[j * s2];                                 \
+                (void)v1, (void)v2;                                                                      \
+                yr[j] = EXPR;                                                                            \
+            }                                                                                            \
+        });                                                                                              \
+    } while (0)
+
+typedef void (*ew_pass)(const cg_ew_call *c);
+
+#define UNARY_PASSES(NAME, ...)                                                                          \
+    static void unary_##NAME(const cg_ew_call *c) {                                                      \
+        float s = c->s;                                                                                  \
+        EW_PASS(1, cg_unary_fwd_f(CG_UNARY_##NAME, v0, s));                                              \
+    }                                                                                                    \
+    static void unary_grad_##NAME(const cg_ew_call *c) {                                                 \
+        float s = c->s;                                                                                  \
+        EW_PASS(2, cg_unary_bwd_f(CG_UNARY_##NAME, v0, v1, s));                                          \
     }
+CG_UNARY_OPS(UNARY_PASSES)
+#undef UNARY_PASSES
+
+#define BINARY_PASSES(NAME, ...)                                                                         \
+    static void binary_##NAME(const cg_ew_call *c) { EW_PASS(2, cg_binary_fwd_f(CG_BINARY_##NAME, v0, v1)); } \
+    static void binary_grad_a_##NAME(const cg_ew_call *c) {                                              \
+        EW_PASS(3, cg_binary_bwd_f(CG_BINARY_##NAME, 0, v0, v1, v2));                                    \
+    }                                                                                                    \
+    static void binary_grad_b_##NAME(const cg_ew_call *c) {                                              \
+        EW_PASS(3, cg_binary_bwd_f(CG_BINARY_##NAME, 1, v0, v1, v2));                                    \
+    }
+CG_BINARY_OPS(BINARY_PASSES)
+#undef BINARY_PASSES
+
+#define UNARY_FWD_ENTRY(NAME, ...) unary_##NAME,
+#define UNARY_GRAD_ENTRY(NAME, ...) unary_grad_##NAME,
+#define BINARY_FWD_ENTRY(NAME, ...) binary_##NAME,
+#define BINARY_GRAD_A_ENTRY(NAME, ...) binary_grad_a_##NAME,
+#define BINARY_GRAD_B_ENTRY(NAME, ...) binary_grad_b_##NAME,
+static const ew_pass unary_passes[2][CG_UNARY_COUNT] = {{CG_UNARY_OPS(UNARY_FWD_ENTRY)},
+                                                         {CG_UNARY_OPS(UNARY_GRAD_ENTRY)}};
+static const ew_pass binary_passes[3][CG_BINARY_COUNT] = {{CG_BINARY_OPS(BINARY_FWD_ENTRY)},
+                                                          {CG_BINARY_OPS(BINARY_GRAD_A_ENTRY)},
+                                                          {CG_BINARY_OPS(BINARY_GRAD_B_ENTRY)}};
+
+cg_status cg__cpu_elementwise(const cg_ew_call *c, int index) {
+    (void)index;
+    CG_TRY(cg__cpu_enter());
+    bool unary = c->kind == CG_EW_UNARY || c->kind == CG_EW_UNARY_GRAD;
+    if (c->op < 0 || c->op >= (unary ? CG_UNARY_COUNT : CG_BINARY_COUNT))
+        return cg__fail(CG_ERR_INVALID_ARG, "cpu: unknown element-wise op %d", c->op);
+    ew_pass pass = unary ? unary_passes[c->kind == CG_EW_UNARY_GRAD][c->op]
+                         : binary_passes[c->kind == CG_EW_BINARY ? 0 : 1 + (c->which != 0)][c->op];
+    pass(c);
     return CG_OK;
 }

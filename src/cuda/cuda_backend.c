@@ -86,18 +86,10 @@ static cg_status cuda_random(cg_tensor *out, bool normal) {
     return CG_OK;
 }
 
-static cg_status cuda_unary(cg_unary_op op, float alpha, const float *x, const cg_ew_layout *lay, float *out, int index) {
+static cg_status cuda_elementwise(const cg_ew_call *call, int index) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_unary(op, alpha, x, lay, out, ctx->stream));
-    return CG_OK;
-}
-
-static cg_status cuda_binary(cg_binary_op op, const float *a, const float *b, const cg_ew_layout *lay, float *out,
-                             int index) {
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_binary(op, a, b, lay, out, ctx->stream));
+    CG_CUDA_CHECK(cg_launch_elementwise(call, ctx->stream));
     return CG_OK;
 }
 
@@ -271,8 +263,7 @@ static const cg_backend cuda_backend = {
     .fill = cuda_fill,
     .arange = cuda_arange,
     .random = cuda_random,
-    .unary = cuda_unary,
-    .binary = cuda_binary,
+    .elementwise = cuda_elementwise,
     .reduce_sum = cuda_reduce_sum,
     .sum_sqdiff = cuda_sum_sqdiff,
     .scaled_diff = cuda_scaled_diff,
