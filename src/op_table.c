@@ -1,0 +1,85 @@
+/* The op table (op_table.h): the element-wise ops' entries, generated from the lists of
+ * kernels/elementwise_ops.h, then every other op's, declared next to its front-end. */
+#include "op_table.h"
+
+/* ---- element-wise references: the lists' formulas in double, with NumPy broadcasting --------------- */
+/* out's shape: the inputs' broadcast shape (they broadcast: the forward checked it). */
+static cg_status ref_alloc_broadcast(int n, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    out->ndim = 0;
+    for (int k = 0; k < n; k++)
+        if (in[k].ndim > out->ndim) out->ndim = in[k].ndim;
+    int64_t numel = 1;
+    for (int i = 0; i < out->ndim; i++) {
+        out->shape[i] = 1;
+        for (int k = 0; k < n; k++) {
+            int j = in[k].ndim - out->ndim + i;
+            if (j >= 0 && in[k].shape[j] != 1) out->shape[i] = in[k].shape[j];
+        }
+        numel *= out->shape[i];
+    }
+    out->data = malloc((size_t)(numel ? numel : 1) * sizeof(double));
+    return out->data ? CG_OK : cg__fail(CG_ERR_OOM, "reference: out of host memory");
+}
+
+/* The element of in that broadcasts to out's element `linear`. */
+static double ref_at(const cg_ref_tensor *in, const cg_ref_tensor *out, int64_t linear) {
+    int64_t offset = 0, stride = 1;
+    for (int i = out->ndim - 1; i >= 0; i--) {
+        int64_t idx = linear % out->shape[i];
+        linear /= out->shape[i];
+        int j = in->ndim - out->ndim + i;
+        if (j < 0) continue;
+        if (in->shape[j] != 1) offset += idx * stride;
+        stride *= in->shape[j];
+    }
+    return in->data[offset];
+}
+
+static int64_t ref_numel(const cg_ref_tensor *t) { return cg__numel_of(t->ndim, t->shape); }
+
+static cg_status unary_reference(const cg_op_info *op, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    CG_TRY(ref_alloc_broadcast(1, in, out));
+    for (int64_t i = 0; i < ref_numel(out); i++) out->data[i] = cg_unary_fwd_d((cg_unary_op)op->id, in->data[i], op->s);
+    return CG_OK;
+}
+
+static cg_status binary_reference(const cg_op_info *op, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    CG_TRY(ref_alloc_broadcast(2, in, out));
+    for (int64_t i = 0; i < ref_numel(out); i++)
+        out->data[i] = cg_binary_fwd_d((cg_binary_op)op->id, ref_at(&in[0], out, i), ref_at(&in[1], out, i));
+    return CG_OK;
+}
+
+static cg_tensor *unary_call(const cg_op_info *op, const cg_tensor *const *inputs) {
+    return cg__unary_op((cg_unary_op)op->id, op->s, inputs[0], op->name);
+}
+
+static cg_tensor *binary_call(const cg_op_info *op, const cg_tensor *const *inputs) {
+    return cg__binary_op((cg_binary_op)op->id, inputs[0], inputs[1], op->name);
+}
+
+/* ---- the table ---------------------------------------------------------------------------------------- */
+#define UNARY_DOMAIN(NAME, PUB, SAVES, FWD, BWD, LO, HI, S) \
+    static const cg_op_domain unary_domain_##NAME = {.lo = {LO}, .hi = {HI}, .elementwise = true};
+CG_UNARY_OPS(UNARY_DOMAIN)
+#undef UNARY_DOMAIN
+#define BINARY_DOMAIN(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB) \
+    static const cg_op_domain binary_domain_##NAME = {.lo = {LA, LB}, .hi = {HA, HB}, .elementwise = true};
+CG_BINARY_OPS(BINARY_DOMAIN)
+#undef BINARY_DOMAIN
+
+static const cg_op_info table[] = {
+#define UNARY_ENTRY(NAME, PUB, SAVES, FWD, BWD, LO, HI, S)                                                          \
+    {.name = PUB, .ninputs = 1, .differentiable = SAVES != CG_NO_GRAD, .domain = &unary_domain_##NAME,             \
+     .call = unary_call, .reference = unary_reference, .id = CG_UNARY_##NAME, .s = (float)(S)},
+    CG_UNARY_OPS(UNARY_ENTRY)
+#undef UNARY_ENTRY
+#define BINARY_ENTRY(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB)                                                 \
+    {.name = PUB, .ninputs = 2, .differentiable = SAVES != CG_NO_GRAD, .domain = &binary_domain_##NAME,            \
+     .call = binary_call, .reference = binary_reference, .id = CG_BINARY_##NAME},
+    CG_BINARY_OPS(BINARY_ENTRY)
+#undef BINARY_ENTRY
+};
+
+int cg__op_count(void) { return (int)(sizeof table / sizeof table[0]); }
+const cg_op_info *cg__op_at(int i) { return i >= 0 && i < cg__op_count() ? &table[i] : NULL; }

@@ -1,0 +1,60 @@
+/* The op table: every op of the API, as the op-table test (tests/test_ops.c) walks it. An op's
+ * entry is part of its one declaration: the element-wise ops' entries come from the lists of
+ * kernels/elementwise_ops.h; every other op's sits next to its front-end (src/ops_*.c) and is listed
+ * in CG_OP_ENTRIES below. An entry gives how to call the op on tensors, a double-precision reference
+ * of its forward, and the domain its tests draw from; the test checks every op on every backend
+ * present against the reference, and every differentiable op's backward against finite differences
+ * of the reference. */
+#ifndef CGRAD_OP_TABLE_H
+#define CGRAD_OP_TABLE_H
+
+#include "internal.h"
+
+#define CG_OP_MAX_INPUTS 3
+#define CG_OP_MAX_CASES 8
+
+/* A tensor of the reference: contiguous doubles. */
+typedef struct cg_ref_tensor {
+    int ndim;
+    int64_t shape[CG_MAX_DIMS];
+    double *data;
+} cg_ref_tensor;
+
+/* One set of input shapes an op is tested on (its values drawn from the domain's ranges); an input
+ * marked transposed is made as the transpose of a contiguous tensor of the reversed shape, so it
+ * reaches the op non-contiguous. */
+typedef struct cg_op_case {
+    int ndim[CG_OP_MAX_INPUTS];
+    int64_t shape[CG_OP_MAX_INPUTS][CG_MAX_DIMS];
+    bool transposed[CG_OP_MAX_INPUTS];
+} cg_op_case;
+
+/* The domain an op's tests draw from. */
+typedef struct cg_op_domain {
+    float lo[CG_OP_MAX_INPUTS], hi[CG_OP_MAX_INPUTS]; /* each input's values: uniform in [lo, hi] */
+    /* The shapes: for element-wise ops the test's own broadcasting set (0-dim, empty, broadcast and
+     * non-contiguous inputs); otherwise these. */
+    bool elementwise;
+    int ncases;
+    cg_op_case cases[CG_OP_MAX_CASES];
+} cg_op_domain;
+
+typedef struct cg_op_info cg_op_info;
+struct cg_op_info {
+    const char *name;    /* the public function, or the internal pass's name */
+    int ninputs;
+    bool differentiable; /* which inputs get a gradient: all that are floats drawn from the domain */
+    const cg_op_domain *domain;
+    /* The op on tensors (the path its public function takes); NULL with the error recorded. */
+    cg_tensor *(*call)(const cg_op_info *op, const cg_tensor *const *inputs);
+    /* Its forward in double: *out shaped and allocated (malloc) here; CG_OK, or an error (caller frees). */
+    cg_status (*reference)(const cg_op_info *op, const cg_ref_tensor *inputs, cg_ref_tensor *out);
+    int id;  /* element-wise ops: their cg_unary_op / cg_binary_op */
+    float s; /* unary ops: the scalar parameter tested */
+};
+
+/* Every op, in a fixed order. */
+int cg__op_count(void);
+const cg_op_info *cg__op_at(int i);
+
+#endif

@@ -1,0 +1,197 @@
+/* The op-table test (src/op_table.h): every op of the table, on every backend present (the CPU, and
+ * cuda:0 where a GPU is), against the op's double-precision reference; and every differentiable op's
+ * backward against central finite differences of that reference. Inputs are drawn from each op's
+ * own domain: element-wise ops on a fixed set of shapes that includes 0-dim, empty, broadcast and
+ * non-contiguous inputs, other ops on their domain's cases. An op without a domain fails the test.
+ * Nothing here names an op: adding one to the table tests it. */
+#include <math.h>
+#include <string.h>
+
+#include "op_table.h"
+#include "test_util.h"
+
+/* The shapes element-wise ops are tested on, for one and for two inputs. */
+#define T true
+static const cg_op_case kUnaryCases[] = {
+    {.ndim = {0}},                                     /* 0-dim */
+    {.ndim = {2}, .shape = {{0, 3}}},                  /* empty */
+    {.ndim = {1}, .shape = {{7}}},                     /* 1-D, odd length (vector tails) */
+    {.ndim = {2}, .shape = {{3, 5}}},                  /* contiguous */
+    {.ndim = {2}, .shape = {{3, 5}}, .transposed = {T}}, /* non-contiguous */
+    {.ndim = {3}, .shape = {{2, 3, 4}}},
+};
+static const cg_op_case kBinaryCases[] = {
+    {.ndim = {0, 0}},
+    {.ndim = {2, 2}, .shape = {{3, 4}, {3, 4}}},
+    {.ndim = {2, 2}, .shape = {{3, 1}, {1, 4}}},                  /* both broadcast */
+    {.ndim = {1, 2}, .shape = {{4}, {3, 4}}},                     /* fewer dims */
+    {.ndim = {0, 2}, .shape = {{0}, {2, 3}}},                     /* 0-dim with a matrix */
+    {.ndim = {2, 2}, .shape = {{3, 4}, {3, 4}}, .transposed = {T, false}},
+    {.ndim = {2, 2}, .shape = {{3, 4}, {1, 4}}, .transposed = {false, T}},
+    {.ndim = {2, 2}, .shape = {{0, 3}, {1, 3}}},                  /* empty */
+};
+#undef T
+
+static int64_t numel_of(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+/* One input: its values (as the op sees them, row-major in its logical shape), the leaf tensor that
+ * holds them and the tensor the op gets (the leaf, or its transposed view). */
+typedef struct input {
+    cg_ref_tensor ref;
+    cg_tensor *leaf, *arg;
+    bool transposed;
+} input;
+
+static void make_input(input *in, const cg_op_case *c, int k, float lo, float hi, bool grad, cg_device d) {
+    int ndim = c->ndim[k];
+    in->ref.ndim = ndim;
+    memcpy(in->ref.shape, c->shape[k], sizeof in->ref.shape);
+    int64_t n = numel_of(ndim, c->shape[k]);
+    in->ref.data = cg_test_malloc((size_t)(n ? n : 1) * sizeof(double));
+    float *stored = cg_test_malloc((size_t)(n ? n : 1) * sizeof(float));
+    in->transposed = c->transposed[k];
+    int64_t rows = ndim == 2 ? c->shape[k][0] : 1, cols = ndim == 2 ? c->shape[k][1] : n;
+    for (int64_t i = 0; i < n; i++) {
+        float v = (float)cg_test_uniform(lo, hi);
+        in->ref.data[i] = v;
+        /* stored transposed: element (r, c) of the op's view is element (c, r) of the leaf */
+        stored[in->transposed ? (i % cols) * rows + i / cols : i] = v;
+    }
+    if (in->transposed) {
+        assert_int_equal(ndim, 2);
+        in->leaf = CG_TEST_OK(cg_from_data(stored, CG_SHAPE(cols, rows), d));
+        CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad));
+        in->arg = CG_TEST_OK(cg_transpose(in->leaf, 0, 1));
+        if (rows > 1 && cols > 1) assert_false(cg_is_contiguous(in->arg));
+    } else {
+        in->leaf = CG_TEST_OK(cg_from_data(stored, ndim, c->shape[k], d));
+        CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad));
+        in->arg = in->leaf;
+    }
+    free(stored);
+}
+
+static void free_input(input *in) {
+    if (in->arg != in->leaf) cg_tensor_free(in->arg);
+    cg_tensor_free(in->leaf);
+    free(in->ref.data);
+}
+
+/* The gradient of input k as the op sees it (row-major in its logical shape), read back. */
+static float *read_grad(const input *in) {
+    const cg_tensor *g = cg_grad(in->leaf);
+    int64_t n = numel_of(in->ref.ndim, in->ref.shape);
+    float *out = cg_test_malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (!g) { /* no gradient reached it: zero */
+        for (int64_t i = 0; i < n; i++) out[i] = 0.0f;
+        return out;
+    }
+    float *stored = cg_test_read(g);
+    int64_t rows = in->ref.ndim == 2 ? in->ref.shape[0] : 1, cols = in->ref.ndim == 2 ? in->ref.shape[1] : n;
+    for (int64_t i = 0; i < n; i++) out[i] = stored[in->transposed ? (i % cols) * rows + i / cols : i];
+    free(stored);
+    return out;
+}
+
+static const char *case_str(const cg_op_info *op, const cg_op_case *c, char *buf, size_t len) {
+    size_t at = 0;
+    for (int k = 0; k < op->ninputs && at < len; k++) {
+        char dims[96];
+        at += (size_t)snprintf(buf + at, len - at, "%s%s%s", k ? " and " : "",
+                               cg__dims_str(c->ndim[k], c->shape[k], dims, sizeof dims), c->transposed[k] ? "^T" : "");
+    }
+    return buf;
+}
+
+/* sum(gout * reference(inputs)), in double. */
+static double weighted_output(const cg_op_info *op, const cg_ref_tensor *refs, const double *gout) {
+    cg_ref_tensor out = {0};
+    cg_status s = op->reference(op, refs, &out);
+    if (s != CG_OK) fail_msg("%s: reference failed: %s", op->name, cg_last_error());
+    double sum = 0;
+    for (int64_t i = 0; i < numel_of(out.ndim, out.shape); i++) sum += gout[i] * out.data[i];
+    free(out.data);
+    return sum;
+}
+
+/* One op, one case, one device: forward against the reference; backward against finite differences. */
+static void check_case(const cg_op_info *op, const cg_op_case *c, cg_device d) {
+    char where[256], dev[16];
+    cg_test_context("%s on %s, inputs %s", op->name, cg_device_str(d, dev, sizeof dev), case_str(op, c, where, sizeof where));
+    input in[CG_OP_MAX_INPUTS];
+    const cg_tensor *args[CG_OP_MAX_INPUTS];
+    cg_ref_tensor refs[CG_OP_MAX_INPUTS];
+    for (int k = 0; k < op->ninputs; k++) {
+        make_input(&in[k], c, k, op->domain->lo[k], op->domain->hi[k], op->differentiable, d);
+        args[k] = in[k].arg, refs[k] = in[k].ref;
+    }
+    cg_ref_tensor ref = {0};
+    CG_TEST_STATUS_OK(op->reference(op, refs, &ref));
+    cg_tensor *out = CG_TEST_OK(op->call(op, args));
+    assert_int_equal(cg_ndim(out), ref.ndim);
+    for (int i = 0; i < ref.ndim; i++) assert_int_equal(cg_size(out, i), ref.shape[i]);
+    int64_t n = numel_of(ref.ndim, ref.shape);
+    cg_test_assert_tensor_close(out, ref.data, (size_t)n, 1e-5);
+    if (op->differentiable && n > 0) {
+        double *gout = cg_test_doubles((size_t)n);
+        float *gout_f = cg_test_malloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) gout_f[i] = (float)cg_test_uniform(-1, 1), gout[i] = gout_f[i];
+        cg_tensor *gt = CG_TEST_OK(cg_from_data(gout_f, ref.ndim, ref.shape, d));
+        CG_TEST_STATUS_OK(cg_backward_with(out, gt));
+        for (int k = 0; k < op->ninputs; k++) {
+            int64_t m = numel_of(refs[k].ndim, refs[k].shape);
+            float *analytic = read_grad(&in[k]);
+            double *fd = cg_test_doubles((size_t)(m ? m : 1)), scale = 0;
+            for (int64_t j = 0; j < m; j++) {
+                double x = refs[k].data[j], h = 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
+                refs[k].data[j] = x + h;
+                double up = weighted_output(op, refs, gout);
+                refs[k].data[j] = x - h;
+                double down = weighted_output(op, refs, gout);
+                refs[k].data[j] = x;
+                fd[j] = (up - down) / (2 * h);
+                if (fabs(fd[j]) > scale) scale = fabs(fd[j]);
+            }
+            for (int64_t j = 0; j < m; j++)
+                if (!(fabs(analytic[j] - fd[j]) <= 1e-3 * fabs(fd[j]) + 1e-4 * scale + 1e-6))
+                    fail_msg("%s on %s, inputs %s: gradient of input %d, element %lld: %.8g, finite differences %.8g",
+                             op->name, dev, where, k, (long long)j, (double)analytic[j], fd[j]);
+            free(analytic), free(fd);
+        }
+        cg_tensor_free(gt), free(gout), free(gout_f);
+    }
+    cg_tensor_free(out);
+    free(ref.data);
+    for (int k = 0; k < op->ninputs; k++) free_input(&in[k]);
+}
+
+static void check_op(const cg_op_info *op, cg_device d) {
+    if (!op->domain) fail_msg("op %s has no test domain: its entry in the op table must give one", op->name);
+    const cg_op_case *cases = op->domain->cases;
+    int ncases = op->domain->ncases;
+    if (op->domain->elementwise) {
+        cases = op->ninputs == 1 ? kUnaryCases : kBinaryCases;
+        ncases = op->ninputs == 1 ? (int)(sizeof kUnaryCases / sizeof kUnaryCases[0])
+                                  : (int)(sizeof kBinaryCases / sizeof kBinaryCases[0]);
+    }
+    if (ncases < 1) fail_msg("op %s: its test domain has no cases", op->name);
+    for (int i = 0; i < ncases; i++) check_case(op, &cases[i], d);
+}
+
+static void test_every_op(void **state) {
+    (void)state;
+    int ndevices = cg_cuda_device_count() > 0 ? 2 : 1;
+    assert_true(cg__op_count() > 0);
+    for (int i = 0; i < cg__op_count(); i++)
+        for (int dv = 0; dv < ndevices; dv++) check_op(cg__op_at(i), dv ? cg_cuda(0) : cg_cpu());
+}
+
+int main(void) {
+    cg_test_init();
+    const struct CMUnitTest tests[] = {CG_TEST(test_every_op)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
