@@ -220,6 +220,10 @@ cg_tensor *cg_sqrt(const cg_tensor *a);
 cg_tensor *cg_relu(const cg_tensor *a);
 cg_tensor *cg_tanh(const cg_tensor *a);
 cg_tensor *cg_sigmoid(const cg_tensor *a);
+/* F.gelu: x Phi(x), Phi the standard normal CDF (exact, with erf), or with approximate
+ * CG_GELU_TANH x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as approximate='tanh'. */
+typedef enum cg_gelu_approximate { CG_GELU_NONE = 0, CG_GELU_TANH } cg_gelu_approximate;
+cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate);
 
 /* ---- reductions ----------------------------------------------------------------------------- */
 cg_tensor *cg_sum(const cg_tensor *t);  /* 0-dim */

@@ -44,7 +44,15 @@
     X(DIV_SCALAR, "cg_div_scalar", CG_SAVES_NONE, x / s, g / s, -4, 4, 2.5)                                     \
     X(POW_SCALAR, "cg_pow_scalar", CG_SAVES_X, cgm_pow(x, s), cgm_pow(x, s - CGM_C(1)) * s * g, 0.1, 4, 2.5)   \
     /* x ~ U[0, 1): 1 / (1 - s) where x >= s, else 0 (dropout's mask; s the drop probability) */                \
-    X(DROPOUT_MASK, "cg_dropout", CG_NO_GRAD, x >= s ? CGM_C(1) / (CGM_C(1) - s) : CGM_C(0), CGM_C(0), 0, 1, 0.3)
+    X(DROPOUT_MASK, "cg_dropout", CG_NO_GRAD, x >= s ? CGM_C(1) / (CGM_C(1) - s) : CGM_C(0), CGM_C(0), 0, 1, 0.3)  \
+    /* x Phi(x), Phi the normal CDF (through erfc, exact where 1 + erf would cancel): y' = Phi(x) + x phi(x) */  \
+    X(GELU, "cg_gelu", CG_SAVES_X, CGM_C(0.5) * x * cgm_erfc(-x * CGM_C(0.70710678118654752440)),              \
+      g * (CGM_C(0.5) * cgm_erfc(-x * CGM_C(0.70710678118654752440)) +                                          \
+           x * cgm_exp(CGM_C(-0.5) * x * x) * CGM_C(0.39894228040143267794)), -4, 4, 0)                          \
+    /* the tanh approximation x (1 + tanh u) / 2 = x sigmoid(2u), u = sqrt(2 / pi) (x + 0.044715 x^3) */          \
+    X(GELU_TANH, "cg_gelu", CG_SAVES_X, x * cgm_gelu_sigmoid(x),                                                  \
+      g * (cgm_gelu_sigmoid(x) + x * CGM_C(2) * cgm_gelu_sigmoid(x) * (CGM_C(1) - cgm_gelu_sigmoid(x)) *         \
+           CGM_C(0.79788456080286535588) * (CGM_C(1) + CGM_C(0.134145) * x * x)), -4, 4, 0)
 
 /* X(NAME, public name, saves, forward, backward for a, backward for b, lo a, hi a, lo b, hi b) */
 #define CG_BINARY_OPS(X)                                                                                        \
@@ -113,7 +121,7 @@ CGM_PAIR(cgm_sin, cgm_sinf, sin)
 CGM_PAIR(cgm_cos, cgm_cosf, cos)
 CGM_PAIR(cgm_sqrt, sqrtf, sqrt)
 CGM_PAIR(cgm_tanh, tanhf, tanh)
-CGM_PAIR(cgm_erf, erff, erf)
+CGM_PAIR(cgm_erfc, erfcf, erfc)
 #undef CGM_PAIR
 CG_HD float cgm_pow(float v, float p) { return cgm_powf(v, p); }
 CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
@@ -124,10 +132,24 @@ CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
 #define cgm_cos(v) _Generic((v), float: cgm_cosf, default: cos)(v)
 #define cgm_sqrt(v) _Generic((v), float: sqrtf, default: sqrt)(v)
 #define cgm_tanh(v) _Generic((v), float: tanhf, default: tanh)(v)
-#define cgm_erf(v) _Generic((v), float: erff, default: erf)(v)
+#define cgm_erfc(v) _Generic((v), float: erfcf, default: erfc)(v)
 #define cgm_pow(v, p) _Generic((v), float: cgm_powf, default: pow)((v), (p))
 #endif
 #define CGM_C(v) ((CGM_T)(v))
+
+/* GELU's tanh approximation as a sigmoid: 1 / (1 + exp(-2u)), u = sqrt(2 / pi) (x + 0.044715 x^3). */
+CG_HD float cgm_gelu_sigmoidf(float x) {
+    return 1.0f / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
+}
+CG_HD double cgm_gelu_sigmoid_d(double x) {
+    return 1.0 / (1.0 + exp(-1.5957691216057307117 * (x + 0.044715 * x * x * x)));
+}
+#ifdef __CUDACC__
+CG_HD float cgm_gelu_sigmoid(float x) { return cgm_gelu_sigmoidf(x); }
+CG_HD double cgm_gelu_sigmoid(double x) { return cgm_gelu_sigmoid_d(x); }
+#else
+#define cgm_gelu_sigmoid(v) _Generic((v), float: cgm_gelu_sigmoidf, default: cgm_gelu_sigmoid_d)(v)
+#endif
 
 /* The formulas as functions of one element type: forward, and the gradient of each input given g
  * and the values the op saves (v: x or y for unary ops; ops that save nothing get g). Defined for

@@ -197,3 +197,10 @@ UNARY(cg_sqrt, CG_UNARY_SQRT, 0.0f)
 UNARY(cg_relu, CG_UNARY_RELU, 0.0f)
 UNARY(cg_tanh, CG_UNARY_TANH, 0.0f)
 UNARY(cg_sigmoid, CG_UNARY_SIGMOID, 0.0f)
+
+cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate) {
+    if (approximate != CG_GELU_NONE && approximate != CG_GELU_TANH)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_gelu: unknown approximate %d (CG_GELU_NONE or CG_GELU_TANH)",
+                            (int)approximate);
+    return cg__unary_op(approximate == CG_GELU_TANH ? CG_UNARY_GELU_TANH : CG_UNARY_GELU, 0.0f, x, "cg_gelu");
+}
