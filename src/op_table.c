@@ -37,28 +37,32 @@ static double ref_at(const cg_ref_tensor *in, const cg_ref_tensor *out, int64_t 
 
 static int64_t ref_numel(const cg_ref_tensor *t) { return cg__numel_of(t->ndim, t->shape); }
 
-static cg_status unary_reference(const cg_op_info *op, const cg_ref_tensor *in, cg_ref_tensor *out) {
+static cg_status unary_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)c;
     CG_TRY(ref_alloc_broadcast(1, in, out));
     for (int64_t i = 0; i < ref_numel(out); i++) out->data[i] = cg_unary_fwd_d((cg_unary_op)op->id, in->data[i], op->s);
     return CG_OK;
 }
 
-static cg_status binary_reference(const cg_op_info *op, const cg_ref_tensor *in, cg_ref_tensor *out) {
+static cg_status binary_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)c;
     CG_TRY(ref_alloc_broadcast(2, in, out));
     for (int64_t i = 0; i < ref_numel(out); i++)
         out->data[i] = cg_binary_fwd_d((cg_binary_op)op->id, ref_at(&in[0], out, i), ref_at(&in[1], out, i));
     return CG_OK;
 }
 
-static cg_tensor *unary_call(const cg_op_info *op, const cg_tensor *const *inputs) {
+static cg_tensor *unary_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *inputs) {
+    (void)c;
     return cg__unary_op((cg_unary_op)op->id, op->s, inputs[0], op->name);
 }
 
-static cg_tensor *binary_call(const cg_op_info *op, const cg_tensor *const *inputs) {
+static cg_tensor *binary_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *inputs) {
+    (void)c;
     return cg__binary_op((cg_binary_op)op->id, inputs[0], inputs[1], op->name);
 }
 
-/* ---- the table ---------------------------------------------------------------------------------------- */
+/* ---- the element-wise part of the table ---------------------------------------------------------------------------------------- */
 #define UNARY_DOMAIN(NAME, PUB, SAVES, FWD, BWD, LO, HI, S) \
     static const cg_op_domain unary_domain_##NAME = {.lo = {LO}, .hi = {HI}, .elementwise = true};
 CG_UNARY_OPS(UNARY_DOMAIN)
@@ -70,16 +74,25 @@ CG_BINARY_OPS(BINARY_DOMAIN)
 
 static const cg_op_info table[] = {
 #define UNARY_ENTRY(NAME, PUB, SAVES, FWD, BWD, LO, HI, S)                                                          \
-    {.name = PUB, .ninputs = 1, .differentiable = SAVES != CG_NO_GRAD, .domain = &unary_domain_##NAME,             \
+    {.name = PUB, .ninputs = 1, .grad_inputs = SAVES != CG_NO_GRAD ? 1u : 0u, .domain = &unary_domain_##NAME,             \
      .call = unary_call, .reference = unary_reference, .id = CG_UNARY_##NAME, .s = (float)(S)},
     CG_UNARY_OPS(UNARY_ENTRY)
 #undef UNARY_ENTRY
 #define BINARY_ENTRY(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB)                                                 \
-    {.name = PUB, .ninputs = 2, .differentiable = SAVES != CG_NO_GRAD, .domain = &binary_domain_##NAME,            \
+    {.name = PUB, .ninputs = 2, .grad_inputs = SAVES != CG_NO_GRAD ? 3u : 0u, .domain = &binary_domain_##NAME,            \
      .call = binary_call, .reference = binary_reference, .id = CG_BINARY_##NAME},
     CG_BINARY_OPS(BINARY_ENTRY)
 #undef BINARY_ENTRY
 };
 
-int cg__op_count(void) { return (int)(sizeof table / sizeof table[0]); }
-const cg_op_info *cg__op_at(int i) { return i >= 0 && i < cg__op_count() ? &table[i] : NULL; }
+#define CG_OP_ADDRESS(name) &cg__op_##name,
+static const cg_op_info *const others[] = {CG_OP_ENTRIES(CG_OP_ADDRESS) NULL};
+#undef CG_OP_ADDRESS
+
+enum { NELEMENTWISE = sizeof table / sizeof table[0], NOTHERS = sizeof others / sizeof others[0] - 1 };
+
+int cg__op_count(void) { return NELEMENTWISE + NOTHERS; }
+const cg_op_info *cg__op_at(int i) {
+    if (i < 0 || i >= cg__op_count()) return NULL;
+    return i < NELEMENTWISE ? &table[i] : others[i - NELEMENTWISE];
+}

@@ -27,11 +27,13 @@ typedef struct cg_op_case {
     int ndim[CG_OP_MAX_INPUTS];
     int64_t shape[CG_OP_MAX_INPUTS][CG_MAX_DIMS];
     bool transposed[CG_OP_MAX_INPUTS];
+    int64_t param[4]; /* the op's own parameters for this case (a dim, keepdim, a stride, ...): see its entry */
 } cg_op_case;
 
 /* The domain an op's tests draw from. */
 typedef struct cg_op_domain {
     float lo[CG_OP_MAX_INPUTS], hi[CG_OP_MAX_INPUTS]; /* each input's values: uniform in [lo, hi] */
+    bool integer[CG_OP_MAX_INPUTS];                    /* ...or integers in [lo, hi] (class indices) */
     /* The shapes: for element-wise ops the test's own broadcasting set (0-dim, empty, broadcast and
      * non-contiguous inputs); otherwise these. */
     bool elementwise;
@@ -43,15 +45,24 @@ typedef struct cg_op_info cg_op_info;
 struct cg_op_info {
     const char *name;    /* the public function, or the internal pass's name */
     int ninputs;
-    bool differentiable; /* which inputs get a gradient: all that are floats drawn from the domain */
+    unsigned grad_inputs; /* bit k: input k is differentiable (its backward is checked); 0: not differentiable */
     const cg_op_domain *domain;
-    /* The op on tensors (the path its public function takes); NULL with the error recorded. */
-    cg_tensor *(*call)(const cg_op_info *op, const cg_tensor *const *inputs);
+    /* The op on tensors (the path its public function takes), with the case's parameters; NULL with the
+     * error recorded. */
+    cg_tensor *(*call)(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *inputs);
     /* Its forward in double: *out shaped and allocated (malloc) here; CG_OK, or an error (caller frees). */
-    cg_status (*reference)(const cg_op_info *op, const cg_ref_tensor *inputs, cg_ref_tensor *out);
+    cg_status (*reference)(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *inputs, cg_ref_tensor *out);
     int id;  /* element-wise ops: their cg_unary_op / cg_binary_op */
     float s; /* unary ops: the scalar parameter tested */
 };
+
+/* The ops whose entries sit next to their front-ends (src/ops_*.c, each defining
+ * `const cg_op_info cg__op_<name>`), after the element-wise ops in the table. */
+#define CG_OP_ENTRIES(X)
+
+#define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
+CG_OP_ENTRIES(CG_OP_EXTERN)
+#undef CG_OP_EXTERN
 
 /* Every op, in a fixed order. */
 int cg__op_count(void);
