@@ -299,11 +299,12 @@ cg_status cg_loader_next(cg_loader *h, cg_tensor **images, cg_tensor **labels) {
     } else if ((s = ensure_permutation(l)) == CG_OK) {
         x = cg__tensor_new(ndim, shape, ds->device);
         y = x ? cg__tensor_new(1, &b, ds->device) : NULL;
-        const cg_backend *be = cg__backend_for(ds->device);
         const int32_t *rows = l->perm_dev + l->position;
         if (!y) s = cg_last_status();
-        if (s == CG_OK) s = be->gather_rows(cg__data(ds->images), row, rows, b, cg__data(x), ds->device.index);
-        if (s == CG_OK) s = be->gather_rows(cg__data(ds->labels), 1, rows, b, cg__data(y), ds->device.index);
+        if (s == CG_OK)
+            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->images), row, rows, b, cg__data(x)});
+        if (s == CG_OK)
+            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->labels), 1, rows, b, cg__data(y)});
     }
     if (s != CG_OK) {
         cg_tensor_free(x), cg_tensor_free(y);

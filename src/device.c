@@ -46,6 +46,28 @@ const cg_backend *cg__backend_for(cg_device d) {
     return cg__cuda_backend();
 }
 
+static const char *const kernel_names[CG_KERNEL_COUNT] = {
+#define NAME(ID, NAME, ARGS) #NAME,
+    CG_KERNELS(NAME)
+#undef NAME
+};
+
+cg_status cg__run(cg_device d, cg_kernel_id k, const void *args) {
+    const cg_backend *be = cg__backend_for(d);
+    if (!be) return cg_last_status();
+    if (!be->kernels[k]) {
+        char name[16];
+        return cg__fail(CG_ERR_DEVICE, "%s is not supported on %s (the %s backend has no such kernel)", kernel_names[k],
+                        cg_device_str(d, name, sizeof name), be->name);
+    }
+    return be->kernels[k](args, d.index);
+}
+
+bool cg__supports(cg_device d, cg_kernel_id k) {
+    const cg_backend *be = cg__backend_for(d);
+    return be && be->kernels[k];
+}
+
 cg_status cg_device_parse(const char *text, cg_device *out) {
     if (!text || !out) return cg__fail(CG_ERR_INVALID_ARG, "cg_device_parse: NULL argument");
     cg_device d;

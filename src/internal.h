@@ -9,7 +9,7 @@
 #include <string.h>
 #include "handle.h"
 #include "checked.h"
-#include "kernels/elementwise_ops.h"
+#include "kernels/kernel_args.h"
 
 /* Thread-local state read by every op (grad mode, the innermost scope, the tape's stacks): the
  * initial-exec model reads it with one load, where the default model in a shared library calls
@@ -93,6 +93,8 @@ cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn);
 cg_status cg__check_result_shape(int ndim, const int64_t *shape, const char *fn, const char *name_a,
                                  const cg_tensor *a, const char *name_b, const cg_tensor *b);
 
+/* t (contiguous) = value, on t's device. */
+cg_status cg__fill(cg_tensor *t, float value);
 /* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM or a shape that breaks
  * the rule of src/checked.h (a backstop: ops check the shapes they compute, naming themselves). */
 cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d);
@@ -133,40 +135,7 @@ void *cg__alloc_capture_begin(cg_device d);
 void cg__alloc_capture_end(cg_device d);
 void cg__alloc_release_private(cg_device d, void *blocks);
 
-/* ---- element-wise passes (the ops of kernels/elementwise_ops.h) -------------------------------- */
-#define CG_EW_MAX_INPUTS 3
-/* The output is contiguous with `shape`; input k is read at sum(index[i] * strides[k][i]).
- * Broadcast dims have stride 0. Dims are coalesced before a backend sees them. */
-typedef struct cg_ew_layout {
-    int ndim;
-    int64_t numel;
-    int64_t shape[CG_MAX_DIMS];
-    int64_t strides[CG_EW_MAX_INPUTS][CG_MAX_DIMS];
-    bool contiguous[CG_EW_MAX_INPUTS]; /* input k is read contiguously with the output: fast path */
-} cg_ew_layout;
-
-/* What one pass computes, element by element (the formulas of kernels/elementwise_ops.h):
- *   CG_EW_UNARY        out = forward(in[0] = x; s)
- *   CG_EW_UNARY_GRAD   out = the gradient of x from in[0] = g and in[1] = the value the op saves
- *                      (x or y; g again for ops that save nothing)
- *   CG_EW_BINARY       out = forward(in[0] = a, in[1] = b)
- *   CG_EW_BINARY_GRAD  out = the gradient of a (which 0) or b (which 1) from in[0] = g, in[1] = a,
- *                      in[2] = b (g again for ops that save nothing) */
-typedef enum cg_ew_kind { CG_EW_UNARY, CG_EW_UNARY_GRAD, CG_EW_BINARY, CG_EW_BINARY_GRAD } cg_ew_kind;
-typedef struct cg_ew_call {
-    cg_ew_kind kind;
-    int op;    /* a cg_unary_op or a cg_binary_op */
-    int which; /* CG_EW_BINARY_GRAD: the input whose gradient */
-    float s;   /* the unary ops' scalar parameter */
-    const float *in[CG_EW_MAX_INPUTS];
-    float *out;
-    cg_ew_layout lay;
-} cg_ew_call;
-/* The number of inputs a pass of this kind reads. */
-static inline int cg__ew_inputs(cg_ew_kind kind) {
-    return kind == CG_EW_UNARY ? 1 : kind == CG_EW_BINARY_GRAD ? 3 : 2;
-}
-
+/* ---- element-wise passes (the ops of kernels/elementwise_ops.h; the pass: kernels/kernel_args.h) ---- */
 /* Layout of out (ndim, shape) = f(inputs[0..n)) with broadcasting: every input's shape must
  * broadcast to shape (cg__broadcast_shape checks that). */
 void cg__ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay);
@@ -186,33 +155,11 @@ cg_status cg__add_(cg_tensor *dst, const cg_tensor *src);
 /* out (contiguous, (cols,)) = the sum of the rows of g (rows, cols); not recorded. */
 cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out);
 
-/* One SGD step's settings. first: the momentum buffer is uninitialised (PyTorch: buf = g). */
-typedef struct cg_sgd_args {
-    float lr, momentum, dampening, weight_decay;
-    bool nesterov, first;
-} cg_sgd_args;
 
-/* One Adam/AdamW step's settings for a run of parameters at the same step count t, with the
- * scalars PyTorch computes in double (1 - beta, lr / (1 - beta1^t), sqrt(1 - beta2^t), 1 - lr*wd)
- * rounded to float once on the host; see kernels/adam_math.h. */
-typedef struct cg_adam_args {
-    float one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
-    float step_size;          /* lr / (1 - beta1^t) */
-    float bias_correction2_sqrt; /* sqrt(1 - beta2^t) */
-    float decay_factor;       /* AdamW: 1 - lr * weight_decay */
-    bool decoupled;           /* AdamW (p *= decay_factor) rather than Adam (g += wd p) */
-} cg_adam_args;
-
-/* Geometry of cg_conv2d and cg_max_pool2d: x (n, c, h, w) -> y (n, k, oh, ow) through a (kh, kw)
- * window moved by stride over x zero-padded by padding on every side. Pooling: k == c, no padding. */
-typedef struct cg_conv_geom {
-    int64_t n, c, h, w;
-    int64_t k, kh, kw;
-    int64_t oh, ow;
-    int64_t stride, padding;
-} cg_conv_geom;
-
-/* ---- backend table (ggml-style): one per device type ----------------------------------------- */
+/* ---- backends: one per device type ------------------------------------------------------------
+ * Memory, queues and graph capture, then the compute kernels by id (kernels/kernel_args.h): what a
+ * backend supports is the kernels it lists; cg__run runs one or says it is missing. */
+typedef cg_status (*cg_kernel)(const void *args, int index);
 typedef struct cg_backend {
     const char *name;
     /* memory */
@@ -221,15 +168,6 @@ typedef struct cg_backend {
     cg_status (*memcpy_from_host)(cg_device d, void *dst, const void *src, size_t bytes);
     cg_status (*memcpy_to_host)(cg_device d, void *dst, const void *src, size_t bytes);
     cg_status (*synchronize)(int index);
-    /* creation */
-    cg_status (*fill)(cg_tensor *out, float value);
-    cg_status (*arange)(cg_tensor *out, double start, double step);
-    cg_status (*random)(cg_tensor *out, bool normal); /* U[0,1) or N(0,1) */
-    /* compute: out is contiguous and already allocated */
-    cg_status (*elementwise)(const cg_ew_call *call, int index);
-    /* x contiguous, viewed as (outer, n, inner); out (outer, inner) = sum over n, times scale */
-    cg_status (*reduce_sum)(const float *x, int64_t outer, int64_t n, int64_t inner, float scale,
-                            float *out, int index);
     /* graph capture of the device's stream (NULL on the CPU); capture_end always ends the
      * capture and instantiates it only when keep is true */
     cg_status (*capture_begin)(int index);
@@ -239,59 +177,20 @@ typedef struct cg_backend {
     cg_status (*capture_end)(int index, bool keep, void **exec);
     cg_status (*graph_launch)(int index, void *exec);
     void (*graph_destroy)(void *exec);
-    /* fused torch.optim.SGD update of n contiguous parameters (see cg_sgd_args) */
-    cg_status (*sgd_step)(float *param, const float *grad, float *momentum_buf, int64_t n,
-                          const struct cg_sgd_args *args, int index);
-    /* MSE: out[0] = scale * sum (a - b)^2 over n contiguous elements; grad (n) = (a - b) *
-     * (factor * g[0]) with g one float on the same device */
-    cg_status (*sum_sqdiff)(const float *a, const float *b, int64_t n, float scale, float *out, int index);
-    cg_status (*scaled_diff)(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,
-                             int index);
-    /* row-major C(m,n) = op(A) op(B); op(A) is (m,k); lda/ldb are the row strides as stored */
-    cg_status (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
-                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, int index);
-    /* gemm with a bias pass fused into it (cg_linear), NULL where the backend has none: with bias (n),
-     * C = op(A) op(B) + bias on every row; with bias_grad (m), also bias_grad = the sums of op(A)'s rows
-     * (over k); exactly one of the two is non-NULL, contiguous. *fused false: nothing was done (shapes
-     * the backend sends elsewhere), and the caller runs gemm and the bias pass itself. */
-    cg_status (*gemm_bias)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
-                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
-                           float *bias_grad, int index, bool *fused);
-    /* classification (cross-entropy, argmax) and Adam */
-    /* logits (n, c), targets (n) class indices as floats: logp (n, c) = log_softmax of each row, computed as
-     * (x - max) - log(sum exp(x - max)); row_loss (n) = -logp[target], NaN for a target that is not an integer
-     * in [0, c) */
-    cg_status (*cross_entropy_forward)(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
-                                       float *row_loss, int index);
-    /* grad (n, c) = (exp(logp) - onehot(targets)) * (g[0] * scale); g: one float on the device */
-    cg_status (*cross_entropy_backward)(const float *logp, const float *targets, const float *g, float scale, int64_t n,
-                                        int64_t c, float *grad, int index);
-    /* x contiguous (outer, n, inner): out (outer, inner) = index (as float) of the first maximum over n, NaN
-     * counting as the maximum (torch.argmax); with targets (outer, inner), out = 1 where it equals the target
-     * and 0 elsewhere */
-    cg_status (*argmax)(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
-                        int index);
-    /* dst (n, row_len) = src[rows[i]] for each i: rows of a device-resident data set (loader batches) */
-    cg_status (*gather_rows)(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst,
-                             int index);
-    /* fused torch.optim.Adam / AdamW update of n contiguous parameters (see cg_adam_args) */
-    cg_status (*adam_step)(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
-                           const struct cg_adam_args *args, int index);
-    /* convolution (see cg_conv_geom): x (n, c, h, w), weight (k, c, kh, kw), bias (k) or NULL, y and gy
-     * (n, k, oh, ow), all contiguous; gradients are written, not accumulated, and are deterministic */
-    cg_status (*conv2d_forward)(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
-                                float *y, int index);
-    cg_status (*conv2d_backward_data)(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
-                                      int index);
-    cg_status (*conv2d_backward_weight)(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
-                                        int index);
-    /* max pooling: y (n, c, oh, ow) = the maximum of each window of x, scanned in row-major order as PyTorch
-     * does (v replaces the maximum when v > max or v is NaN); arg (same shape, or NULL) = its offset
-     * ki * w + kj from the window's corner in the plane (exact as a float: kh w <= 2^24).
-     * Backward: gx (n, c, h, w) = the sum of gy over the windows whose arg points at each element. */
-    cg_status (*max_pool2d_forward)(const cg_conv_geom *g, const float *x, float *y, float *arg, int index);
-    cg_status (*max_pool2d_backward)(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index);
+    /* compute: outputs are allocated by the caller; NULL where the backend lacks the kernel */
+    cg_kernel kernels[CG_KERNEL_COUNT];
 } cg_backend;
+
+/* Runs kernel k on device d (args: k's struct); CG_ERR_DEVICE naming the kernel and the backend when
+ * the device's backend lacks it. */
+cg_status cg__run(cg_device d, cg_kernel_id k, const void *args);
+/* Whether d's backend has kernel k. */
+bool cg__supports(cg_device d, cg_kernel_id k);
+/* cg__run with the kernel's own argument type: cg__run_fill(d, &(cg_fill_args){...}). */
+#define CG_RUN_TYPED(ID, NAME, ARGS) \
+    static inline cg_status cg__run_##NAME(cg_device d, const ARGS *args) { return cg__run(d, CG_KERNEL_##ID, args); }
+CG_KERNELS(CG_RUN_TYPED)
+#undef CG_RUN_TYPED
 
 extern const cg_backend cg__cpu_backend;
 /* Every CPU parallel region of cgrad comes after CG_TRY(cg__cpu_enter()): the calling thread's OpenMP

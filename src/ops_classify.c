@@ -40,10 +40,9 @@ static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_te
     int64_t n = cg__t(logp)->shape[0], c = cg__t(logp)->shape[1];
     cg_tensor *grad = cg__tensor_new(2, cg__t(logp)->shape, cg__t(logp)->device);
     if (!grad) return cg_last_status();
-    cg_status s = n == 0 ? CG_OK
-                         : cg__backend_for(cg__t(logp)->device)
-                               ->cross_entropy_backward(cg__data(logp), cg__data(targets), cg__data(g), node->params.loss.scale, n,
-                                                        c, cg__data(grad), cg__t(logp)->device.index);
+    cg_ce_backward_args args = {cg__data(logp), cg__data(targets), cg__data(g), node->params.loss.scale, n, c,
+                                cg__data(grad)};
+    cg_status s = n == 0 ? CG_OK : cg__run_cross_entropy_backward(cg__t(logp)->device, &args);
     if (s != CG_OK) {
         cg_tensor_free(grad);
         return s;
@@ -58,7 +57,7 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
     if (cg__t(targets)->requires_grad)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: targets require grad, but class indices have no derivative", fn);
     int64_t n = cg__t(logits)->shape[0], c = cg__t(logits)->shape[1];
-    const cg_backend *be = cg__backend_for(cg__t(logits)->device);
+    cg_device d = cg__t(logits)->device;
     cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
     cg_tensor *logp = tc ? cg__tensor_new(2, cg__t(logits)->shape, cg__t(logits)->device) : NULL;
     cg_tensor *rows = logp ? cg__tensor_new(1, &n, cg__t(logits)->device) : NULL;
@@ -73,10 +72,12 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
                 break;
             }
     }
-    if (s == CG_OK && n == 0) s = be->fill(out, NAN); /* as PyTorch: the mean of no rows */
-    else if (s == CG_OK) s = be->cross_entropy_forward(cg__data(lc), cg__data(tc), n, c, cg__data(logp), cg__data(rows),
-                                                       cg__t(logits)->device.index);
-    if (s == CG_OK && n > 0) s = be->reduce_sum(cg__data(rows), 1, n, 1, 1.0f / (float)n, cg__data(out), cg__t(logits)->device.index);
+    if (s == CG_OK && n == 0) s = cg__fill(out, NAN); /* as PyTorch: the mean of no rows */
+    else if (s == CG_OK)
+        s = cg__run_cross_entropy_forward(d, &(cg_ce_forward_args){cg__data(lc), cg__data(tc), n, c, cg__data(logp),
+                                                                  cg__data(rows)});
+    if (s == CG_OK && n > 0)
+        s = cg__run_reduce_sum(d, &(cg_reduce_sum_args){cg__data(rows), 1, n, 1, 1.0f / (float)n, cg__data(out)});
     const cg_tensor *inputs[2] = {logits, targets};
     if (s == CG_OK && cg__should_record(2, inputs)) {
         const cg_tensor *saved[2] = {logp, tc};
@@ -111,7 +112,7 @@ cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
     cg_tensor *c = out ? cg__raw_contiguous(t) : NULL;
     cg_status s = c ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(out)->numel > 0)
-        s = cg__backend_for(cg__t(t)->device)->argmax(cg__data(c), outer, n, inner, NULL, cg__data(out), cg__t(t)->device.index);
+        s = cg__run_argmax(cg__t(t)->device, &(cg_argmax_args){cg__data(c), outer, n, inner, NULL, cg__data(out)});
     cg_tensor_free(c);
     return cg__finish(out, s);
 }
@@ -126,13 +127,13 @@ cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t
     if (n > (1 << 24))
         return cg__fail(CG_ERR_SHAPE, "%s: %lld rows; count at most 2^24 at a time (float counts are exact up to there)", fn,
                         (long long)n);
-    const cg_backend *be = cg__backend_for(cg__t(logits)->device);
+    cg_device d = cg__t(logits)->device;
     cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
     cg_tensor *hits = tc ? cg__tensor_new(1, &n, cg__t(logits)->device) : NULL;
     cg_tensor *count = hits ? cg__tensor_new(0, NULL, cg__t(logits)->device) : NULL;
     cg_status s = count ? CG_OK : cg_last_status();
-    if (s == CG_OK) s = be->argmax(cg__data(lc), n, c, 1, cg__data(tc), cg__data(hits), cg__t(logits)->device.index);
-    if (s == CG_OK) s = be->reduce_sum(cg__data(hits), 1, n, 1, 1.0f, cg__data(count), cg__t(logits)->device.index);
+    if (s == CG_OK) s = cg__run_argmax(d, &(cg_argmax_args){cg__data(lc), n, c, 1, cg__data(tc), cg__data(hits)});
+    if (s == CG_OK) s = cg__run_reduce_sum(d, &(cg_reduce_sum_args){cg__data(hits), 1, n, 1, 1.0f, cg__data(count)});
     float value = 0.0f;
     if (s == CG_OK) s = cg_item(count, &value);
     if (s == CG_OK) *correct = (int64_t)value;

@@ -98,13 +98,13 @@ static cg_status check_conv2d(const cg_tensor *x, const cg_tensor *weight, const
  * n, both with the backend's deterministic sum. */
 static cg_status bias_grad_into(const cg_conv_geom *g, const cg_tensor *gy, cg_tensor *out) {
     const cg_tensor_impl *gyi = cg__t(gy);
-    const cg_backend *be = cg__backend_for(gyi->device);
-    int index = gyi->device.index;
     size_t bytes = (size_t)(g->n * g->k) * sizeof(float); /* at most y's size (check_geom) */
     float *per_image = cg__alloc(gyi->device, bytes);
     if (!per_image) return cg_last_status();
-    cg_status s = be->reduce_sum(cg__data(gy), g->n * g->k, g->oh * g->ow, 1, 1.0f, per_image, index);
-    if (s == CG_OK) s = be->reduce_sum(per_image, 1, g->n, g->k, 1.0f, cg__data(out), index);
+    cg_status s = cg__run_reduce_sum(gyi->device, &(cg_reduce_sum_args){cg__data(gy), g->n * g->k, g->oh * g->ow, 1,
+                                                                         1.0f, per_image});
+    if (s == CG_OK)
+        s = cg__run_reduce_sum(gyi->device, &(cg_reduce_sum_args){per_image, 1, g->n, g->k, 1.0f, cg__data(out)});
     cg__free(gyi->device, per_image, bytes); /* stream order makes the reuse safe on a GPU */
     return s;
 }
@@ -120,7 +120,7 @@ static cg_status write_grad(cg_node *node, int k, grad_writer compute, const cg_
     cg_tensor *dst = cg__leaf_grad_target(node, k), *fresh = NULL;
     if (!dst && !(dst = fresh = cg__tensor_new(node->in_ndim[k], node->in_shape[k], gyi->device)))
         return cg_last_status();
-    cg_status s = gyi->numel == 0 ? cg__backend_for(gyi->device)->fill(dst, 0.0f)
+    cg_status s = gyi->numel == 0 ? cg__fill(dst, 0.0f)
                                   : compute(g, node->saved[0], node->saved[1], gy, dst);
     if (s != CG_OK) {
         cg_tensor_free(fresh);
@@ -133,13 +133,15 @@ static cg_status write_grad(cg_node *node, int k, grad_writer compute, const cg_
 
 static cg_status grad_x(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
                         cg_tensor *dst) {
-    return cg__backend_for(cg__t(gy)->device)->conv2d_backward_data(g, cg__data(gy), cg__data(w), cg__data(dst),
-                                                                    cg__t(gy)->device.index);
+    return cg__run_conv2d_backward_data(cg__t(gy)->device,
+                                        &(cg_conv_args){.geom = *g, .gy = cg__data(gy), .weight = cg__data(w),
+                                                        .gx = cg__data(dst)});
 }
 static cg_status grad_weight(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
                              cg_tensor *dst) {
-    return cg__backend_for(cg__t(gy)->device)->conv2d_backward_weight(g, cg__data(x), cg__data(gy), cg__data(dst),
-                                                                      cg__t(gy)->device.index);
+    return cg__run_conv2d_backward_weight(cg__t(gy)->device,
+                                          &(cg_conv_args){.geom = *g, .x = cg__data(x), .gy = cg__data(gy),
+                                                          .gweight = cg__data(dst)});
 }
 static cg_status grad_bias(const cg_conv_geom *g, const cg_tensor *x, const cg_tensor *w, const cg_tensor *gy,
                            cg_tensor *dst) {
@@ -170,8 +172,8 @@ cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     cg_tensor *out = wc && (bc || !bias) ? cg__tensor_new(4, (int64_t[]){g.n, g.k, g.oh, g.ow}, xi->device) : NULL;
     cg_status s = out ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(out)->numel > 0)
-        s = cg__backend_for(xi->device)->conv2d_forward(&g, cg__data(xc), cg__data(wc), bc ? cg__data(bc) : NULL,
-                                                        cg__data(out), xi->device.index);
+        s = cg__run_conv2d_forward(xi->device, &(cg_conv_args){.geom = g, .x = cg__data(xc), .weight = cg__data(wc),
+                                                               .bias = bc ? cg__data(bc) : NULL, .y = cg__data(out)});
     const cg_tensor *inputs[3] = {x, weight, bias};
     int ninputs = bias ? 3 : 2;
     if (s == CG_OK && cg__should_record(ninputs, inputs)) {
@@ -200,8 +202,8 @@ static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tens
     cg_tensor *gx = gyc ? cg__tensor_new(4, node->in_shape[0], gyi->device) : NULL;
     cg_status s = gx ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(gx)->numel > 0) /* then every window holds elements: gy has them too */
-        s = cg__backend_for(gyi->device)->max_pool2d_backward(&g, cg__data(gyc), cg__data(arg), cg__data(gx),
-                                                              gyi->device.index);
+        s = cg__run_max_pool2d_backward(gyi->device, &(cg_pool_args){.geom = g, .gy = cg__data(gyc),
+                                                                     .arg = cg__data(arg), .gx = cg__data(gx)});
     cg_tensor_free(gyc);
     if (s != CG_OK) {
         cg_tensor_free(gx);
@@ -233,8 +235,8 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     cg_tensor *arg = out && record ? cg__tensor_new(4, shape, xi->device) : NULL;
     cg_status s = out && (arg || !record) ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(out)->numel > 0)
-        s = cg__backend_for(xi->device)->max_pool2d_forward(&g, cg__data(xc), cg__data(out), arg ? cg__data(arg) : NULL,
-                                                            xi->device.index);
+        s = cg__run_max_pool2d_forward(xi->device, &(cg_pool_args){.geom = g, .x = cg__data(xc), .y = cg__data(out),
+                                                                    .arg = arg ? cg__data(arg) : NULL});
     if (s == CG_OK && record) {
         const cg_tensor *saved[1] = {arg};
         cg_node *node = cg__record(out, fn, max_pool2d_backward, 1, inputs, 1, saved);

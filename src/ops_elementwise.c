@@ -60,7 +60,7 @@ cg_status cg__ew_into(cg_ew_kind kind, int op, int which, float s, const cg_tens
     int n = cg__ew_inputs(kind);
     for (int k = 0; k < n; k++) call.in[k] = cg__data(inputs[k]);
     cg__ew_layout(n, inputs, outi->ndim, outi->shape, &call.lay);
-    return cg__backend_for(outi->device)->elementwise(&call, outi->device.index);
+    return cg__run_elementwise(outi->device, &call);
 }
 
 cg_status cg__unary_into(cg_unary_op op, float s, const cg_tensor *x, cg_tensor *out) {

@@ -8,9 +8,8 @@ static cg_status mse_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_i
     const cg_tensor_impl *inputi = cg__t(input);
     cg_tensor *gi = cg__tensor_new(inputi->ndim, inputi->shape, inputi->device);
     if (!gi) return cg_last_status();
-    cg_status s = cg__backend_for(inputi->device)->scaled_diff(cg__data(input), cg__data(target), cg__data(g),
-                                                               2.0f * n->params.loss.scale, inputi->numel, cg__data(gi),
-                                                               inputi->device.index);
+    cg_status s = cg__run_mse_backward(inputi->device, &(cg_mse_backward_args){
+        cg__data(input), cg__data(target), cg__data(g), 2.0f * n->params.loss.scale, inputi->numel, cg__data(gi)});
     if (s == CG_OK && n->needs_grad[1] && !(grad_in[1] = cg_neg(gi))) s = cg_last_status();
     if (s == CG_OK && n->needs_grad[0]) grad_in[0] = gi;
     else cg_tensor_free(gi);
@@ -34,10 +33,10 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
     cg_set_grad_enabled(grad_mode);
     cg_tensor *loss = b ? cg__tensor_new(0, NULL, inputi->device) : NULL;
     cg_status s = loss ? CG_OK : cg_last_status();
-    const cg_backend *be = cg__backend_for(inputi->device);
-    if (s == CG_OK && inputi->numel == 0) s = be->fill(loss, reduction == CG_REDUCTION_MEAN ? NAN : 0.0f);
+    if (s == CG_OK && inputi->numel == 0) s = cg__fill(loss, reduction == CG_REDUCTION_MEAN ? NAN : 0.0f);
     else if (s == CG_OK)
-        s = be->sum_sqdiff(cg__data(a), cg__data(b), inputi->numel, scale, cg__data(loss), inputi->device.index);
+        s = cg__run_mse_forward(inputi->device,
+                                &(cg_mse_forward_args){cg__data(a), cg__data(b), inputi->numel, scale, cg__data(loss)});
     const cg_tensor *inputs[2] = {input, target};
     if (s == CG_OK && cg__should_record(2, inputs)) {
         const cg_tensor *saved[2] = {a, b};

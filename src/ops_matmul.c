@@ -28,26 +28,26 @@ static cg_status operand_of(const cg_tensor *t, gemm_operand *op) {
 }
 
 /* out (m, n) = a (m, k) @ b (k, n); a and b may be transposed views. With bias (n,) or bias_grad (m,)
- * (at most one, contiguous), the backend may fuse the bias pass into the GEMM (cg_backend.gemm_bias):
+ * (at most one, contiguous), the backend may fuse the bias pass into the GEMM (kernel GEMM_BIAS):
  * out += bias on every row, or bias_grad = the sums of a's rows; *fused says whether it did, and
  * when it did not the caller runs that pass. Not recorded. */
 static cg_status gemm_bias_into(const cg_tensor *a, const cg_tensor *b, const cg_tensor *bias, cg_tensor *bias_grad,
                                 cg_tensor *out, bool *fused) {
     const cg_tensor_impl *ai = cg__t(a);
     int64_t m = ai->shape[0], k = ai->shape[1], n = cg__t(b)->shape[1];
-    const cg_backend *be = cg__backend_for(ai->device);
     *fused = false;
     if (cg__t(out)->numel == 0) return CG_OK;
-    if (k == 0) return be->fill(out, 0.0f);
+    if (k == 0) return cg__fill(out, 0.0f);
     gemm_operand oa, ob = {0};
     cg_status s = operand_of(a, &oa);
-    if (s == CG_OK && (s = operand_of(b, &ob)) == CG_OK && be->gemm_bias && (bias || bias_grad))
-        s = be->gemm_bias(oa.trans, ob.trans, m, n, k, cg__data(oa.t), oa.ld, cg__data(ob.t), ob.ld, cg__data(out), n,
-                          bias ? cg__data(bias) : NULL, bias_grad ? cg__data(bias_grad) : NULL,
-                          ai->device.index, fused);
-    if (s == CG_OK && !*fused)
-        s = be->gemm(oa.trans, ob.trans, m, n, k, cg__data(oa.t), oa.ld, cg__data(ob.t), ob.ld, cg__data(out), n,
-                     ai->device.index);
+    if (s == CG_OK) s = operand_of(b, &ob);
+    cg_gemm_args args = {oa.trans, ob.trans, m, n, k, s == CG_OK ? cg__data(oa.t) : NULL, oa.ld,
+                         s == CG_OK ? cg__data(ob.t) : NULL, ob.ld, cg__data(out), n, NULL, NULL, fused};
+    if (s == CG_OK && (bias || bias_grad) && cg__supports(ai->device, CG_KERNEL_GEMM_BIAS)) {
+        args.bias = bias ? cg__data(bias) : NULL, args.bias_grad = bias_grad ? cg__data(bias_grad) : NULL;
+        s = cg__run_gemm_bias(ai->device, &args);
+    }
+    if (s == CG_OK && !*fused) s = cg__run_gemm(ai->device, &args);
     cg_tensor_free(oa.copy);
     cg_tensor_free(ob.copy);
     return s;
@@ -150,7 +150,7 @@ static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
     bool want_db = n->ninputs == 3 && n->needs_grad[2], db_done = false;
     if (n->needs_grad[0] && !(grad_in[0] = cg_matmul(g, w))) return cg_last_status();
     if (n->needs_grad[1])
-        CG_TRY(weight_grad(n, g, x, want_db && cg__backend_for(cg__t(g)->device)->gemm_bias, grad_in, &db_done));
+        CG_TRY(weight_grad(n, g, x, want_db && cg__supports(cg__t(g)->device, CG_KERNEL_GEMM_BIAS), grad_in, &db_done));
     if (want_db && !db_done) {
         cg_tensor *dst = cg__leaf_grad_target(n, 2);
         if (dst) {

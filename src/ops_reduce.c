@@ -43,14 +43,13 @@ static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bo
     }
     cg_tensor *out = cg__tensor_new(ndim, shape, ti->device);
     if (!out) return NULL;
-    const cg_backend *be = cg__backend_for(ti->device);
     cg_status s = CG_OK;
     if (n == 0) {
-        s = be->fill(out, mean ? NAN : 0.0f); /* as PyTorch: empty sum 0, empty mean NaN */
+        s = cg__fill(out, mean ? NAN : 0.0f); /* as PyTorch: empty sum 0, empty mean NaN */
     } else if (cg__t(out)->numel > 0) {
         cg_tensor *c = cg_contiguous(t);
-        s = c ? be->reduce_sum(cg__data(c), outer, n, inner, mean ? 1.0f / (float)n : 1.0f, cg__data(out),
-                               ti->device.index)
+        float scale = mean ? 1.0f / (float)n : 1.0f;
+        s = c ? cg__run_reduce_sum(ti->device, &(cg_reduce_sum_args){cg__data(c), outer, n, inner, scale, cg__data(out)})
               : cg_last_status();
         cg_tensor_free(c);
     }
@@ -71,9 +70,9 @@ cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out) {
     if (!c) return cg_last_status();
     const cg_tensor_impl *gi = cg__t(g);
     int64_t rows = gi->shape[0], cols = gi->numel / (rows ? rows : 1);
-    const cg_backend *be = cg__backend_for(gi->device);
-    cg_status s = rows == 0 ? be->fill(out, 0.0f)
-                            : be->reduce_sum(cg__data(c), 1, rows, cols, 1.0f, cg__data(out), gi->device.index);
+    cg_status s = rows == 0 ? cg__fill(out, 0.0f)
+                            : cg__run_reduce_sum(gi->device, &(cg_reduce_sum_args){cg__data(c), 1, rows, cols, 1.0f,
+                                                                                   cg__data(out)});
     cg_tensor_free(c);
     return s;
 }

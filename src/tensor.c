@@ -292,6 +292,12 @@ static cg_tensor *created(int ndim, const int64_t *shape, cg_device d, const cha
     return t;
 }
 
+cg_status cg__fill(cg_tensor *t, float value) {
+    const cg_tensor_impl *ti = cg__t(t);
+    if (ti->numel == 0) return CG_OK;
+    return cg__run_fill(ti->device, &(cg_fill_args){cg__data(t), ti->numel, value});
+}
+
 cg_tensor *cg__finish(cg_tensor *out, cg_status s) {
     if (s == CG_OK) return out;
     cg_tensor_free(out);
@@ -309,7 +315,7 @@ cg_tensor *cg_empty(int ndim, const int64_t *shape, cg_device d) { return create
 
 static cg_tensor *filled(int ndim, const int64_t *shape, float value, cg_device d, const char *fn) {
     cg_tensor *t = created(ndim, shape, d, fn);
-    return t ? cg__finish(t, cg__backend_for(d)->fill(t, value)) : NULL;
+    return t ? cg__finish(t, cg__fill(t, value)) : NULL;
 }
 cg_tensor *cg_full(int ndim, const int64_t *shape, float value, cg_device d) { return filled(ndim, shape, value, d, "cg_full"); }
 cg_tensor *cg_zeros(int ndim, const int64_t *shape, cg_device d) { return filled(ndim, shape, 0.0f, d, "cg_zeros"); }
@@ -337,12 +343,12 @@ cg_tensor *cg_arange(double start, double end, double step, cg_device d) {
                             start, end, step, count);
     int64_t n = (int64_t)count;
     cg_tensor *t = created(1, &n, d, "cg_arange");
-    return t ? cg__finish(t, cg__backend_for(d)->arange(t, start, step)) : NULL;
+    return t ? cg__finish(t, cg__run_arange(d, &(cg_arange_args){cg__data(t), n, start, step})) : NULL;
 }
 
 static cg_tensor *random_tensor(int ndim, const int64_t *shape, cg_device d, bool normal, const char *fn) {
     cg_tensor *t = created(ndim, shape, d, fn);
-    return t ? cg__finish(t, cg__backend_for(d)->random(t, normal)) : NULL;
+    return t ? cg__finish(t, cg__run_random(d, &(cg_random_args){cg__data(t), cg__t(t)->numel, normal})) : NULL;
 }
 cg_tensor *cg_rand(int ndim, const int64_t *shape, cg_device d) { return random_tensor(ndim, shape, d, false, "cg_rand"); }
 cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d) { return random_tensor(ndim, shape, d, true, "cg_randn"); }

@@ -2,8 +2,14 @@
 #include "cpu/cpu.h"
 #include "kernels/adam_math.h"
 
-cg_status cg__cpu_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
-                            const cg_adam_args *a, int index) {
+cg_status cg__cpu_adam_step(const void *raw, int index) {
+    const cg_adam_step_args *kargs = raw;
+    float *param = kargs->param;
+    const float *grad = kargs->grad;
+    float *exp_avg = kargs->exp_avg;
+    float *exp_avg_sq = kargs->exp_avg_sq;
+    int64_t n = kargs->n;
+    const cg_adam_args *a = &kargs->args;
     CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(i, n, n, {
         cg_adam_update(&param[i], grad[i], &exp_avg[i], &exp_avg_sq[i], a->one_minus_beta1, a->beta2, a->one_minus_beta2,

@@ -14,27 +14,30 @@ static cg_status cpu_memcpy(cg_device d, void *dst, const void *src, size_t byte
 }
 static cg_status cpu_synchronize(int index) { return CG_OK; }
 
-static cg_status cpu_fill(cg_tensor *out, float value) {
+static cg_status cpu_fill(const void *raw, int index) {
+    const cg_fill_args *a = raw;
     CG_TRY(cg__cpu_enter());
-    float *y = cg__data(out);
-    int64_t n = cg__t(out)->numel;
-    CG_CPU_FOR(i, n, n, { y[i] = value; });
+    float *y = a->out, value = a->value;
+    CG_CPU_FOR(i, a->n, a->n, { y[i] = value; });
     return CG_OK;
 }
 
-static cg_status cpu_arange(cg_tensor *out, double start, double step) {
+static cg_status cpu_arange(const void *raw, int index) {
+    const cg_arange_args *a = raw;
     CG_TRY(cg__cpu_enter());
-    float *y = cg__data(out);
-    int64_t n = cg__t(out)->numel;
-    CG_CPU_FOR(i, n, n, { y[i] = (float)(start + (double)i * step); });
+    float *y = a->out;
+    double start = a->start, step = a->step;
+    CG_CPU_FOR(i, a->n, a->n, { y[i] = (float)(start + (double)i * step); });
     return CG_OK;
 }
 
 /* Element i depends only on (seed, i), so the stream is the same at any thread count. */
-static cg_status cpu_random(cg_tensor *out, bool normal) {
+static cg_status cpu_random(const void *raw, int index) {
+    const cg_random_args *a = raw;
     CG_TRY(cg__cpu_enter());
-    float *y = cg__data(out);
-    int64_t n = cg__t(out)->numel, draws = (n + 3) / 4;
+    float *y = a->out;
+    bool normal = a->normal;
+    int64_t n = a->n, draws = (n + 3) / 4;
     uint64_t key = cg__seed(), first = cg__cpu_rng_reserve((uint64_t)draws);
     CG_CPU_FOR(d, draws, n, {
         cg_philox4 r = cg_philox(first + (uint64_t)d, key);
@@ -61,23 +64,26 @@ const cg_backend cg__cpu_backend = {
     .memcpy_from_host = cpu_memcpy,
     .memcpy_to_host = cpu_memcpy,
     .synchronize = cpu_synchronize,
-    .fill = cpu_fill,
-    .arange = cpu_arange,
-    .random = cpu_random,
-    .elementwise = cg__cpu_elementwise,
-    .reduce_sum = cg__cpu_reduce_sum,
-    .sum_sqdiff = cg__cpu_sum_sqdiff,
-    .scaled_diff = cg__cpu_scaled_diff,
-    .gemm = cg__cpu_gemm,
-    .sgd_step = cg__cpu_sgd_step,
-    .cross_entropy_forward = cg__cpu_cross_entropy_forward,
-    .cross_entropy_backward = cg__cpu_cross_entropy_backward,
-    .argmax = cg__cpu_argmax,
-    .gather_rows = cg__cpu_gather_rows,
-    .adam_step = cg__cpu_adam_step,
-    .conv2d_forward = cg__cpu_conv2d_forward,
-    .conv2d_backward_data = cg__cpu_conv2d_backward_data,
-    .conv2d_backward_weight = cg__cpu_conv2d_backward_weight,
-    .max_pool2d_forward = cg__cpu_max_pool2d_forward,
-    .max_pool2d_backward = cg__cpu_max_pool2d_backward,
+    .kernels =
+        {
+            [CG_KERNEL_FILL] = cpu_fill,
+            [CG_KERNEL_ARANGE] = cpu_arange,
+            [CG_KERNEL_RANDOM] = cpu_random,
+            [CG_KERNEL_ELEMENTWISE] = cg__cpu_elementwise,
+            [CG_KERNEL_REDUCE_SUM] = cg__cpu_reduce_sum,
+            [CG_KERNEL_MSE_FORWARD] = cg__cpu_sum_sqdiff,
+            [CG_KERNEL_MSE_BACKWARD] = cg__cpu_scaled_diff,
+            [CG_KERNEL_GEMM] = cg__cpu_gemm,
+            [CG_KERNEL_SGD_STEP] = cg__cpu_sgd_step,
+            [CG_KERNEL_ADAM_STEP] = cg__cpu_adam_step,
+            [CG_KERNEL_CROSS_ENTROPY_FORWARD] = cg__cpu_cross_entropy_forward,
+            [CG_KERNEL_CROSS_ENTROPY_BACKWARD] = cg__cpu_cross_entropy_backward,
+            [CG_KERNEL_ARGMAX] = cg__cpu_argmax,
+            [CG_KERNEL_GATHER_ROWS] = cg__cpu_gather_rows,
+            [CG_KERNEL_CONV2D_FORWARD] = cg__cpu_conv2d_forward,
+            [CG_KERNEL_CONV2D_BACKWARD_DATA] = cg__cpu_conv2d_backward_data,
+            [CG_KERNEL_CONV2D_BACKWARD_WEIGHT] = cg__cpu_conv2d_backward_weight,
+            [CG_KERNEL_MAX_POOL2D_FORWARD] = cg__cpu_max_pool2d_forward,
+            [CG_KERNEL_MAX_POOL2D_BACKWARD] = cg__cpu_max_pool2d_backward,
+        },
 };

@@ -2,8 +2,14 @@
 #include "cpu/cpu.h"
 #include "kernels/classify_math.h"
 
-cg_status cg__cpu_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
-                                        float *row_loss, int index) {
+cg_status cg__cpu_cross_entropy_forward(const void *raw, int index) {
+    const cg_ce_forward_args *kargs = raw;
+    const float *logits = kargs->logits;
+    const float *targets = kargs->targets;
+    int64_t n = kargs->n;
+    int64_t c = kargs->c;
+    float *logp = kargs->logp;
+    float *row_loss = kargs->row_loss;
     CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(i, n, n * c, {
         const float *x = logits + i * c;
@@ -20,8 +26,15 @@ cg_status cg__cpu_cross_entropy_forward(const float *logits, const float *target
     return CG_OK;
 }
 
-cg_status cg__cpu_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale, int64_t n,
-                                         int64_t c, float *grad, int index) {
+cg_status cg__cpu_cross_entropy_backward(const void *raw, int index) {
+    const cg_ce_backward_args *kargs = raw;
+    const float *logp = kargs->logp;
+    const float *targets = kargs->targets;
+    const float *g = kargs->g;
+    float scale = kargs->scale;
+    int64_t n = kargs->n;
+    int64_t c = kargs->c;
+    float *grad = kargs->grad;
     CG_TRY(cg__cpu_enter());
     float gscale = g[0] * scale;
     CG_CPU_FOR(i, n, n * c, {
@@ -32,8 +45,14 @@ cg_status cg__cpu_cross_entropy_backward(const float *logp, const float *targets
     return CG_OK;
 }
 
-cg_status cg__cpu_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
-                         int index) {
+cg_status cg__cpu_argmax(const void *raw, int index) {
+    const cg_argmax_args *kargs = raw;
+    const float *x = kargs->x;
+    int64_t outer = kargs->outer;
+    int64_t n = kargs->n;
+    int64_t inner = kargs->inner;
+    const float *targets = kargs->targets;
+    float *out = kargs->out;
     CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(o, outer * inner, outer * n * inner, {
         const float *p = x + (o / inner) * n * inner + o % inner;
@@ -46,7 +65,13 @@ cg_status cg__cpu_argmax(const float *x, int64_t outer, int64_t n, int64_t inner
     return CG_OK;
 }
 
-cg_status cg__cpu_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst, int index) {
+cg_status cg__cpu_gather_rows(const void *raw, int index) {
+    const cg_gather_rows_args *kargs = raw;
+    const float *src = kargs->src;
+    int64_t row_len = kargs->row_len;
+    const int32_t *rows = kargs->rows;
+    int64_t n = kargs->n;
+    float *dst = kargs->dst;
     CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(i, n, n * row_len, { memcpy(dst + i * row_len, src + (int64_t)rows[i] * row_len, (size_t)row_len * sizeof(float)); });
     return CG_OK;

@@ -117,8 +117,13 @@ static int64_t conv_flops(const cg_conv_geom *g) {
 }
 
 /* y_n (k, oh ow) = weight (k, c kh kw) col_n (c kh kw, oh ow) [+ bias, set first, with beta 1]. */
-cg_status cg__cpu_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
-                                 float *y, int index) {
+cg_status cg__cpu_conv2d_forward(const void *raw, int index) {
+    const cg_conv_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *x = kargs->x;
+    const float *weight = kargs->weight;
+    const float *bias = kargs->bias;
+    float *y = kargs->y;
     CG_TRY(cg__cpu_enter());
     int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow;
     col_workspace ws;
@@ -137,8 +142,12 @@ cg_status cg__cpu_conv2d_forward(const cg_conv_geom *g, const float *x, const fl
 }
 
 /* gcol_n (c kh kw, oh ow) = weight^T gy_n (k, oh ow), folded back into gx_n by col2im. */
-cg_status cg__cpu_conv2d_backward_data(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
-                                       int index) {
+cg_status cg__cpu_conv2d_backward_data(const void *raw, int index) {
+    const cg_conv_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *gy = kargs->gy;
+    const float *weight = kargs->weight;
+    float *gx = kargs->gx;
     CG_TRY(cg__cpu_enter());
     int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow, chw = g->c * g->h * g->w;
     col_workspace ws;
@@ -156,8 +165,12 @@ cg_status cg__cpu_conv2d_backward_data(const cg_conv_geom *g, const float *gy, c
 /* gweight (k, c kh kw) = sum over images of gy_n (k, oh ow) col_n^T. Each group of WGRAD_GROUP images
  * sums into a partial of its own (a fixed split, whatever the thread count), and the partials are
  * added in order. */
-cg_status cg__cpu_conv2d_backward_weight(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
-                                         int index) {
+cg_status cg__cpu_conv2d_backward_weight(const void *raw, int index) {
+    const cg_conv_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *x = kargs->x;
+    const float *gy = kargs->gy;
+    float *gweight = kargs->gweight;
     CG_TRY(cg__cpu_enter());
     int64_t ckk = g->c * g->kh * g->kw, p = g->oh * g->ow, wn = g->k * ckk;
     int64_t groups = (g->n + WGRAD_GROUP - 1) / WGRAD_GROUP;
@@ -230,7 +243,12 @@ static void pool_chunk(const cg_conv_geom *g, const float *x, int64_t o0, int n,
     if (arg) memcpy(arg + o0, at, (size_t)n * sizeof(float));
 }
 
-cg_status cg__cpu_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index) {
+cg_status cg__cpu_max_pool2d_forward(const void *raw, int index) {
+    const cg_pool_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *x = kargs->x;
+    float *y = kargs->y;
+    float *arg = kargs->arg;
     CG_TRY(cg__cpu_enter());
     int64_t total = g->n * g->c * g->oh * g->ow, chunks = (total + POOL_CHUNK - 1) / POOL_CHUNK;
     CG_CPU_FOR(c, chunks, total * g->kh * g->kw, {
@@ -241,7 +259,12 @@ cg_status cg__cpu_max_pool2d_forward(const cg_conv_geom *g, const float *x, floa
 }
 
 /* Each plane's windows scatter into it one after another in row-major order (overlapping ones add up). */
-cg_status cg__cpu_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index) {
+cg_status cg__cpu_max_pool2d_backward(const void *raw, int index) {
+    const cg_pool_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *gy = kargs->gy;
+    const float *arg = kargs->arg;
+    float *gx = kargs->gx;
     CG_TRY(cg__cpu_enter());
     int64_t planes = g->n * g->c, p = g->oh * g->ow, hw = g->h * g->w;
     CG_CPU_FOR(pl, planes, planes * (hw + p), {

@@ -92,7 +92,8 @@ static const ew_pass binary_passes[3][CG_BINARY_COUNT] = {{CG_BINARY_OPS(BINARY_
                                                           {CG_BINARY_OPS(BINARY_GRAD_A_ENTRY)},
                                                           {CG_BINARY_OPS(BINARY_GRAD_B_ENTRY)}};
 
-cg_status cg__cpu_elementwise(const cg_ew_call *c, int index) {
+cg_status cg__cpu_elementwise(const void *raw, int index) {
+    const cg_ew_call *c = raw;
     (void)index;
     CG_TRY(cg__cpu_enter());
     bool unary = c->kind == CG_EW_UNARY || c->kind == CG_EW_UNARY_GRAD;

@@ -433,8 +433,19 @@ static void tiled_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     }
 }
 
-cg_status cg__cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                       const float *b, int64_t ldb, float *c, int64_t ldc, int index) {
+cg_status cg__cpu_gemm(const void *raw, int index) {
+    const cg_gemm_args *kargs = raw;
+    bool trans_a = kargs->trans_a;
+    bool trans_b = kargs->trans_b;
+    int64_t m = kargs->m;
+    int64_t n = kargs->n;
+    int64_t k = kargs->k;
+    const float *a = kargs->a;
+    int64_t lda = kargs->lda;
+    const float *b = kargs->b;
+    int64_t ldb = kargs->ldb;
+    float *c = kargs->c;
+    int64_t ldc = kargs->ldc;
     CG_TRY(cg__cpu_enter());
     if (!trans_a && trans_b && n <= SKINNY_MAX && m * k >= SKINNY_MIN_ELEMENTS) {
         return skinny_nt((int)n, a, lda, b, ldb, m, k, c, ldc); /* C (m, n) = A B^T: y = x w^T */

@@ -7,7 +7,13 @@
 #define SMALL_SUM 4096 /* sums this short run in one block (the choice depends on n alone) */
 
 /* MSE: the same fixed blocking as sum_contiguous, over (a - b)^2. */
-cg_status cg__cpu_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *out, int index) {
+cg_status cg__cpu_sum_sqdiff(const void *raw, int index) {
+    const cg_mse_forward_args *kargs = raw;
+    const float *a = kargs->a;
+    const float *b = kargs->b;
+    int64_t n = kargs->n;
+    float scale = kargs->scale;
+    float *out = kargs->out;
     CG_TRY(cg__cpu_enter());
     if (n <= SMALL_SUM) { /* one block: the split below only pays on long sums */
         double acc = 0;
@@ -32,8 +38,14 @@ cg_status cg__cpu_sum_sqdiff(const float *a, const float *b, int64_t n, float sc
     return CG_OK;
 }
 
-cg_status cg__cpu_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,
-                              int index) {
+cg_status cg__cpu_scaled_diff(const void *raw, int index) {
+    const cg_mse_backward_args *kargs = raw;
+    const float *a = kargs->a;
+    const float *b = kargs->b;
+    const float *g = kargs->g;
+    float factor = kargs->factor;
+    int64_t n = kargs->n;
+    float *grad = kargs->grad;
     CG_TRY(cg__cpu_enter());
     float s = factor * g[0];
     CG_CPU_FOR(i, n, n, { grad[i] = (a[i] - b[i]) * s; });
@@ -59,7 +71,14 @@ static double sum_contiguous(const float *x, int64_t n) {
     return total;
 }
 
-cg_status cg__cpu_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out, int index) {
+cg_status cg__cpu_reduce_sum(const void *raw, int index) {
+    const cg_reduce_sum_args *kargs = raw;
+    const float *x = kargs->x;
+    int64_t outer = kargs->outer;
+    int64_t n = kargs->n;
+    int64_t inner = kargs->inner;
+    float scale = kargs->scale;
+    float *out = kargs->out;
     CG_TRY(cg__cpu_enter());
     if (inner == 1) {
         if (outer == 1) {

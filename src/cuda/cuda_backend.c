@@ -40,37 +40,38 @@ static cg_status cuda_synchronize(int index) {
     return CG_OK;
 }
 
-static cg_status cuda_fill(cg_tensor *out, float value) {
-    const cg_tensor_impl *outi = cg__t(out);
+static cg_status cuda_fill(const void *raw, int index) {
+    const cg_fill_args *a = raw;
     cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(outi->device.index, &ctx));
-    if (outi->numel > 0) CG_CUDA_CHECK(cg_launch_fill(cg__data(out), outi->numel, value, ctx->stream));
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (a->n > 0) CG_CUDA_CHECK(cg_launch_fill(a->out, a->n, a->value, ctx->stream));
     return CG_OK;
 }
 
-static cg_status cuda_arange(cg_tensor *out, double start, double step) {
-    const cg_tensor_impl *outi = cg__t(out);
+static cg_status cuda_arange(const void *raw, int index) {
+    const cg_arange_args *a = raw;
     cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(outi->device.index, &ctx));
-    if (outi->numel > 0) CG_CUDA_CHECK(cg_launch_arange(cg__data(out), outi->numel, start, step, ctx->stream));
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (a->n > 0) CG_CUDA_CHECK(cg_launch_arange(a->out, a->n, a->start, a->step, ctx->stream));
     return CG_OK;
 }
 
 /* cuRAND's Philox generator, re-seeded whenever cg_manual_seed() was called since last use, and
  * set to the offset device.c reserves for this draw (normals come in pairs: n rounded up to even). */
-static cg_status cuda_random(cg_tensor *out, bool normal) {
-    const cg_tensor_impl *outi = cg__t(out);
+static cg_status cuda_random(const void *raw, int index) {
+    const cg_random_args *a = raw;
+    bool normal = a->normal;
     cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(outi->device.index, &ctx));
+    CG_TRY(cg__cuda_enter(index, &ctx));
     if (ctx->seed_generation != cg__seed_generation()) {
         CG_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->curand, cg__seed()));
         ctx->seed_generation = cg__seed_generation();
     }
-    float *y = cg__data(out);
-    size_t n = (size_t)outi->numel;
+    float *y = a->out;
+    size_t n = (size_t)a->n;
     if (n == 0) return CG_OK;
     uint64_t drawn = normal ? (n + 1) & ~(size_t)1 : n;
-    CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, cg__cuda_rng_reserve(outi->device.index, drawn)));
+    CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, cg__cuda_rng_reserve(index, drawn)));
     if (!normal) {
         CG_CURAND_CHECK(curandGenerateUniform(ctx->curand, y, n));
         CG_CUDA_CHECK(cg_launch_uniform_fixup(y, (int64_t)n, ctx->stream));
@@ -86,7 +87,8 @@ static cg_status cuda_random(cg_tensor *out, bool normal) {
     return CG_OK;
 }
 
-static cg_status cuda_elementwise(const cg_ew_call *call, int index) {
+static cg_status cuda_elementwise(const void *raw, int index) {
+    const cg_ew_call *call = raw;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     CG_CUDA_CHECK(cg_launch_elementwise(call, ctx->stream));
@@ -108,8 +110,14 @@ static int64_t chunks_for(int64_t outer, int64_t n, int64_t inner) {
 }
 
 /* Sums over n in passes: each pass shrinks n to its chunk count, until one chunk is left. */
-static cg_status cuda_reduce_sum(const float *x, int64_t outer, int64_t n, int64_t inner, float scale, float *out,
-                                 int index) {
+static cg_status cuda_reduce_sum(const void *raw, int index) {
+    const cg_reduce_sum_args *kargs = raw;
+    const float *x = kargs->x;
+    int64_t outer = kargs->outer;
+    int64_t n = kargs->n;
+    int64_t inner = kargs->inner;
+    float scale = kargs->scale;
+    float *out = kargs->out;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     cg_device d = cg_cuda(index);
@@ -181,7 +189,13 @@ static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int6
 }
 
 /* MSE's sum: one launch, its blocks' sums in a scratch buffer. */
-static cg_status cuda_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *out, int index) {
+static cg_status cuda_sum_sqdiff(const void *raw, int index) {
+    const cg_mse_forward_args *kargs = raw;
+    const float *a = kargs->a;
+    const float *b = kargs->b;
+    int64_t n = kargs->n;
+    float scale = kargs->scale;
+    float *out = kargs->out;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     cg_device d = cg_cuda(index);
@@ -194,8 +208,14 @@ static cg_status cuda_sum_sqdiff(const float *a, const float *b, int64_t n, floa
     return CG_OK;
 }
 
-static cg_status cuda_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *grad,
-                                  int index) {
+static cg_status cuda_scaled_diff(const void *raw, int index) {
+    const cg_mse_backward_args *kargs = raw;
+    const float *a = kargs->a;
+    const float *b = kargs->b;
+    const float *g = kargs->g;
+    float factor = kargs->factor;
+    int64_t n = kargs->n;
+    float *grad = kargs->grad;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     CG_CUDA_CHECK(cg_launch_scaled_diff(a, b, g, factor, n, grad, ctx->stream));
@@ -207,8 +227,19 @@ static bool dims_fit_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t l
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
-static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                           const float *b, int64_t ldb, float *c, int64_t ldc, int index) {
+static cg_status cuda_gemm(const void *raw, int index) {
+    const cg_gemm_args *kargs = raw;
+    bool trans_a = kargs->trans_a;
+    bool trans_b = kargs->trans_b;
+    int64_t m = kargs->m;
+    int64_t n = kargs->n;
+    int64_t k = kargs->k;
+    const float *a = kargs->a;
+    int64_t lda = kargs->lda;
+    const float *b = kargs->b;
+    int64_t ldb = kargs->ldb;
+    float *c = kargs->c;
+    int64_t ldc = kargs->ldc;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (!dims_fit_int(m, n, k, lda, ldb, ldc))
@@ -229,24 +260,30 @@ static cg_status cuda_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 
 /* The bias-fused GEMM: the skinny kernels fuse a forward's bias (nt) and a weight gradient's bias
  * gradient (tn); cuBLASLt's epilogues take the other shapes that cuda_gemm would give cuBLAS. */
-static cg_status cuda_gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
-                                int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
-                                float *bias_grad, int index, bool *fused) {
+static cg_status cuda_gemm_bias(const void *raw, int index) {
+    const cg_gemm_args *g = raw;
     cg_cuda_context *ctx;
-    *fused = false;
+    *g->fused = false;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    if (!dims_fit_int(m, n, k, lda, ldb, ldc)) return CG_OK;
-    if (skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c)) {
-        if (trans_a ? !bias_grad : !bias) return CG_OK; /* the other pass stays the caller's */
-        CG_TRY(skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, bias, bias_grad));
-        *fused = true;
+    if (!dims_fit_int(g->m, g->n, g->k, g->lda, g->ldb, g->ldc)) return CG_OK;
+    if (skinny_fits(g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c)) {
+        if (g->trans_a ? !g->bias_grad : !g->bias) return CG_OK; /* the other pass stays the caller's */
+        CG_TRY(skinny_gemm(ctx, g->trans_a, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc, g->bias,
+                           g->bias_grad));
+        *g->fused = true;
         return CG_OK;
     }
-    return cg__cuda_gemm_lt(ctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, bias, bias_grad, fused);
+    return cg__cuda_gemm_lt(ctx, g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc,
+                            g->bias, g->bias_grad, g->fused);
 }
 
-static cg_status cuda_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
-                               int index) {
+static cg_status cuda_sgd_step(const void *raw, int index) {
+    const cg_sgd_step_args *kargs = raw;
+    float *param = kargs->param;
+    const float *grad = kargs->grad;
+    float *momentum_buf = kargs->momentum_buf;
+    int64_t n = kargs->n;
+    const cg_sgd_args *args = &kargs->args;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (n > 0) CG_CUDA_CHECK(cg_launch_sgd(param, grad, momentum_buf, n, args, ctx->stream));
@@ -260,31 +297,34 @@ static const cg_backend cuda_backend = {
     .memcpy_from_host = cuda_from_host,
     .memcpy_to_host = cuda_to_host,
     .synchronize = cuda_synchronize,
-    .fill = cuda_fill,
-    .arange = cuda_arange,
-    .random = cuda_random,
-    .elementwise = cuda_elementwise,
-    .reduce_sum = cuda_reduce_sum,
-    .sum_sqdiff = cuda_sum_sqdiff,
-    .scaled_diff = cuda_scaled_diff,
-    .gemm = cuda_gemm,
-    .gemm_bias = cuda_gemm_bias,
-    .sgd_step = cuda_sgd_step,
     .capture_begin = cg__cuda_capture_begin,
     .stream_wait = cg__cuda_stream_wait,
     .capture_end = cg__cuda_capture_end,
     .graph_launch = cg__cuda_graph_launch,
     .graph_destroy = cg__cuda_graph_destroy,
-    .cross_entropy_forward = cg__cuda_cross_entropy_forward,
-    .cross_entropy_backward = cg__cuda_cross_entropy_backward,
-    .argmax = cg__cuda_argmax,
-    .gather_rows = cg__cuda_gather_rows,
-    .adam_step = cg__cuda_adam_step,
-    .conv2d_forward = cg__cuda_conv2d_forward,
-    .conv2d_backward_data = cg__cuda_conv2d_backward_data,
-    .conv2d_backward_weight = cg__cuda_conv2d_backward_weight,
-    .max_pool2d_forward = cg__cuda_max_pool2d_forward,
-    .max_pool2d_backward = cg__cuda_max_pool2d_backward,
+    .kernels =
+        {
+            [CG_KERNEL_FILL] = cuda_fill,
+            [CG_KERNEL_ARANGE] = cuda_arange,
+            [CG_KERNEL_RANDOM] = cuda_random,
+            [CG_KERNEL_ELEMENTWISE] = cuda_elementwise,
+            [CG_KERNEL_REDUCE_SUM] = cuda_reduce_sum,
+            [CG_KERNEL_MSE_FORWARD] = cuda_sum_sqdiff,
+            [CG_KERNEL_MSE_BACKWARD] = cuda_scaled_diff,
+            [CG_KERNEL_GEMM] = cuda_gemm,
+            [CG_KERNEL_GEMM_BIAS] = cuda_gemm_bias,
+            [CG_KERNEL_SGD_STEP] = cuda_sgd_step,
+            [CG_KERNEL_ADAM_STEP] = cg__cuda_adam_step,
+            [CG_KERNEL_CROSS_ENTROPY_FORWARD] = cg__cuda_cross_entropy_forward,
+            [CG_KERNEL_CROSS_ENTROPY_BACKWARD] = cg__cuda_cross_entropy_backward,
+            [CG_KERNEL_ARGMAX] = cg__cuda_argmax,
+            [CG_KERNEL_GATHER_ROWS] = cg__cuda_gather_rows,
+            [CG_KERNEL_CONV2D_FORWARD] = cg__cuda_conv2d_forward,
+            [CG_KERNEL_CONV2D_BACKWARD_DATA] = cg__cuda_conv2d_backward_data,
+            [CG_KERNEL_CONV2D_BACKWARD_WEIGHT] = cg__cuda_conv2d_backward_weight,
+            [CG_KERNEL_MAX_POOL2D_FORWARD] = cg__cuda_max_pool2d_forward,
+            [CG_KERNEL_MAX_POOL2D_BACKWARD] = cg__cuda_max_pool2d_backward,
+        },
 };
 
 const cg_backend *cg__cuda_backend(void) { return &cuda_backend; }

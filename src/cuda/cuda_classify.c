@@ -2,39 +2,70 @@
  * device's context and queues one kernel on its stream (no synchronisation). */
 #include "cuda/cuda_internal.h"
 
-cg_status cg__cuda_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
-                                         float *row_loss, int index) {
+cg_status cg__cuda_cross_entropy_forward(const void *raw, int index) {
+    const cg_ce_forward_args *kargs = raw;
+    const float *logits = kargs->logits;
+    const float *targets = kargs->targets;
+    int64_t n = kargs->n;
+    int64_t c = kargs->c;
+    float *logp = kargs->logp;
+    float *row_loss = kargs->row_loss;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (n > 0) CG_CUDA_CHECK(cg_launch_cross_entropy_forward(logits, targets, n, c, logp, row_loss, ctx->stream));
     return CG_OK;
 }
 
-cg_status cg__cuda_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale, int64_t n,
-                                          int64_t c, float *grad, int index) {
+cg_status cg__cuda_cross_entropy_backward(const void *raw, int index) {
+    const cg_ce_backward_args *kargs = raw;
+    const float *logp = kargs->logp;
+    const float *targets = kargs->targets;
+    const float *g = kargs->g;
+    float scale = kargs->scale;
+    int64_t n = kargs->n;
+    int64_t c = kargs->c;
+    float *grad = kargs->grad;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (n > 0 && c > 0) CG_CUDA_CHECK(cg_launch_cross_entropy_backward(logp, targets, g, scale, n, c, grad, ctx->stream));
     return CG_OK;
 }
 
-cg_status cg__cuda_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
-                          int index) {
+cg_status cg__cuda_argmax(const void *raw, int index) {
+    const cg_argmax_args *kargs = raw;
+    const float *x = kargs->x;
+    int64_t outer = kargs->outer;
+    int64_t n = kargs->n;
+    int64_t inner = kargs->inner;
+    const float *targets = kargs->targets;
+    float *out = kargs->out;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (outer * inner > 0) CG_CUDA_CHECK(cg_launch_argmax(x, outer, n, inner, targets, out, ctx->stream));
     return CG_OK;
 }
 
-cg_status cg__cuda_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst, int index) {
+cg_status cg__cuda_gather_rows(const void *raw, int index) {
+    const cg_gather_rows_args *kargs = raw;
+    const float *src = kargs->src;
+    int64_t row_len = kargs->row_len;
+    const int32_t *rows = kargs->rows;
+    int64_t n = kargs->n;
+    float *dst = kargs->dst;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (n > 0 && row_len > 0) CG_CUDA_CHECK(cg_launch_gather_rows(src, row_len, rows, n, dst, ctx->stream));
     return CG_OK;
 }
 
-cg_status cg__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
-                             const cg_adam_args *args, int index) {
+cg_status cg__cuda_adam_step(const void *raw, int index) {
+    const cg_adam_step_args *kargs = raw;
+    float *param = kargs->param;
+    const float *grad = kargs->grad;
+    float *exp_avg = kargs->exp_avg;
+    float *exp_avg_sq = kargs->exp_avg_sq;
+    int64_t n = kargs->n;
+    const cg_adam_args *args = &kargs->args;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (n > 0) CG_CUDA_CHECK(cg_launch_adam(param, grad, exp_avg, exp_avg_sq, n, args, ctx->stream));

@@ -203,30 +203,53 @@ static cg_status run_pass(int index, const cg_conv_geom *g, conv_pass pass, cons
     return s;
 }
 
-cg_status cg__cuda_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
-                                  float *y, int index) {
+cg_status cg__cuda_conv2d_forward(const void *raw, int index) {
+    const cg_conv_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *x = kargs->x;
+    const float *weight = kargs->weight;
+    const float *bias = kargs->bias;
+    float *y = kargs->y;
     return run_pass(index, g, CONV_FORWARD, x, weight, bias, y);
 }
 
-cg_status cg__cuda_conv2d_backward_data(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
-                                        int index) {
+cg_status cg__cuda_conv2d_backward_data(const void *raw, int index) {
+    const cg_conv_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *gy = kargs->gy;
+    const float *weight = kargs->weight;
+    float *gx = kargs->gx;
     return run_pass(index, g, CONV_BACKWARD_DATA, gy, weight, NULL, gx);
 }
 
-cg_status cg__cuda_conv2d_backward_weight(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
-                                          int index) {
+cg_status cg__cuda_conv2d_backward_weight(const void *raw, int index) {
+    const cg_conv_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *x = kargs->x;
+    const float *gy = kargs->gy;
+    float *gweight = kargs->gweight;
     return run_pass(index, g, CONV_BACKWARD_FILTER, x, gy, NULL, gweight);
 }
 
 /* ---- max pooling ----------------------------------------------------------------------------------------- */
-cg_status cg__cuda_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index) {
+cg_status cg__cuda_max_pool2d_forward(const void *raw, int index) {
+    const cg_pool_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *x = kargs->x;
+    float *y = kargs->y;
+    float *arg = kargs->arg;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     CG_CUDA_CHECK(cg_launch_max_pool2d_forward(g, x, y, arg, ctx->stream));
     return CG_OK;
 }
 
-cg_status cg__cuda_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index) {
+cg_status cg__cuda_max_pool2d_backward(const void *raw, int index) {
+    const cg_pool_args *kargs = raw;
+    const cg_conv_geom *g = &kargs->geom;
+    const float *gy = kargs->gy;
+    const float *arg = kargs->arg;
+    float *gx = kargs->gx;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     CG_CUDA_CHECK(cg_launch_max_pool2d_backward(g, gy, arg, gx, ctx->stream));

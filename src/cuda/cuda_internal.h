@@ -90,25 +90,18 @@ cg_status cg__cuda_gemm_lt(cg_cuda_context *ctx, bool trans_a, bool trans_b, int
                            const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                            const float *bias, float *bias_grad, bool *fused);
 
-/* classification (cross-entropy, argmax), the loader's row gather and Adam (cuda_classify.c) */
-cg_status cg__cuda_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
-                                         float *row_loss, int index);
-cg_status cg__cuda_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale, int64_t n,
-                                          int64_t c, float *grad, int index);
-cg_status cg__cuda_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
-                          int index);
-cg_status cg__cuda_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst, int index);
-cg_status cg__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
-                             const cg_adam_args *args, int index);
-
-/* convolution (cuDNN) and max pooling (kernels/pool.cu), entries of the backend table (cuda_conv.c) */
-cg_status cg__cuda_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
-                                  float *y, int index);
-cg_status cg__cuda_conv2d_backward_data(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
-                                        int index);
-cg_status cg__cuda_conv2d_backward_weight(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
-                                          int index);
-cg_status cg__cuda_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index);
-cg_status cg__cuda_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg, float *gx, int index);
+/* Kernels of the backend table (kernels/kernel_args.h: each takes its argument struct):
+ * classification (cross-entropy, argmax), the loader's row gather and Adam (cuda_classify.c) */
+cg_status cg__cuda_cross_entropy_forward(const void *args, int index);
+cg_status cg__cuda_cross_entropy_backward(const void *args, int index);
+cg_status cg__cuda_argmax(const void *args, int index);
+cg_status cg__cuda_gather_rows(const void *args, int index);
+cg_status cg__cuda_adam_step(const void *args, int index);
+/* convolution (cuDNN) and max pooling (kernels/pool.cu) (cuda_conv.c) */
+cg_status cg__cuda_conv2d_forward(const void *args, int index);
+cg_status cg__cuda_conv2d_backward_data(const void *args, int index);
+cg_status cg__cuda_conv2d_backward_weight(const void *args, int index);
+cg_status cg__cuda_max_pool2d_forward(const void *args, int index);
+cg_status cg__cuda_max_pool2d_backward(const void *args, int index);
 
 #endif

@@ -192,11 +192,8 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
     }
     cg_tensor *data = cg__tensor_new(1, &total, d), *grad = data ? cg__tensor_new(1, &total, d) : NULL;
     cg_status s = grad ? CG_OK : cg_last_status();
-    if (s == CG_OK) { /* padding stays zero, so fused updates over whole runs leave it zero */
-        const cg_backend *be = cg__backend_for(d);
-        s = be->fill(data, 0.0f);
-        if (s == CG_OK) s = be->fill(grad, 0.0f);
-    }
+    if (s == CG_OK) s = cg__fill(data, 0.0f); /* padding stays zero, so fused updates over whole runs leave it zero */
+    if (s == CG_OK) s = cg__fill(grad, 0.0f);
     for (int i = 0; i < n && s == CG_OK; i++) {
         cg_tensor *p = params[i].tensor;
         s = cg__copy_bytes(d, cg__data(data) + params[i].offset, cg__t(p)->device, cg__data(p),

@@ -89,7 +89,7 @@ static cg_status ensure_buffer(cg_tensor **buf, const cg_module *m) {
         if (!fresh) return cg_last_status();
     } else {
         if (!(fresh = cg__tensor_new(1, cg__t(cg__m(m)->flat_data)->shape, cg__m(m)->device))) return cg_last_status();
-        cg_status s = cg__backend_for(cg__m(m)->device)->fill(fresh, 0.0f);
+        cg_status s = cg__fill(fresh, 0.0f);
         if (s != CG_OK) {
             cg_tensor_free(fresh);
             return s;
@@ -103,8 +103,6 @@ static cg_status ensure_buffer(cg_tensor **buf, const cg_module *m) {
 
 static cg_status step_root(adam_optimizer *opt, int r) {
     cg_module *m = opt->base.roots[r];
-    const cg_backend *be = cg__backend_for(cg__m(m)->device);
-    if (!be) return cg_last_status();
     CG_TRY(ensure_buffer(&opt->exp_avg[r], m));
     CG_TRY(ensure_buffer(&opt->exp_avg_sq[r], m));
     const cg_adam_options *o = &opt->options;
@@ -119,7 +117,10 @@ static cg_status step_root(adam_optimizer *opt, int r) {
         int64_t begin, count;
         cg__optimizer_run_range(m, i, j, &begin, &count);
         double t = (double)(opt->steps[i] + 1);
-        cg_adam_args args = {
+        cg_adam_step_args step = {
+            cg__data(cg__m(m)->flat_data) + begin, cg__data(cg__m(m)->flat_grad) + begin, exp_avg + begin,
+            exp_avg_sq + begin, count,
+            {
             .one_minus_beta1 = (float)(1.0 - o->beta1),
             .beta2 = (float)o->beta2,
             .one_minus_beta2 = (float)(1.0 - o->beta2),
@@ -129,9 +130,8 @@ static cg_status step_root(adam_optimizer *opt, int r) {
             .bias_correction2_sqrt = (float)sqrt(1.0 - pow(o->beta2, t)),
             .decay_factor = (float)(1.0 - lr * o->weight_decay),
             .decoupled = opt->decoupled,
-        };
-        CG_TRY(be->adam_step(cg__data(cg__m(m)->flat_data) + begin, cg__data(cg__m(m)->flat_grad) + begin, exp_avg + begin,
-                             exp_avg_sq + begin, count, &args, cg__m(m)->device.index));
+            }};
+        CG_TRY(cg__run_adam_step(cg__m(m)->device, &step));
         i = j;
     }
     return CG_OK;

@@ -86,7 +86,7 @@ cg_status cg__optimizer_buffers_new(const cg_optimizer *opt, const float *values
         }
         fresh[made++] = cg_keep(t);
         s = values ? cg__copy_bytes(cg__m(m)->device, cg__data(t), cg_cpu(), values, (size_t)cg__t(t)->numel * sizeof(float))
-                   : cg__backend_for(cg__m(m)->device)->fill(t, 0.0f);
+                   : cg__fill(t, 0.0f);
     }
     if (s != CG_OK)
         while (made > 0) cg_tensor_free(fresh[--made]);

@@ -63,13 +63,11 @@ static cg_status ensure_momentum(sgd_optimizer *opt, int r) {
     if (!(*buf = cg__tensor_new(1, cg__t(cg__m(m)->flat_data)->shape, cg__m(m)->device))) return cg_last_status();
     cg_keep(*buf);
     memset(opt->momentum_ready, 0, (size_t)cg__m(m)->nparams * sizeof *opt->momentum_ready);
-    return cg__backend_for(cg__m(m)->device)->fill(*buf, 0.0f);
+    return cg__fill(*buf, 0.0f);
 }
 
 static cg_status step_root(sgd_optimizer *opt, int r) {
     cg_module *m = opt->base.roots[r];
-    const cg_backend *be = cg__backend_for(cg__m(m)->device);
-    if (!be) return cg_last_status();
     const cg_sgd_options *o = &opt->options;
     if (o->momentum != 0) CG_TRY(ensure_momentum(opt, r));
     float *momentum = opt->momentum[r] ? cg__data(opt->momentum[r]) : NULL;
@@ -85,10 +83,11 @@ static cg_status step_root(sgd_optimizer *opt, int r) {
         int j = run_end(opt, m, i);
         int64_t begin, count;
         cg__optimizer_run_range(m, i, j, &begin, &count);
-        cg_sgd_args args = {(float)opt->base.lr, o->momentum, o->dampening, o->weight_decay, o->nesterov,
-                            !opt->momentum_ready[i]};
-        CG_TRY(be->sgd_step(cg__data(cg__m(m)->flat_data) + begin, cg__data(cg__m(m)->flat_grad) + begin,
-                            momentum ? momentum + begin : NULL, count, &args, cg__m(m)->device.index));
+        cg_sgd_step_args step = {cg__data(cg__m(m)->flat_data) + begin, cg__data(cg__m(m)->flat_grad) + begin,
+                                 momentum ? momentum + begin : NULL, count,
+                                 {(float)opt->base.lr, o->momentum, o->dampening, o->weight_decay, o->nesterov,
+                                  !opt->momentum_ready[i]}};
+        CG_TRY(cg__run_sgd_step(cg__m(m)->device, &step));
         i = j;
     }
     return CG_OK;

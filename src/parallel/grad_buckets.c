@@ -63,7 +63,7 @@ static void zero_undefined(cg_grad_buckets *gb, int r, int b) {
     for (int i = 0; i < gb->nparams && gb->failure == CG_OK; i++) {
         const cg_tensor_impl *pi = cg__t(cg__m(gb->replicas[r])->params[i].tensor);
         if (gb->hooks[r * gb->nparams + i].bucket == b && !pi->grad_defined)
-            gb->failure = cg__backend_for(pi->device)->fill(pi->grad, 0.0f);
+            gb->failure = cg__fill(pi->grad, 0.0f);
     }
 }
 

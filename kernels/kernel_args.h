@@ -1,0 +1,243 @@
+/* The kernels a backend runs, and each one's arguments: the interface between the op front-ends
+ * (src/ops_*.c) and the backends (src/cpu, src/cuda and the CUDA kernels in kernels/), which is
+ * all a backend sees of an op. A backend implements a kernel as
+ *     cg_status kernel(const void *args, int device_index)
+ * with args the kernel's struct below, and lists it in its table (cg_backend.kernels, internal.h)
+ * by id; a kernel it lacks is an error naming the kernel and the backend (cg__run). Plain data: C
+ * and CUDA C++, included by the kernels instead of the library's internal headers. Shapes in
+ * comments; every array is contiguous unless a layout says otherwise. */
+#ifndef CGRAD_KERNEL_ARGS_H
+#define CGRAD_KERNEL_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/elementwise_ops.h"
+
+#define CG_KERNEL_MAX_DIMS 8 /* = CG_MAX_DIMS */
+
+/* X(ID, name, args type) */
+#define CG_KERNELS(X)                                                   \
+    X(FILL, fill, cg_fill_args)                                       \
+    X(ARANGE, arange, cg_arange_args)                                 \
+    X(RANDOM, random, cg_random_args)                                 \
+    X(ELEMENTWISE, elementwise, cg_ew_call)                           \
+    X(REDUCE_SUM, reduce_sum, cg_reduce_sum_args)                     \
+    X(MSE_FORWARD, mse_forward, cg_mse_forward_args)                  \
+    X(MSE_BACKWARD, mse_backward, cg_mse_backward_args)               \
+    X(GEMM, gemm, cg_gemm_args)                                       \
+    X(GEMM_BIAS, gemm_bias, cg_gemm_args)                             \
+    X(SGD_STEP, sgd_step, cg_sgd_step_args)                           \
+    X(ADAM_STEP, adam_step, cg_adam_step_args)                        \
+    X(CROSS_ENTROPY_FORWARD, cross_entropy_forward, cg_ce_forward_args) \
+    X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward, cg_ce_backward_args) \
+    X(ARGMAX, argmax, cg_argmax_args)                                 \
+    X(GATHER_ROWS, gather_rows, cg_gather_rows_args)                  \
+    X(CONV2D_FORWARD, conv2d_forward, cg_conv_args)                   \
+    X(CONV2D_BACKWARD_DATA, conv2d_backward_data, cg_conv_args)       \
+    X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight, cg_conv_args)   \
+    X(MAX_POOL2D_FORWARD, max_pool2d_forward, cg_pool_args)           \
+    X(MAX_POOL2D_BACKWARD, max_pool2d_backward, cg_pool_args)
+
+#define CG_KERNEL_ENUM(ID, NAME, ARGS) CG_KERNEL_##ID,
+typedef enum cg_kernel_id { CG_KERNELS(CG_KERNEL_ENUM) CG_KERNEL_COUNT } cg_kernel_id;
+#undef CG_KERNEL_ENUM
+
+/* ---- creation ------------------------------------------------------------------------------------ */
+typedef struct cg_fill_args {
+    float *out; /* (n) = value */
+    int64_t n;
+    float value;
+} cg_fill_args;
+
+typedef struct cg_arange_args {
+    float *out; /* (n): start + i step, computed in double */
+    int64_t n;
+    double start, step;
+} cg_arange_args;
+
+typedef struct cg_random_args {
+    float *out; /* (n): U[0, 1), or N(0, 1) with normal, from the device's seeded generator */
+    int64_t n;
+    bool normal;
+} cg_random_args;
+
+/* ---- element-wise passes (the ops of elementwise_ops.h) -------------------------------------------------- */
+#define CG_EW_MAX_INPUTS 3
+/* The output is contiguous with `shape`; input k is read at sum(index[i] * strides[k][i]).
+ * Broadcast dims have stride 0. Dims are coalesced before a backend sees them. */
+typedef struct cg_ew_layout {
+    int ndim;
+    int64_t numel;
+    int64_t shape[CG_KERNEL_MAX_DIMS];
+    int64_t strides[CG_EW_MAX_INPUTS][CG_KERNEL_MAX_DIMS];
+    bool contiguous[CG_EW_MAX_INPUTS]; /* input k is read contiguously with the output: fast path */
+} cg_ew_layout;
+
+/* What one pass computes, element by element:
+ *   CG_EW_UNARY        out = forward(in[0] = x; s)
+ *   CG_EW_UNARY_GRAD   out = the gradient of x from in[0] = g and in[1] = the value the op saves
+ *                      (x or y; g again for ops that save nothing)
+ *   CG_EW_BINARY       out = forward(in[0] = a, in[1] = b)
+ *   CG_EW_BINARY_GRAD  out = the gradient of a (which 0) or b (which 1) from in[0] = g, in[1] = a,
+ *                      in[2] = b (g again for ops that save nothing) */
+typedef enum cg_ew_kind { CG_EW_UNARY, CG_EW_UNARY_GRAD, CG_EW_BINARY, CG_EW_BINARY_GRAD } cg_ew_kind;
+typedef struct cg_ew_call {
+    cg_ew_kind kind;
+    int op;    /* a cg_unary_op or a cg_binary_op */
+    int which; /* CG_EW_BINARY_GRAD: the input whose gradient */
+    float s;   /* the unary ops' scalar parameter */
+    const float *in[CG_EW_MAX_INPUTS];
+    float *out;
+    cg_ew_layout lay;
+} cg_ew_call;
+/* The number of inputs a pass of this kind reads. */
+static inline int cg__ew_inputs(cg_ew_kind kind) {
+    return kind == CG_EW_UNARY ? 1 : kind == CG_EW_BINARY_GRAD ? 3 : 2;
+}
+
+/* ---- reductions and losses ------------------------------------------------------------------------------ */
+typedef struct cg_reduce_sum_args {
+    const float *x; /* (outer, n, inner) */
+    int64_t outer, n, inner;
+    float scale;
+    float *out;     /* (outer, inner) = scale * the sums over n */
+} cg_reduce_sum_args;
+
+typedef struct cg_mse_forward_args {
+    const float *a, *b; /* (n) each */
+    int64_t n;
+    float scale;
+    float *out;         /* one float: scale * sum (a - b)^2 */
+} cg_mse_forward_args;
+
+typedef struct cg_mse_backward_args {
+    const float *a, *b; /* (n) each */
+    const float *g;     /* one float on the device: the gradient of the loss */
+    float factor;
+    int64_t n;
+    float *grad;        /* (n) = (a - b) * (factor * g[0]) */
+} cg_mse_backward_args;
+
+/* ---- matrix products ---------------------------------------------------------------------------------------- */
+/* Row-major C (m, n) = op(A) op(B); op(A) is (m, k); lda, ldb, ldc are the row strides as stored.
+ * GEMM_BIAS also folds a bias pass in: with bias (n), C = op(A) op(B) + bias on every row; with
+ * bias_grad (m), also bias_grad = the sums of op(A)'s rows (over k); exactly one of the two given.
+ * *fused false: the backend did nothing for these shapes, and the caller runs GEMM and the bias pass. */
+typedef struct cg_gemm_args {
+    bool trans_a, trans_b;
+    int64_t m, n, k;
+    const float *a;
+    int64_t lda;
+    const float *b;
+    int64_t ldb;
+    float *c;
+    int64_t ldc;
+    const float *bias; /* GEMM_BIAS only */
+    float *bias_grad;  /* GEMM_BIAS only */
+    bool *fused;       /* GEMM_BIAS only */
+} cg_gemm_args;
+
+/* ---- optimizers -------------------------------------------------------------------------------------------- */
+/* One SGD step's settings. first: the momentum buffer is uninitialised (PyTorch: buf = g). */
+typedef struct cg_sgd_args {
+    float lr, momentum, dampening, weight_decay;
+    bool nesterov, first;
+} cg_sgd_args;
+
+typedef struct cg_sgd_step_args {
+    float *param;
+    const float *grad;
+    float *momentum_buf; /* (n), or NULL without momentum */
+    int64_t n;
+    cg_sgd_args args;
+} cg_sgd_step_args;
+
+/* One Adam/AdamW step's settings for a run of parameters at the same step count t, with the
+ * scalars PyTorch computes in double (1 - beta, lr / (1 - beta1^t), sqrt(1 - beta2^t), 1 - lr*wd)
+ * rounded to float once on the host; see kernels/adam_math.h. */
+typedef struct cg_adam_args {
+    float one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
+    float step_size;             /* lr / (1 - beta1^t) */
+    float bias_correction2_sqrt; /* sqrt(1 - beta2^t) */
+    float decay_factor;          /* AdamW: 1 - lr * weight_decay */
+    bool decoupled;              /* AdamW (p *= decay_factor) rather than Adam (g += wd p) */
+} cg_adam_args;
+
+typedef struct cg_adam_step_args {
+    float *param;
+    const float *grad;
+    float *exp_avg, *exp_avg_sq; /* (n) each */
+    int64_t n;
+    cg_adam_args args;
+} cg_adam_step_args;
+
+/* ---- classification and data -------------------------------------------------------------------------------- */
+/* logits (n, c), targets (n) class indices as floats: logp (n, c) = log_softmax of each row, computed
+ * as (x - max) - log(sum exp(x - max)); row_loss (n) = -logp[target], NaN for a target that is not an
+ * integer in [0, c). */
+typedef struct cg_ce_forward_args {
+    const float *logits, *targets;
+    int64_t n, c;
+    float *logp, *row_loss;
+} cg_ce_forward_args;
+
+/* grad (n, c) = (exp(logp) - onehot(targets)) * (g[0] * scale); g one float on the device. */
+typedef struct cg_ce_backward_args {
+    const float *logp, *targets, *g;
+    float scale;
+    int64_t n, c;
+    float *grad;
+} cg_ce_backward_args;
+
+/* x (outer, n, inner): out (outer, inner) = the index (as a float) of the first maximum over n, NaN
+ * counting as the maximum (torch.argmax); with targets (outer, inner), out = 1 where it equals the
+ * target and 0 elsewhere. */
+typedef struct cg_argmax_args {
+    const float *x;
+    int64_t outer, n, inner;
+    const float *targets; /* or NULL */
+    float *out;
+} cg_argmax_args;
+
+/* dst (n, row_len) = src[rows[i]] for each i: rows of a device-resident data set (loader batches). */
+typedef struct cg_gather_rows_args {
+    const float *src;
+    int64_t row_len;
+    const int32_t *rows;
+    int64_t n;
+    float *dst;
+} cg_gather_rows_args;
+
+/* ---- convolution and pooling ----------------------------------------------------------------------------------- */
+/* Geometry of cg_conv2d and cg_max_pool2d: x (n, c, h, w) -> y (n, k, oh, ow) through a (kh, kw)
+ * window moved by stride over x zero-padded by padding on every side. Pooling: k == c, no padding. */
+typedef struct cg_conv_geom {
+    int64_t n, c, h, w;
+    int64_t k, kh, kw;
+    int64_t oh, ow;
+    int64_t stride, padding;
+} cg_conv_geom;
+
+/* x (n, c, h, w), weight (k, c, kh, kw), bias (k) or NULL, y and gy (n, k, oh, ow); gradients are
+ * written, not accumulated, and are deterministic:
+ *   CONV2D_FORWARD          y = conv(x, weight) + bias
+ *   CONV2D_BACKWARD_DATA    gx = the gradient of x from gy and weight
+ *   CONV2D_BACKWARD_WEIGHT  gweight = the gradient of weight from x and gy */
+typedef struct cg_conv_args {
+    cg_conv_geom geom;
+    const float *x, *weight, *bias, *gy;
+    float *y, *gx, *gweight;
+} cg_conv_args;
+
+/* Max pooling: y (n, c, oh, ow) = the maximum of each window of x, scanned in row-major order as
+ * PyTorch does (v replaces the maximum when v > max or v is NaN); arg (same shape, or NULL) = its
+ * offset ki * w + kj from the window's corner in the plane (exact as a float: kh w <= 2^24).
+ * Backward: gx (n, c, h, w) = the sum of gy over the windows whose arg points at each element. */
+typedef struct cg_pool_args {
+    cg_conv_geom geom;
+    const float *x, *gy;
+    float *y, *arg, *gx; /* arg: written by the forward, read by the backward */
+} cg_pool_args;
+
+#endif
