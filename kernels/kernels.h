@@ -11,7 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "kernels/kernel_args.h"
 
 #ifdef __cplusplus
 extern "C" {
