@@ -15,8 +15,6 @@ __global__ void adam_kernel(float *__restrict__ p, const float *__restrict__ g, 
 
 extern "C" cudaError_t cg_launch_adam(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                                       const cg_adam_args *args, cudaStream_t stream) {
-    int64_t blocks = (n + 255) / 256;
-    if (blocks > 132 * 16) blocks = 132 * 16;
-    adam_kernel<<<(unsigned)(blocks < 1 ? 1 : blocks), 256, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, n, *args);
+    adam_kernel<<<(unsigned)cg_launch_blocks((n + 255) / 256, 16), 256, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, n, *args);
     return cudaGetLastError();
 }

@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kLlThreads) peer_allreduce_ll(cg_peer_allreduc
 // over NVLink about 12). In the Linear(100000, 10) DDP step, sleeping 64 to 1000 ns between polls, or
 // one block an SM instead of two, was 1 to 5 us slower.
 constexpr unsigned kEmpty = 0xffffffffu;  // what a 0xff byte fill leaves
-constexpr int kPairThreads = 512, kPairUnroll = 2, kPairMaxBlocks = 264;  // 2 blocks an SM of an H100 or H200
+constexpr int kPairThreads = 512, kPairUnroll = 2, kPairBlocksPerSM = 2;
 
 __device__ __forceinline__ float sendable(float v) { return __float_as_uint(v) == kEmpty ? __uint_as_float(0x7fffffffu) : v; }
 __device__ __forceinline__ float4 sendable(float4 v) { return make_float4(sendable(v.x), sendable(v.y), sendable(v.z), sendable(v.w)); }
@@ -356,7 +356,7 @@ void launch(const cg_peer_allreduce_args &a, cudaStream_t stream) {
         peer_allreduce_ll<N><<<blocks, threads, 0, stream>>>(a);
     } else if constexpr (N == 2) {  // a float4 a thread in each half: 245 blocks for 4 MB
         const int64_t per_block = (int64_t)kPairThreads * 4 * 2, blocks = (a.count + per_block - 1) / per_block;
-        peer_allreduce_pair<<<(unsigned)(blocks < kPairMaxBlocks ? blocks : kPairMaxBlocks), kPairThreads, 0, stream>>>(a);
+        peer_allreduce_pair<<<(unsigned)cg_launch_blocks(blocks, kPairBlocksPerSM), kPairThreads, 0, stream>>>(a);
     } else {
         peer_allreduce<N><<<(unsigned)barrier_kernel_blocks(a.count, N), kThreads, 0, stream>>>(a);
     }

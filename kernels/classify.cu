@@ -8,12 +8,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t items) {
-    int64_t blocks = (items + kThreads - 1) / kThreads;
-    const int64_t cap = 132 * 64;
-    return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
-}
-
 // Butterfly reductions: every lane ends with the same value, computed in the same order.
 __device__ __forceinline__ float warp_max(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
@@ -78,19 +72,19 @@ __global__ void argmax_kernel(const float *__restrict__ x, int64_t outer, int64_
 
 extern "C" cudaError_t cg_launch_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c,
                                                        float *logp, float *row_loss, cudaStream_t stream) {
-    cross_entropy_forward_kernel<<<grid_for(n * 32), kThreads, 0, stream>>>(logits, targets, n, c, logp, row_loss);
+    cross_entropy_forward_kernel<<<cg_launch_grid(n * 32, kThreads), kThreads, 0, stream>>>(logits, targets, n, c, logp, row_loss);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cg_launch_cross_entropy_backward(const float *logp, const float *targets, const float *g,
                                                         float scale, int64_t n, int64_t c, float *grad,
                                                         cudaStream_t stream) {
-    cross_entropy_backward_kernel<<<grid_for(n * c), kThreads, 0, stream>>>(logp, targets, g, scale, n, c, grad);
+    cross_entropy_backward_kernel<<<cg_launch_grid(n * c, kThreads), kThreads, 0, stream>>>(logp, targets, g, scale, n, c, grad);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cg_launch_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets,
                                         float *out, cudaStream_t stream) {
-    argmax_kernel<<<grid_for(outer * inner), kThreads, 0, stream>>>(x, outer, n, inner, targets, out);
+    argmax_kernel<<<cg_launch_grid(outer * inner, kThreads), kThreads, 0, stream>>>(x, outer, n, inner, targets, out);
     return cudaGetLastError();
 }

@@ -13,8 +13,8 @@ __global__ void copy_kernel(T *__restrict__ dst, const T *__restrict__ src, int6
 
 template <typename T>
 cudaError_t launch(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
-    const int64_t n = (int64_t)(bytes / sizeof(T)), blocks = (n + kThreads - 1) / kThreads;
-    copy_kernel<T><<<(unsigned)(blocks < 1 ? 1 : blocks > 132 * 4 ? 132 * 4 : blocks), kThreads, 0, stream>>>(
+    const int64_t n = (int64_t)(bytes / sizeof(T));
+    copy_kernel<T><<<(unsigned)cg_launch_blocks((n + kThreads - 1) / kThreads, 4), kThreads, 0, stream>>>(
         static_cast<T *>(dst), static_cast<const T *>(src), n);
     return cudaGetLastError();
 }

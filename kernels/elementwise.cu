@@ -7,13 +7,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Grid for n work items: enough blocks to fill the GPU, grid-stride beyond that.
-unsigned grid_for(int64_t items) {
-    int64_t blocks = (items + kThreads - 1) / kThreads;
-    const int64_t cap = 132 * 64;  // a few waves on a Hopper; more only adds scheduling
-    return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
-}
-
 __device__ __forceinline__ int64_t strided_offset(const cg_ew_layout &lay, int k, int64_t linear) {
     int64_t offset = 0;
     for (int d = lay.ndim - 1; d >= 0; d--) {
@@ -90,10 +83,10 @@ cudaError_t launch_pass(const cg_ew_call *c, cudaStream_t stream) {
     for (int k = 0; k < P::inputs; k++) fast = fast && lay->contiguous[k] && aligned16(c->in[k]);
     const float *in1 = P::inputs > 1 ? c->in[1] : c->in[0], *in2 = P::inputs > 2 ? c->in[2] : c->in[0];
     if (fast)
-        pass_contiguous<P><<<grid_for((lay->numel + 3) / 4), kThreads, 0, stream>>>(c->in[0], in1, in2, c->out, lay->numel,
+        pass_contiguous<P><<<cg_launch_grid((lay->numel + 3) / 4, kThreads), kThreads, 0, stream>>>(c->in[0], in1, in2, c->out, lay->numel,
                                                                                   c->s);
     else
-        pass_strided<P><<<grid_for(lay->numel), kThreads, 0, stream>>>(c->in[0], in1, in2, c->out, *lay, c->s);
+        pass_strided<P><<<cg_launch_grid(lay->numel, kThreads), kThreads, 0, stream>>>(c->in[0], in1, in2, c->out, *lay, c->s);
     return cudaGetLastError();
 }
 
@@ -152,16 +145,16 @@ extern "C" cudaError_t cg_launch_elementwise(const cg_ew_call *c, cudaStream_t s
 }
 
 extern "C" cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream) {
-    fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, n, value);
+    fill_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(out, n, value);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cg_launch_arange(float *out, int64_t n, double start, double step, cudaStream_t stream) {
-    arange_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, n, start, step);
+    arange_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(out, n, start, step);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream) {
-    uniform_fixup_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n);
+    uniform_fixup_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(x, n);
     return cudaGetLastError();
 }

@@ -6,12 +6,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t items) {
-    int64_t blocks = (items + kThreads - 1) / kThreads;
-    const int64_t cap = 132 * 64;
-    return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
-}
-
 // T is float4 when rows are whole 16-byte vectors (28x28 images: 196 of them), else float.
 template <typename T>
 __global__ void gather_rows_kernel(const T *__restrict__ src, int64_t row_len, const int32_t *__restrict__ rows,
@@ -30,9 +24,9 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 extern "C" cudaError_t cg_launch_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n,
                                              float *dst, cudaStream_t stream) {
     if (row_len % 4 == 0 && aligned16(src) && aligned16(dst))
-        gather_rows_kernel<float4><<<grid_for(n * row_len / 4), kThreads, 0, stream>>>(
+        gather_rows_kernel<float4><<<cg_launch_grid(n * row_len / 4, kThreads), kThreads, 0, stream>>>(
             reinterpret_cast<const float4 *>(src), row_len / 4, rows, n, reinterpret_cast<float4 *>(dst));
     else
-        gather_rows_kernel<float><<<grid_for(n * row_len), kThreads, 0, stream>>>(src, row_len, rows, n, dst);
+        gather_rows_kernel<float><<<cg_launch_grid(n * row_len, kThreads), kThreads, 0, stream>>>(src, row_len, rows, n, dst);
     return cudaGetLastError();
 }

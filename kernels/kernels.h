@@ -17,6 +17,20 @@
 extern "C" {
 #endif
 
+/* The current device's streaming multiprocessors (src/cuda/cuda_device.c): grids are sized from it,
+ * so a launch fills whatever GPU runs it. */
+int cg_launch_sm_count(void);
+/* blocks, at least 1 and at most per_sm blocks on every multiprocessor. */
+static inline int64_t cg_launch_blocks(int64_t blocks, int per_sm) {
+    int64_t cap = (int64_t)cg_launch_sm_count() * per_sm;
+    return blocks < 1 ? 1 : blocks > cap ? cap : blocks;
+}
+/* The grid of a grid-stride loop over `items` with `threads` a block: enough blocks to fill the GPU a
+ * few waves deep, no more (more only adds scheduling). */
+static inline unsigned cg_launch_grid(int64_t items, int threads) {
+    return (unsigned)cg_launch_blocks((items + threads - 1) / threads, 64);
+}
+
 /* elementwise.cu: one element-wise pass (internal.h: cg_ew_call) */
 cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);
 cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream);

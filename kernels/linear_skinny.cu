@@ -315,8 +315,8 @@ cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, 
     return cudaGetLastError();
 }
 
-// Chunks of rows in the weight-gradient grid: one wave of an H100 or H200, whose 132 SMs hold 3 blocks
-// each (registers bound it), at least kMinRowsPerChunk rows each. At k = 100000 that is 98 x 4 blocks:
+// Chunks of rows in the weight-gradient grid: one wave of the GPU, whose SMs hold 3 blocks each
+// (registers bound it; 132 SMs on an H100 or H200), at least kMinRowsPerChunk rows each. At k = 100000 that is 98 x 4 blocks:
 // on an H200, 0.941 / 0.478 ms at n = 10000 / 5000, against 0.946 / 0.490 with two waves (8 chunks)
 // and more with 6, 12 or 16 chunks, whose last wave is partly empty. Depends only on the shape.
 // All column blocks finish together at the end of the one wave. A grid whose columns finish in order
@@ -330,7 +330,7 @@ cudaError_t launch_nt(const float *x, int64_t ldx, const float *w, int64_t ldw, 
 // about 5% less DRAM bandwidth).
 int64_t tn_chunks(int64_t n, int64_t k) {
     const int64_t col_blocks = (k + kColsPerBlock - 1) / kColsPerBlock;
-    int64_t chunks = 132 * 3 / col_blocks;
+    int64_t chunks = (int64_t)cg_launch_sm_count() * 3 / col_blocks;
     if (chunks > (n + kMinRowsPerChunk - 1) / kMinRowsPerChunk) chunks = (n + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
     return chunks < 1 ? 1 : chunks;
 }

@@ -31,8 +31,6 @@ __global__ void sgd_kernel(float *__restrict__ p, const float *__restrict__ g, f
 
 extern "C" cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, int64_t n,
                                      const cg_sgd_args *args, cudaStream_t stream) {
-    int64_t blocks = (n / 4 + 255) / 256;
-    if (blocks > 132 * 16) blocks = 132 * 16;
-    sgd_kernel<<<(unsigned)(blocks < 1 ? 1 : blocks), 256, 0, stream>>>(param, grad, momentum_buf, n, *args);
+    sgd_kernel<<<(unsigned)cg_launch_blocks((n / 4 + 255) / 256, 16), 256, 0, stream>>>(param, grad, momentum_buf, n, *args);
     return cudaGetLastError();
 }

@@ -9,12 +9,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t items) {
-    int64_t blocks = (items + kThreads - 1) / kThreads;
-    const int64_t cap = 132 * 64;
-    return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
-}
-
 __global__ void max_pool_forward_kernel(cg_conv_geom g, const float *__restrict__ x, float *__restrict__ y,
                                         float *__restrict__ arg) {
     const int64_t per_plane = g.oh * g.ow, total = g.n * g.c * per_plane;
@@ -61,12 +55,12 @@ __global__ void max_pool_backward_kernel(cg_conv_geom g, const float *__restrict
 
 extern "C" cudaError_t cg_launch_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg,
                                                     cudaStream_t stream) {
-    max_pool_forward_kernel<<<grid_for(g->n * g->c * g->oh * g->ow), kThreads, 0, stream>>>(*g, x, y, arg);
+    max_pool_forward_kernel<<<cg_launch_grid(g->n * g->c * g->oh * g->ow, kThreads), kThreads, 0, stream>>>(*g, x, y, arg);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cg_launch_max_pool2d_backward(const cg_conv_geom *g, const float *gy, const float *arg,
                                                      float *gx, cudaStream_t stream) {
-    max_pool_backward_kernel<<<grid_for(g->n * g->c * g->h * g->w), kThreads, 0, stream>>>(*g, gy, arg, gx);
+    max_pool_backward_kernel<<<cg_launch_grid(g->n * g->c * g->h * g->w, kThreads), kThreads, 0, stream>>>(*g, gy, arg, gx);
     return cudaGetLastError();
 }

@@ -89,11 +89,8 @@ __global__ void sum_columns_chunked(const float *__restrict__ x, int64_t outer, 
 
 }  // namespace
 
-// Four elements per thread (one round of loads), at most 8 blocks per SM of an H100.
-extern "C" int64_t cg_sum_sqdiff_blocks(int64_t n) {
-    const int64_t blocks = (n + 4 * kThreads - 1) / (4 * kThreads);
-    return blocks < 1 ? 1 : blocks > 132 * 8 ? 132 * 8 : blocks;
-}
+// Four elements per thread (one round of loads), at most 8 blocks per SM.
+extern "C" int64_t cg_sum_sqdiff_blocks(int64_t n) { return cg_launch_blocks((n + 4 * kThreads - 1) / (4 * kThreads), 8); }
 
 extern "C" cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *partial,
                                             unsigned *tickets, float *out, cudaStream_t stream) {
@@ -103,9 +100,7 @@ extern "C" cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int6
 
 extern "C" cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n,
                                             float *out, cudaStream_t stream) {
-    int64_t blocks = (n + kThreads - 1) / kThreads;
-    if (blocks > 132 * 16) blocks = 132 * 16;
-    scaled_diff<<<(unsigned)(blocks < 1 ? 1 : blocks), kThreads, 0, stream>>>(a, b, g, factor, n, out);
+    scaled_diff<<<(unsigned)cg_launch_blocks((n + kThreads - 1) / kThreads, 16), kThreads, 0, stream>>>(a, b, g, factor, n, out);
     return cudaGetLastError();
 }
 
@@ -114,8 +109,7 @@ extern "C" cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64
     if (inner == 1) {
         sum_rows_chunked<<<(unsigned)(outer * chunks), kThreads, 0, stream>>>(x, n, chunks, chunk_len, scale, partial);
     } else {
-        int64_t blocks = (outer * chunks * inner + kThreads - 1) / kThreads;
-        if (blocks > 132 * 64) blocks = 132 * 64;
+        int64_t blocks = cg_launch_blocks((outer * chunks * inner + kThreads - 1) / kThreads, 64);
         sum_columns_chunked<<<(unsigned)blocks, kThreads, 0, stream>>>(x, outer, n, inner, chunks, chunk_len, scale,
                                                                      partial);
     }
