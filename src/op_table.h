@@ -73,7 +73,18 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
 
 /* The ops whose entries sit next to their front-ends (src/ops_*.c, each defining
  * `const cg_op_info cg__op_<name>`), after the element-wise ops in the table. */
-#define CG_OP_ENTRIES(X)
+#define CG_OP_ENTRIES(X) \
+    X(sum)                   \
+    X(mean)                  \
+    X(sum_dim)               \
+    X(mean_dim)              \
+    X(contiguous)            \
+    X(clone)                 \
+    X(reshape)               \
+    X(view)                  \
+    X(transpose)             \
+    X(to)                    \
+    X(argmax_dim)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)
