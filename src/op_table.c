@@ -2,23 +2,54 @@
  * kernels/elementwise_ops.h, then every other op's, declared next to its front-end. */
 #include "op_table.h"
 
+/* ---- helpers of every reference ------------------------------------------------------------------ */
+int64_t cg__ref_numel(const cg_ref_tensor *t) { return cg__numel_of(t->ndim, t->shape); }
+
+cg_status cg__ref_alloc(cg_ref_tensor *out, int ndim, const int64_t *shape) {
+    int64_t numel;
+    bool ndim_ok = ndim >= 0 && ndim <= CG_MAX_DIMS, valid = ndim_ok;
+    for (int i = 0; valid && i < ndim; i++) valid = shape[i] >= 0;
+    if (!valid || !cg__shape_numel(ndim, shape, &numel) || numel > (int64_t)(SIZE_MAX / sizeof(double))) {
+        char buf[160];
+        return cg__fail(CG_ERR_SHAPE, "reference: no tensor has the output shape %s (%d dims)",
+                        ndim_ok ? cg__dims_str(ndim, shape, buf, sizeof buf) : "?", ndim);
+    }
+    out->ndim = ndim;
+    memcpy(out->shape, shape, (size_t)ndim * sizeof(int64_t));
+    out->data = malloc((size_t)(numel ? numel : 1) * sizeof(double));
+    return out->data ? CG_OK : cg__fail(CG_ERR_OOM, "reference: out of host memory");
+}
+
+cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, cg_ref_tensor *out, int64_t *outer,
+                               int64_t *n, int64_t *inner) {
+    int d = dim < 0 ? dim + in->ndim : dim;
+    if (d < 0 || d >= in->ndim)
+        return cg__fail(CG_ERR_INVALID_ARG, "reference: dim %d out of range for a %d-dim input", dim, in->ndim);
+    *outer = cg__numel_of(d, in->shape);
+    *n = in->shape[d];
+    *inner = cg__numel_of(in->ndim - d - 1, in->shape + d + 1);
+    int64_t shape[CG_MAX_DIMS];
+    int ndim = 0;
+    for (int i = 0; i < in->ndim; i++)
+        if (i != d || keepdim) shape[ndim++] = i == d ? 1 : in->shape[i];
+    return cg__ref_alloc(out, ndim, shape);
+}
+
 /* ---- element-wise references: the lists' formulas in double, with NumPy broadcasting --------------- */
 /* out's shape: the inputs' broadcast shape (they broadcast: the forward checked it). */
 static cg_status ref_alloc_broadcast(int n, const cg_ref_tensor *in, cg_ref_tensor *out) {
-    out->ndim = 0;
+    int ndim = 0;
     for (int k = 0; k < n; k++)
-        if (in[k].ndim > out->ndim) out->ndim = in[k].ndim;
-    int64_t numel = 1;
-    for (int i = 0; i < out->ndim; i++) {
-        out->shape[i] = 1;
+        if (in[k].ndim > ndim) ndim = in[k].ndim;
+    int64_t shape[CG_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) {
+        shape[i] = 1;
         for (int k = 0; k < n; k++) {
-            int j = in[k].ndim - out->ndim + i;
-            if (j >= 0 && in[k].shape[j] != 1) out->shape[i] = in[k].shape[j];
+            int j = in[k].ndim - ndim + i;
+            if (j >= 0 && in[k].shape[j] != 1) shape[i] = in[k].shape[j];
         }
-        numel *= out->shape[i];
     }
-    out->data = malloc((size_t)(numel ? numel : 1) * sizeof(double));
-    return out->data ? CG_OK : cg__fail(CG_ERR_OOM, "reference: out of host memory");
+    return cg__ref_alloc(out, ndim, shape);
 }
 
 /* The element of in that broadcasts to out's element `linear`. */
@@ -35,19 +66,17 @@ static double ref_at(const cg_ref_tensor *in, const cg_ref_tensor *out, int64_t 
     return in->data[offset];
 }
 
-static int64_t ref_numel(const cg_ref_tensor *t) { return cg__numel_of(t->ndim, t->shape); }
-
 static cg_status unary_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
     (void)c;
     CG_TRY(ref_alloc_broadcast(1, in, out));
-    for (int64_t i = 0; i < ref_numel(out); i++) out->data[i] = cg_unary_fwd_d((cg_unary_op)op->id, in->data[i], op->s);
+    for (int64_t i = 0; i < cg__ref_numel(out); i++) out->data[i] = cg_unary_fwd_d((cg_unary_op)op->id, in->data[i], op->s);
     return CG_OK;
 }
 
 static cg_status binary_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
     (void)c;
     CG_TRY(ref_alloc_broadcast(2, in, out));
-    for (int64_t i = 0; i < ref_numel(out); i++)
+    for (int64_t i = 0; i < cg__ref_numel(out); i++)
         out->data[i] = cg_binary_fwd_d((cg_binary_op)op->id, ref_at(&in[0], out, i), ref_at(&in[1], out, i));
     return CG_OK;
 }

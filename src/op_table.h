@@ -41,6 +41,11 @@ typedef struct cg_op_domain {
     cg_op_case cases[CG_OP_MAX_CASES];
 } cg_op_domain;
 
+/* A domain's cases with their count, so the two cannot disagree:
+ * {.lo = {-1}, .hi = {1}, CG_OP_CASES({.ndim = {0}}, {.ndim = {1}, .shape = {{7}}})}. */
+#define CG_OP_CASES(...) \
+    .cases = {__VA_ARGS__}, .ncases = (int)(sizeof((cg_op_case[]){__VA_ARGS__}) / sizeof(cg_op_case))
+
 typedef struct cg_op_info cg_op_info;
 struct cg_op_info {
     const char *name;    /* the public function, or the internal pass's name */
@@ -56,9 +61,30 @@ struct cg_op_info {
     float s; /* unary ops: the scalar parameter tested */
 };
 
+/* For the references: t's element count; out given this shape and its data allocated (malloc): CG_OK,
+ * CG_ERR_SHAPE for a shape no tensor can have, or CG_ERR_OOM. */
+int64_t cg__ref_numel(const cg_ref_tensor *t);
+cg_status cg__ref_alloc(cg_ref_tensor *out, int ndim, const int64_t *shape);
+/* in reduced along dim (negative counts from the end), as PyTorch's dim and keepdim: in viewed as
+ * (*outer, *n, *inner) with n along dim, out allocated as (outer, inner) with dim dropped, or kept
+ * as 1. CG_ERR_INVALID_ARG when dim is out of range. */
+cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, cg_ref_tensor *out, int64_t *outer,
+                               int64_t *n, int64_t *inner);
+
 /* The ops whose entries sit next to their front-ends (src/ops_*.c, each defining
  * `const cg_op_info cg__op_<name>`), after the element-wise ops in the table. */
-#define CG_OP_ENTRIES(X)
+#define CG_OP_ENTRIES(X) \
+    X(sum)                   \
+    X(mean)                  \
+    X(sum_dim)               \
+    X(mean_dim)              \
+    X(contiguous)            \
+    X(clone)                 \
+    X(reshape)               \
+    X(view)                  \
+    X(transpose)             \
+    X(to)                    \
+    X(argmax_dim)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)

@@ -2,6 +2,7 @@
  * mean reduction), argmax along a dim and the accuracy count. The backends compute per row
  * (cross_entropy_forward/backward, argmax); the mean is the deterministic reduce_sum. */
 #include "internal.h"
+#include "op_table.h"
 
 #include "kernels/classify_math.h"
 
@@ -140,3 +141,40 @@ cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t
     cg_tensor_free(count), cg_tensor_free(hits), cg_tensor_free(tc), cg_tensor_free(lc);
     return s;
 }
+
+/* ---- op-table entry (op_table.h) ------------------------------------------------------------------ */
+/* The index of the first maximum along dim, as a float; param[0]: dim, param[1]: keepdim. */
+static cg_status argmax_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op;
+    int64_t outer, n, inner;
+    CG_TRY(cg__ref_reduce_alloc(&in[0], (int)c->param[0], c->param[1] != 0, out, &outer, &n, &inner));
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t best = 0;
+            for (int64_t k = 1; k < n; k++)
+                if (in[0].data[(o * n + k) * inner + i] > in[0].data[(o * n + best) * inner + i]) best = k;
+            out->data[o * inner + i] = (double)best;
+        }
+    return CG_OK;
+}
+
+static cg_tensor *argmax_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_argmax_dim(in[0], (int)c->param[0], c->param[1] != 0);
+}
+
+/* Integers in [-2, 2]: rows with ties, which only the first maximum's index answers ((2, 1000): rows of
+ * some 200 maxima each). A 0-dim input (no dim in range) and an empty dim (no maximum) are refused. */
+static const cg_op_domain argmax_domain = {
+    .lo = {-2.0f}, .hi = {2.0f}, .integer = {true},
+    CG_OP_CASES({.ndim = {1}, .shape = {{7}}, .param = {0, false}}, /* to 0-dim */
+                {.ndim = {2}, .shape = {{3, 5}}, .param = {1, false}},
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {0, true}},
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {-1, false}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {1, true}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {-3, false}},
+                {.ndim = {2}, .shape = {{0, 3}}, .param = {1, false}}, /* an empty result */
+                {.ndim = {2}, .shape = {{2, 1000}}, .param = {-1, false}})};
+
+const cg_op_info cg__op_argmax_dim = {.name = "cg_argmax_dim", .ninputs = 1, .grad_inputs = 0, .domain = &argmax_domain,
+                                      .call = argmax_call, .reference = argmax_reference};

@@ -1,5 +1,6 @@
 /* Data movement and shape: cg_to, clone, contiguous, copy_, reshape, view, transpose. */
 #include "internal.h"
+#include "op_table.h"
 
 cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const void *src, size_t bytes) {
     if (bytes == 0) return CG_OK;
@@ -207,3 +208,146 @@ cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     strides[d0] = ti->strides[d1], strides[d1] = ti->strides[d0];
     return recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, CG_MOVE_TRANSPOSE, "cg_transpose", d0, d1);
 }
+
+/* ---- op-table entries (op_table.h) ---------------------------------------------------------------- */
+/* in's elements, in order, as a tensor of this shape (on failure out->data is the caller's to free). */
+static cg_status copy_reference(const cg_ref_tensor *in, int ndim, const int64_t *shape, cg_ref_tensor *out) {
+    CG_TRY(cg__ref_alloc(out, ndim, shape));
+    if (cg__ref_numel(out) != cg__ref_numel(in))
+        return cg__fail(CG_ERR_SHAPE, "reference: %lld elements into %lld", (long long)cg__ref_numel(in),
+                        (long long)cg__ref_numel(out));
+    memcpy(out->data, in->data, (size_t)cg__ref_numel(in) * sizeof(double));
+    return CG_OK;
+}
+
+static cg_status same_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op, (void)c;
+    return copy_reference(&in[0], in[0].ndim, in[0].shape, out);
+}
+
+/* param[0]: the new shape's dim count (0 to 3), param[1..3]: its sizes, one of them may be -1. */
+static cg_status reshape_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op;
+    int ndim = (int)c->param[0], infer = -1;
+    int64_t shape[CG_MAX_DIMS], known = 1; /* the product of the sizes other than -1 */
+    bool valid = ndim >= 0 && ndim <= 3;
+    for (int i = 0; valid && i < ndim; i++) {
+        shape[i] = c->param[1 + i];
+        if (shape[i] == -1 && infer < 0) infer = i;
+        else valid = shape[i] >= 0 && cg__mul_i64(known, shape[i], &known);
+    }
+    if (!valid || (infer >= 0 && known == 0))
+        return cg__fail(CG_ERR_INVALID_ARG, "reference: param {%lld, %lld, %lld, %lld} is no shape (dim count, then sizes)",
+                        (long long)c->param[0], (long long)c->param[1], (long long)c->param[2], (long long)c->param[3]);
+    if (infer >= 0) shape[infer] = cg__ref_numel(&in[0]) / known;
+    return copy_reference(&in[0], ndim, shape, out);
+}
+
+/* param[0], param[1]: the dims swapped (negative ones count from the end). */
+static cg_status transpose_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op;
+    int ndim = in[0].ndim, d0 = (int)c->param[0], d1 = (int)c->param[1];
+    d0 += d0 < 0 ? ndim : 0, d1 += d1 < 0 ? ndim : 0;
+    if (d0 < 0 || d0 >= ndim || d1 < 0 || d1 >= ndim)
+        return cg__fail(CG_ERR_INVALID_ARG, "reference: dims (%lld, %lld) of a %d-dim input", (long long)c->param[0],
+                        (long long)c->param[1], ndim);
+    int64_t shape[CG_MAX_DIMS];
+    memcpy(shape, in[0].shape, sizeof shape);
+    shape[d0] = in[0].shape[d1], shape[d1] = in[0].shape[d0];
+    CG_TRY(cg__ref_alloc(out, ndim, shape));
+    for (int64_t i = 0; i < cg__ref_numel(out); i++) {
+        int64_t idx[CG_MAX_DIMS], rest = i, at = 0;
+        for (int k = ndim - 1; k >= 0; k--) idx[k] = rest % shape[k], rest /= shape[k];
+        int64_t swap = idx[d0];
+        idx[d0] = idx[d1], idx[d1] = swap;
+        for (int k = 0; k < ndim; k++) at = at * in[0].shape[k] + idx[k];
+        out->data[i] = in[0].data[at];
+    }
+    return CG_OK;
+}
+
+static cg_tensor *contiguous_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op, (void)c;
+    return cg_contiguous(in[0]);
+}
+static cg_tensor *clone_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op, (void)c;
+    return cg_clone(in[0]);
+}
+static cg_tensor *reshape_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_reshape(in[0], (int)c->param[0], &c->param[1]);
+}
+static cg_tensor *view_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_view(in[0], (int)c->param[0], &c->param[1]);
+}
+static cg_tensor *transpose_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_transpose(in[0], (int)c->param[0], (int)c->param[1]);
+}
+
+/* param[0]: 0 moves to the input's own device, 1 goes to the CPU and back (cuda:0 -> cpu -> cuda:0 on a
+ * GPU, each move with its backward). */
+static cg_tensor *to_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    cg_device d = cg_device_of(in[0]);
+    if (!c->param[0]) return cg_to(in[0], d);
+    cg_tensor *host = cg_to(in[0], cg_cpu());
+    cg_tensor *back = host ? cg_to(host, d) : NULL;
+    cg_tensor_free(host);
+    return back;
+}
+
+/* 0-dim, empty, non-contiguous (a copy) and contiguous (a view for cg_contiguous) inputs, with param[0]
+ * = P (cg_to's route). */
+#define COPY_CASES(P)                                                     \
+    {.ndim = {0}, .param = {P}},                                          \
+    {.ndim = {2}, .shape = {{0, 3}}, .param = {P}},                       \
+    {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {P}}, \
+    {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {P}}
+static const cg_op_domain copy_domain = {.lo = {-2.0f}, .hi = {2.0f}, CG_OP_CASES(COPY_CASES(0))};
+static const cg_op_domain to_domain = {.lo = {-2.0f}, .hi = {2.0f}, CG_OP_CASES(COPY_CASES(0), COPY_CASES(1))};
+#undef COPY_CASES
+
+/* The reshapes both cg_view and cg_reshape take (contiguous inputs), param as reshape_reference's. */
+#define VIEW_CASES                                                             \
+    {.ndim = {0}, .param = {1, 1}},                         /* 0-dim to (1) */ \
+    {.ndim = {2}, .shape = {{1, 1}}, .param = {0}},         /* to 0-dim */     \
+    {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {2, 4, -1}},                  \
+    {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {3, 2, -1, 2}},               \
+    {.ndim = {2}, .shape = {{0, 3}}, .param = {2, 3, -1}}   /* empty: the -1 is 0 */
+static const cg_op_domain view_domain = {.lo = {-2.0f}, .hi = {2.0f}, CG_OP_CASES(VIEW_CASES)};
+/* cg_reshape also copies a non-contiguous input. */
+static const cg_op_domain reshape_domain = {
+    .lo = {-2.0f}, .hi = {2.0f},
+    CG_OP_CASES(VIEW_CASES,
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {1, -1}},
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {2, 5, 3}},
+                {.ndim = {2}, .shape = {{4, 6}}, .transposed = {true}, .param = {3, 2, -1, 3}})};
+#undef VIEW_CASES
+
+/* param[0], param[1]: dim0, dim1. A 0-dim input is refused (no dim is in range), unlike PyTorch. */
+static const cg_op_domain transpose_domain = {
+    .lo = {-2.0f}, .hi = {2.0f},
+    CG_OP_CASES({.ndim = {2}, .shape = {{3, 5}}, .param = {0, 1}},
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {0, 1}}, /* back to contiguous */
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {-2, -1}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {0, 2}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {-1, 1}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {-3, -2}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {1, 1}}, /* the identity */
+                {.ndim = {2}, .shape = {{0, 3}}, .param = {1, 0}})};
+
+const cg_op_info cg__op_contiguous = {.name = "cg_contiguous", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+                                      .call = contiguous_call, .reference = same_reference};
+const cg_op_info cg__op_clone = {.name = "cg_clone", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+                                 .call = clone_call, .reference = same_reference};
+const cg_op_info cg__op_reshape = {.name = "cg_reshape", .ninputs = 1, .grad_inputs = 1, .domain = &reshape_domain,
+                                   .call = reshape_call, .reference = reshape_reference};
+const cg_op_info cg__op_view = {.name = "cg_view", .ninputs = 1, .grad_inputs = 1, .domain = &view_domain,
+                                .call = view_call, .reference = reshape_reference};
+const cg_op_info cg__op_transpose = {.name = "cg_transpose", .ninputs = 1, .grad_inputs = 1, .domain = &transpose_domain,
+                                     .call = transpose_call, .reference = transpose_reference};
+const cg_op_info cg__op_to = {.name = "cg_to", .ninputs = 1, .grad_inputs = 1, .domain = &to_domain,
+                              .call = to_call, .reference = same_reference};

@@ -1,5 +1,6 @@
 /* Reductions front-end: sum and mean over all elements or along one dim. */
 #include "internal.h"
+#include "op_table.h"
 
 /* The gradient of a sum spreads g back over the reduced dim (times 1/n for a mean): a broadcast
  * copy of g, viewed with the reduced dim kept as size 1. */
@@ -81,3 +82,92 @@ cg_tensor *cg_sum(const cg_tensor *t) { return reduce(t, 0, true, false, false, 
 cg_tensor *cg_mean(const cg_tensor *t) { return reduce(t, 0, true, false, true, "cg_mean"); }
 cg_tensor *cg_sum_dim(const cg_tensor *t, int dim, bool keepdim) { return reduce(t, dim, false, keepdim, false, "cg_sum_dim"); }
 cg_tensor *cg_mean_dim(const cg_tensor *t, int dim, bool keepdim) { return reduce(t, dim, false, keepdim, true, "cg_mean_dim"); }
+
+/* ---- op-table entries (op_table.h) ---------------------------------------------------------------- */
+/* in summed along dim (mean: divided by its size, NaN for none, as the op), in double. */
+static cg_status reduce_reference(const cg_ref_tensor *in, int dim, bool keepdim, bool mean, cg_ref_tensor *out) {
+    int64_t outer, n, inner;
+    CG_TRY(cg__ref_reduce_alloc(in, dim, keepdim, out, &outer, &n, &inner));
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double sum = 0;
+            for (int64_t k = 0; k < n; k++) sum += in->data[(o * n + k) * inner + i];
+            out->data[o * inner + i] = !mean ? sum : n > 0 ? sum / (double)n : NAN;
+        }
+    return CG_OK;
+}
+
+/* Over every element: in flattened to (numel), reduced along its one dim to 0-dim. */
+static cg_status reduce_all_reference(const cg_ref_tensor *in, bool mean, cg_ref_tensor *out) {
+    cg_ref_tensor flat = {.ndim = 1, .shape = {cg__ref_numel(in)}, .data = in->data};
+    return reduce_reference(&flat, 0, false, mean, out);
+}
+
+static cg_status sum_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op, (void)c;
+    return reduce_all_reference(&in[0], false, out);
+}
+static cg_status mean_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op, (void)c;
+    return reduce_all_reference(&in[0], true, out);
+}
+static cg_status sum_dim_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op;
+    return reduce_reference(&in[0], (int)c->param[0], c->param[1] != 0, false, out);
+}
+static cg_status mean_dim_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op;
+    return reduce_reference(&in[0], (int)c->param[0], c->param[1] != 0, true, out);
+}
+
+static cg_tensor *sum_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op, (void)c;
+    return cg_sum(in[0]);
+}
+static cg_tensor *mean_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op, (void)c;
+    return cg_mean(in[0]);
+}
+static cg_tensor *sum_dim_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_sum_dim(in[0], (int)c->param[0], c->param[1] != 0);
+}
+static cg_tensor *mean_dim_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_mean_dim(in[0], (int)c->param[0], c->param[1] != 0);
+}
+
+/* Values of one sign, so a sum has no cancellation: float's rounding stays within about (the longest
+ * chain of additions) x 2^-24 of the result, under 1e-5 on every backend (the CPU adds in double; a
+ * GPU block sums about n/256 terms per thread, then a tree of 8 levels). (5000): the CPU's blocked,
+ * threaded sum (over 4096 terms) and several GPU chunks. */
+static const cg_op_domain reduce_all_domain = {
+    .lo = {0.5f}, .hi = {2.0f},
+    CG_OP_CASES({.ndim = {0}},
+                {.ndim = {2}, .shape = {{0, 3}}}, /* empty: the sum is 0, the mean NaN */
+                {.ndim = {1}, .shape = {{7}}},
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}},
+                {.ndim = {1}, .shape = {{5000}}})};
+
+/* param[0]: dim, param[1]: keepdim. Values as above; (3, 300) along dim 0: more columns than one CPU
+ * tile of 256. A 0-dim input is refused (any dim is out of range), unlike PyTorch. */
+static const cg_op_domain reduce_dim_domain = {
+    .lo = {0.5f}, .hi = {2.0f},
+    CG_OP_CASES({.ndim = {3}, .shape = {{2, 3, 4}}, .param = {1, false}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {-1, true}},
+                {.ndim = {1}, .shape = {{7}}, .param = {0, false}}, /* to 0-dim */
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {0, true}},
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {-1, false}},
+                {.ndim = {2}, .shape = {{0, 3}}, .param = {1, false}}, /* an empty result */
+                {.ndim = {2}, .shape = {{3, 0}}, .param = {-1, true}}, /* along an empty dim: 0 each, mean NaN */
+                {.ndim = {2}, .shape = {{3, 300}}, .param = {0, false}})};
+
+const cg_op_info cg__op_sum = {.name = "cg_sum", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_all_domain,
+                               .call = sum_call, .reference = sum_reference};
+const cg_op_info cg__op_mean = {.name = "cg_mean", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_all_domain,
+                                .call = mean_call, .reference = mean_reference};
+const cg_op_info cg__op_sum_dim = {.name = "cg_sum_dim", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_dim_domain,
+                                   .call = sum_dim_call, .reference = sum_dim_reference};
+const cg_op_info cg__op_mean_dim = {.name = "cg_mean_dim", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_dim_domain,
+                                    .call = mean_dim_call, .reference = mean_dim_reference};

@@ -105,7 +105,23 @@ static const char *case_str(const cg_op_info *op, const cg_op_case *c, char *buf
         at += (size_t)snprintf(buf + at, len - at, "%s%s%s", k ? " and " : "",
                                cg__dims_str(c->ndim[k], c->shape[k], dims, sizeof dims), c->transposed[k] ? "^T" : "");
     }
+    if (!op->domain->elementwise && at < len)
+        snprintf(buf + at, len - at, ", param {%lld, %lld, %lld, %lld}", (long long)c->param[0], (long long)c->param[1],
+                 (long long)c->param[2], (long long)c->param[3]);
     return buf;
+}
+
+/* out against the reference; where the reference is NaN (the op's defined result, e.g. a mean of no
+ * elements), out must be NaN too. */
+static void assert_output(const cg_tensor *out, double *ref, int64_t n, const char *label) {
+    float *got = cg_test_read(out);
+    for (int64_t i = 0; i < n; i++)
+        if (isnan(ref[i])) {
+            if (!isnan(got[i])) fail_msg("%s: output element %lld: %.8g, the reference NaN", label, (long long)i, (double)got[i]);
+            ref[i] = got[i] = 0;
+        }
+    cg_test_assert_close(got, ref, (size_t)n, 1e-5);
+    free(got);
 }
 
 /* sum(gout * reference(inputs)), in double. */
@@ -121,8 +137,10 @@ static double weighted_output(const cg_op_info *op, const cg_op_case *c, const c
 
 /* One op, one case, one device: forward against the reference; backward against finite differences. */
 static void check_case(const cg_op_info *op, const cg_op_case *c, cg_device d) {
-    char where[256], dev[16];
-    cg_test_context("%s on %s, inputs %s", op->name, cg_device_str(d, dev, sizeof dev), case_str(op, c, where, sizeof where));
+    char where[256], dev[16], label[320];
+    snprintf(label, sizeof label, "%s on %s, inputs %s", op->name, cg_device_str(d, dev, sizeof dev),
+             case_str(op, c, where, sizeof where));
+    cg_test_context("%s", label);
     input in[CG_OP_MAX_INPUTS];
     const cg_tensor *args[CG_OP_MAX_INPUTS];
     cg_ref_tensor refs[CG_OP_MAX_INPUTS];
@@ -136,7 +154,7 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_device d) {
     assert_int_equal(cg_ndim(out), ref.ndim);
     for (int i = 0; i < ref.ndim; i++) assert_int_equal(cg_size(out, i), ref.shape[i]);
     int64_t n = numel_of(ref.ndim, ref.shape);
-    cg_test_assert_tensor_close(out, ref.data, (size_t)n, 1e-5);
+    assert_output(out, ref.data, n, label);
     if (op->grad_inputs && n > 0) {
         double *gout = cg_test_doubles((size_t)n);
         float *gout_f = cg_test_malloc((size_t)n * sizeof(float));
