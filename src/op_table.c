@@ -2,23 +2,33 @@
  * kernels/elementwise_ops.h, then every other op's, declared next to its front-end. */
 #include "op_table.h"
 
+cg_status cg__ref_alloc(cg_ref_tensor *out, int ndim, const int64_t *shape) {
+    int64_t numel;
+    size_t bytes;
+    if (ndim < 0 || ndim > CG_MAX_DIMS || !cg__shape_numel(ndim, shape, &numel) ||
+        !cg__bytes_of(numel ? numel : 1, sizeof(double), &bytes))
+        return cg__fail(CG_ERR_SHAPE, "reference: a result of %d dims has no valid shape", ndim);
+    out->ndim = ndim;
+    for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
+    out->data = malloc(bytes);
+    return out->data ? CG_OK : cg__fail(CG_ERR_OOM, "reference: out of host memory");
+}
+
 /* ---- element-wise references: the lists' formulas in double, with NumPy broadcasting --------------- */
 /* out's shape: the inputs' broadcast shape (they broadcast: the forward checked it). */
 static cg_status ref_alloc_broadcast(int n, const cg_ref_tensor *in, cg_ref_tensor *out) {
-    out->ndim = 0;
+    int ndim = 0;
+    int64_t shape[CG_MAX_DIMS];
     for (int k = 0; k < n; k++)
-        if (in[k].ndim > out->ndim) out->ndim = in[k].ndim;
-    int64_t numel = 1;
-    for (int i = 0; i < out->ndim; i++) {
-        out->shape[i] = 1;
+        if (in[k].ndim > ndim) ndim = in[k].ndim;
+    for (int i = 0; i < ndim; i++) {
+        shape[i] = 1;
         for (int k = 0; k < n; k++) {
-            int j = in[k].ndim - out->ndim + i;
-            if (j >= 0 && in[k].shape[j] != 1) out->shape[i] = in[k].shape[j];
+            int j = in[k].ndim - ndim + i;
+            if (j >= 0 && in[k].shape[j] != 1) shape[i] = in[k].shape[j];
         }
-        numel *= out->shape[i];
     }
-    out->data = malloc((size_t)(numel ? numel : 1) * sizeof(double));
-    return out->data ? CG_OK : cg__fail(CG_ERR_OOM, "reference: out of host memory");
+    return cg__ref_alloc(out, ndim, shape);
 }
 
 /* The element of in that broadcasts to out's element `linear`. */
