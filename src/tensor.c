@@ -279,7 +279,7 @@ bool cg_is_contiguous(const cg_tensor *t) {
     int64_t expected = 1;
     for (int i = ti->ndim - 1; i >= 0; i--) {
         if (ti->shape[i] != 1 && ti->strides[i] != expected) return false;
-        expected *= ti->shape[i];
+        expected *= ti->shape[i] > 1 ? ti->shape[i] : 1; /* as cg__contiguous_strides: a new empty tensor is contiguous */
     }
     return true;
 }
