@@ -62,7 +62,16 @@ struct cg_op_info {
 
 /* The ops whose entries sit next to their front-ends (src/ops_*.c, each defining
  * `const cg_op_info cg__op_<name>`), after the element-wise ops in the table. */
-#define CG_OP_ENTRIES(X)
+#define CG_OP_ENTRIES(X) \
+    X(matmul)            \
+    X(linear)            \
+    X(linear_nobias)     \
+    X(mse_loss)          \
+    X(cross_entropy)     \
+    X(conv2d)            \
+    X(conv2d_nobias)     \
+    X(max_pool2d)        \
+    X(dropout)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)
