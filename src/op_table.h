@@ -21,8 +21,8 @@ typedef struct cg_ref_tensor {
 } cg_ref_tensor;
 
 /* One set of input shapes an op is tested on (its values drawn from the domain's ranges); an input
- * marked transposed is made as the transpose of a contiguous tensor of the reversed shape, so it
- * reaches the op non-contiguous. */
+ * marked transposed (2 dims or more) is made as the transpose of its last two dims of a contiguous
+ * tensor that has those two sizes swapped, so it reaches the op non-contiguous. */
 typedef struct cg_op_case {
     int ndim[CG_OP_MAX_INPUTS];
     int64_t shape[CG_OP_MAX_INPUTS][CG_MAX_DIMS];
@@ -34,6 +34,10 @@ typedef struct cg_op_case {
 typedef struct cg_op_domain {
     float lo[CG_OP_MAX_INPUTS], hi[CG_OP_MAX_INPUTS]; /* each input's values: uniform in [lo, hi] */
     bool integer[CG_OP_MAX_INPUTS];                    /* ...or integers in [lo, hi] (class indices) */
+    /* ...or pairwise distinct: evenly spaced in [lo, hi] and shuffled, so that a maximum has one
+     * argument, farther from the others than the finite differences' step (a max's derivative
+     * exists only there) */
+    bool distinct[CG_OP_MAX_INPUTS];
     /* The shapes: for element-wise ops the test's own broadcasting set (0-dim, empty, broadcast and
      * non-contiguous inputs); otherwise these. */
     bool elementwise;
@@ -74,21 +78,33 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
 /* The ops whose entries sit next to their front-ends (src/ops_*.c, each defining
  * `const cg_op_info cg__op_<name>`), after the element-wise ops in the table. */
 #define CG_OP_ENTRIES(X) \
-    X(sum)                   \
-    X(mean)                  \
-    X(sum_dim)               \
-    X(mean_dim)              \
-    X(contiguous)            \
-    X(clone)                 \
-    X(reshape)               \
-    X(view)                  \
-    X(transpose)             \
-    X(to)                    \
-    X(argmax_dim)
+    X(sum) \
+    X(mean) \
+    X(sum_dim) \
+    X(mean_dim) \
+    X(contiguous) \
+    X(clone) \
+    X(reshape) \
+    X(view) \
+    X(transpose) \
+    X(to) \
+    X(argmax_dim) \
+    X(matmul) \
+    X(linear) \
+    X(linear_nobias) \
+    X(mse_loss) \
+    X(cross_entropy) \
+    X(conv2d) \
+    X(conv2d_nobias) \
+    X(max_pool2d) \
+    X(dropout)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)
 #undef CG_OP_EXTERN
+
+/* For references: out shaped (ndim, shape) and its data allocated (malloc), or an error. */
+cg_status cg__ref_alloc(cg_ref_tensor *out, int ndim, const int64_t *shape);
 
 /* Every op, in a fixed order. */
 int cg__op_count(void);

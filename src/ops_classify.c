@@ -90,6 +90,53 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
     return cg__finish(out, s);
 }
 
+/* ---- cross-entropy's op-table entry (src/op_table.h) ------------------------------------------------- */
+static cg_tensor *cross_entropy_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op, (void)c;
+    return cg_cross_entropy(in[0], in[1]);
+}
+
+/* The mean over rows of logsumexp(row) - row[target], from the row maximum. */
+static cg_status cross_entropy_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in,
+                                         cg_ref_tensor *out) {
+    (void)op, (void)c;
+    int64_t n = in[0].shape[0], classes = in[0].shape[1];
+    CG_TRY(cg__ref_alloc(out, 0, NULL));
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double *row = in[0].data + i * classes, t = in[1].data[i];
+        if (!(t >= 0 && t < (double)classes && t == floor(t)))
+            return cg__fail(CG_ERR_INVALID_ARG, "cg_cross_entropy's reference: target %g at row %lld is not a class "
+                            "index in [0, %lld)", t, (long long)i, (long long)classes);
+        double max = row[0], exps = 0.0;
+        for (int64_t j = 1; j < classes; j++) max = fmax(max, row[j]);
+        for (int64_t j = 0; j < classes; j++) exps += exp(row[j] - max);
+        sum += max + log(exps) - row[(int64_t)t];
+    }
+    out->data[0] = n ? sum / (double)n : NAN; /* no rows: NaN, as the op and PyTorch */
+    return CG_OK;
+}
+
+/* logits (N, C), targets (N): class indices in [0, 3], so every case has C >= 4. Each row's loss is
+ * positive and kept to a few ulps (kernels/classify_math.h), so their mean meets the test's rtol 1e-5
+ * for logits of any spread. Targets are not differentiable (grad_inputs: logits only). */
+#define T true
+static const cg_op_domain cross_entropy_domain = {
+    .lo = {-3.0f, 0.0f}, .hi = {3.0f, 3.0f}, .integer = {false, T}, .ncases = 6,
+    .cases = {
+        {.ndim = {2, 1}, .shape = {{5, 4}, {5}}},
+        {.ndim = {2, 1}, .shape = {{6, 4}, {6}}, .transposed = {T}},
+        {.ndim = {2, 1}, .shape = {{3, 9}, {3}}},
+        {.ndim = {2, 1}, .shape = {{1, 4}, {1}}},
+        {.ndim = {2, 1}, .shape = {{33, 5}, {33}}, .transposed = {T}},
+        {.ndim = {2, 1}, .shape = {{0, 4}, {0}}}, /* N = 0: NaN */
+    }};
+#undef T
+
+const cg_op_info cg__op_cross_entropy = {.name = "cg_cross_entropy", .ninputs = 2, .grad_inputs = 1u,
+                                         .domain = &cross_entropy_domain, .call = cross_entropy_call,
+                                         .reference = cross_entropy_reference};
+
 /* ---- argmax and accuracy ------------------------------------------------------------------------------ */
 cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
     const char *fn = "cg_argmax_dim";

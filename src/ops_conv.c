@@ -2,6 +2,7 @@
  * dilation 1, groups 1) and F.max_pool2d (no padding, floor mode). Arguments are checked here, inputs
  * made contiguous and the tape recorded; the device's backend computes (cg_conv_geom in internal.h). */
 #include "internal.h"
+#include "op_table.h"
 
 #include <limits.h>
 
@@ -246,3 +247,103 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     cg_tensor_free(arg), cg_tensor_free(xc);
     return cg__finish(out, s);
 }
+
+/* ---- op-table entries (src/op_table.h) -------------------------------------------------------------- */
+/* conv2d: param[0] the stride, param[1] the padding; one entry with bias (3 inputs), one without. */
+static cg_tensor *conv2d_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    return cg_conv2d(in[0], in[1], op->ninputs == 3 ? in[2] : NULL, (int)c->param[0], (int)c->param[1]);
+}
+
+/* Output (i, k, oy, ox) of the direct convolution: the window's products over the zero-padded x. */
+static double conv_at(const cg_conv_geom *g, const double *x, const double *w, int64_t i, int64_t k, int64_t oy,
+                      int64_t ox) {
+    double sum = 0.0;
+    for (int64_t ch = 0; ch < g->c; ch++)
+        for (int64_t ky = 0; ky < g->kh; ky++)
+            for (int64_t kx = 0; kx < g->kw; kx++) {
+                int64_t y = oy * g->stride - g->padding + ky, xx = ox * g->stride - g->padding + kx;
+                if (y >= 0 && y < g->h && xx >= 0 && xx < g->w)
+                    sum += x[((i * g->c + ch) * g->h + y) * g->w + xx] * w[((k * g->c + ch) * g->kh + ky) * g->kw + kx];
+            }
+    return sum;
+}
+
+static cg_status conv2d_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    cg_conv_geom g = conv_geom(in[0].shape, in[1].shape, c->param[0], c->param[1]);
+    CG_TRY(cg__ref_alloc(out, 4, (int64_t[]){g.n, g.k, g.oh, g.ow}));
+    double *y = out->data;
+    for (int64_t i = 0; i < g.n; i++)
+        for (int64_t k = 0; k < g.k; k++)
+            for (int64_t oy = 0; oy < g.oh; oy++)
+                for (int64_t ox = 0; ox < g.ow; ox++)
+                    *y++ = conv_at(&g, in[0].data, in[1].data, i, k, oy, ox) + (op->ninputs == 3 ? in[2].data[k] : 0.0);
+    return CG_OK;
+}
+
+/* max_pool2d: param[0] the kernel, param[1] the stride. */
+static cg_tensor *max_pool2d_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_max_pool2d(in[0], (int)c->param[0], (int)c->param[1]);
+}
+
+/* The maximum of window (oy, ox) of one (h, w) plane, NaN counting as the maximum (as the op). */
+static double pool_at(const cg_conv_geom *g, const double *plane, int64_t oy, int64_t ox) {
+    double max = plane[oy * g->stride * g->w + ox * g->stride];
+    for (int64_t ky = 0; ky < g->kh; ky++)
+        for (int64_t kx = 0; kx < g->kw; kx++) {
+            double v = plane[(oy * g->stride + ky) * g->w + ox * g->stride + kx];
+            if (v > max || isnan(v)) max = v;
+        }
+    return max;
+}
+
+static cg_status max_pool2d_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in,
+                                      cg_ref_tensor *out) {
+    (void)op;
+    cg_conv_geom g = pool_geom(in[0].shape, c->param[0], c->param[1]);
+    CG_TRY(cg__ref_alloc(out, 4, (int64_t[]){g.n, g.c, g.oh, g.ow}));
+    double *y = out->data;
+    for (int64_t p = 0; p < g.n * g.c; p++)
+        for (int64_t oy = 0; oy < g.oh; oy++)
+            for (int64_t ox = 0; ox < g.ow; ox++) *y++ = pool_at(&g, in[0].data + p * g.h * g.w, oy, ox);
+    return CG_OK;
+}
+
+/* x (N, C, H, W), weight (K, C, kh, kw), bias (K) (the entry without bias ignores it), in [0.5, 1.5]:
+ * an output is then a sum of positive terms, which float accumulation (im2col + GEMM, or cuDNN) gets
+ * to within about C kh kw u of (u = 6e-8), inside the test's rtol 1e-5. A transposed x or weight has
+ * its H and W swapped in storage. */
+#define T true
+static const cg_op_domain conv2d_domain = {
+    .lo = {0.5f, 0.5f, 0.5f}, .hi = {1.5f, 1.5f, 1.5f}, .ncases = 7,
+    .cases = {
+        {.ndim = {4, 4, 1}, .shape = {{2, 2, 5, 5}, {3, 2, 3, 3}, {3}}, .param = {1, 0}},
+        {.ndim = {4, 4, 1}, .shape = {{1, 3, 6, 5}, {2, 3, 3, 2}, {2}}, .param = {2, 1}},
+        {.ndim = {4, 4, 1}, .shape = {{2, 2, 5, 6}, {3, 2, 3, 3}, {3}}, .transposed = {T}, .param = {1, 1}},
+        {.ndim = {4, 4, 1}, .shape = {{1, 2, 4, 5}, {3, 2, 3, 2}, {3}}, .transposed = {false, T}, .param = {1, 0}},
+        {.ndim = {4, 4, 1}, .shape = {{2, 3, 4, 4}, {4, 3, 1, 1}, {4}}, .param = {2, 0}}, /* 1x1: every other pixel */
+        {.ndim = {4, 4, 1}, .shape = {{1, 1, 3, 3}, {2, 1, 5, 5}, {2}}, .param = {1, 1}}, /* one window: the padded x */
+        {.ndim = {4, 4, 1}, .shape = {{0, 2, 5, 5}, {3, 2, 3, 3}, {3}}, .param = {1, 1}}, /* N = 0 */
+    }};
+/* x (N, C, H, W), its values distinct (op_table.h): a window's maximum is then unique, and the
+ * finite differences' step does not change which element it is. */
+static const cg_op_domain max_pool2d_domain = {
+    .lo = {-1.0f}, .hi = {1.0f}, .distinct = {T}, .ncases = 7,
+    .cases = {
+        {.ndim = {4}, .shape = {{2, 3, 4, 4}}, .param = {2, 2}},
+        {.ndim = {4}, .shape = {{1, 2, 7, 7}}, .param = {3, 2}}, /* overlapping windows: their gradients add */
+        {.ndim = {4}, .shape = {{2, 1, 5, 6}}, .param = {3, 1}},
+        {.ndim = {4}, .shape = {{1, 2, 5, 4}}, .transposed = {T}, .param = {2, 1}},
+        {.ndim = {4}, .shape = {{1, 1, 8, 7}}, .param = {2, 3}}, /* stride > kernel: rows and columns skipped */
+        {.ndim = {4}, .shape = {{1, 1, 3, 3}}, .param = {3, 1}}, /* one window */
+        {.ndim = {4}, .shape = {{0, 2, 4, 4}}, .param = {2, 2}}, /* N = 0 */
+    }};
+#undef T
+
+const cg_op_info cg__op_conv2d = {.name = "cg_conv2d", .ninputs = 3, .grad_inputs = 7u, .domain = &conv2d_domain,
+                                  .call = conv2d_call, .reference = conv2d_reference};
+const cg_op_info cg__op_conv2d_nobias = {.name = "cg_conv2d", .ninputs = 2, .grad_inputs = 3u, .domain = &conv2d_domain,
+                                         .call = conv2d_call, .reference = conv2d_reference};
+const cg_op_info cg__op_max_pool2d = {.name = "cg_max_pool2d", .ninputs = 1, .grad_inputs = 1u,
+                                      .domain = &max_pool2d_domain, .call = max_pool2d_call,
+                                      .reference = max_pool2d_reference};

@@ -1,6 +1,7 @@
 /* Dropout (F.dropout): a random keep-mask from the device's seeded generator, applied by a
  * recorded multiply, so the backward pass is the same mask times the incoming gradient. */
 #include "internal.h"
+#include "op_table.h"
 
 cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training) {
     if (cg__check_tensor(x, "cg_dropout", "x") != CG_OK) return NULL;
@@ -16,3 +17,36 @@ cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training) {
     cg_tensor_free(mask);
     return y;
 }
+
+/* ---- op-table entry (src/op_table.h): the identity paths only ----------------------------------------
+ * param[0]: training (0 or 1), param[1]: p in hundredths. Eval mode, and training with p = 0, return
+ * x: those the test checks against the identity. The random mask of training with p > 0 cannot match
+ * a reference: tests/test_dropout.c covers it (each output 0 or x / (1 - p), the kept fraction, the
+ * gradient being the mask, and the same seed giving the same bits). */
+static cg_tensor *dropout_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_dropout(in[0], (float)c->param[1] / 100.0f, c->param[0] != 0);
+}
+
+static cg_status dropout_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op, (void)c;
+    CG_TRY(cg__ref_alloc(out, in[0].ndim, in[0].shape));
+    memcpy(out->data, in[0].data, (size_t)cg__numel_of(in[0].ndim, in[0].shape) * sizeof(double));
+    return CG_OK;
+}
+
+#define T true
+static const cg_op_domain dropout_domain = {
+    .lo = {-1.0f}, .hi = {1.0f}, .ncases = 6,
+    .cases = {
+        {.ndim = {2}, .shape = {{3, 4}}, .param = {0, 50}},
+        {.ndim = {0}, .param = {0, 50}},
+        {.ndim = {2}, .shape = {{4, 5}}, .transposed = {T}, .param = {0, 90}},
+        {.ndim = {2}, .shape = {{0, 3}}, .param = {0, 50}},
+        {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {1, 0}},
+        {.ndim = {3}, .shape = {{2, 3, 4}}, .transposed = {T}, .param = {1, 0}},
+    }};
+#undef T
+
+const cg_op_info cg__op_dropout = {.name = "cg_dropout", .ninputs = 1, .grad_inputs = 1u, .domain = &dropout_domain,
+                                   .call = dropout_call, .reference = dropout_reference};

@@ -1,5 +1,6 @@
 /* Loss functions. */
 #include "internal.h"
+#include "op_table.h"
 
 /* loss = scale * sum (input - target)^2 (scale = 1/numel for the mean), one fused pass each way:
  * d loss / d input = 2 scale (input - target) g, read straight from input and target (saved). */
@@ -51,3 +52,39 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
     }
     return loss;
 }
+
+/* ---- op-table entry (src/op_table.h): param[0] is the reduction (cg_reduction) ------------------------ */
+static cg_tensor *mse_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_mse_loss(in[0], in[1], (cg_reduction)c->param[0]);
+}
+
+static cg_status mse_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op;
+    int64_t n = cg__numel_of(in[0].ndim, in[0].shape);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (in[0].data[i] - in[1].data[i]) * (in[0].data[i] - in[1].data[i]);
+    CG_TRY(cg__ref_alloc(out, 0, NULL));
+    if (c->param[0] == CG_REDUCTION_SUM) out->data[0] = sum;
+    else out->data[0] = n ? sum / (double)n : NAN; /* the mean of nothing, as the op and PyTorch */
+    return CG_OK;
+}
+
+/* A sum of squares does not cancel, so any values do. */
+#define T true
+static const cg_op_domain mse_domain = {
+    .lo = {-1.0f, -1.0f}, .hi = {1.0f, 1.0f}, .ncases = 8,
+    .cases = {
+        {.ndim = {2, 2}, .shape = {{3, 4}, {3, 4}}, .param = {CG_REDUCTION_MEAN}},
+        {.ndim = {2, 2}, .shape = {{3, 4}, {3, 4}}, .param = {CG_REDUCTION_SUM}},
+        {.ndim = {2, 2}, .shape = {{4, 5}, {4, 5}}, .transposed = {T, false}, .param = {CG_REDUCTION_MEAN}},
+        {.ndim = {2, 2}, .shape = {{4, 5}, {4, 5}}, .transposed = {false, T}, .param = {CG_REDUCTION_SUM}},
+        {.ndim = {3, 3}, .shape = {{2, 3, 7}, {2, 3, 7}}, .transposed = {T, T}, .param = {CG_REDUCTION_MEAN}},
+        {.ndim = {0, 0}, .param = {CG_REDUCTION_SUM}},
+        {.ndim = {2, 2}, .shape = {{0, 3}, {0, 3}}, .param = {CG_REDUCTION_SUM}},  /* 0 */
+        {.ndim = {2, 2}, .shape = {{2, 0}, {2, 0}}, .param = {CG_REDUCTION_MEAN}}, /* NaN */
+    }};
+#undef T
+
+const cg_op_info cg__op_mse_loss = {.name = "cg_mse_loss", .ninputs = 2, .grad_inputs = 3u, .domain = &mse_domain,
+                                    .call = mse_call, .reference = mse_reference};

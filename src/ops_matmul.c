@@ -1,5 +1,6 @@
 /* Linear algebra front-end: matmul (m, k) @ (k, n) -> (m, n), and linear y = x W^T + b. */
 #include "internal.h"
+#include "op_table.h"
 
 /* How a 2-D operand is handed to GEMM: row-major as stored, or a transposed view of a row-major
  * matrix (passed as a transpose flag, no copy). Anything else is copied to contiguous first. */
@@ -194,3 +195,79 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
         s = cg_last_status();
     return cg__finish(out, s);
 }
+
+/* ---- op-table entries (src/op_table.h) -------------------------------------------------------------- */
+/* out (m, n) = a (m, k) @ b, b (k, n) or, when b_t, b (n, k) transposed; plus bias (n) when given. */
+static void ref_gemm(const double *a, const double *b, bool b_t, const double *bias, int64_t m, int64_t k, int64_t n,
+                     double *out) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double sum = bias ? bias[j] : 0.0;
+            for (int64_t p = 0; p < k; p++) sum += a[i * k + p] * (b_t ? b[j * k + p] : b[p * n + j]);
+            out[i * n + j] = sum;
+        }
+}
+
+static cg_tensor *matmul_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op, (void)c;
+    return cg_matmul(in[0], in[1]);
+}
+
+static cg_status matmul_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op, (void)c;
+    int64_t m = in[0].shape[0], k = in[0].shape[1], n = in[1].shape[1];
+    CG_TRY(cg__ref_alloc(out, 2, (int64_t[]){m, n}));
+    ref_gemm(in[0].data, in[1].data, false, NULL, m, k, n, out->data);
+    return CG_OK;
+}
+
+/* Both entries of cg_linear (with bias: 3 inputs; without: 2). */
+static cg_tensor *linear_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)c;
+    return cg_linear(in[0], in[1], op->ninputs == 3 ? in[2] : NULL);
+}
+
+static cg_status linear_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)c;
+    int64_t batch = in[0].shape[0], k = in[0].shape[1], n = in[1].shape[0];
+    CG_TRY(cg__ref_alloc(out, 2, (int64_t[]){batch, n}));
+    ref_gemm(in[0].data, in[1].data, true, op->ninputs == 3 ? in[2].data : NULL, batch, k, n, out->data);
+    return CG_OK;
+}
+
+/* Values in [0.5, 1.5]: an output is then a sum of positive terms, which float accumulation gets to
+ * within about k u of (k terms, u = 6e-8), inside the test's rtol 1e-5; a sum that cancels would
+ * leave little but its rounding to compare. */
+#define T true
+static const cg_op_domain matmul_domain = {
+    .lo = {0.5f, 0.5f}, .hi = {1.5f, 1.5f}, .ncases = 8,
+    .cases = {
+        {.ndim = {2, 2}, .shape = {{3, 4}, {4, 5}}},
+        {.ndim = {2, 2}, .shape = {{5, 3}, {3, 4}}, .transposed = {T, false}}, /* a^T: GEMM's transpose flag */
+        {.ndim = {2, 2}, .shape = {{2, 6}, {6, 3}}, .transposed = {false, T}},
+        {.ndim = {2, 2}, .shape = {{4, 7}, {7, 2}}, .transposed = {T, T}},
+        {.ndim = {2, 2}, .shape = {{1, 33}, {33, 1}}}, /* a dot product longer than a vector register */
+        {.ndim = {2, 2}, .shape = {{3, 0}, {0, 4}}, .transposed = {T, false}}, /* k = 0: zeros */
+        {.ndim = {2, 2}, .shape = {{0, 4}, {4, 3}}},   /* m = 0 */
+        {.ndim = {2, 2}, .shape = {{2, 3}, {3, 0}}},   /* n = 0 */
+    }};
+/* x (N, in), weight (out, in), bias (out); the entry without bias ignores the third shape. */
+static const cg_op_domain linear_domain = {
+    .lo = {0.5f, 0.5f, 0.5f}, .hi = {1.5f, 1.5f, 1.5f}, .ncases = 7,
+    .cases = {
+        {.ndim = {2, 2, 1}, .shape = {{4, 3}, {5, 3}, {5}}},
+        {.ndim = {2, 2, 1}, .shape = {{4, 3}, {5, 3}, {5}}, .transposed = {T}},
+        {.ndim = {2, 2, 1}, .shape = {{4, 3}, {5, 3}, {5}}, .transposed = {false, T}}, /* weight stored (in, out) */
+        {.ndim = {2, 2, 1}, .shape = {{1, 33}, {2, 33}, {2}}},
+        {.ndim = {2, 2, 1}, .shape = {{0, 3}, {5, 3}, {5}}}, /* N = 0 */
+        {.ndim = {2, 2, 1}, .shape = {{4, 0}, {5, 0}, {5}}}, /* in = 0: y = bias */
+        {.ndim = {2, 2, 1}, .shape = {{4, 3}, {0, 3}, {0}}}, /* out = 0 */
+    }};
+#undef T
+
+const cg_op_info cg__op_matmul = {.name = "cg_matmul", .ninputs = 2, .grad_inputs = 3u, .domain = &matmul_domain,
+                                  .call = matmul_call, .reference = matmul_reference};
+const cg_op_info cg__op_linear = {.name = "cg_linear", .ninputs = 3, .grad_inputs = 7u, .domain = &linear_domain,
+                                  .call = linear_call, .reference = linear_reference};
+const cg_op_info cg__op_linear_nobias = {.name = "cg_linear", .ninputs = 2, .grad_inputs = 3u, .domain = &linear_domain,
+                                         .call = linear_call, .reference = linear_reference};

@@ -46,6 +46,30 @@ typedef struct input {
     bool transposed;
 } input;
 
+/* Element i of an input (row-major in its logical shape) in its leaf's storage: a transposed
+ * input's leaf holds each matrix of the last two dims transposed. */
+static int64_t stored_at(const input *in, int64_t i) {
+    if (!in->transposed) return i;
+    int64_t rows = in->ref.shape[in->ref.ndim - 2], cols = in->ref.shape[in->ref.ndim - 1];
+    int64_t within = i % (rows * cols); /* i exists: rows * cols > 0 */
+    return i - within + (within % cols) * rows + within / cols;
+}
+
+/* n values of input k, as floats: uniform, integer or distinct (cg_op_domain). */
+static void draw_values(const cg_op_domain *dom, int k, int64_t n, double *out) {
+    double lo = dom->lo[k], hi = dom->hi[k];
+    for (int64_t i = 0; i < n; i++) {
+        if (dom->distinct[k]) out[i] = (float)(lo + (hi - lo) * ((double)i + 0.5) / (double)n);
+        else if (dom->integer[k]) out[i] = (float)cg_test_randint((int64_t)lo, (int64_t)hi + 1);
+        else out[i] = (float)cg_test_uniform(lo, hi);
+    }
+    for (int64_t i = n - 1; dom->distinct[k] && i > 0; i--) { /* shuffled (Fisher-Yates) */
+        int64_t j = cg_test_randint(0, i + 1);
+        double v = out[i];
+        out[i] = out[j], out[j] = v;
+    }
+}
+
 static void make_input(input *in, const cg_op_case *c, int k, const cg_op_domain *dom, bool grad, cg_device d) {
     int ndim = c->ndim[k];
     in->ref.ndim = ndim;
@@ -54,25 +78,16 @@ static void make_input(input *in, const cg_op_case *c, int k, const cg_op_domain
     in->ref.data = cg_test_malloc((size_t)(n ? n : 1) * sizeof(double));
     float *stored = cg_test_malloc((size_t)(n ? n : 1) * sizeof(float));
     in->transposed = c->transposed[k];
-    int64_t rows = ndim == 2 ? c->shape[k][0] : 1, cols = ndim == 2 ? c->shape[k][1] : n;
-    for (int64_t i = 0; i < n; i++) {
-        float v = dom->integer[k] ? (float)cg_test_randint((int64_t)dom->lo[k], (int64_t)dom->hi[k] + 1)
-                                  : (float)cg_test_uniform(dom->lo[k], dom->hi[k]);
-        in->ref.data[i] = v;
-        /* stored transposed: element (r, c) of the op's view is element (c, r) of the leaf */
-        stored[in->transposed ? (i % cols) * rows + i / cols : i] = v;
-    }
-    if (in->transposed) {
-        assert_int_equal(ndim, 2);
-        in->leaf = CG_TEST_OK(cg_from_data(stored, CG_SHAPE(cols, rows), d));
-        CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad));
-        in->arg = CG_TEST_OK(cg_transpose(in->leaf, 0, 1));
-        if (rows > 1 && cols > 1) assert_false(cg_is_contiguous(in->arg));
-    } else {
-        in->leaf = CG_TEST_OK(cg_from_data(stored, ndim, c->shape[k], d));
-        CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad));
-        in->arg = in->leaf;
-    }
+    if (in->transposed) assert_true(ndim >= 2);
+    draw_values(dom, k, n, in->ref.data);
+    for (int64_t i = 0; i < n; i++) stored[stored_at(in, i)] = (float)in->ref.data[i];
+    int64_t shape[CG_MAX_DIMS]; /* the leaf's */
+    memcpy(shape, c->shape[k], sizeof shape);
+    if (in->transposed) shape[ndim - 2] = c->shape[k][ndim - 1], shape[ndim - 1] = c->shape[k][ndim - 2];
+    in->leaf = CG_TEST_OK(cg_from_data(stored, ndim, shape, d));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad));
+    in->arg = in->transposed ? CG_TEST_OK(cg_transpose(in->leaf, ndim - 2, ndim - 1)) : in->leaf;
+    if (in->transposed && shape[ndim - 2] > 1 && shape[ndim - 1] > 1) assert_false(cg_is_contiguous(in->arg));
     free(stored);
 }
 
@@ -92,8 +107,7 @@ static float *read_grad(const input *in) {
         return out;
     }
     float *stored = cg_test_read(g);
-    int64_t rows = in->ref.ndim == 2 ? in->ref.shape[0] : 1, cols = in->ref.ndim == 2 ? in->ref.shape[1] : n;
-    for (int64_t i = 0; i < n; i++) out[i] = stored[in->transposed ? (i % cols) * rows + i / cols : i];
+    for (int64_t i = 0; i < n; i++) out[i] = stored[stored_at(in, i)];
     free(stored);
     return out;
 }
@@ -148,14 +162,14 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_device d) {
         make_input(&in[k], c, k, op->domain, (op->grad_inputs >> k) & 1u, d);
         args[k] = in[k].arg, refs[k] = in[k].ref;
     }
+    cg_tensor *out = CG_TEST_OK(op->call(op, c, args)); /* first: the op checks the case's shapes for the reference */
     cg_ref_tensor ref = {0};
     CG_TEST_STATUS_OK(op->reference(op, c, refs, &ref));
-    cg_tensor *out = CG_TEST_OK(op->call(op, c, args));
     assert_int_equal(cg_ndim(out), ref.ndim);
     for (int i = 0; i < ref.ndim; i++) assert_int_equal(cg_size(out, i), ref.shape[i]);
     int64_t n = numel_of(ref.ndim, ref.shape);
     assert_output(out, ref.data, n, label);
-    if (op->grad_inputs && n > 0) {
+    if (op->grad_inputs) { /* on empty outputs too: the inputs' gradients must be zeros */
         double *gout = cg_test_doubles((size_t)n);
         float *gout_f = cg_test_malloc((size_t)n * sizeof(float));
         for (int64_t i = 0; i < n; i++) gout_f[i] = (float)cg_test_uniform(-1, 1), gout[i] = gout_f[i];
@@ -178,8 +192,8 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_device d) {
             }
             for (int64_t j = 0; j < m; j++)
                 if (!(fabs(analytic[j] - fd[j]) <= 1e-3 * fabs(fd[j]) + 1e-4 * scale + 1e-6))
-                    fail_msg("%s on %s, inputs %s: gradient of input %d, element %lld: %.8g, finite differences %.8g",
-                             op->name, dev, where, k, (long long)j, (double)analytic[j], fd[j]);
+                    fail_msg("%s: gradient of input %d, element %lld: %.8g, finite differences %.8g", label, k,
+                             (long long)j, (double)analytic[j], fd[j]);
             free(analytic), free(fd);
         }
         cg_tensor_free(gt), free(gout), free(gout_f);
