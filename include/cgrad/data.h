@@ -16,7 +16,7 @@
 #ifndef CGRAD_DATA_H
 #define CGRAD_DATA_H
 
-#include "cgrad.h"
+#include "cgrad/core.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -55,7 +55,7 @@
 #ifndef CGRAD_IO_H
 #define CGRAD_IO_H
 
-#include "cgrad.h"
+#include "cgrad/core.h"
 #include "cgrad/data.h"
 #include "cgrad/nn.h"
 

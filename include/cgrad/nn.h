@@ -16,7 +16,7 @@
 #ifndef CGRAD_NN_H
 #define CGRAD_NN_H
 
-#include "cgrad.h"
+#include "cgrad/core.h"
 
 #ifdef __cplusplus
 extern "C" {
