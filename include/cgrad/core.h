@@ -31,6 +31,13 @@ CG_API const char *cg_last_error(void);   /* message of the last failure on this
 CG_API cg_status cg_last_status(void);    /* status of the last failure on this thread */
 CG_API void cg_clear_error(void);
 CG_API const char *cg_status_name(cg_status s);
+/* Records a failure for cg_last_error() and cg_last_status(), as cgrad's own functions do, so that
+ * code built on cgrad (models/, a program's own layers) reports its errors the same way; returns
+ * status. The message is formatted as by printf (at most 1023 bytes kept) and may quote
+ * cg_last_error(), e.g. cg_set_error(cg_last_status(), "my_block_new: %s", cg_last_error()). A
+ * status that is not one of the CG_ERR_* values, or a NULL fmt, records and returns
+ * CG_ERR_INVALID_ARG instead, saying so. */
+CG_API cg_status cg_set_error(cg_status status, const char *fmt, ...) CG_PRINTF_FORMAT(2, 3);
 
 /* ---- devices --------------------------------------------------------------------------- */
 typedef enum cg_device_type { CG_CPU = 0, CG_CUDA = 1 } cg_device_type;

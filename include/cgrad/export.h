@@ -10,8 +10,11 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define CG_API __attribute__((visibility("default")))
+/* printf-style format checking of a function's fmt argument (its position) and the arguments from first. */
+#define CG_PRINTF_FORMAT(fmt, first) __attribute__((format(printf, fmt, first)))
 #else
 #define CG_API
+#define CG_PRINTF_FORMAT(fmt, first)
 #endif
 
 #endif
