@@ -6,24 +6,31 @@
 static _Thread_local char last_message[1024];
 static _Thread_local cg_status last_status = CG_OK;
 
+/* The message is formatted apart and then copied in, so that it may quote the previous message
+ * (cg_last_error()). */
+static void record(cg_status s, const char *fmt, va_list args) {
+    char message[sizeof last_message];
+    vsnprintf(message, sizeof message, fmt, args);
+    memcpy(last_message, message, strlen(message) + 1);
+    last_status = s;
+    if (getenv("CGRAD_DEBUG_ERRORS")) fprintf(stderr, "cgrad error: %s\n", last_message);
+}
+
 cg_status cg__fail(cg_status s, const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
-    vsnprintf(last_message, sizeof last_message, fmt, args);
+    record(s, fmt, args);
     va_end(args);
-    last_status = s;
-    if (getenv("CGRAD_DEBUG_ERRORS")) fprintf(stderr, "cgrad error: %s\n", last_message);
     return s;
 }
 
 cg_status cg__fail_context(const char *fmt, ...) {
-    char context[256], cause[sizeof last_message];
+    char context[256];
     va_list args;
     va_start(args, fmt);
     vsnprintf(context, sizeof context, fmt, args);
     va_end(args);
-    memcpy(cause, last_message, sizeof cause); /* the message is rewritten in place */
-    return cg__fail(last_status, "%s: %s", context, cause);
+    return cg__fail(last_status, "%s: %s", context, last_message);
 }
 
 const char *cg_last_error(void) { return last_message; }
@@ -34,7 +41,8 @@ void cg_clear_error(void) {
     last_status = CG_OK;
 }
 
-const char *cg_status_name(cg_status s) {
+/* NULL for a value that is not a cg_status. */
+static const char *status_name(cg_status s) {
     switch (s) {
     case CG_OK: return "ok";
     case CG_ERR_INVALID_ARG: return "invalid argument";
@@ -44,5 +52,22 @@ const char *cg_status_name(cg_status s) {
     case CG_ERR_BACKEND: return "backend failure";
     case CG_ERR_IO: return "i/o error";
     }
-    return "unknown status";
+    return NULL;
+}
+
+const char *cg_status_name(cg_status s) {
+    const char *name = status_name(s);
+    return name ? name : "unknown status";
+}
+
+cg_status cg_set_error(cg_status status, const char *fmt, ...) {
+    if (status == CG_OK || !status_name(status))
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_set_error: status %d is not a failure (one of the CG_ERR_* values)",
+                        (int)status);
+    if (!fmt) return cg__fail(CG_ERR_INVALID_ARG, "cg_set_error: fmt is NULL");
+    va_list args;
+    va_start(args, fmt);
+    record(status, fmt, args);
+    va_end(args);
+    return status;
 }

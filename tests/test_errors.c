@@ -53,6 +53,30 @@ static void test_status_names_and_clear(void **state) {
     assert_string_equal(cg_last_error(), "");
 }
 
+/* cg_set_error: code built on cgrad (models/) records its failures as the library does; a message
+ * may quote the previous one; a status that is not a failure or a NULL fmt is refused, not recorded. */
+static void test_set_error(void **state) {
+    (void)state;
+    assert_int_equal(cg_set_error(CG_ERR_SHAPE, "my_layer: %d x %d", 3, 4), CG_ERR_SHAPE);
+    assert_int_equal(cg_last_status(), CG_ERR_SHAPE);
+    assert_string_equal(cg_last_error(), "my_layer: 3 x 4");
+
+    assert_null(cg_add(NULL, NULL));
+    char cause[1024];
+    snprintf(cause, sizeof cause, "my_block_new: %s", cg_last_error());
+    assert_int_equal(cg_set_error(cg_last_status(), "my_block_new: %s", cg_last_error()), CG_ERR_INVALID_ARG);
+    assert_string_equal(cg_last_error(), cause);
+    cg_test_assert_contains(cg_last_error(), "my_block_new: cg_add");
+
+    assert_int_equal(cg_set_error(CG_OK, "fine"), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_set_error", "status 0 is not a failure");
+    assert_int_equal(cg_set_error((cg_status)99, "what"), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_set_error", "status 99 is not a failure");
+    const char *volatile no_format = NULL; /* hidden from the compiler's format check */
+    assert_int_equal(cg_set_error(CG_ERR_IO, no_format, 1), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_set_error", "fmt is NULL");
+}
+
 /* ---- NULL tensors -------------------------------------------------------------------------------- */
 static void test_null_tensors(void **state) {
     (void)state;
@@ -491,6 +515,7 @@ int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
         CG_TEST(test_status_names_and_clear),
+        CG_TEST(test_set_error),
         CG_TEST(test_null_tensors),
         CG_TEST(test_freed_tensors),
         CG_TEST(test_shape_mismatch),

@@ -16,7 +16,7 @@
 #ifndef CGRAD_DATA_H
 #define CGRAD_DATA_H
 
-#include "cgrad.h"
+#include "cgrad/core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,8 +41,8 @@ typedef struct cg_idx {
  * any uint8 IDX file of 1..4 dims. Fails with CG_ERR_IO and a message naming the file and the fault:
  * missing/unreadable, corrupt gzip stream, bad magic (wrong type or dims), a zero or oversized
  * dimension, truncated data, or extra bytes after the data. On failure *out is zeroed. */
-cg_status cg_idx_load(const char *path, int expect_ndim, cg_idx *out);
-void cg_idx_free(cg_idx *idx); /* releases the data and zeroes *idx; NULL is ignored */
+CG_API cg_status cg_idx_load(const char *path, int expect_ndim, cg_idx *out);
+CG_API void cg_idx_free(cg_idx *idx); /* releases the data and zeroes *idx; NULL is ignored */
 
 /* ---- data sets on a device ---------------------------------------------------------------------- */
 typedef struct cg_dataset cg_dataset;
@@ -57,22 +57,22 @@ typedef struct cg_dataset cg_dataset;
  *   images (N, H, W) float32 = ((float)pixel / 255 - mean) / std (torchvision ToTensor + Normalize)
  *   labels (N) float32 class indices 0..C-1 (exact: integers below 2^24),
  * converted on the host and copied to d once. N >= 1; std must be > 0. */
-cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mean, float std, cg_device d);
+CG_API cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mean, float std, cg_device d);
 /* Loads an image file and a label file (cg_idx_load) and builds the data set. */
-cg_dataset *cg_dataset_load_idx(const char *images_path, const char *labels_path, float mean, float std,
+CG_API cg_dataset *cg_dataset_load_idx(const char *images_path, const char *labels_path, float mean, float std,
                                 cg_device d);
 /* Fashion-MNIST from dir (NULL: $CGRAD_FASHION_MNIST_DIR, else CG_FASHION_MNIST_DIR): the training
  * set (60000) or the test set (10000), normalised with CG_FASHION_MNIST_MEAN / _STD. Reads
  * {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz, or the same names without .gz. */
-cg_dataset *cg_fashion_mnist_load(const char *dir, bool train, cg_device d);
-void cg_dataset_free(cg_dataset *ds); /* NULL is ignored */
+CG_API cg_dataset *cg_fashion_mnist_load(const char *dir, bool train, cg_device d);
+CG_API void cg_dataset_free(cg_dataset *ds); /* NULL is ignored */
 
-int64_t cg_dataset_size(const cg_dataset *ds);       /* N, or -1 for NULL */
-int cg_dataset_num_classes(const cg_dataset *ds);    /* largest label + 1 */
-cg_device cg_dataset_device(const cg_dataset *ds);
+CG_API int64_t cg_dataset_size(const cg_dataset *ds);       /* N, or -1 for NULL */
+CG_API int cg_dataset_num_classes(const cg_dataset *ds);    /* largest label + 1 */
+CG_API cg_device cg_dataset_device(const cg_dataset *ds);
 /* The whole data set as tensors (borrowed: owned by ds): images (N, H, W), labels (N). */
-const cg_tensor *cg_dataset_images(const cg_dataset *ds);
-const cg_tensor *cg_dataset_labels(const cg_dataset *ds);
+CG_API const cg_tensor *cg_dataset_images(const cg_dataset *ds);
+CG_API const cg_tensor *cg_dataset_labels(const cg_dataset *ds);
 
 /* ---- loader ------------------------------------------------------------------------------------------ */
 typedef struct cg_loader cg_loader;
@@ -94,8 +94,8 @@ typedef struct cg_loader_state {
 } cg_loader_state;
 
 /* A loader over ds (borrowed; it must outlive the loader), at epoch 0, position 0. */
-cg_loader *cg_loader_new(const cg_dataset *ds, cg_loader_options options);
-void cg_loader_free(cg_loader *l); /* NULL is ignored */
+CG_API cg_loader *cg_loader_new(const cg_dataset *ds, cg_loader_options options);
+CG_API void cg_loader_free(cg_loader *l); /* NULL is ignored */
 
 /* The next batch of the current epoch:
  *   images (B, 1, H, W) or, with flatten, (B, H*W); labels (B) float class indices;
@@ -109,15 +109,15 @@ void cg_loader_free(cg_loader *l); /* NULL is ignored */
  * Any other status is a failure (cg_last_error() says which); the loader's state is unchanged. The
  * epoch count stops at INT64_MAX: ending that epoch fails (CG_ERR_INVALID_ARG), so every state a
  * loader reaches is one a checkpoint saves and loads. */
-cg_status cg_loader_next(cg_loader *l, cg_tensor **images, cg_tensor **labels);
+CG_API cg_status cg_loader_next(cg_loader *l, cg_tensor **images, cg_tensor **labels);
 /* Batches per epoch: ceil(N / B), or floor(N / B) with drop_last. */
-int64_t cg_loader_num_batches(const cg_loader *l);
-cg_loader_state cg_loader_get_state(const cg_loader *l);
+CG_API int64_t cg_loader_num_batches(const cg_loader *l);
+CG_API cg_loader_state cg_loader_get_state(const cg_loader *l);
 /* Resumes at (epoch, position): 0 <= position <= N; the epoch's permutation is recomputed. */
-cg_status cg_loader_set_state(cg_loader *l, cg_loader_state state);
+CG_API cg_status cg_loader_set_state(cg_loader *l, cg_loader_state state);
 /* The options the loader was made with, and its data set (borrowed); zeroed options / NULL for NULL. */
-cg_loader_options cg_loader_get_options(const cg_loader *l);
-const cg_dataset *cg_loader_dataset(const cg_loader *l);
+CG_API cg_loader_options cg_loader_get_options(const cg_loader *l);
+CG_API const cg_dataset *cg_loader_dataset(const cg_loader *l);
 
 #ifdef __cplusplus
 }

@@ -55,7 +55,7 @@
 #ifndef CGRAD_IO_H
 #define CGRAD_IO_H
 
-#include "cgrad.h"
+#include "cgrad/core.h"
 #include "cgrad/data.h"
 #include "cgrad/nn.h"
 
@@ -66,24 +66,24 @@ extern "C" {
 /* ---- module checkpoints -------------------------------------------------------------------- */
 /* Saves every parameter of m (cg_module_parameter order and names, e.g. "0.weight", "0.bias")
  * as F32, from any device. */
-cg_status cg_save_safetensors(const cg_module *m, const char *path);
+CG_API cg_status cg_save_safetensors(const cg_module *m, const char *path);
 
 /* Loads the parameters of m from path, strictly (load_state_dict(strict=True)): every parameter
  * must be present as F32 with exactly the parameter's shape, and the file may hold no other
  * tensors. The values are copied into m's existing parameters, on m's device. The whole file is
  * checked before any parameter is written, so a failed check leaves m unchanged. */
-cg_status cg_load_safetensors(cg_module *m, const char *path);
+CG_API cg_status cg_load_safetensors(cg_module *m, const char *path);
 
 /* Flags for cg_load_safetensors_flags. */
 #define CG_SAFETENSORS_ALLOW_UNEXPECTED 1u /* ignore tensors in the file that m does not have
                                             * (strict=False for extra keys; missing ones still fail) */
-cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned flags);
+CG_API cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned flags);
 
 /* ---- lower level: any named tensors ------------------------------------------------------------ */
 /* Writes n tensors (any devices, any layout; saved contiguous, F32) under the given names, which
  * must be distinct, non-empty, UTF-8 and not "__metadata__". n_meta string pairs (distinct UTF-8
  * keys, UTF-8 values) go into "__metadata__" (n_meta 0: {"format": "pt"}). Atomic, as above. */
-cg_status cg_safetensors_write(const char *path, int n, const char *const *names,
+CG_API cg_status cg_safetensors_write(const char *path, int n, const char *const *names,
                                const cg_tensor *const *tensors, int n_meta,
                                const char *const *meta_keys, const char *const *meta_values);
 
@@ -100,17 +100,17 @@ typedef struct cg_safetensors_info {
 } cg_safetensors_info;
 
 /* Reads and validates path; *out is NULL on failure. Free with cg_safetensors_free. */
-cg_status cg_safetensors_read(const char *path, cg_safetensors **out);
-void cg_safetensors_free(cg_safetensors *st); /* NULL is ignored */
-int cg_safetensors_count(const cg_safetensors *st); /* tensors, in the order of their data; -1 for a bad st */
+CG_API cg_status cg_safetensors_read(const char *path, cg_safetensors **out);
+CG_API void cg_safetensors_free(cg_safetensors *st); /* NULL is ignored */
+CG_API int cg_safetensors_count(const cg_safetensors *st); /* tensors, in the order of their data; -1 for a bad st */
 /* Info of tensor i (0 <= i < count); the strings live as long as st. */
-cg_status cg_safetensors_info_at(const cg_safetensors *st, int i, cg_safetensors_info *out);
+CG_API cg_status cg_safetensors_info_at(const cg_safetensors *st, int i, cg_safetensors_info *out);
 /* Index of the tensor called name, or -1. */
-int cg_safetensors_find(const cg_safetensors *st, const char *name);
+CG_API int cg_safetensors_find(const cg_safetensors *st, const char *name);
 /* A new tensor on d holding F32 tensor i (CG_ERR_IO if its dtype is not F32). */
-cg_tensor *cg_safetensors_tensor(const cg_safetensors *st, int i, cg_device d);
+CG_API cg_tensor *cg_safetensors_tensor(const cg_safetensors *st, int i, cg_device d);
 /* A "__metadata__" value, or NULL when the key is absent. */
-const char *cg_safetensors_metadata(const cg_safetensors *st, const char *key);
+CG_API const char *cg_safetensors_metadata(const cg_safetensors *st, const char *key);
 
 /* ---- training checkpoints ------------------------------------------------------------------------
  * One safetensors file (written atomically, as above) with everything a run needs to go on as if it
@@ -132,7 +132,7 @@ const char *cg_safetensors_metadata(const cg_safetensors *st, const char *key);
  *     ".drop_last", ".samples"); "format": "pt"; and the caller's n_meta key/value strings. Keys
  *     "format" and "cgrad.*" are reserved.
  * optimizer (which must step model) and loader may be NULL: their state is then not saved. */
-cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_optimizer *optimizer,
+CG_API cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_optimizer *optimizer,
                              const cg_loader *loader, int n_meta, const char *const *keys,
                              const char *const *values);
 
@@ -145,10 +145,10 @@ cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_
  * data set size; a file that is not a checkpoint or not valid safetensors. The whole file is read
  * and checked before anything is written, so a failed load leaves model, optimizer, loader and the
  * generators as they were. */
-cg_status cg_checkpoint_load(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader);
+CG_API cg_status cg_checkpoint_load(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader);
 /* The same from a file already read with cg_safetensors_read, whose metadata (the caller's
  * key/values, e.g. a global step) cg_safetensors_metadata then reads without a second read. */
-cg_status cg_checkpoint_restore(const cg_safetensors *st, cg_module *model, cg_optimizer *optimizer,
+CG_API cg_status cg_checkpoint_restore(const cg_safetensors *st, cg_module *model, cg_optimizer *optimizer,
                                 cg_loader *loader);
 
 #ifdef __cplusplus

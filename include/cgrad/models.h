@@ -21,13 +21,13 @@ typedef enum cg_activation {
 
 /* Linear regression y = x W^T + b: nn.Linear(in_features, out_features) on d.
  * x (N, in_features) -> y (N, out_features); parameters "weight" (out, in) and "bias" (out). */
-cg_module *cg_linear_regression_new(int64_t in_features, int64_t out_features, cg_device d);
+CG_API cg_module *cg_linear_regression_new(int64_t in_features, int64_t out_features, cg_device d);
 
 /* A multi-layer perceptron on d: for sizes {s0, s1, ..., s(n-1)},
  *   nn.Sequential(Linear(s0, s1), act, Linear(s1, s2), act, ..., Linear(s(n-2), s(n-1)))
  * with the activation between layers and none after the last. x (N, s0) -> (N, s(n-1)).
  * Parameters "0.weight", "0.bias", "2.weight", ... as in PyTorch. n_sizes >= 2, every size > 0. */
-cg_module *cg_mlp_new(int n_sizes, const int64_t *sizes, cg_activation act, cg_device d);
+CG_API cg_module *cg_mlp_new(int n_sizes, const int64_t *sizes, cg_activation act, cg_device d);
 
 /* A small convolutional classifier for (N, in_channels, H, W) images, H and W divisible by 4:
  *   nn.Sequential(Conv2d(in_channels, 32, 3, padding=1), ReLU, MaxPool2d(2),
@@ -36,7 +36,7 @@ cg_module *cg_mlp_new(int n_sizes, const int64_t *sizes, cg_activation act, cg_d
  *                 Linear(128, num_classes))
  * Parameters "0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias", then "9.*" (no
  * dropout) or "10.*", as the same nn.Sequential in PyTorch. For Fashion-MNIST: (1, 28, 28, 10). */
-cg_module *cg_cnn_new(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes, float dropout,
+CG_API cg_module *cg_cnn_new(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes, float dropout,
                       cg_device d);
 
 #ifdef __cplusplus

@@ -29,16 +29,16 @@ extern "C" {
  * full-batch gradient, as PyTorch's DataParallel), in buckets
  * of 25 MB launched as soon as every replica has finished theirs, so the sums overlap the rest of
  * backward. */
-cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *device_ids, int output_device);
+CG_API cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *device_ids, int output_device);
 /* Sets the size of those buckets (0: 25 MB), as DDP's bucket_bytes. */
-cg_status cg_data_parallel_set_bucket_bytes(cg_module *dp, size_t bytes);
+CG_API cg_status cg_data_parallel_set_bucket_bytes(cg_module *dp, size_t bytes);
 /* Forward on input already split per device: shards[i] on the i-th device of the list (n <= the
  * number of devices), so no step copies the batch. */
-cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor *const *shards);
+CG_API cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor *const *shards);
 /* torch.chunk's split of `batch` rows over n devices: fills sizes[0..k) and returns k. */
-int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes);
+CG_API int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes);
 /* The i-th device of a data-parallel module's list. */
-cg_device cg_data_parallel_device(const cg_module *dp, int i);
+CG_API cg_device cg_data_parallel_device(const cg_module *dp, int i);
 
 /* ---- several processes (mpirun), one device each --------------------------------------------------- */
 typedef struct cg_dist cg_dist;
@@ -49,19 +49,19 @@ typedef struct cg_dist cg_dist;
  * CGRAD_NCCL_TIMEOUT seconds (default 60) and aborts the communicator instead of hanging. Later MPI
  * errors are returned; a failing MPI_Init itself ends the process under OpenMPI 4 (its default
  * error handler runs before ours can be installed). */
-cg_dist *cg_dist_init(int *argc, char ***argv);
-int cg_dist_rank(const cg_dist *dist);
-int cg_dist_world_size(const cg_dist *dist);
-cg_device cg_dist_device(const cg_dist *dist);
+CG_API cg_dist *cg_dist_init(int *argc, char ***argv);
+CG_API int cg_dist_rank(const cg_dist *dist);
+CG_API int cg_dist_world_size(const cg_dist *dist);
+CG_API cg_device cg_dist_device(const cg_dist *dist);
 /* Sum over ranks of a host value (for reporting, e.g. a loss). */
-cg_status cg_dist_allreduce_host(cg_dist *dist, double *values, int n);
-void cg_dist_finalize(cg_dist *dist); /* tears down NCCL, then MPI_Finalize */
+CG_API cg_status cg_dist_allreduce_host(cg_dist *dist, double *values, int n);
+CG_API void cg_dist_finalize(cg_dist *dist); /* tears down NCCL, then MPI_Finalize */
 
 /* DistributedDataParallel: parameters are broadcast from rank 0, then backward averages the
  * gradients over ranks in buckets of bucket_bytes (0: 25 MB), each launched as soon as all its
  * gradients are ready, so communication overlaps the rest of the backward pass. Every rank's local
  * batch must have the same size (an uneven one is an error). */
-cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes);
+CG_API cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes);
 
 /* ---- both ---------------------------------------------------------------------------------------------- */
 /* Whether a DataParallel or DistributedDataParallel module sums its buckets of up to 16 MiB with
@@ -74,7 +74,7 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes);
  * made) leaves every bucket to NCCL. A rank that stops arriving makes the others give up after
  * CGRAD_PEER_TIMEOUT seconds (default 600) and their next backward fail. With it, freeing a DDP
  * module is collective (the ranks meet at an MPI barrier before freeing mapped memory). */
-bool cg_parallel_peer_allreduce(const cg_module *m);
+CG_API bool cg_parallel_peer_allreduce(const cg_module *m);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,279 @@
+/* The core of cgrad's API: status and errors, devices, global settings, the caching allocator,
+ * tensors, scopes, ops, CUDA graphs and autograd (cgrad.h includes it with everything else). */
+#ifndef CGRAD_CORE_H
+#define CGRAD_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cgrad/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CG_MAX_DIMS 8
+
+/* ---- status and errors ---------------------------------------------------------------- */
+typedef enum cg_status {
+    CG_OK = 0,
+    CG_ERR_INVALID_ARG, /* NULL, freed tensor, bad dim or flag */
+    CG_ERR_SHAPE,       /* shapes that do not fit the op */
+    CG_ERR_DEVICE,      /* tensors on different devices, or a device that does not exist */
+    CG_ERR_OOM,         /* out of memory on a device (the cache was already released) */
+    CG_ERR_BACKEND,     /* a CUDA / cuBLAS / cuRAND / BLAS call failed */
+    CG_ERR_IO,          /* a file could not be read or written */
+} cg_status;
+
+CG_API const char *cg_last_error(void);   /* message of the last failure on this thread ("" if none) */
+CG_API cg_status cg_last_status(void);    /* status of the last failure on this thread */
+CG_API void cg_clear_error(void);
+CG_API const char *cg_status_name(cg_status s);
+/* Records a failure for cg_last_error() and cg_last_status(), as cgrad's own functions do, so that
+ * code built on cgrad (models/, a program's own layers) reports its errors the same way; returns
+ * status. The message is formatted as by printf (at most 1023 bytes kept) and may quote
+ * cg_last_error(), e.g. cg_set_error(cg_last_status(), "my_block_new: %s", cg_last_error()). A
+ * status that is not one of the CG_ERR_* values, or a NULL fmt, records and returns
+ * CG_ERR_INVALID_ARG instead, saying so. */
+CG_API cg_status cg_set_error(cg_status status, const char *fmt, ...) CG_PRINTF_FORMAT(2, 3);
+
+/* ---- devices --------------------------------------------------------------------------- */
+typedef enum cg_device_type { CG_CPU = 0, CG_CUDA = 1 } cg_device_type;
+typedef struct cg_device {
+    cg_device_type type;
+    int index; /* GPU ordinal; 0 for the CPU */
+} cg_device;
+
+static inline cg_device cg_cpu(void) { cg_device d = {CG_CPU, 0}; return d; }
+static inline cg_device cg_cuda(int index) { cg_device d = {CG_CUDA, index}; return d; }
+static inline bool cg_device_equal(cg_device a, cg_device b) {
+    return a.type == b.type && (a.type == CG_CPU || a.index == b.index);
+}
+
+CG_API int cg_cuda_device_count(void);    /* 0 when there is no GPU or no driver */
+CG_API bool cg_cuda_is_available(void);
+/* Why CUDA is unavailable (e.g. "no CUDA driver"), or "" when it is available. */
+CG_API const char *cg_cuda_unavailable_reason(void);
+/* Whether cuda:device can read and write cuda:peer's memory directly (NVLink or PCIe peer access), as
+ * torch.cuda.can_device_access_peer; false for a missing device, the same device, or no CUDA. */
+CG_API bool cg_cuda_can_access_peer(int device, int peer);
+/* The best device present: cuda:0 when a GPU exists, else the CPU. */
+CG_API cg_device cg_default_device(void);
+/* Parses "cpu", "cuda", "cuda:N". Fails (CG_ERR_DEVICE) on anything else or a missing GPU. */
+CG_API cg_status cg_device_parse(const char *text, cg_device *out);
+/* "cpu" or "cuda:N" (PyTorch's spelling); buf of at least 16 bytes. */
+CG_API const char *cg_device_str(cg_device d, char *buf, size_t len);
+/* Hardware name: the GPU's product name, or the CPU model. */
+CG_API const char *cg_device_name(cg_device d, char *buf, size_t len);
+/* Waits until all work queued on the device has finished. */
+CG_API cg_status cg_synchronize(cg_device d);
+
+/* ---- global settings -------------------------------------------------------------------- */
+/* The most CPU threads cgrad runs: every one may be inside a BLAS call at once (tiled GEMM,
+ * convolution), each such call holds one of OpenBLAS's buffers, and OpenBLAS 0.3.21 as Debian builds
+ * it (for 64 threads) has 640 of them, up to 63 kept by its own threads; a call that finds none
+ * left crashes inside OpenBLAS. 512 leaves room, and is more threads than cgrad's kernels scale to. */
+#define CG_MAX_THREADS 512
+/* CPU threads for kernels and OpenBLAS (torch.set_num_threads), for ops run by the calling thread;
+ * 1 <= n <= CG_MAX_THREADS, else CG_ERR_INVALID_ARG. The threads, and a BLAS buffer for each, are set
+ * up here (and, at the default count, before a thread's first CPU op), so that a later shortage of
+ * memory is an error of the op that meets it: when they cannot be set up (the process is out of
+ * threads or address space) it fails with CG_ERR_OOM and the previous count stays. */
+CG_API cg_status cg_set_num_threads(int n);
+/* The calling thread's count: cg_set_num_threads's, else OMP_NUM_THREADS or the cores (at most
+ * CG_MAX_THREADS). */
+CG_API int cg_get_num_threads(void);
+CG_API void cg_manual_seed(uint64_t seed); /* seeds the CPU generator and every GPU's generator */
+CG_API void cg_set_allow_tf32(bool allow); /* GPU matmul in TF32; off by default (true fp32) */
+CG_API bool cg_get_allow_tf32(void);
+
+/* ---- caching allocator ------------------------------------------------------------------ */
+typedef struct cg_memory_stats {
+    uint64_t raw_allocs;     /* calls to the system allocator (malloc / cudaMalloc) */
+    uint64_t raw_frees;      /* calls to the system release (free / cudaFree) */
+    uint64_t cache_hits;     /* requests served from the cache */
+    size_t bytes_in_use;     /* handed out to tensors */
+    size_t bytes_cached;     /* held by the cache, free for reuse */
+} cg_memory_stats;
+CG_API cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out);
+CG_API cg_status cg_empty_cache(cg_device d); /* returns cached blocks to the system */
+
+/* ---- tensors ---------------------------------------------------------------------------- */
+typedef struct cg_tensor cg_tensor;
+
+/* CG_SHAPE(5, 10) expands to the (ndim, shape) pair the creation functions take.
+ * A shape has 0 to CG_MAX_DIMS sizes >= 0 whose non-zero ones multiply to at most INT64_MAX, empty
+ * tensors included (their strides are those products): (0, 2^40, 2^40) is refused like (2^40, 2^40).
+ * Every op checks the shape it computes the same way (CG_ERR_SHAPE naming the op and its operands). */
+#define CG_SHAPE(...) \
+    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+CG_API cg_tensor *cg_empty(int ndim, const int64_t *shape, cg_device d); /* contents unspecified */
+CG_API cg_tensor *cg_zeros(int ndim, const int64_t *shape, cg_device d);
+CG_API cg_tensor *cg_ones(int ndim, const int64_t *shape, cg_device d);
+CG_API cg_tensor *cg_full(int ndim, const int64_t *shape, float value, cg_device d);
+/* Copies numel floats, row-major, from host memory. */
+CG_API cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape, cg_device d);
+/* 1-D: start, start+step, ... < end (torch.arange). */
+CG_API cg_tensor *cg_arange(double start, double end, double step, cg_device d);
+CG_API cg_tensor *cg_rand(int ndim, const int64_t *shape, cg_device d);  /* U[0, 1) */
+CG_API cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d); /* N(0, 1) */
+
+CG_API void cg_tensor_free(cg_tensor *t); /* NULL is ignored */
+
+CG_API int cg_ndim(const cg_tensor *t);
+CG_API int64_t cg_size(const cg_tensor *t, int dim); /* negative dims count from the end */
+CG_API int64_t cg_numel(const cg_tensor *t);
+CG_API cg_device cg_device_of(const cg_tensor *t);
+CG_API bool cg_is_contiguous(const cg_tensor *t);
+
+/* Copies the tensor's numel floats, row-major, to host memory (waits for the device). */
+CG_API cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len);
+/* The value of a one-element tensor. */
+CG_API cg_status cg_item(const cg_tensor *t, float *out);
+/* CG_OK when every element of t is finite; otherwise CG_ERR_INVALID_ARG and cg_last_error() reads
+ * "non-finite <what> (nan)" (with the element and shape for more than one), e.g. with what =
+ * "loss at epoch 3, step 120". It reads t back to the host, so it waits for the device: on a loss
+ * every step, that is one synchronisation per step. */
+CG_API cg_status cg_check_finite(const cg_tensor *t, const char *what);
+/* PyTorch-style repr: tensor([...], device='cuda:0'). */
+CG_API cg_status cg_fprint(FILE *f, const cg_tensor *t);
+CG_API cg_status cg_print(const cg_tensor *t);
+
+/* ---- scopes: release everything a step creates, together --------------------------------- */
+typedef struct cg_scope cg_scope;
+CG_API cg_scope *cg_scope_begin(void);
+CG_API void cg_scope_end(cg_scope *s);        /* frees every handle created in s that was not kept */
+CG_API cg_tensor *cg_keep(cg_tensor *t);      /* moves t out of its scope: the caller now owns it */
+
+/* ---- data movement and shape ------------------------------------------------------------- */
+CG_API cg_tensor *cg_to(const cg_tensor *t, cg_device d);     /* always a new tensor on d */
+CG_API cg_tensor *cg_clone(const cg_tensor *t);               /* contiguous copy, same device */
+CG_API cg_tensor *cg_contiguous(const cg_tensor *t);          /* a view if already contiguous */
+/* dst (contiguous) = src: same shape; devices may differ. A src that overlaps dst (a transpose or
+ * other view of the same storage) gives its values as they were before the copy; dst itself (or a
+ * view with its layout) leaves dst unchanged. */
+CG_API cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src);
+CG_API cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape); /* one -1 allowed */
+CG_API cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape);    /* contiguous only */
+CG_API cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1);           /* a view */
+
+/* ---- element-wise (NumPy broadcasting) ----------------------------------------------------- */
+CG_API cg_tensor *cg_add(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_sub(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_mul(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_div(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_pow(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_add_scalar(const cg_tensor *a, float s);
+CG_API cg_tensor *cg_sub_scalar(const cg_tensor *a, float s);
+CG_API cg_tensor *cg_mul_scalar(const cg_tensor *a, float s);
+CG_API cg_tensor *cg_div_scalar(const cg_tensor *a, float s);
+CG_API cg_tensor *cg_pow_scalar(const cg_tensor *a, float exponent);
+CG_API cg_tensor *cg_neg(const cg_tensor *a);
+CG_API cg_tensor *cg_exp(const cg_tensor *a);
+CG_API cg_tensor *cg_log(const cg_tensor *a);
+CG_API cg_tensor *cg_sin(const cg_tensor *a);
+CG_API cg_tensor *cg_cos(const cg_tensor *a);
+CG_API cg_tensor *cg_sqrt(const cg_tensor *a);
+CG_API cg_tensor *cg_relu(const cg_tensor *a);
+CG_API cg_tensor *cg_tanh(const cg_tensor *a);
+CG_API cg_tensor *cg_sigmoid(const cg_tensor *a);
+/* F.gelu: x Phi(x), Phi the standard normal CDF (exact, with erf), or with approximate
+ * CG_GELU_TANH x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as approximate='tanh'. */
+typedef enum cg_gelu_approximate { CG_GELU_NONE = 0, CG_GELU_TANH } cg_gelu_approximate;
+CG_API cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate);
+
+/* ---- reductions ----------------------------------------------------------------------------- */
+CG_API cg_tensor *cg_sum(const cg_tensor *t);  /* 0-dim */
+CG_API cg_tensor *cg_mean(const cg_tensor *t); /* 0-dim */
+CG_API cg_tensor *cg_sum_dim(const cg_tensor *t, int dim, bool keepdim);
+CG_API cg_tensor *cg_mean_dim(const cg_tensor *t, int dim, bool keepdim);
+
+/* ---- linear algebra --------------------------------------------------------------------------- */
+/* (m, k) @ (k, n) -> (m, n). A transposed view (cg_transpose) is passed to BLAS as a transpose
+ * flag, with no copy. */
+CG_API cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
+
+/* ---- CUDA graphs: record a step's device work once, replay it with one launch --------------------
+ * cg_graph_capture runs fn(ctx) once with device d's work recorded instead of executed (host code
+ * in fn runs normally; it must not read device results back, e.g. no cg_item). Each replay then
+ * performs that work again on the same memory: tensors fn created and kept (cg_keep) hold the
+ * latest replay's values. Memory the captured work allocated or freed stays the graph's until
+ * cg_graph_free, so a kept tensor may be freed at any time (eager steps between replays may free
+ * it): nothing else lands where the replays write. On the CPU, replay simply calls fn(ctx) again.
+ * Values the host works out during the capture are replayed as they were: run one eager step
+ * first (SGD's first momentum step cannot be captured: an error), capture again after
+ * cg_optimizer_set_lr, and step Adam/AdamW outside the graph (capturing it is an error: its bias
+ * corrections change every step). */
+typedef struct cg_graph cg_graph;
+CG_API cg_graph *cg_graph_capture(cg_device d, cg_status (*fn)(void *ctx), void *ctx);
+/* The same over several GPUs at once (e.g. a DataParallel step): every listed GPU's work in fn goes
+ * into one graph, replayed with one launch from devices[0]; cg_synchronize(devices[0]) after a
+ * replay waits for all of them. The GPUs must be distinct; one CPU device alone is allowed. */
+#define CG_GRAPH_MAX_DEVICES 16
+CG_API cg_graph *cg_graph_capture_devices(int n, const cg_device *devices, cg_status (*fn)(void *ctx), void *ctx);
+CG_API cg_status cg_graph_replay(cg_graph *g);
+CG_API void cg_graph_free(cg_graph *g);
+
+/* ---- autograd ---------------------------------------------------------------------------------
+ * Ops on tensors that require gradients record a tape as they run (unless grad mode is off).
+ * cg_backward(loss) walks it in reverse and accumulates (+=) into .grad of every leaf that
+ * requires grad; the tape's saved values are released as it goes (backward twice through the
+ * same graph is an error, as in PyTorch without retain_graph). */
+CG_API cg_status cg_set_requires_grad(cg_tensor *t, bool requires_grad); /* leaves only */
+CG_API bool cg_requires_grad(const cg_tensor *t);
+CG_API bool cg_is_leaf(const cg_tensor *t);
+/* The accumulated gradient (borrowed: owned by t), or NULL when none has been produced since the
+ * last zero_grad. */
+CG_API cg_tensor *cg_grad(const cg_tensor *t);
+/* Sets t's gradient to none (PyTorch's zero_grad(set_to_none=True) for one tensor). */
+CG_API cg_status cg_zero_grad(cg_tensor *t);
+CG_API cg_status cg_backward(cg_tensor *loss); /* loss must have one element */
+CG_API cg_status cg_backward_with(cg_tensor *output, const cg_tensor *grad_output);
+/* Grad mode: off for evaluation and optimizer updates. Returns the previous mode. */
+CG_API bool cg_set_grad_enabled(bool enabled);
+CG_API bool cg_is_grad_enabled(void);
+CG_API cg_tensor *cg_detach(const cg_tensor *t); /* a view with no history */
+
+/* ---- functional NN ops ---------------------------------------------------------------------------- */
+/* y = x W^T + b: x (N, in), weight (out, in), bias (out) or NULL -> (N, out) (F.linear). */
+CG_API cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias);
+typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM } cg_reduction;
+/* MSELoss: mean (or sum) of (input - target)^2; shapes must match. */
+CG_API cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
+/* nn.CrossEntropyLoss (class-index targets, mean reduction): logits (N, C), targets (N) holding class
+ * indices 0..C-1 as floats -> 0-dim mean over rows of logsumexp(logits[i]) - logits[i][targets[i]].
+ * Log-sum-exp from the row maximum, so logits of any magnitude are safe; deterministic (no atomics).
+ * Gradient: (softmax(logits) - onehot(targets)) / N. A target that is not an integer in [0, C) is an
+ * error on the CPU and makes the loss NaN on a GPU (checking there would wait for the device).
+ * N = 0 gives NaN, as PyTorch. Targets must not require grad. C <= 2^24 (indices as floats are exact
+ * up to there; more is CG_ERR_SHAPE). */
+CG_API cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets);
+/* F.conv2d: x (N, C_in, H, W), weight (C_out, C_in, kh, kw), bias (C_out) or NULL, the same stride
+ * and zero padding on both spatial dims -> (N, C_out, (H + 2p - kh) / s + 1, (W + 2p - kw) / s + 1).
+ * CPU: im2col + OpenBLAS; GPU: cuDNN with deterministic algorithms chosen by fixed rules (true fp32
+ * unless cg_set_allow_tf32 is on). */
+CG_API cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride,
+                     int padding);
+/* F.max_pool2d: x (N, C, H, W), a kernel x kernel window moved by stride (no padding, floor mode)
+ * -> (N, C, (H - k) / s + 1, (W - k) / s + 1). The gradient goes to the first maximum of each
+ * window (PyTorch's choice), NaN counting as the maximum. */
+CG_API cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride);
+/* F.dropout: in training, each element is kept with probability 1 - p and scaled by 1 / (1 - p),
+ * from the device's seeded generator (cg_manual_seed), so a seeded run repeats bit for bit;
+ * otherwise (or p == 0) x itself is returned as a view. 0 <= p < 1. */
+CG_API cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training);
+/* torch.argmax(t, dim, keepdim): the index (as a float) of the first maximum along dim; NaN counts as
+ * the maximum. Not recorded on the tape. The dim has at most 2^24 elements (a float holds every index
+ * up to there exactly; more is CG_ERR_SHAPE). */
+CG_API cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim);
+/* The number of rows of logits (N, C) whose argmax equals the target (N), N <= 2^24, C <= 2^24. Waits
+ * for the device (the count is a host value). */
+CG_API cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
