@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* models/cnn (cg_cnn_new): the Fashion-MNIST CNN built from Conv2d, ReLU, MaxPool2d, Flatten,
  * Linear and Dropout, on the device under test.
  *

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* cg_conv2d and cg_max_pool2d, and the Conv2d / MaxPool2d modules.
  *
  * Forward values against a double-precision direct convolution / pooling over a set of shapes (batch
