@@ -13,10 +13,14 @@
  * The bias gradient is the front-end's deterministic sum (src/ops_conv.c).
  *
  * Max pooling does not use cuDNN: cuDNN documents neither which of tied maxima its backward routes
- * to nor what a NaN does, and cg_max_pool2d promises PyTorch's choice. */
+ * to nor what a NaN does, and cg_max_pool2d promises PyTorch's choice.
+ *
+ * cuDNN is optional (CMake's CGRAD_CUDNN): a build without it has max pooling, and convolutions that fail
+ * with an error saying so. */
 #include "cuda/cuda_internal.h"
 #include "kernels/pool.h"
 
+#ifdef CGRAD_HAVE_CUDNN
 #define CONV_PLANS 16                          /* shapes cached per device (round robin) */
 #define CONV_WORKSPACE_MAX ((size_t)256 << 20) /* bytes an algorithm may ask for */
 
@@ -217,6 +221,29 @@ cg_status cg__cuda_conv2d_backward_weight(const cg_conv_geom *g, const float *x,
                                           int index) {
     return run_pass(index, g, CONV_BACKWARD_FILTER, x, gy, NULL, gweight);
 }
+#else
+static cg_status no_cudnn(int index) {
+    return cg__fail(CG_ERR_BACKEND,
+                    "cg_conv2d: cuda:%d: cgrad was built without cuDNN, which GPU convolutions need (configure with "
+                    "cuDNN 9 installed and CGRAD_CUDNN=ON)",
+                    index);
+}
+
+cg_status cg__cuda_conv2d_forward(const cg_conv_geom *g, const float *x, const float *weight, const float *bias,
+                                  float *y, int index) {
+    return no_cudnn(index);
+}
+
+cg_status cg__cuda_conv2d_backward_data(const cg_conv_geom *g, const float *gy, const float *weight, float *gx,
+                                        int index) {
+    return no_cudnn(index);
+}
+
+cg_status cg__cuda_conv2d_backward_weight(const cg_conv_geom *g, const float *x, const float *gy, float *gweight,
+                                          int index) {
+    return no_cudnn(index);
+}
+#endif
 
 /* ---- max pooling ----------------------------------------------------------------------------------------- */
 cg_status cg__cuda_max_pool2d_forward(const cg_conv_geom *g, const float *x, float *y, float *arg, int index) {
