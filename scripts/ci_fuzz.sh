@@ -21,7 +21,7 @@ read -r -a targets <<< "${FUZZ_TARGETS:-fuzz_safetensors fuzz_idx fuzz_checkpoin
 # library's own dependencies come from setup.sh's package list.
 need=()
 command -v clang >/dev/null 2>&1 || need+=(clang)
-compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need+=(libclang-rt-dev)
+compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/*/libclang_rt.fuzzer[.-]*a" >/dev/null || need+=(libclang-rt-dev)
 compgen -G "/usr/lib/llvm-*/lib/libomp.so" >/dev/null || need+=(libomp-dev)
 if [[ ${#need[@]} -gt 0 ]]; then
   [[ $EUID -eq 0 ]] || { echo "ci_fuzz: missing ${need[*]} (apt-get install ${need[*]})" >&2; exit 1; }

@@ -55,6 +55,8 @@ else
   tail -n 60 "$LOGS/build.log"
 fi
 build_time=$((SECONDS - t0))
+# What configuring chose (CUDA architectures, cuDNN, NCCL, MPI), one "cgrad:" line each.
+grep '^-- cgrad: ' "$LOGS/build.log" | sed 's/^-- cgrad: //' > "$LOGS/config.txt"
 
 # ---- tests -------------------------------------------------------------------------------------
 tests_status="not run"; tests_time=0; failed_list=""
@@ -106,6 +108,7 @@ fi
   echo "==================== cgrad gpu_run summary ===================="
   printf '%-11s %s\n' "machine" "$machine"
   printf '%-11s %-48s %5ss\n' "build" "$build_status" "$build_time"
+  sed 's/^/            /' "$LOGS/config.txt"
   printf '%-11s %-48s %5ss\n' "tests" "$tests_status" "$tests_time"
   [[ -n $failed_list ]] && printf '%s\n' "$failed_list"
   printf '%-11s %-48s %5ss\n' "benchmarks" "$bench_status" "$bench_time"

@@ -8,7 +8,8 @@
 #
 # Environment:
 #   BUILD_DIR         build directory (default: build)
-#   CGRAD_CUDA_ARCH   CUDA architectures (default: 90, Hopper)
+#   CGRAD_CUDA_ARCH   CUDA architectures, e.g. "80;90" (default: CMake chooses, see cmake/cgradCuda.cmake:
+#                     the GPUs present plus PTX, or sm_90 plus PTX when no GPU is visible)
 #   CGRAD_CMAKE_ARGS  extra CMake arguments, e.g. "-DCGRAD_CUDA=OFF -DCGRAD_WERROR=ON"
 #   CGRAD_OFFLINE     auto (default) | 1 (always use .deps, never apt) | 0 (always apt)
 set -euo pipefail
@@ -106,7 +107,11 @@ if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
 fi
 read -r -a extra_args <<< "${CGRAD_CMAKE_ARGS:-}"
 if command -v nvcc >/dev/null 2>&1 && [[ " ${extra_args[*]} " != *" -DCGRAD_CUDA=OFF "* ]]; then
-  cmake_args+=(-DCMAKE_CUDA_ARCHITECTURES="${CGRAD_CUDA_ARCH:-90}")
+  if [[ -n ${CGRAD_CUDA_ARCH:-} ]]; then
+    cmake_args+=(-DCMAKE_CUDA_ARCHITECTURES="$CGRAD_CUDA_ARCH")
+  else
+    cmake_args+=(-UCMAKE_CUDA_ARCHITECTURES)
+  fi
   log "CUDA: $(command -v nvcc)"
 else
   log "CUDA: no toolkit (or disabled); CPU-only build"
@@ -115,6 +120,6 @@ fi
 # ---- configure and build ------------------------------------------------------------------------
 # Options not given this time return to their defaults, so a build directory never keeps a
 # setting (e.g. warnings as errors from CI, CUDA off) from an earlier run by accident.
-cmake -UCGRAD_CUDA -UCGRAD_WERROR "${cmake_args[@]}" "${extra_args[@]}"
+cmake -UCGRAD_CUDA -UCGRAD_CUDNN -UCGRAD_NCCL -UCGRAD_WERROR "${cmake_args[@]}" "${extra_args[@]}"
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 log "built in $BUILD_DIR"

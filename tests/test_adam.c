@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Adam and AdamW against torch.optim's formulas recomputed on the host in double, step by step:
  *   Adam:  g += wd p;                AdamW: p *= 1 - lr wd
  *   m = lerp(m, g, 1 - beta1);       v = beta2 v + (1 - beta2) g^2

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Autograd: every op's backward against central finite differences of a double-precision C
  * reference forward, plus the tape's semantics (accumulation, no-grad mode, detach, errors).
  *

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Training checkpoints on the device under test. A run stopped after k steps, saved, and continued
  * from the file by a fresh model, optimizer and loader (other initial weights, the generators moved
  * on) gives bit for bit the losses, parameters and later random draws of an unbroken run: Adam,

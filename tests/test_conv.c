@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* cg_conv2d and cg_max_pool2d, and the Conv2d / MaxPool2d modules.
  *
  * Forward values against a double-precision direct convolution / pooling over a set of shapes (batch
@@ -7,7 +6,8 @@
  * weight and bias against central finite differences of that reference: backward of L = sum(wt * out)
  * for a fixed random weighting wt, so every output matters. Max pooling's ties, NaN and overlapping
  * windows on hand-made inputs. Errors. Modules in a Sequential that trains and clones. The cuda build
- * also checks the GPU against the CPU implementation and that two GPU runs give the same bits.
+ * also checks the GPU against the CPU implementation and that two GPU runs give the same bits; built
+ * without cuDNN, it checks cg_conv2d's error instead and runs the cases that need no convolution.
  *
  * Tolerance. An output is a sum of c kh kw products plus a bias; a gradient element a sum over
  * outputs. Summing k fp32 terms errs by at most about k u sum|terms| (u = 6e-8), so an output must lie
@@ -683,6 +683,23 @@ static void test_sequential_trains_and_clones(void **state) {
     free(hx), free(ht), free(y), free(yd), free(want);
 }
 
+/* ---- a GPU of a build without cuDNN ------------------------------------------------------------------------- */
+/* cg_conv2d, and the Conv2d module through it, fail with an error naming the op, the device and the cause. */
+static void test_conv_without_cudnn(void **state) {
+    (void)state;
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *x = CG_TEST_OK(cg_zeros(CG_SHAPE(1, 2, 5, 5), dev()));
+    cg_tensor *w = CG_TEST_OK(cg_zeros(CG_SHAPE(3, 2, 3, 3), dev()));
+    assert_null(cg_conv2d(x, w, NULL, 1, 0));
+    cg_test_assert_error(CG_ERR_BACKEND, "cg_conv2d", "cuda:0", "cgrad was built without cuDNN");
+    cg_module *m = cg_conv2d_new(2, 3, 3, 1, 0, true, dev());
+    assert_non_null(m);
+    assert_null(cg_module_forward(m, x));
+    cg_test_assert_error(CG_ERR_BACKEND, "cg_conv2d", "cuda:0", "cgrad was built without cuDNN");
+    cg_module_free(m);
+    cg_scope_end(scope);
+}
+
 /* ---- a training step captured in a CUDA graph ---------------------------------------------------------------- */
 static void step_setup(cg_test_step *c) {
     memset(c, 0, sizeof *c);
@@ -726,5 +743,12 @@ int main(void) {
         CG_TEST(test_sequential_trains_and_clones),
         CG_TEST(test_graph_replay_equals_eager),
     };
+    /* a GPU of a build without cuDNN: the error, and what runs without cuDNN */
+    const struct CMUnitTest without_cudnn[] = {
+        CG_TEST(test_conv_without_cudnn),        CG_TEST(test_pool_against_reference),
+        CG_TEST(test_pool_ties_nan_overlap),     CG_TEST(test_gpu_pool_matches_cpu_bits),
+        CG_TEST(test_conv_module_params),
+    };
+    if (!cg_test_has_conv()) return cmocka_run_group_tests(without_cudnn, NULL, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

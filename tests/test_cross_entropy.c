@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Softmax cross-entropy, argmax and accuracy on the device under test.
  *
  * cg_cross_entropy is nn.CrossEntropyLoss with class-index targets and mean reduction. The loss is

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Data sets and the loader on the device under test: normalisation as torchvision's ToTensor +
  * Normalize (bit for bit with the same float formula), batches in order (views) and shuffled
  * (gathered on the device), every row exactly once per epoch, the last partial batch kept or

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* DataParallel in one process (include/cgrad/parallel.h) against a plain model on one GPU:
  *
  *   - K SGD steps (plain, and momentum + nesterov + weight decay) of an MLP wrapped over 2 and 4

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Dropout and Flatten on the device under test.
  *
  * cg_dropout in training keeps each element with probability 1 - p and scales it by 1 / (1 - p):

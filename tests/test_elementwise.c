@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Element-wise ops against double-precision C references on fresh random data, at 1, 7, 1023 and
  * 2^20+3 elements, with broadcasting (bias row, outer (N,1)*(1,C), leading dims, scalar tensors),
  * transposed (non-contiguous) inputs, and outputs poisoned with NaN before each op. rtol 1e-5. */

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Bad input fails cleanly (NULL or a status, the process goes on) and cg_last_error() says why:
  * NULL and freed tensors, shape mismatches naming the op and both shapes, tensors on different
  * devices naming both, bad dims, bad device strings, views of non-contiguous tensors, and GPU

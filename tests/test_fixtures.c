@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Whole training steps against PyTorch: tests/make_fixtures.py ran 5 SGD steps of Linear(10,1) and
  * of an MLP 32-64-64-8 (ReLU) with PyTorch, plain and with momentum + nesterov + weight decay, and
  * wrote the inputs, initial weights, and every step's loss, gradients and updated weights to

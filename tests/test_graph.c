@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* CUDA graphs: a captured training step, replayed, gives bit for bit what the same steps give when
  * run eagerly; memory the step frees, or makes and keeps, is not handed to anyone else while the
  * graph lives; a step that reads a result back, or whose optimizer works out per-step values on

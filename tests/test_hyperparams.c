@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Numbers out of range (issue #25, class 6). Every optimizer hyperparameter gets one check (the
  * constructors, cg_optimizer_set_lr, a checkpoint's lr: test_checkpoint.c): finite, in PyTorch's range,
  * and a float the update can use (at most FLT_MAX, for Adam lr / (1 - beta1) and lr * weight_decay

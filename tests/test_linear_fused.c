@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* cg_linear's forward and its three gradients against double references, on shapes that take the
  * bias-fused cuBLASLt GEMMs on the GPU (the bias in the forward GEMM's epilogue, the bias gradient out
  * of the weight gradient's GEMM) and on shapes that take the skinny kernels (which fuse both too):

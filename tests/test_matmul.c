@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* cg_matmul against a double-precision reference at (m,k,n) = (1,1,1), (7,5,3), (1023,257,129),
  * (2048,2048,2048) and degenerate shapes, each with the four transpose combinations (a transposed
  * operand is a cg_transpose view of a stored (k,m) or (n,k) tensor); rtol 1e-4.

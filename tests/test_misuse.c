@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Misuse (issue #8): every case below does something wrong with the API and checks that
  *   1. the call fails cleanly: NULL or the status in the table, never a crash or a hang;
  *   2. cg_last_error() names the function and the facts that matter (shapes, devices, file, why):

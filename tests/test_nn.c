@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Modules and the SGD optimizer against PyTorch's semantics (DESIGN.md): state_dict names and
  * order, nn.Linear's init distribution, moving and cloning across devices, torch.optim.SGD's
  * update rule (momentum, dampening, weight decay, nesterov) recomputed on the host in double, the

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* sum and mean over all elements (1, 7, 1023, 2^20+3 elements) and along each dim of odd 2-D/3-D
  * shapes, keepdim both ways, against double-precision references; rtol 1e-4. MSE's sum of squared
  * differences (one launch on a GPU, its blocks counted in a per-device ticket) at sizes from one

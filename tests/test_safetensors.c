@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* safetensors checkpoints (include/cgrad/io.h), on the device under test:
  *   - save -> load into a freshly initialised model gives the same bits, for every parameter;
  *   - files written by PyTorch (tests/make_safetensors_fixtures.py: safetensors.torch.save_file of

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Sizes and overlap (issue #25, classes 1 and 2), on the device under test.
  *
  * Class 1: every product or sum of sizes, counts and offsets that a caller can push past 64 bits is

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* The skinny GEMM kernels (one side of at most 16, used by narrow Linear layers such as the seed's
  * Linear(100000, 10)): y = x w^T and dw = g^T x against double references, at every small width,
  * odd row counts, widths that fall back to BLAS, and bit-for-bit repeatability. */

@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Memory of a training loop written as in the examples: one scope per step around zero_grad,
  * forward, loss, backward and step.
  *

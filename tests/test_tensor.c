@@ -1,4 +1,3 @@
-/* cgrad-test: cpu cuda */
 /* Tensors on the device under test: creation (values, shapes, random statistics and seeding),
  * cg_to round trips, shape ops (reshape/view/transpose/contiguous/clone/copy_), item, the
  * PyTorch-style print, scopes and the caching allocator. */

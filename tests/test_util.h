@@ -56,6 +56,16 @@ static inline void cg_test_require_device(void) {
 #endif
 }
 
+/* Whether cg_conv2d runs on the device under test: not on a GPU when cgrad was built without cuDNN
+ * (CGRAD_CUDNN off: tests/CMakeLists.txt defines CG_TEST_NO_CUDNN), where it fails with an error. */
+static inline bool cg_test_has_conv(void) {
+#if defined(CG_TEST_DEVICE_cuda) && defined(CG_TEST_NO_CUDNN)
+    return false;
+#else
+    return true;
+#endif
+}
+
 /* Seeds the test generator and cgrad's (printed), then requires the device under test. */
 void cg_test_init_seed(void);
 static inline void cg_test_init(void) {

@@ -13,10 +13,14 @@
  * The bias gradient is the front-end's deterministic sum (src/ops_conv.c).
  *
  * Max pooling does not use cuDNN: cuDNN documents neither which of tied maxima its backward routes
- * to nor what a NaN does, and cg_max_pool2d promises PyTorch's choice. */
+ * to nor what a NaN does, and cg_max_pool2d promises PyTorch's choice.
+ *
+ * cuDNN is optional (CMake's CGRAD_CUDNN): a build without it has max pooling, and convolutions that fail
+ * with an error saying so. */
 #include "cuda/cuda_internal.h"
 #include "kernels/pool.h"
 
+#ifdef CGRAD_HAVE_CUDNN
 #define CONV_PLANS 16                          /* shapes cached per device (round robin) */
 #define CONV_WORKSPACE_MAX ((size_t)256 << 20) /* bytes an algorithm may ask for */
 
@@ -204,32 +208,32 @@ static cg_status run_pass(int index, const cg_conv_geom *g, conv_pass pass, cons
 }
 
 cg_status cg__cuda_conv2d_forward(const void *raw, int index) {
-    const cg_conv_args *kargs = raw;
-    const cg_conv_geom *g = &kargs->geom;
-    const float *x = kargs->x;
-    const float *weight = kargs->weight;
-    const float *bias = kargs->bias;
-    float *y = kargs->y;
-    return run_pass(index, g, CONV_FORWARD, x, weight, bias, y);
+    const cg_conv_args *a = raw;
+    return run_pass(index, &a->geom, CONV_FORWARD, a->x, a->weight, a->bias, a->y);
 }
 
 cg_status cg__cuda_conv2d_backward_data(const void *raw, int index) {
-    const cg_conv_args *kargs = raw;
-    const cg_conv_geom *g = &kargs->geom;
-    const float *gy = kargs->gy;
-    const float *weight = kargs->weight;
-    float *gx = kargs->gx;
-    return run_pass(index, g, CONV_BACKWARD_DATA, gy, weight, NULL, gx);
+    const cg_conv_args *a = raw;
+    return run_pass(index, &a->geom, CONV_BACKWARD_DATA, a->gy, a->weight, NULL, a->gx);
 }
 
 cg_status cg__cuda_conv2d_backward_weight(const void *raw, int index) {
-    const cg_conv_args *kargs = raw;
-    const cg_conv_geom *g = &kargs->geom;
-    const float *x = kargs->x;
-    const float *gy = kargs->gy;
-    float *gweight = kargs->gweight;
-    return run_pass(index, g, CONV_BACKWARD_FILTER, x, gy, NULL, gweight);
+    const cg_conv_args *a = raw;
+    return run_pass(index, &a->geom, CONV_BACKWARD_FILTER, a->x, a->gy, NULL, a->gweight);
 }
+#else
+static cg_status no_cudnn(const void *raw, int index) {
+    (void)raw;
+    return cg__fail(CG_ERR_BACKEND,
+                    "cg_conv2d: cuda:%d: cgrad was built without cuDNN, which GPU convolutions need (configure with "
+                    "cuDNN 9 installed and CGRAD_CUDNN=ON)",
+                    index);
+}
+
+cg_status cg__cuda_conv2d_forward(const void *raw, int index) { return no_cudnn(raw, index); }
+cg_status cg__cuda_conv2d_backward_data(const void *raw, int index) { return no_cudnn(raw, index); }
+cg_status cg__cuda_conv2d_backward_weight(const void *raw, int index) { return no_cudnn(raw, index); }
+#endif
 
 /* ---- max pooling ----------------------------------------------------------------------------------------- */
 cg_status cg__cuda_max_pool2d_forward(const void *raw, int index) {

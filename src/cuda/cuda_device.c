@@ -100,8 +100,10 @@ static cg_status context_create(int index, cg_cuda_context **out) {
     CG_CUDA_CHECK(cudaMalloc((void **)&ctx->tickets, CG_TICKETS * sizeof *ctx->tickets));
     CG_CUDA_CHECK(cudaMemset(ctx->tickets, 0, CG_TICKETS * sizeof *ctx->tickets));
     CG_CUDA_CHECK(cudaEventCreateWithFlags(&ctx->marker, cudaEventDisableTiming));
+#ifdef CGRAD_HAVE_CUDNN
     CG_CUDNN_CHECK(cudnnCreate(&ctx->cudnn));
     CG_CUDNN_CHECK(cudnnSetStream(ctx->cudnn, ctx->stream));
+#endif
     return CG_OK;
 }
 

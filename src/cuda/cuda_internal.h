@@ -97,7 +97,7 @@ cg_status cg__cuda_cross_entropy_backward(const void *args, int index);
 cg_status cg__cuda_argmax(const void *args, int index);
 cg_status cg__cuda_gather_rows(const void *args, int index);
 cg_status cg__cuda_adam_step(const void *args, int index);
-/* convolution (cuDNN) and max pooling (kernels/pool.cu) (cuda_conv.c) */
+/* convolution (cuDNN; without it, errors) and max pooling (kernels/pool.cu) (cuda_conv.c) */
 cg_status cg__cuda_conv2d_forward(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_data(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_weight(const void *args, int index);
