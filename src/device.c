@@ -68,6 +68,17 @@ bool cg__supports(cg_device d, cg_kernel_id k) {
     return be && be->kernels[k];
 }
 
+cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const void *src, size_t bytes) {
+    if (bytes == 0) return CG_OK;
+    if (dst_dev.type == CG_CPU && src_dev.type == CG_CPU) {
+        memcpy(dst, src, bytes);
+        return CG_OK;
+    }
+    if (src_dev.type == CG_CPU) return cg__backend_for(dst_dev)->memcpy_from_host(dst_dev, dst, src, bytes);
+    if (dst_dev.type == CG_CPU) return cg__backend_for(src_dev)->memcpy_to_host(src_dev, dst, src, bytes);
+    return cg__cuda_copy_peer(dst_dev.index, dst, src_dev.index, src, bytes);
+}
+
 cg_status cg_device_parse(const char *text, cg_device *out) {
     if (!text || !out) return cg__fail(CG_ERR_INVALID_ARG, "cg_device_parse: NULL argument");
     cg_device d;

@@ -1,17 +1,7 @@
-/* Data movement and shape: cg_to, clone, contiguous, copy_, reshape, view, transpose. */
+/* Data movement and shape: cg_to, clone, contiguous, copy_, reshape, view, transpose; read-back to the
+ * host (cg_to_host, cg_item). */
 #include "internal.h"
 #include "op_table.h"
-
-cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const void *src, size_t bytes) {
-    if (bytes == 0) return CG_OK;
-    if (dst_dev.type == CG_CPU && src_dev.type == CG_CPU) {
-        memcpy(dst, src, bytes);
-        return CG_OK;
-    }
-    if (src_dev.type == CG_CPU) return cg__backend_for(dst_dev)->memcpy_from_host(dst_dev, dst, src, bytes);
-    if (dst_dev.type == CG_CPU) return cg__backend_for(src_dev)->memcpy_to_host(src_dev, dst, src, bytes);
-    return cg__cuda_copy_peer(dst_dev.index, dst, src_dev.index, src, bytes);
-}
 
 /* ---- autograd for data movement and shape ------------------------------------------------------ */
 
@@ -65,6 +55,13 @@ cg_tensor *cg_contiguous(const cg_tensor *t) {
     return recorded(out, t, CG_MOVE_IDENTITY, "cg_contiguous", 0, 0);
 }
 
+cg_tensor *cg__raw_contiguous(const cg_tensor *t) {
+    bool previous = cg_set_grad_enabled(false);
+    cg_tensor *c = cg_contiguous(t);
+    cg_set_grad_enabled(previous);
+    return c;
+}
+
 cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
     if (cg__check_tensor(t, "cg_to", "t") != CG_OK) return NULL;
     if (!cg__backend_for(d)) return (cg__fail_context("cg_to"), NULL);
@@ -75,26 +72,6 @@ cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
         return NULL;
     }
     return recorded(out, t, CG_MOVE_DEVICE, "cg_to", 0, 0);
-}
-
-/* The elements t reaches, [*lo, *hi] counted from its storage's start (t not empty); false when
- * that does not fit in 64 bits. */
-static bool element_range(const cg_tensor *t, int64_t *lo, int64_t *hi) {
-    const cg_tensor_impl *ti = cg__t(t);
-    *lo = *hi = ti->offset;
-    for (int i = 0; i < ti->ndim; i++) {
-        int64_t reach;
-        if (!cg__mul_i64(ti->strides[i], ti->shape[i] - 1, &reach)) return false;
-        if (!(reach < 0 ? cg__add_i64(*lo, reach, lo) : cg__add_i64(*hi, reach, hi))) return false;
-    }
-    return true;
-}
-
-bool cg__overlaps(const cg_tensor *a, const cg_tensor *b) {
-    if (cg__t(a)->storage != cg__t(b)->storage || cg__t(a)->numel == 0 || cg__t(b)->numel == 0) return false;
-    int64_t alo, ahi, blo, bhi;
-    if (!element_range(a, &alo, &ahi) || !element_range(b, &blo, &bhi)) return true;
-    return alo <= bhi && blo <= ahi;
 }
 
 /* The same elements of the same storage in the same order (strides of size-1 dims do not matter). */
@@ -207,6 +184,33 @@ cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     shape[d0] = ti->shape[d1], shape[d1] = ti->shape[d0];
     strides[d0] = ti->strides[d1], strides[d1] = ti->strides[d0];
     return recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, CG_MOVE_TRANSPOSE, "cg_transpose", d0, d1);
+}
+
+/* ---- read-back ------------------------------------------------------------------------------------ */
+cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len) {
+    CG_TRY(cg__check_tensor(t, "cg_to_host", "t"));
+    const cg_tensor_impl *ti = cg__t(t);
+    if (!dst && ti->numel > 0) return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: dst is NULL");
+    if (dst_len < (size_t)ti->numel)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: destination holds %zu floats, tensor has %lld",
+                        dst_len, (long long)ti->numel);
+    if (ti->numel == 0) return CG_OK;
+    cg_tensor *c = cg_contiguous(t);
+    if (!c) return cg_last_status();
+    cg_status s = cg__copy_bytes(cg_cpu(), dst, cg__t(c)->device, cg__data(c), (size_t)cg__t(c)->numel * sizeof(float));
+    cg_tensor_free(c);
+    return s;
+}
+
+cg_status cg_item(const cg_tensor *t, float *out) {
+    CG_TRY(cg__check_tensor(t, "cg_item", "t"));
+    if (!out) return cg__fail(CG_ERR_INVALID_ARG, "cg_item: out is NULL");
+    if (cg__t(t)->numel != 1) {
+        char buf[160];
+        return cg__fail(CG_ERR_SHAPE, "cg_item: a tensor with %lld elements %s cannot be converted to a scalar",
+                        (long long)cg__t(t)->numel, cg__shape_str(t, buf, sizeof buf));
+    }
+    return cg_to_host(t, out, 1);
 }
 
 /* ---- op-table entries (op_table.h) ---------------------------------------------------------------- */

@@ -1,4 +1,4 @@
-/* Tensor handles, storage, scopes, creation and read-back. */
+/* Tensor handles, storage, scopes, views and creation. */
 #include "internal.h"
 
 #include "spinlock.h"
@@ -244,11 +244,14 @@ void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset) {
     cg__contiguous_strides(ti->ndim, ti->shape, ti->strides);
 }
 
+void (*cg__grad_fn_release)(struct cg_node *n);
+
 void cg_tensor_free(cg_tensor *t) {
     if (!t || cg__check_tensor(t, "cg_tensor_free", "t") != CG_OK) return;
     const cg_tensor_impl *ti = cg__t(t);
     scope_unlink(t);
-    cg__node_unref(ti->grad_fn);
+    /* relaxed: whoever hands this tensor over made its node's recording visible, and the hook with it */
+    if (ti->grad_fn) __atomic_load_n(&cg__grad_fn_release, __ATOMIC_RELAXED)(ti->grad_fn);
     cg_tensor_free(ti->grad);
     storage_release(ti->storage);
     cg__handle_free(&tensor_pool, t);
@@ -285,6 +288,26 @@ bool cg_is_contiguous(const cg_tensor *t) {
     return true;
 }
 
+/* The elements t reaches, [*lo, *hi] counted from its storage's start (t not empty); false when
+ * that does not fit in 64 bits. */
+static bool element_range(const cg_tensor *t, int64_t *lo, int64_t *hi) {
+    const cg_tensor_impl *ti = cg__t(t);
+    *lo = *hi = ti->offset;
+    for (int i = 0; i < ti->ndim; i++) {
+        int64_t reach;
+        if (!cg__mul_i64(ti->strides[i], ti->shape[i] - 1, &reach)) return false;
+        if (!(reach < 0 ? cg__add_i64(*lo, reach, lo) : cg__add_i64(*hi, reach, hi))) return false;
+    }
+    return true;
+}
+
+bool cg__overlaps(const cg_tensor *a, const cg_tensor *b) {
+    if (cg__t(a)->storage != cg__t(b)->storage || cg__t(a)->numel == 0 || cg__t(b)->numel == 0) return false;
+    int64_t alo, ahi, blo, bhi;
+    if (!element_range(a, &alo, &ahi) || !element_range(b, &blo, &bhi)) return true;
+    return alo <= bhi && blo <= ahi;
+}
+
 /* ---- creation ------------------------------------------------------------------------------------ */
 static cg_tensor *created(int ndim, const int64_t *shape, cg_device d, const char *fn) {
     if (cg__check_shape(ndim, shape, fn) != CG_OK) return NULL;
@@ -303,13 +326,6 @@ cg_tensor *cg__finish(cg_tensor *out, cg_status s) {
     if (s == CG_OK) return out;
     cg_tensor_free(out);
     return NULL;
-}
-
-cg_tensor *cg__raw_contiguous(const cg_tensor *t) {
-    bool previous = cg_set_grad_enabled(false);
-    cg_tensor *c = cg_contiguous(t);
-    cg_set_grad_enabled(previous);
-    return c;
 }
 
 cg_tensor *cg_empty(int ndim, const int64_t *shape, cg_device d) { return created(ndim, shape, d, "cg_empty"); }
@@ -353,30 +369,3 @@ static cg_tensor *random_tensor(int ndim, const int64_t *shape, cg_device d, boo
 }
 cg_tensor *cg_rand(int ndim, const int64_t *shape, cg_device d) { return random_tensor(ndim, shape, d, false, "cg_rand"); }
 cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d) { return random_tensor(ndim, shape, d, true, "cg_randn"); }
-
-/* ---- read-back ------------------------------------------------------------------------------------ */
-cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len) {
-    CG_TRY(cg__check_tensor(t, "cg_to_host", "t"));
-    const cg_tensor_impl *ti = cg__t(t);
-    if (!dst && ti->numel > 0) return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: dst is NULL");
-    if (dst_len < (size_t)ti->numel)
-        return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: destination holds %zu floats, tensor has %lld",
-                        dst_len, (long long)ti->numel);
-    if (ti->numel == 0) return CG_OK;
-    cg_tensor *c = cg_contiguous(t);
-    if (!c) return cg_last_status();
-    cg_status s = cg__copy_bytes(cg_cpu(), dst, cg__t(c)->device, cg__data(c), (size_t)cg__t(c)->numel * sizeof(float));
-    cg_tensor_free(c);
-    return s;
-}
-
-cg_status cg_item(const cg_tensor *t, float *out) {
-    CG_TRY(cg__check_tensor(t, "cg_item", "t"));
-    if (!out) return cg__fail(CG_ERR_INVALID_ARG, "cg_item: out is NULL");
-    if (cg__t(t)->numel != 1) {
-        char buf[160];
-        return cg__fail(CG_ERR_SHAPE, "cg_item: a tensor with %lld elements %s cannot be converted to a scalar",
-                        (long long)cg__t(t)->numel, cg__shape_str(t, buf, sizeof buf));
-    }
-    return cg_to_host(t, out, 1);
-}

@@ -1,0 +1,93 @@
+/* Recording ops on the tape: grad mode, the nodes and cg__record (src/autograd.c). Layer: recording,
+ * above tensors (tensor_impl.h), below the ops, which record their nodes through it; the backward
+ * engine (backward.h) sits above the ops and runs the nodes' backward functions. Uses tensors and
+ * the element-wise op enums (kernels/elementwise_ops.h), nothing above. */
+#ifndef CGRAD_AUTOGRAD_H
+#define CGRAD_AUTOGRAD_H
+
+#include <stdint.h>
+
+#include "cgrad/core.h"
+#include "kernels/elementwise_ops.h"
+
+/* A node is one recorded op. Its backward receives the gradient of the op's output and returns
+ * the gradient of each input (NULL where that input needs none); the engine sums gradients that
+ * meet at a tensor and reduces broadcast gradients to the input's shape. */
+#define CG_NODE_MAX_INPUTS 16 /* a data-parallel gather takes one input per GPU */
+#define CG_NODE_MAX_SAVED 3
+
+typedef struct cg_node cg_node;
+typedef cg_status (*cg_backward_fn)(cg_node *node, const cg_tensor *grad_out, cg_tensor **grad_in);
+
+/* Each recorded op's parameters, a struct per op (family) in one union. */
+typedef struct cg_unary_params {
+    cg_unary_op op;
+    float s; /* the scalar parameter (kernels/elementwise_ops.h) */
+} cg_unary_params;
+typedef struct cg_binary_params {
+    cg_binary_op op;
+} cg_binary_params;
+typedef struct cg_reduce_params {
+    int dim;     /* the dim reduced over, or -1 for all */
+    float scale; /* 1, or 1 / n for a mean */
+} cg_reduce_params;
+typedef enum cg_movement_kind { CG_MOVE_IDENTITY, CG_MOVE_RESHAPE, CG_MOVE_TRANSPOSE, CG_MOVE_DEVICE } cg_movement_kind;
+typedef struct cg_movement_params {
+    cg_movement_kind kind;
+    int dim0, dim1; /* CG_MOVE_TRANSPOSE: the dims swapped */
+} cg_movement_params;
+typedef struct cg_window_params {
+    int stride, padding; /* convolution */
+    int kernel;          /* pooling */
+} cg_window_params;
+typedef struct cg_loss_params {
+    float scale; /* the factor of the reduction: 1 / n for a mean */
+} cg_loss_params;
+typedef union cg_op_params {
+    cg_unary_params unary;
+    cg_binary_params binary;
+    cg_reduce_params reduce;
+    cg_movement_params movement;
+    cg_window_params window;
+    cg_loss_params loss;
+} cg_op_params;
+
+struct cg_node {
+    int refcount;                            /* output tensor + consumer nodes */
+    const char *name;                        /* op name, for error messages */
+    cg_backward_fn backward;
+    int ninputs;
+    cg_node *next[CG_NODE_MAX_INPUTS];       /* producer of input k (a reference), or NULL */
+    cg_tensor *leaf[CG_NODE_MAX_INPUTS];     /* input k when it is a leaf requiring grad */
+    bool needs_grad[CG_NODE_MAX_INPUTS];
+    int in_ndim[CG_NODE_MAX_INPUTS];
+    int64_t in_shape[CG_NODE_MAX_INPUTS][CG_MAX_DIMS];
+    cg_device in_device[CG_NODE_MAX_INPUTS];
+    cg_tensor *saved[CG_NODE_MAX_SAVED];     /* owned handles (views), released after backward */
+    uint64_t saved_version[CG_NODE_MAX_SAVED]; /* their storage's version when saved */
+    void *ctx;                               /* a wrapper's state (data parallelism), not owned */
+    cg_op_params params;                     /* what the op's backward needs, typed by op */
+    bool released;                           /* saved values freed by a backward pass */
+    /* bookkeeping */
+    cg_node *link;                           /* free list / release chain */
+    uint64_t epoch;
+    int pending;
+    cg_tensor *grad_accum;
+};
+
+/* True when grad mode is on and any of the inputs requires grad. */
+bool cg__should_record(int n, const cg_tensor *const *inputs);
+/* Records out = op(inputs): out gets a new node holding `saved` (views taken here; NULL entries
+ * allowed). Returns NULL (error recorded) when out of memory. */
+cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, int ninputs,
+                    const cg_tensor *const *inputs, int nsaved, const cg_tensor *const *saved);
+void cg__node_unref(cg_node *n);
+/* For a backward that can write input k's gradient straight into place (saving a copy): the
+ * gradient buffer of input k when it is a leaf with no gradient since zero_grad, else NULL. After
+ * writing it, call cg__leaf_grad_written and leave grad_in[k] NULL. */
+cg_tensor *cg__leaf_grad_target(cg_node *n, int k);
+void cg__leaf_grad_written(cg_node *n, int k);
+/* Frees the node's saved values (a backward pass is done with them). */
+void cg__node_release_saved(cg_node *n);
+
+#endif

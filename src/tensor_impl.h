@@ -1,0 +1,102 @@
+/* Tensors: storage, the tensor a handle names, views, scopes and creation (src/tensor.c). Layer:
+ * tensors, above the devices: it allocates storage (allocator.h), fills and copies through the
+ * backends (backend.h) and uses nothing above them: no op, no autograd. A tensor holds its autograd
+ * fields as plain data; the node that produced it is released through cg__grad_fn_release, which
+ * the recording layer (autograd.h) sets. */
+#ifndef CGRAD_TENSOR_IMPL_H
+#define CGRAD_TENSOR_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cgrad/core.h"
+#include "handle.h"
+
+struct cg_node; /* autograd.h */
+
+typedef struct cg_storage {
+    cg_device device;
+    float *data;     /* device or host pointer, from the caching allocator */
+    size_t bytes;    /* size of the block as requested */
+    int refcount;    /* tensors that share it; changed atomically (threads may share a read-only tensor) */
+    uint64_t version; /* in-place writes through the API (cg_copy_), so backward can refuse stale saves */
+    struct cg_storage *next_free;
+} cg_storage;
+
+/* What a tensor handle (cg_tensor *, see handle.h) names; read it through cg__t(handle). */
+typedef struct cg_tensor_impl {
+    int ndim;
+    int64_t shape[CG_MAX_DIMS];
+    int64_t strides[CG_MAX_DIMS];  /* in elements; views may be non-contiguous */
+    int64_t numel;
+    int64_t offset;                /* first element, in elements from storage->data */
+    cg_device device;
+    cg_storage *storage;
+    cg_scope *scope;               /* owning scope, or NULL when the user owns it */
+    /* autograd */
+    bool requires_grad;
+    bool grad_defined;             /* grad holds a value produced since the last zero_grad */
+    cg_tensor *grad;               /* owned; for parameters a view into the gradient buffer */
+    struct cg_node *grad_fn;       /* the op that produced this tensor (one reference), or NULL */
+    /* called once per backward pass, when the pass will add nothing more to grad (data
+     * parallelism's bucket readiness): after the last node that sends this leaf a gradient ran */
+    void (*grad_hook)(void *ctx, cg_tensor *t);
+    void *grad_hook_ctx;
+    int grad_pending;              /* nodes of the current pass yet to send this hooked leaf a gradient */
+    uint64_t grad_epoch;           /* the pass grad_pending counts for */
+    cg_tensor *scope_next;         /* intrusive list of the scope's tensors */
+    cg_tensor *scope_prev;
+} cg_tensor_impl;
+
+/* The tensor a handle names (no check: see handle.h). */
+static inline cg_tensor_impl *cg__t(const cg_tensor *t) { return (cg_tensor_impl *)cg__handle_object(t); }
+static inline float *cg__data(const cg_tensor *t) { return cg__t(t)->storage->data + cg__t(t)->offset; }
+
+/* Checks that t is a live handle; records "<fn>: argument <name> is NULL/freed" otherwise. Every public
+ * call makes this check, so its common case compiles inline and only a failure makes a call. */
+cg_status cg__check_tensor_failed(const cg_tensor *t, const char *fn, const char *name);
+static inline cg_status cg__check_tensor(const cg_tensor *t, const char *fn, const char *name) {
+    return cg__handle_live(CG_HANDLE_TENSOR, t) ? CG_OK : cg__check_tensor_failed(t, fn, name);
+}
+/* Checks both are live and on one device (error names both devices). */
+cg_status cg__check_same_device(const cg_tensor *a, const cg_tensor *b, const char *fn);
+/* Writes "(5, 10)" into buf. */
+const char *cg__shape_str(const cg_tensor *t, char *buf, size_t len);
+const char *cg__dims_str(int ndim, const int64_t *shape, char *buf, size_t len);
+/* Validates dims (0..8, each >= 0, the rule of src/checked.h) for function fn. */
+cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn);
+/* Checks the shape (ndim, shape) that fn computes from its operands a and b (named name_a, name_b
+ * in the message, with their shapes): CG_ERR_SHAPE when it breaks the rule of src/checked.h. */
+cg_status cg__check_result_shape(int ndim, const int64_t *shape, const char *fn, const char *name_a,
+                                 const cg_tensor *a, const char *name_b, const cg_tensor *b);
+
+/* t (contiguous) = value, on t's device. */
+cg_status cg__fill(cg_tensor *t, float value);
+/* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM or a shape that breaks
+ * the rule of src/checked.h (a backstop: ops check the shapes they compute, naming themselves). */
+cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d);
+/* out when s is CG_OK; otherwise frees out and returns NULL (the failure is already recorded). */
+cg_tensor *cg__finish(cg_tensor *out, cg_status s);
+/* A new handle sharing t's storage with the given layout. */
+cg_tensor *cg__view_new(const cg_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                        int64_t offset);
+/* A new handle on t's data with t's layout (cg_detach without the check). */
+cg_tensor *cg__alias(const cg_tensor *t);
+/* For a valid shape (cg__check_shape) or a part of one, which cannot overflow (src/checked.h). */
+void cg__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+int64_t cg__numel_of(int ndim, const int64_t *shape);
+/* Whether a and b share storage and the ranges of elements they span intersect (conservatively
+ * true when a range does not fit in 64 bits); an empty tensor overlaps nothing. For in-place ops:
+ * their source must be read before it is overwritten. */
+bool cg__overlaps(const cg_tensor *a, const cg_tensor *b);
+
+/* Points t at base's storage from element `offset`, contiguous with t's shape, on base's device;
+ * t's previous storage is released. Used to pack parameters into one buffer. */
+void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset);
+
+/* A tensor holds one reference to the node that produced it (grad_fn), which belongs to the layer
+ * above (autograd.h): freeing the tensor drops that reference through this function, set by that
+ * layer before it makes its first node, so that this layer calls nothing above it. */
+extern void (*cg__grad_fn_release)(struct cg_node *n);
+
+#endif
