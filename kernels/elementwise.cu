@@ -1,4 +1,4 @@
-// Element-wise CUDA kernels (internal.h: cg_ew_call): a contiguous path with 16-byte loads and a
+// Element-wise CUDA kernels (kernel_args.h: cg_ew_call): a contiguous path with 16-byte loads and a
 // strided/broadcast path. The pass and the op are template parameters, so each instantiation compiles
 // to its own straight-line loop.
 #include "kernels.h"

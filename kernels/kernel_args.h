@@ -2,7 +2,7 @@
  * (src/ops_*.c) and the backends (src/cpu, src/cuda and the CUDA kernels in kernels/), which is
  * all a backend sees of an op. A backend implements a kernel as
  *     cg_status kernel(const void *args, int device_index)
- * with args the kernel's struct below, and lists it in its table (cg_backend.kernels, internal.h)
+ * with args the kernel's struct below, and lists it in its table (cg_backend.kernels, src/backend.h)
  * by id; a kernel it lacks is an error naming the kernel and the backend (cg__run). Plain data: C
  * and CUDA C++, included by the kernels instead of the library's internal headers. Shapes in
  * comments; every array is contiguous unless a layout says otherwise. */

@@ -31,7 +31,7 @@ static inline unsigned cg_launch_grid(int64_t items, int threads) {
     return (unsigned)cg_launch_blocks((items + threads - 1) / threads, 64);
 }
 
-/* elementwise.cu: one element-wise pass (internal.h: cg_ew_call) */
+/* elementwise.cu: one element-wise pass (kernel_args.h: cg_ew_call) */
 cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);
 cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream);
 cudaError_t cg_launch_arange(float *out, int64_t n, double start, double step, cudaStream_t stream);
@@ -110,8 +110,8 @@ cudaError_t cg_launch_peer_allreduce(const cg_peer_allreduce_args *a, cudaStream
 cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
                           cudaStream_t stream);
 
-/* classify.cu: softmax cross-entropy over logits (n, c) with class-index targets (n), and argmax (see the
- * backend table in src/internal.h for the contracts). Deterministic: no atomics. */
+/* classify.cu: softmax cross-entropy over logits (n, c) with class-index targets (n), and argmax (see
+ * kernel_args.h for the contracts). Deterministic: no atomics. */
 cudaError_t cg_launch_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
                                             float *row_loss, cudaStream_t stream);
 cudaError_t cg_launch_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale,

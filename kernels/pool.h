@@ -1,6 +1,6 @@
 /* Launchers of pool.cu, callable from C (see kernels.h for the conventions): max pooling over the (n, c)
- * planes of x (n, c, h, w), no padding, with the contracts of the backend table's max_pool2d entries
- * (src/internal.h). Deterministic: no atomics. */
+ * planes of x (n, c, h, w), no padding, with the contracts of cg_pool_args
+ * (kernel_args.h). Deterministic: no atomics. */
 #ifndef CGRAD_POOL_H
 #define CGRAD_POOL_H
 

@@ -2,9 +2,14 @@
  * size; a request of the same rounded size takes it back without calling malloc/cudaMalloc, so a
  * repeated step allocates nothing from the system after its first run. On out-of-memory the
  * device's cache is released and the request retried once. */
-#include "internal.h"
+#include "cgrad/core.h"
 
+#include "allocator.h"
+#include "backend.h"
+#include "error.h"
 #include "spinlock.h"
+
+#include <stdlib.h>
 
 #define CG_MAX_CUDA_DEVICES 64
 #define SMALL_LIMIT (1u << 20)

@@ -1,10 +1,17 @@
 /* Reverse-mode autograd, the recording half: grad mode, the node pool, recording nodes as ops run,
  * and the tensor-level autograd API. The engine that runs the nodes is src/backward.c. */
-#include "internal.h"
+#include "cgrad/core.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "autograd.h"
+#include "error.h"
+#include "handle.h"
 #include "spinlock.h"
+#include "tensor_impl.h"
+#include "thread.h"
 
 static CG_THREAD_FAST bool grad_enabled = true;
 

@@ -1,8 +1,18 @@
 /* Reverse-mode autograd, the engine: cg_backward runs the recorded nodes (src/autograd.c) in reverse,
  * routing each input gradient to its producer or leaf. */
-#include "internal.h"
+#include "cgrad/core.h"
+
+#include "autograd.h"
+#include "backward.h"
+#include "error.h"
+#include "handle.h"
+#include "ops.h"
+#include "tensor_impl.h"
+#include "thread.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* ---- gradient plumbing ----------------------------------------------------------------------------- */
 /* g summed over the dims that were broadcast from shape (ndim, shape); a new tensor. */

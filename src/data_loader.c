@@ -1,10 +1,18 @@
 /* Data sets resident on a device, and the loader that yields (shuffled) batches from them. */
-#include "internal.h"
+#include "cgrad/core.h"
 #include "io_internal.h"
 
+#include "allocator.h"
+#include "backend.h"
+#include "checked.h"
+#include "data_loader.h"
+#include "error.h"
+#include "handle.h"
+#include "tensor_impl.h"
 #include "cgrad/data.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 /* What a data set handle (cg_dataset *, see handle.h) names. */

@@ -2,7 +2,15 @@
  * CPU, replay re-runs the function). A capture over several GPUs begins on the first one's queue,
  * which the others join (they wait for it) and leave again at the end (it waits for them), so one
  * graph holds every GPU's work and one launch replays it. */
-#include "internal.h"
+#include "cgrad/core.h"
+
+#include "allocator.h"
+#include "backend.h"
+#include "error.h"
+#include "graph.h"
+#include "handle.h"
+
+#include <string.h>
 
 /* What a graph handle (cg_graph *, see handle.h) names. */
 typedef struct graph_impl {

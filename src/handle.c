@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "error.h"
+#include "cgrad/core.h"
 
 _Static_assert(sizeof(void *) == 8, "handles keep a generation in the top bits of a 64-bit pointer");
 

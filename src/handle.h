@@ -12,7 +12,7 @@
  *
  * Internal code reads an object through its handle with cg__handle_object (one AND), after the
  * public entry point has checked it; each kind wraps it in a typed accessor (cg__t for tensors).
- * Included by the CUDA sources too (through internal.h): C and C++. */
+ * C and C++. */
 #ifndef CGRAD_HANDLE_H
 #define CGRAD_HANDLE_H
 

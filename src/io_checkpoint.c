@@ -4,15 +4,24 @@
  * and loader changed. */
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "cgrad/io.h"
+
+#include "backend.h"
+#include "data_loader.h"
+#include "error.h"
+#include "handle.h"
 #include "io_internal.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
+#include "rng.h"
+#include "tensor_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define CK_VERSION "1"
 #define CK_RESERVED "cgrad."

@@ -2,7 +2,9 @@
  * (cg__atomic_*), for every reader and writer (see io_internal.h; the promises are in
  * include/cgrad/io.h). */
 #define _GNU_SOURCE /* O_TMPFILE */
-#include "internal.h"
+#include "cgrad/core.h"
+
+#include "error.h"
 #include "io_internal.h"
 
 #include <dirent.h>
@@ -12,6 +14,8 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>

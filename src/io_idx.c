@@ -1,11 +1,17 @@
 /* IDX reader (the MNIST file format). The file is read whole and parsed from memory: gzip data
  * (magic 1f 8b) is inflated with zlib as the parser consumes it, plain data is copied out as is,
  * so one parser serves both (and the fuzz target, fuzz/fuzz_idx.c). Every fault names the file. */
-#include "internal.h"
+#include "cgrad/core.h"
+
+#include "checked.h"
+#include "error.h"
 #include "io_internal.h"
+#include "tensor_impl.h"
 
 #include <limits.h>
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 #include <zlib.h>
 
 #define IDX_TYPE_UINT8 0x08

@@ -4,9 +4,14 @@
  * what it is given with the reader's own rules (field_fault) and replaces the file with the atomic
  * writer of io_file.c. */
 #define _POSIX_C_SOURCE 200809L
+#include "cgrad/core.h"
 #include "cgrad/io.h"
-#include "internal.h"
+
+#include "backend.h"
+#include "error.h"
+#include "handle.h"
 #include "io_internal.h"
+#include "tensor_impl.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>

@@ -1,6 +1,13 @@
 /* The op table (op_table.h): the element-wise ops' entries, generated from the lists of
  * kernels/elementwise_ops.h, then every other op's, declared next to its front-end. */
 #include "op_table.h"
+#include "checked.h"
+#include "error.h"
+#include "ops.h"
+#include "tensor_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 /* ---- helpers of every reference ------------------------------------------------------------------ */
 int64_t cg__ref_numel(const cg_ref_tensor *t) { return cg__numel_of(t->ndim, t->shape); }

@@ -8,7 +8,8 @@
 #ifndef CGRAD_OP_TABLE_H
 #define CGRAD_OP_TABLE_H
 
-#include "internal.h"
+#include "cgrad/core.h"
+#include "tensor_impl.h" /* the walker (tests/test_ops.c) names shapes with cg__dims_str */
 
 #define CG_OP_MAX_INPUTS 3
 #define CG_OP_MAX_CASES 8

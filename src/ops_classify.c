@@ -1,9 +1,14 @@
 /* Classification front-end: softmax cross-entropy (nn.CrossEntropyLoss with class-index targets,
  * mean reduction), argmax along a dim and the accuracy count. The backends compute per row
  * (cross_entropy_forward/backward, argmax); the mean is the deterministic reduce_sum. */
-#include "internal.h"
+#include "cgrad/core.h"
 #include "op_table.h"
 
+#include "autograd.h"
+#include "backend.h"
+#include "error.h"
+#include "ops.h"
+#include "tensor_impl.h"
 #include "kernels/classify_math.h"
 
 /* Class indices travel as floats (argmax's result, the targets): exact up to 2^24, so a dim of

@@ -1,8 +1,16 @@
 /* Convolution and pooling front-end: F.conv2d (the same stride and zero padding on both spatial dims,
  * dilation 1, groups 1) and F.max_pool2d (no padding, floor mode). Arguments are checked here, inputs
- * made contiguous and the tape recorded; the device's backend computes (cg_conv_geom in internal.h). */
-#include "internal.h"
+ * made contiguous and the tape recorded; the device's backend computes (cg_conv_geom in kernels/kernel_args.h). */
+#include "cgrad/core.h"
+
+#include "allocator.h"
+#include "autograd.h"
+#include "backend.h"
+#include "checked.h"
+#include "error.h"
 #include "op_table.h"
+#include "ops.h"
+#include "tensor_impl.h"
 
 #include <limits.h>
 

@@ -1,7 +1,16 @@
 /* Data movement and shape: cg_to, clone, contiguous, copy_, reshape, view, transpose; read-back to the
  * host (cg_to_host, cg_item). */
-#include "internal.h"
+#include "cgrad/core.h"
+
+#include "autograd.h"
+#include "backend.h"
+#include "checked.h"
+#include "error.h"
 #include "op_table.h"
+#include "ops.h"
+#include "tensor_impl.h"
+
+#include <string.h>
 
 /* ---- autograd for data movement and shape ------------------------------------------------------ */
 

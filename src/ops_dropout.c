@@ -1,7 +1,13 @@
 /* Dropout (F.dropout): a random keep-mask from the device's seeded generator, applied by a
  * recorded multiply, so the backward pass is the same mask times the incoming gradient. */
-#include "internal.h"
+#include "cgrad/core.h"
+
+#include "error.h"
 #include "op_table.h"
+#include "ops.h"
+#include "tensor_impl.h"
+
+#include <string.h>
 
 cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training) {
     if (cg__check_tensor(x, "cg_dropout", "x") != CG_OK) return NULL;

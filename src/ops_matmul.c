@@ -1,6 +1,12 @@
 /* Linear algebra front-end: matmul (m, k) @ (k, n) -> (m, n), and linear y = x W^T + b. */
-#include "internal.h"
+#include "cgrad/core.h"
+
+#include "autograd.h"
+#include "backend.h"
+#include "error.h"
 #include "op_table.h"
+#include "ops.h"
+#include "tensor_impl.h"
 
 /* How a 2-D operand is handed to GEMM: row-major as stored, or a transposed view of a row-major
  * matrix (passed as a transpose flag, no copy). Anything else is copied to contiguous first. */

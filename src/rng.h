@@ -1,12 +1,10 @@
 /* The random generators' shared state: the seed and each generator's position (src/device.c).
- * Layer: devices; uses only the public core header. The backends draw from it, checkpoints save
+ * Layer: devices; uses nothing else. The backends draw from it, checkpoints save
  * and restore it. */
 #ifndef CGRAD_RNG_H
 #define CGRAD_RNG_H
 
 #include <stdint.h>
-
-#include "cgrad/core.h"
 
 /* The seed of cg_manual_seed and a counter that changes with each call, so a backend's
  * generator knows when to re-seed. */

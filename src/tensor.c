@@ -1,7 +1,17 @@
 /* Tensor handles, storage, scopes, views and creation. */
-#include "internal.h"
+#include "cgrad/core.h"
 
+#include "allocator.h"
+#include "backend.h"
+#include "checked.h"
+#include "error.h"
+#include "handle.h"
 #include "spinlock.h"
+#include "tensor_impl.h"
+#include "thread.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 /* ---- handles ----------------------------------------------------------------------------------
  * Tensor handles come from a generational pool (handle.h): a freed or stale handle is reported as

@@ -2,7 +2,7 @@
 #ifndef CGRAD_CPU_H
 #define CGRAD_CPU_H
 
-#include "internal.h"
+#include "cgrad/core.h"
 
 /* Work below this many elements runs on one thread: forking costs more than it saves. */
 #define CG_CPU_PARALLEL_GRAIN 32768
@@ -21,7 +21,7 @@
     } while (0)
 
 /* The CPU kernels (kernels/kernel_args.h: each takes its argument struct), gathered into
- * cg__cpu_backend. Every one that computes starts with CG_TRY(cg__cpu_enter()) (internal.h): after
+ * cg__cpu_backend. Every one that computes starts with CG_TRY(cg__cpu_enter()) (backend.h): after
  * the thread's first op it costs a compare. */
 cg_status cg__cpu_elementwise(const void *args, int index);     /* cg_ew_call */
 cg_status cg__cpu_reduce_sum(const void *args, int index);      /* cpu_reduce.c */

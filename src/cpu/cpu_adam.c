@@ -1,5 +1,7 @@
 /* CPU Adam / AdamW: the fused update over a contiguous run of parameters. */
 #include "cpu/cpu.h"
+#include "backend.h"
+#include "error.h"
 #include "kernels/adam_math.h"
 
 cg_status cg__cpu_adam_step(const void *raw, int index) {

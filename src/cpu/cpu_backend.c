@@ -1,6 +1,12 @@
 /* CPU backend: host memory, creation kernels and the backend table. */
 #include "cpu/cpu.h"
+#include "backend.h"
+#include "error.h"
+#include "rng.h"
 #include "kernels/philox.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 static void *cpu_raw_alloc(int index, size_t bytes) {
     (void)index;

@@ -1,6 +1,10 @@
 /* CPU softmax cross-entropy, argmax and the row gather of the data loader. */
 #include "cpu/cpu.h"
+#include "backend.h"
+#include "error.h"
 #include "kernels/classify_math.h"
+
+#include <string.h>
 
 cg_status cg__cpu_cross_entropy_forward(const void *raw, int index) {
     const cg_ce_forward_args *kargs = raw;

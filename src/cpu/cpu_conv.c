@@ -8,10 +8,15 @@
  * its (k, n oh ow) output needs a transpose into NCHW. Every sum runs in an order fixed by the shapes,
  * so results do not depend on the thread count. */
 #include "cpu/cpu.h"
+#include "allocator.h"
+#include "backend.h"
+#include "checked.h"
+#include "error.h"
 #include "kernels/pool_math.h"
 
 #include <cblas.h>
 #include <omp.h>
+#include <string.h>
 
 #define WGRAD_GROUP 4 /* images per partial weight gradient */
 

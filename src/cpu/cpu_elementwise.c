@@ -1,9 +1,11 @@
-/* CPU element-wise passes (internal.h: cg_ew_call): a contiguous fast path and a strided/broadcast
+/* CPU element-wise passes (kernel_args.h: cg_ew_call): a contiguous fast path and a strided/broadcast
  * path, both over OpenMP. One function per op and pass, generated from the op lists of
  * kernels/elementwise_ops.h, with the op a literal inside the parallel region: GCC outlines an OpenMP
  * region before it inlines, so an op passed in as a variable stays a per-element switch in the
  * outlined body (measured: ReLU over 3.2M floats 18 ms instead of ~1). */
 #include "cpu/cpu.h"
+#include "backend.h"
+#include "error.h"
 
 /* Offset of element `linear` (row-major over lay->shape) in input k. */
 static inline int64_t strided_offset(const cg_ew_layout *lay, int k, int64_t linear) {

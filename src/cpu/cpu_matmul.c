@@ -12,10 +12,14 @@
  * separate calls per tile cannot (4000^3 on 16 cores: 123 ms against 172 in tiles), and over a call
  * that long OpenMP's idle threads stop spinning. */
 #include "cpu/cpu.h"
+#include "backend.h"
+#include "error.h"
+#include "thread.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SKINNY_MAX 16

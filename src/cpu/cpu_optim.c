@@ -1,5 +1,7 @@
 /* CPU optimizer kernels. */
 #include "cpu/cpu.h"
+#include "backend.h"
+#include "error.h"
 #include "kernels/optim_math.h"
 
 cg_status cg__cpu_sgd_step(const void *raw, int index) {

@@ -1,6 +1,8 @@
 /* CPU sum over the middle axis of (outer, n, inner), accumulated in double. Long single sums are
  * split into a fixed number of blocks, so the result does not depend on the thread count. */
 #include "cpu/cpu.h"
+#include "backend.h"
+#include "error.h"
 
 #define SUM_BLOCKS 64
 #define INNER_TILE 256

@@ -24,11 +24,16 @@
  * thread stack size other than the default (OMP_STACKSIZE), which the check does not use. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include "cpu/cpu.h"
+#include "backend.h"
+#include "error.h"
+#include "thread.h"
 
 #include <cblas.h>
 #include <errno.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 /* OpenBLAS exports these (driver/others/memory.c) though cblas.h does not declare them: they take

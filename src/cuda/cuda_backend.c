@@ -1,6 +1,10 @@
 /* CUDA backend: device memory, creation, element-wise, reductions and GEMM, all queued on the
  * device's stream. Nothing here synchronises unless the caller needs a host-visible result. */
 #include "cuda/cuda_internal.h"
+#include "allocator.h"
+#include "backend.h"
+#include "error.h"
+#include "rng.h"
 
 #include <limits.h>
 

@@ -1,6 +1,7 @@
 /* CUDA host side of cross-entropy, argmax, the loader's row gather and Adam: each enters the
  * device's context and queues one kernel on its stream (no synchronisation). */
 #include "cuda/cuda_internal.h"
+#include "error.h"
 
 cg_status cg__cuda_cross_entropy_forward(const void *raw, int index) {
     const cg_ce_forward_args *kargs = raw;

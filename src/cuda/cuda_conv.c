@@ -18,7 +18,12 @@
  * cuDNN is optional (CMake's CGRAD_CUDNN): a build without it has max pooling, and convolutions that fail
  * with an error saying so. */
 #include "cuda/cuda_internal.h"
+#include "allocator.h"
+#include "error.h"
 #include "kernels/pool.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #ifdef CGRAD_HAVE_CUDNN
 #define CONV_PLANS 16                          /* shapes cached per device (round robin) */

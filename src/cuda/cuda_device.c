@@ -1,9 +1,14 @@
 /* CUDA devices: discovery (no GPU and no driver both mean "zero devices"), per-device contexts
  * created on first use, peer copies. */
 #include "cuda/cuda_internal.h"
+#include "backend.h"
+#include "error.h"
+#include "rng.h"
+#include "thread.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 static int device_count;
 static char no_gpu_reason[256];

@@ -18,6 +18,10 @@
  * cg_set_allow_tf32 is on, then CUBLAS_COMPUTE_32F_FAST_TF32, as cuda_gemm's math modes. Where the
  * heuristic has no algorithm the plan says so, and the caller falls back to cublasSgemm and its own pass. */
 #include "cuda/cuda_internal.h"
+#include "error.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #define LT_PLANS 32 /* shapes cached per device (round robin): two per distinct Linear layer */
 

@@ -1,5 +1,6 @@
 /* CUDA graph capture of a device's stream. */
 #include "cuda/cuda_internal.h"
+#include "error.h"
 
 cg_status cg__cuda_capture_begin(int index) {
     cg_cuda_context *ctx;

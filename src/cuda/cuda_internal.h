@@ -8,7 +8,9 @@
 #include <cudnn.h>
 #include <curand.h>
 
-#include "internal.h"
+#include "cgrad/core.h"
+#include "collective.h"
+#include "error.h"
 #include "kernels/kernels.h"
 
 /* Each check records "<call> failed at file:line: <library's message>" and returns its status. */

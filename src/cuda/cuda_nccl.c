@@ -5,8 +5,12 @@
  * on 2 H200s: NCCL finishes the launch asynchronously and the caller waits for it), on a blocking
  * one 15 us, and the seed DataParallel step is mostly that host time. */
 #include "cuda/cuda_internal.h"
+#include "collective.h"
+#include "error.h"
 
 #include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define CG_NCCL_MAX_LOCAL 64

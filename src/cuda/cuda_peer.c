@@ -4,7 +4,11 @@
  * other's buffers with CUDA IPC handles. */
 #define _DEFAULT_SOURCE /* gethostname */
 #include "cuda/cuda_internal.h"
+#include "collective.h"
+#include "error.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* What one rank tells the others: its buffer and its own block (kernels.h) as IPC handles, and its host. */

@@ -2,6 +2,10 @@
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in k k (kaiming_uniform with a = sqrt(5) reduces to that
  * bound, as does PyTorch's bias init). */
 #include "nn/module.h"
+#include "backend.h"
+#include "checked.h"
+#include "error.h"
+#include "tensor_impl.h"
 
 /* Conv2d's config holds stride and padding; the channels and kernel size are the weight's shape. */
 enum { STRIDE, PADDING };

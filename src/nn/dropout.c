@@ -1,5 +1,8 @@
 /* nn.Dropout(p): dropout in train mode, the identity in eval mode (cg_module_train). */
 #include "nn/module.h"
+#include "error.h"
+
+#include <string.h>
 
 /* p lives in config[0] as the bits of a double: config holds integers for every module type. */
 static float dropout_p(const cg_module *m) {

@@ -1,5 +1,7 @@
 /* nn.Flatten(): (N, d1, d2, ...) -> (N, d1 * d2 * ...), a view when the input is contiguous. */
 #include "nn/module.h"
+#include "error.h"
+#include "tensor_impl.h"
 
 static cg_tensor *flatten_forward(cg_module *m, const cg_tensor *x) {
     if (cg__check_tensor(x, "Flatten", "x") != CG_OK) return NULL;

@@ -1,6 +1,9 @@
 /* nn.Linear: y = x W^T + b, weight (out, in) and bias (out) drawn from U(-1/sqrt(in), 1/sqrt(in))
  * (kaiming_uniform with a = sqrt(5) reduces to that bound, as does PyTorch's bias init). */
 #include "nn/module.h"
+#include "backend.h"
+#include "checked.h"
+#include "error.h"
 
 enum { IN_FEATURES, OUT_FEATURES, HAS_BIAS };
 

@@ -1,9 +1,15 @@
 /* The module interface: forward, parameters in state_dict order, packing them into one buffer per
  * device (plus a gradient buffer of the same layout), moving and cloning. */
 #include "nn/module.h"
+#include "backend.h"
+#include "error.h"
+#include "handle.h"
+#include "tensor_impl.h"
 
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 static cg_handle_pool module_pool = CG_HANDLE_POOL(CG_HANDLE_MODULE, cg_module_impl);
 

@@ -2,7 +2,8 @@
 #ifndef CGRAD_NN_MODULE_H
 #define CGRAD_NN_MODULE_H
 
-#include "internal.h"
+#include "cgrad/nn.h"
+#include "handle.h"
 
 #define CG_MODULE_MAX_OWN_PARAMS 4
 #define CG_PARAM_ALIGN 16 /* floats: every parameter starts 64-byte aligned in the flat buffers */

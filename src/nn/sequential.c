@@ -1,5 +1,9 @@
 /* nn.Sequential: children applied in order; their parameters packed into the container's buffers. */
 #include "nn/module.h"
+#include "error.h"
+#include "tensor_impl.h"
+
+#include <stdlib.h>
 
 /* Intermediate outputs are freed as soon as the next child has consumed them: the tape keeps what
  * backward needs, so a forward outside a scope leaks nothing but its result. */

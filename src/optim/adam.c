@@ -6,7 +6,15 @@
 #include "optim/optimizer.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "backend.h"
+#include "checked.h"
+#include "error.h"
+#include "graph.h"
+#include "handle.h"
+#include "tensor_impl.h"
 #include "kernels/adam_math.h"
 
 typedef struct adam_optimizer {

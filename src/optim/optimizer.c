@@ -1,10 +1,15 @@
 /* The optimizer core: construction checks, roots (a module or its replicas), zero_grad, dispatch of
  * step/free by kind, the learning-rate setters and schedules, and the buffers checkpoints restore. */
 #include "optim/optimizer.h"
+#include "backend.h"
+#include "error.h"
+#include "handle.h"
+#include "tensor_impl.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 cg_status cg__optimizer_check_module(const cg_module *m, const char *fn) {
     CG_TRY(cg__check_module(m, fn));

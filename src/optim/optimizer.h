@@ -5,6 +5,7 @@
 #ifndef CGRAD_OPTIM_OPTIMIZER_H
 #define CGRAD_OPTIM_OPTIMIZER_H
 
+#include "handle.h"
 #include "nn/module.h"
 
 /* A kind's state as a checkpoint stores it (src/io_checkpoint.c): the settings a resumed run must

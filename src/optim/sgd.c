@@ -1,6 +1,14 @@
 /* torch.optim.SGD: one fused update over every run of parameters that got a gradient. Under data
  * parallelism the same update runs on every replica's identical copy of the parameters. */
 #include "optim/optimizer.h"
+#include "backend.h"
+#include "error.h"
+#include "graph.h"
+#include "handle.h"
+#include "tensor_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct sgd_optimizer {
     cg_optimizer_impl base;

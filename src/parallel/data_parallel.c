@@ -2,6 +2,17 @@
  * torch.chunk does, replica gradients summed in buckets during backward: by NCCL, or for small
  * buckets by the peer all-reduce when the GPUs reach each other's memory. */
 #include "parallel/grad_buckets.h"
+#include "autograd.h"
+#include "backend.h"
+#include "backward.h"
+#include "checked.h"
+#include "collective.h"
+#include "error.h"
+#include "handle.h"
+#include "tensor_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct dp_state {
     int n;                                  /* devices in the list */

@@ -3,9 +3,17 @@
  * MPI_Allreduce between CPU ranks, gradients averaged in buckets launched as soon as they are
  * complete during backward. MPI errors are returned, never fatal. */
 #include "parallel/grad_buckets.h"
+#include "autograd.h"
+#include "backward.h"
+#include "collective.h"
+#include "error.h"
+#include "handle.h"
+#include "tensor_impl.h"
 
 #ifdef CGRAD_HAVE_MPI
 #include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* What a cg_dist handle (see handle.h) names. */
 typedef struct dist_impl {

@@ -1,6 +1,11 @@
 /* Gradient buckets: per-parameter hooks count finished gradients per replica and bucket; a bucket
  * is launched when the last replica finishes it. */
 #include "parallel/grad_buckets.h"
+#include "error.h"
+#include "tensor_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct bucket {
     int64_t begin, end; /* elements of the flat gradient buffer */

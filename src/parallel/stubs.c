@@ -1,5 +1,8 @@
 /* Stand-ins for the communication libraries a build lacks: every call says what is missing. */
-#include "internal.h"
+#include "cgrad/core.h"
+
+#include "collective.h"
+#include "error.h"
 
 #ifndef CGRAD_HAVE_NCCL
 static cg_status no_nccl(void) {
