@@ -4,12 +4,12 @@
  * device's cache is released and the request retried once. */
 #include "cgrad/core.h"
 
+#include <stdlib.h>
+
 #include "allocator.h"
 #include "backend.h"
 #include "error.h"
 #include "spinlock.h"
-
-#include <stdlib.h>
 
 #define CG_MAX_CUDA_DEVICES 64
 #define SMALL_LIMIT (1u << 20)

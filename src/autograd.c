@@ -37,14 +37,6 @@ static cg_node *node_alloc(void) {
     return n;
 }
 
-void cg__node_release_saved(cg_node *n) {
-    for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
-        cg_tensor_free(n->saved[i]);
-        n->saved[i] = NULL;
-    }
-    n->released = true;
-}
-
 /* Drops one reference; a node that reaches zero drops its producers in turn, iteratively, since
  * graphs can be deep. */
 void cg__node_unref(cg_node *n) {

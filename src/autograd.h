@@ -87,7 +87,14 @@ void cg__node_unref(cg_node *n);
  * writing it, call cg__leaf_grad_written and leave grad_in[k] NULL. */
 cg_tensor *cg__leaf_grad_target(cg_node *n, int k);
 void cg__leaf_grad_written(cg_node *n, int k);
-/* Frees the node's saved values (a backward pass is done with them). */
-void cg__node_release_saved(cg_node *n);
+/* Frees the node's saved values (a backward pass is done with them). Inline: the engine calls it
+ * for every node it runs. */
+static inline void cg__node_release_saved(cg_node *n) {
+    for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
+        cg_tensor_free(n->saved[i]);
+        n->saved[i] = NULL;
+    }
+    n->released = true;
+}
 
 #endif

@@ -2,6 +2,10 @@
  * routing each input gradient to its producer or leaf. */
 #include "cgrad/core.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "autograd.h"
 #include "backward.h"
 #include "error.h"
@@ -9,10 +13,6 @@
 #include "ops.h"
 #include "tensor_impl.h"
 #include "thread.h"
-
-#include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
 
 /* ---- gradient plumbing ----------------------------------------------------------------------------- */
 /* g summed over the dims that were broadcast from shape (ndim, shape); a new tensor. */

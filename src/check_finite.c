@@ -1,11 +1,11 @@
 /* cg_check_finite: the guard a training loop puts on its loss (stop at the first NaN or Inf). */
 #include "cgrad/core.h"
 
-#include "error.h"
-#include "tensor_impl.h"
-
 #include <math.h>
 #include <stdlib.h>
+
+#include "error.h"
+#include "tensor_impl.h"
 
 cg_status cg_check_finite(const cg_tensor *t, const char *what) {
     CG_TRY(cg__check_tensor(t, "cg_check_finite", "t"));

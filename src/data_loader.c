@@ -1,6 +1,10 @@
 /* Data sets resident on a device, and the loader that yields (shuffled) batches from them. */
 #include "cgrad/core.h"
-#include "io_internal.h"
+#include "cgrad/data.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "allocator.h"
 #include "backend.h"
@@ -8,12 +12,8 @@
 #include "data_loader.h"
 #include "error.h"
 #include "handle.h"
+#include "io_internal.h"
 #include "tensor_impl.h"
-#include "cgrad/data.h"
-
-#include <errno.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 /* What a data set handle (cg_dataset *, see handle.h) names. */
 typedef struct dataset_impl {

@@ -1,14 +1,14 @@
 /* Devices and global settings: device discovery, names, parsing, threads, seed, TF32. */
 #include "cgrad/core.h"
 
-#include "backend.h"
-#include "error.h"
-#include "rng.h"
-
 #include <omp.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "backend.h"
+#include "error.h"
+#include "rng.h"
 
 /* Process-wide settings, atomic so that any thread may change them while others run (see Threads in
  * cgrad.h); relaxed, as no other memory is published through them. */

@@ -1,11 +1,11 @@
 /* Per-thread error state: the message of the last failure, for cg_last_error(). */
 #include "cgrad/core.h"
 
-#include "error.h"
-
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "error.h"
 
 static _Thread_local char last_message[1024];
 static _Thread_local cg_status last_status = CG_OK;

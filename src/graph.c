@@ -4,13 +4,13 @@
  * graph holds every GPU's work and one launch replays it. */
 #include "cgrad/core.h"
 
+#include <string.h>
+
 #include "allocator.h"
 #include "backend.h"
 #include "error.h"
 #include "graph.h"
 #include "handle.h"
-
-#include <string.h>
 
 /* What a graph handle (cg_graph *, see handle.h) names. */
 typedef struct graph_impl {

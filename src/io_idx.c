@@ -3,16 +3,16 @@
  * so one parser serves both (and the fuzz target, fuzz/fuzz_idx.c). Every fault names the file. */
 #include "cgrad/core.h"
 
-#include "checked.h"
-#include "error.h"
-#include "io_internal.h"
-#include "tensor_impl.h"
-
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+
+#include "checked.h"
+#include "error.h"
+#include "io_internal.h"
+#include "tensor_impl.h"
 
 #define IDX_TYPE_UINT8 0x08
 #define FIRST_CAPACITY ((int64_t)1 << 26) /* the data buffer grows as data arrives, so a header that

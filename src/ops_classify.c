@@ -2,14 +2,14 @@
  * mean reduction), argmax along a dim and the accuracy count. The backends compute per row
  * (cross_entropy_forward/backward, argmax); the mean is the deterministic reduce_sum. */
 #include "cgrad/core.h"
-#include "op_table.h"
 
 #include "autograd.h"
 #include "backend.h"
 #include "error.h"
+#include "kernels/classify_math.h"
+#include "op_table.h"
 #include "ops.h"
 #include "tensor_impl.h"
-#include "kernels/classify_math.h"
 
 /* Class indices travel as floats (argmax's result, the targets): exact up to 2^24, so a dim of
  * more classes is refused until integer tensors come. */

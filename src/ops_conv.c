@@ -3,6 +3,8 @@
  * made contiguous and the tape recorded; the device's backend computes (cg_conv_geom in kernels/kernel_args.h). */
 #include "cgrad/core.h"
 
+#include <limits.h>
+
 #include "allocator.h"
 #include "autograd.h"
 #include "backend.h"
@@ -11,8 +13,6 @@
 #include "op_table.h"
 #include "ops.h"
 #include "tensor_impl.h"
-
-#include <limits.h>
 
 static cg_status check_same_device(const cg_tensor *x, const cg_tensor *t, const char *fn, const char *name) {
     if (cg_device_equal(cg__t(x)->device, cg__t(t)->device)) return CG_OK;

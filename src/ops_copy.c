@@ -2,6 +2,8 @@
  * host (cg_to_host, cg_item). */
 #include "cgrad/core.h"
 
+#include <string.h>
+
 #include "autograd.h"
 #include "backend.h"
 #include "checked.h"
@@ -9,8 +11,6 @@
 #include "op_table.h"
 #include "ops.h"
 #include "tensor_impl.h"
-
-#include <string.h>
 
 /* ---- autograd for data movement and shape ------------------------------------------------------ */
 

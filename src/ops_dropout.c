@@ -2,12 +2,12 @@
  * recorded multiply, so the backward pass is the same mask times the incoming gradient. */
 #include "cgrad/core.h"
 
+#include <string.h>
+
 #include "error.h"
 #include "op_table.h"
 #include "ops.h"
 #include "tensor_impl.h"
-
-#include <string.h>
 
 cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training) {
     if (cg__check_tensor(x, "cg_dropout", "x") != CG_OK) return NULL;

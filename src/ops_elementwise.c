@@ -1,13 +1,13 @@
 /* Element-wise ops front-end: argument checks, broadcasting, dispatch to the device backend. */
 #include "cgrad/core.h"
 
+#include <string.h>
+
 #include "autograd.h"
 #include "backend.h"
 #include "error.h"
 #include "ops.h"
 #include "tensor_impl.h"
-
-#include <string.h>
 
 cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char *fn, int *ndim, int64_t *shape) {
     const cg_tensor_impl *ai = cg__t(a), *bi = cg__t(b);

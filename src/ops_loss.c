@@ -1,13 +1,13 @@
 /* Loss functions. */
 #include "cgrad/core.h"
 
+#include <string.h>
+
 #include "autograd.h"
 #include "backend.h"
 #include "error.h"
 #include "op_table.h"
 #include "tensor_impl.h"
-
-#include <string.h>
 
 /* loss = scale * sum (input - target)^2 (scale = 1/numel for the mean), one fused pass each way:
  * d loss / d input = 2 scale (input - target) g, read straight from input and target (saved). */

@@ -1,14 +1,14 @@
 /* Reductions front-end: sum and mean over all elements or along one dim. */
 #include "cgrad/core.h"
 
+#include <string.h>
+
 #include "autograd.h"
 #include "backend.h"
 #include "error.h"
 #include "op_table.h"
 #include "ops.h"
 #include "tensor_impl.h"
-
-#include <string.h>
 
 /* The gradient of a sum spreads g back over the reduced dim (times 1/n for a mean): a broadcast
  * copy of g, viewed with the reduced dim kept as size 1. */

@@ -1,11 +1,11 @@
 /* PyTorch-style repr: tensor([[ 0.1234, -1.5000], ...], device='cuda:0'). */
 #include "cgrad/core.h"
 
-#include "error.h"
-#include "tensor_impl.h"
-
 #include <math.h>
 #include <stdlib.h>
+
+#include "error.h"
+#include "tensor_impl.h"
 
 #define SUMMARY_THRESHOLD 1000 /* more elements than this: show 3 at each end of every dim */
 #define EDGE_ITEMS 3

@@ -1,6 +1,9 @@
 /* Tensor handles, storage, scopes, views and creation. */
 #include "cgrad/core.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "allocator.h"
 #include "backend.h"
 #include "checked.h"
@@ -9,9 +12,6 @@
 #include "spinlock.h"
 #include "tensor_impl.h"
 #include "thread.h"
-
-#include <stdlib.h>
-#include <string.h>
 
 /* ---- handles ----------------------------------------------------------------------------------
  * Tensor handles come from a generational pool (handle.h): a freed or stale handle is reported as

@@ -1,11 +1,11 @@
 /* Work a thread leaves to its exit: releasing the memory it keeps between calls (see cg__at_thread_exit). */
 #include "cgrad/core.h"
 
-#include "error.h"
-#include "thread.h"
-
 #include <pthread.h>
 #include <string.h>
+
+#include "error.h"
+#include "thread.h"
 
 #define MAX_EXIT_HOOKS 4 /* the backward engine's stacks, the CPU GEMM's buffer, the GPUs a thread drives */
 
