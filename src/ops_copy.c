@@ -15,27 +15,41 @@ cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const 
 
 /* ---- autograd for data movement and shape ------------------------------------------------------ */
 
-/* The gradient goes back unchanged in value: reshaped, transposed back, or moved back. */
-static cg_status movement_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
-    const cg_movement_params *p = &n->params.movement;
-    switch (p->kind) {
-    case CG_MOVE_IDENTITY: grad_in[0] = cg__alias(g); break;
-    case CG_MOVE_RESHAPE: grad_in[0] = cg_reshape(g, n->in_ndim[0], n->in_shape[0]); break;
-    case CG_MOVE_TRANSPOSE: grad_in[0] = cg_transpose(g, p->dim0, p->dim1); break;
-    case CG_MOVE_DEVICE: grad_in[0] = cg_to(g, n->in_device[0]); break;
-    }
-    return grad_in[0] ? CG_OK : cg_last_status();
+/* The gradient goes back unchanged in value: as it is (a copy), reshaped, transposed back, or moved
+ * back. */
+static cg_status grad_or_fail(cg_tensor **grad_in, cg_tensor *g) { return (grad_in[0] = g) ? CG_OK : cg_last_status(); }
+
+static cg_status identity_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    (void)n;
+    return grad_or_fail(grad_in, cg__alias(g));
 }
 
-/* Records out as a movement of t when t requires grad; frees out and returns NULL on failure. */
-static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, cg_movement_kind kind, const char *fn, int d0, int d1) {
-    if (!out || !cg__should_record(1, &t)) return out;
-    cg_node *node = cg__record(out, fn, movement_backward, 1, &t, 0, NULL);
-    if (!node) {
+static cg_status reshape_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    return grad_or_fail(grad_in, cg_reshape(g, n->in_ndim[0], n->in_shape[0]));
+}
+
+typedef struct cg_transpose_params {
+    int dim0, dim1; /* the dims swapped, non-negative */
+} cg_transpose_params;
+
+static cg_status transpose_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_transpose_params *p = CG_NODE_PARAMS(n, cg_transpose_params);
+    return grad_or_fail(grad_in, cg_transpose(g, p->dim0, p->dim1));
+}
+
+static cg_status to_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    return grad_or_fail(grad_in, cg_to(g, n->in_device[0]));
+}
+
+/* Records out = op(t) when t requires grad, its node in *node (NULL when none) if node is not NULL.
+ * Frees out and returns NULL on failure. */
+static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, const cg_op_info *op, cg_node **node) {
+    cg_node *n = NULL;
+    if (out && cg__should_record(1, &t) && !(n = cg__record_op(out, op, 1, &t, 0, NULL))) {
         cg_tensor_free(out);
-        return NULL;
+        out = NULL;
     }
-    node->params.movement = (cg_movement_params){kind, d0, d1};
+    if (node) *node = n;
     return out;
 }
 
@@ -55,14 +69,14 @@ static cg_tensor *copy_contiguous(const cg_tensor *t) {
 
 cg_tensor *cg_clone(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_clone", "t") != CG_OK) return NULL;
-    return recorded(copy_contiguous(t), t, CG_MOVE_IDENTITY, "cg_clone", 0, 0);
+    return recorded(copy_contiguous(t), t, &cg__op_clone, NULL);
 }
 
 cg_tensor *cg_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_contiguous", "t") != CG_OK) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
     cg_tensor *out = cg_is_contiguous(t) ? cg__view_new(t, ti->ndim, ti->shape, NULL, ti->offset) : copy_contiguous(t);
-    return recorded(out, t, CG_MOVE_IDENTITY, "cg_contiguous", 0, 0);
+    return recorded(out, t, &cg__op_contiguous, NULL);
 }
 
 cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
@@ -74,7 +88,7 @@ cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
         cg_tensor_free(out);
         return NULL;
     }
-    return recorded(out, t, CG_MOVE_DEVICE, "cg_to", 0, 0);
+    return recorded(out, t, &cg__op_to, NULL);
 }
 
 /* The elements t reaches, [*lo, *hi] counted from its storage's start (t not empty); false when
@@ -177,7 +191,7 @@ cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor of shape %s and strides %s is not contiguous (use cg_reshape, which copies)",
                             cg__shape_str(t, s, sizeof s), cg__dims_str(ti->ndim, ti->strides, st, sizeof st));
     }
-    return recorded(cg__view_new(t, ndim, resolved, NULL, ti->offset), t, CG_MOVE_RESHAPE, "cg_view", 0, 0);
+    return recorded(cg__view_new(t, ndim, resolved, NULL, ti->offset), t, &cg__op_view, NULL);
 }
 
 cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
@@ -191,7 +205,7 @@ cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
         v = c ? cg__view_new(c, ndim, resolved, NULL, 0) : NULL;
         cg_tensor_free(c);
     }
-    return recorded(v, t, CG_MOVE_RESHAPE, "cg_reshape", 0, 0);
+    return recorded(v, t, &cg__op_reshape, NULL);
 }
 
 cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
@@ -206,7 +220,10 @@ cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     memcpy(strides, ti->strides, sizeof strides);
     shape[d0] = ti->shape[d1], shape[d1] = ti->shape[d0];
     strides[d0] = ti->strides[d1], strides[d1] = ti->strides[d0];
-    return recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, CG_MOVE_TRANSPOSE, "cg_transpose", d0, d1);
+    cg_node *node;
+    cg_tensor *out = recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, &cg__op_transpose, &node);
+    if (node) *CG_NODE_PARAMS(node, cg_transpose_params) = (cg_transpose_params){d0, d1};
+    return out;
 }
 
 /* ---- op-table entries (op_table.h) ---------------------------------------------------------------- */
@@ -339,15 +356,15 @@ static const cg_op_domain transpose_domain = {
                 {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {1, 1}}, /* the identity */
                 {.ndim = {2}, .shape = {{0, 3}}, .param = {1, 0}})};
 
-const cg_op_info cg__op_contiguous = {.name = "cg_contiguous", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
-                                      .call = contiguous_call, .reference = same_reference};
-const cg_op_info cg__op_clone = {.name = "cg_clone", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
-                                 .call = clone_call, .reference = same_reference};
-const cg_op_info cg__op_reshape = {.name = "cg_reshape", .ninputs = 1, .grad_inputs = 1, .domain = &reshape_domain,
-                                   .call = reshape_call, .reference = reshape_reference};
-const cg_op_info cg__op_view = {.name = "cg_view", .ninputs = 1, .grad_inputs = 1, .domain = &view_domain,
-                                .call = view_call, .reference = reshape_reference};
-const cg_op_info cg__op_transpose = {.name = "cg_transpose", .ninputs = 1, .grad_inputs = 1, .domain = &transpose_domain,
-                                     .call = transpose_call, .reference = transpose_reference};
-const cg_op_info cg__op_to = {.name = "cg_to", .ninputs = 1, .grad_inputs = 1, .domain = &to_domain,
-                              .call = to_call, .reference = same_reference};
+CG_OP_DEFINE(contiguous) = {.name = "cg_contiguous", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+                                      .call = contiguous_call, .reference = same_reference, .backward = identity_backward};
+CG_OP_DEFINE(clone) = {.name = "cg_clone", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+                                 .call = clone_call, .reference = same_reference, .backward = identity_backward};
+CG_OP_DEFINE(reshape) = {.name = "cg_reshape", .ninputs = 1, .grad_inputs = 1, .domain = &reshape_domain,
+                                   .call = reshape_call, .reference = reshape_reference, .backward = reshape_backward};
+CG_OP_DEFINE(view) = {.name = "cg_view", .ninputs = 1, .grad_inputs = 1, .domain = &view_domain,
+                                .call = view_call, .reference = reshape_reference, .backward = reshape_backward};
+CG_OP_DEFINE(transpose) = {.name = "cg_transpose", .ninputs = 1, .grad_inputs = 1, .domain = &transpose_domain,
+                                     .call = transpose_call, .reference = transpose_reference, .backward = transpose_backward};
+CG_OP_DEFINE(to) = {.name = "cg_to", .ninputs = 1, .grad_inputs = 1, .domain = &to_domain,
+                              .call = to_call, .reference = same_reference, .backward = to_backward};
