@@ -260,6 +260,21 @@ static cg_status reshape_reference(const cg_op_info *op, const cg_op_case *c, co
     return copy_reference(&in[0], ndim, shape, out);
 }
 
+/* out[i_0, ..., i_n-1] = in[j] with j[dims[k]] = i_k: in's dims in the order dims gives (a permutation). */
+static cg_status permuted_reference(const cg_ref_tensor *in, const int *dims, cg_ref_tensor *out) {
+    int ndim = in->ndim;
+    int64_t shape[CG_MAX_DIMS], in_strides[CG_MAX_DIMS], stride = 1;
+    for (int k = ndim - 1; k >= 0; k--) in_strides[k] = stride, stride *= in->shape[k];
+    for (int k = 0; k < ndim; k++) shape[k] = in->shape[dims[k]];
+    CG_TRY(cg__ref_alloc(out, ndim, shape));
+    for (int64_t i = 0; i < cg__ref_numel(out); i++) {
+        int64_t rest = i, at = 0;
+        for (int k = ndim - 1; k >= 0; k--) at += rest % shape[k] * in_strides[dims[k]], rest /= shape[k];
+        out->data[i] = in->data[at];
+    }
+    return CG_OK;
+}
+
 /* param[0], param[1]: the dims swapped (negative ones count from the end). */
 static cg_status transpose_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
     (void)op;
@@ -268,19 +283,10 @@ static cg_status transpose_reference(const cg_op_info *op, const cg_op_case *c, 
     if (d0 < 0 || d0 >= ndim || d1 < 0 || d1 >= ndim)
         return cg__fail(CG_ERR_INVALID_ARG, "reference: dims (%lld, %lld) of a %d-dim input", (long long)c->param[0],
                         (long long)c->param[1], ndim);
-    int64_t shape[CG_MAX_DIMS];
-    memcpy(shape, in[0].shape, sizeof shape);
-    shape[d0] = in[0].shape[d1], shape[d1] = in[0].shape[d0];
-    CG_TRY(cg__ref_alloc(out, ndim, shape));
-    for (int64_t i = 0; i < cg__ref_numel(out); i++) {
-        int64_t idx[CG_MAX_DIMS], rest = i, at = 0;
-        for (int k = ndim - 1; k >= 0; k--) idx[k] = rest % shape[k], rest /= shape[k];
-        int64_t swap = idx[d0];
-        idx[d0] = idx[d1], idx[d1] = swap;
-        for (int k = 0; k < ndim; k++) at = at * in[0].shape[k] + idx[k];
-        out->data[i] = in[0].data[at];
-    }
-    return CG_OK;
+    int dims[CG_MAX_DIMS];
+    for (int k = 0; k < ndim; k++) dims[k] = k;
+    dims[d0] = d1, dims[d1] = d0;
+    return permuted_reference(&in[0], dims, out);
 }
 
 static cg_tensor *contiguous_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
