@@ -91,6 +91,7 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(reshape) \
     X(view) \
     X(transpose) \
+    X(permute) \
     X(to) \
     X(argmax_dim) \
     X(matmul) \

@@ -226,6 +226,42 @@ cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     return out;
 }
 
+typedef struct cg_permute_params {
+    int dims[CG_MAX_DIMS]; /* the forward's, non-negative */
+} cg_permute_params;
+
+/* The gradient goes back through the inverse permutation. */
+static cg_status permute_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_permute_params *p = CG_NODE_PARAMS(n, cg_permute_params);
+    int inverse[CG_MAX_DIMS];
+    for (int k = 0; k < n->in_ndim[0]; k++) inverse[p->dims[k]] = k;
+    return grad_or_fail(grad_in, cg_permute(g, n->in_ndim[0], inverse));
+}
+
+cg_tensor *cg_permute(const cg_tensor *t, int ndim, const int *dims) {
+    if (cg__check_tensor(t, "cg_permute", "t") != CG_OK) return NULL;
+    const cg_tensor_impl *ti = cg__t(t);
+    char st[160];
+    if (ndim != ti->ndim || (ndim > 0 && !dims))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_permute: %d dims%s given for a tensor of shape %s (%d dims)", ndim,
+                            ndim > 0 && !dims ? " (NULL)" : "", cg__shape_str(t, st, sizeof st), ti->ndim);
+    cg_permute_params p;
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    bool seen[CG_MAX_DIMS] = {false};
+    for (int k = 0; k < ndim; k++) {
+        int d = dims[k] < 0 ? dims[k] + ndim : dims[k];
+        if (d < 0 || d >= ndim || seen[d])
+            return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_permute: dims[%d] = %d is %s for a tensor of shape %s", k, dims[k],
+                                d < 0 || d >= ndim ? "out of range" : "repeated", cg__shape_str(t, st, sizeof st));
+        seen[d] = true, p.dims[k] = d;
+        shape[k] = ti->shape[d], strides[k] = ti->strides[d];
+    }
+    cg_node *node;
+    cg_tensor *out = recorded(cg__view_new(t, ndim, shape, strides, ti->offset), t, &cg__op_permute, &node);
+    if (node) *CG_NODE_PARAMS(node, cg_permute_params) = p;
+    return out;
+}
+
 /* ---- op-table entries (op_table.h) ---------------------------------------------------------------- */
 /* in's elements, in order, as a tensor of this shape (on failure out->data is the caller's to free). */
 static cg_status copy_reference(const cg_ref_tensor *in, int ndim, const int64_t *shape, cg_ref_tensor *out) {
@@ -287,6 +323,21 @@ static cg_status transpose_reference(const cg_op_info *op, const cg_op_case *c, 
     for (int k = 0; k < ndim; k++) dims[k] = k;
     dims[d0] = d1, dims[d1] = d0;
     return permuted_reference(&in[0], dims, out);
+}
+
+/* param[0 .. ndim-1]: dims (at most 4). */
+static cg_status permute_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op;
+    int dims[CG_MAX_DIMS];
+    for (int k = 0; k < in[0].ndim; k++) dims[k] = (int)(c->param[k] < 0 ? c->param[k] + in[0].ndim : c->param[k]);
+    return permuted_reference(&in[0], dims, out);
+}
+
+static cg_tensor *permute_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    int dims[4];
+    for (int k = 0; k < 4; k++) dims[k] = (int)c->param[k];
+    return cg_permute(in[0], cg_ndim(in[0]), dims);
 }
 
 static cg_tensor *contiguous_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
@@ -362,6 +413,16 @@ static const cg_op_domain transpose_domain = {
                 {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {1, 1}}, /* the identity */
                 {.ndim = {2}, .shape = {{0, 3}}, .param = {1, 0}})};
 
+static const cg_op_domain permute_domain = {
+    .lo = {-2.0f}, .hi = {2.0f},
+    CG_OP_CASES({.ndim = {0}},
+                {.ndim = {1}, .shape = {{5}}, .param = {-1}},
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {1, 0}}, /* back to contiguous */
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {2, 0, 1}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .transposed = {true}, .param = {-1, 0, -2}},
+                {.ndim = {4}, .shape = {{2, 3, 1, 4}}, .param = {0, 2, 3, 1}}, /* (N, C, H, W) -> (N, H, W, C) */
+                {.ndim = {3}, .shape = {{2, 0, 3}}, .param = {1, 2, 0}})};
+
 CG_OP_DEFINE(contiguous) = {.name = "cg_contiguous", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
                                       .call = contiguous_call, .reference = same_reference, .backward = identity_backward};
 CG_OP_DEFINE(clone) = {.name = "cg_clone", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
@@ -372,5 +433,7 @@ CG_OP_DEFINE(view) = {.name = "cg_view", .ninputs = 1, .grad_inputs = 1, .domain
                                 .call = view_call, .reference = reshape_reference, .backward = reshape_backward};
 CG_OP_DEFINE(transpose) = {.name = "cg_transpose", .ninputs = 1, .grad_inputs = 1, .domain = &transpose_domain,
                                      .call = transpose_call, .reference = transpose_reference, .backward = transpose_backward};
+CG_OP_DEFINE(permute) = {.name = "cg_permute", .ninputs = 1, .grad_inputs = 1, .domain = &permute_domain,
+                          .call = permute_call, .reference = permute_reference, .backward = permute_backward};
 CG_OP_DEFINE(to) = {.name = "cg_to", .ninputs = 1, .grad_inputs = 1, .domain = &to_domain,
                               .call = to_call, .reference = same_reference, .backward = to_backward};
