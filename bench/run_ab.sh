@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
-# Old against new: runs bench/bench_train_step from two builds in turns (old first in odd rounds,
+# Old against new: runs bench/bench_train_step (or --prog, e.g. train_fashion_mnist) from two builds in turns (old first in odd rounds,
 # new first in even ones, so neither always runs on a warmer machine) and prints, per workload, the
-# median over the rounds of each side's median step and their ratio new / old.
+# median over the rounds of each side's median step and their ratio new / old. A program's result
+# lines give median_ms, or images_per_s (train_fashion_mnist's epochs), read as the ms of a
+# 60000-image epoch.
 #
-# Usage: bench/run_ab.sh OLD_BUILD NEW_BUILD [--rounds N] [-- bench_train_step arguments]
+# Usage: bench/run_ab.sh OLD_BUILD NEW_BUILD [--rounds N] [--prog NAME] [-- the program's arguments]
 #   e.g. bench/run_ab.sh build-old build --rounds 5 -- --work seed,tiny,wide,cpu_seed
-# Both builds must hold bench_train_step. Raw result lines go to $CGRAD_BENCH_OUT/ab_*.txt when
+#        bench/run_ab.sh build-old build --prog train_fashion_mnist -- --model mlp --epochs 3
+# Both builds must hold the program. Raw result lines go to $CGRAD_BENCH_OUT/ab_*.txt when
 # that is set.
 set -euo pipefail
 
-[[ $# -ge 2 ]] || { sed -n '2,9p' "$0" >&2; exit 2; }
+[[ $# -ge 2 ]] || { sed -n '2,13p' "$0" >&2; exit 2; }
 old=$1 new=$2
 shift 2
-rounds=5
+rounds=5 prog=bench_train_step
 while [[ $# -gt 0 ]]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
+        --prog) prog=$2; shift 2 ;;
         --) shift; break ;;
         *) echo "error: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "error: --rounds needs a count >= 1" >&2; exit 2; }
 for b in "$old" "$new"; do
-    [[ -x $b/bench_train_step ]] || { echo "error: $b/bench_train_step not found" >&2; exit 2; }
+    [[ -x $b/$prog ]] || { echo "error: $b/$prog not found" >&2; exit 2; }
 done
 
 out=${CGRAD_BENCH_OUT:-$(mktemp -d)}
@@ -34,7 +38,7 @@ for ((r = 1; r <= rounds; r++)); do
     for side in "${order[@]}"; do
         build=$old
         [[ $side == new ]] && build=$new
-        "$build/bench_train_step" "$@" | grep '^result ' >> "$out/ab_$side.txt"
+        "$build/$prog" "$@" | grep '^result ' >> "$out/ab_$side.txt"
     done
 done
 
@@ -51,6 +55,7 @@ awk '
             split($i, kv, "=")
             if (kv[1] == "work") work = kv[2]
             if (kv[1] == "median_ms") ms = kv[2]
+            if (kv[1] == "images_per_s" && kv[2] > 0) ms = 6e7 / kv[2]
         }
         if (work == "" || ms == "") next
         side = FILENAME ~ /ab_old/ ? "old" : "new"

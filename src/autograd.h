@@ -1,14 +1,14 @@
 /* Recording ops on the tape: grad mode, the nodes and cg__record (src/autograd.c). Layer: recording,
  * above tensors (tensor_impl.h), below the ops, which record their nodes through it; the backward
- * engine (backward.h) sits above the ops and runs the nodes' backward functions. Uses tensors and
- * the element-wise op enums (kernels/elementwise_ops.h), nothing above. */
+ * engine (backward.h) sits above the ops and runs the nodes' backward functions. Uses tensors,
+ * nothing above. */
 #ifndef CGRAD_AUTOGRAD_H
 #define CGRAD_AUTOGRAD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cgrad/core.h"
-#include "kernels/elementwise_ops.h"
 
 /* A node is one recorded op. Its backward receives the gradient of the op's output and returns
  * the gradient of each input (NULL where that input needs none); the engine sums gradients that
@@ -19,38 +19,16 @@
 typedef struct cg_node cg_node;
 typedef cg_status (*cg_backward_fn)(cg_node *node, const cg_tensor *grad_out, cg_tensor **grad_in);
 
-/* Each recorded op's parameters, a struct per op (family) in one union. */
-typedef struct cg_unary_params {
-    cg_unary_op op;
-    float s; /* the scalar parameter (kernels/elementwise_ops.h) */
-} cg_unary_params;
-typedef struct cg_binary_params {
-    cg_binary_op op;
-} cg_binary_params;
-typedef struct cg_reduce_params {
-    int dim;     /* the dim reduced over, or -1 for all */
-    float scale; /* 1, or 1 / n for a mean */
-} cg_reduce_params;
-typedef enum cg_movement_kind { CG_MOVE_IDENTITY, CG_MOVE_RESHAPE, CG_MOVE_TRANSPOSE, CG_MOVE_DEVICE } cg_movement_kind;
-typedef struct cg_movement_params {
-    cg_movement_kind kind;
-    int dim0, dim1; /* CG_MOVE_TRANSPOSE: the dims swapped */
-} cg_movement_params;
-typedef struct cg_window_params {
-    int stride, padding; /* convolution */
-    int kernel;          /* pooling */
-} cg_window_params;
-typedef struct cg_loss_params {
-    float scale; /* the factor of the reduction: 1 / n for a mean */
-} cg_loss_params;
-typedef union cg_op_params {
-    cg_unary_params unary;
-    cg_binary_params binary;
-    cg_reduce_params reduce;
-    cg_movement_params movement;
-    cg_window_params window;
-    cg_loss_params loss;
-} cg_op_params;
+/* A node's copy of its op's parameters: a struct the op's file defines (e.g. cg_reduce_params in
+ * src/ops_reduce.c), so the node needs no list of ops. Read it through CG_NODE_PARAMS. */
+#define CG_NODE_PARAMS_BYTES 32
+#define CG_NODE_PARAMS(node, type)                                                                        \
+    ((type *)(void *)((node)->params + 0 * sizeof(struct {                                               \
+                                           _Static_assert(sizeof(type) <= CG_NODE_PARAMS_BYTES &&        \
+                                                              _Alignof(type) <= _Alignof(max_align_t),   \
+                                                          #type " does not fit a node's params");        \
+                                           char c;                                                       \
+                                       })))
 
 struct cg_node {
     int refcount;                            /* output tensor + consumer nodes */
@@ -66,7 +44,7 @@ struct cg_node {
     cg_tensor *saved[CG_NODE_MAX_SAVED];     /* owned handles (views), released after backward */
     uint64_t saved_version[CG_NODE_MAX_SAVED]; /* their storage's version when saved */
     void *ctx;                               /* a wrapper's state (data parallelism), not owned */
-    cg_op_params params;                     /* what the op's backward needs, typed by op */
+    _Alignas(max_align_t) unsigned char params[CG_NODE_PARAMS_BYTES]; /* what the op's backward needs (CG_NODE_PARAMS) */
     bool released;                           /* saved values freed by a backward pass */
     /* bookkeeping */
     cg_node *link;                           /* free list / release chain */

@@ -9,6 +9,8 @@
 #define CGRAD_OP_TABLE_H
 
 #include "cgrad/core.h"
+
+#include "autograd.h"
 #include "tensor_impl.h" /* the walker (tests/test_ops.c) names shapes with cg__dims_str */
 
 #define CG_OP_MAX_INPUTS 3
@@ -62,6 +64,10 @@ struct cg_op_info {
     cg_tensor *(*call)(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *inputs);
     /* Its forward in double: *out shaped and allocated (malloc) here; CG_OK, or an error (caller frees). */
     cg_status (*reference)(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *inputs, cg_ref_tensor *out);
+    /* The node's backward: a differentiable op records its nodes with cg__record_op (below), which
+     * takes the name and the backward from here. (Element-wise ops record their family's backward,
+     * kernels/elementwise_ops.h.) */
+    cg_backward_fn backward;
     int id;  /* element-wise ops: their cg_unary_op / cg_binary_op */
     float s; /* unary ops: the scalar parameter tested */
 };
@@ -88,6 +94,7 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(reshape) \
     X(view) \
     X(transpose) \
+    X(permute) \
     X(to) \
     X(argmax_dim) \
     X(matmul) \
@@ -103,6 +110,21 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)
 #undef CG_OP_EXTERN
+
+/* Defines an op's entry: CG_OP_DEFINE(sum) = {...}. An op missing from CG_OP_ENTRIES does not compile
+ * ("CG_OP_LISTED_<name> undeclared"), so no op escapes the op-table test. */
+#define CG_OP_LISTED(name) CG_OP_LISTED_##name,
+enum { CG_OP_ENTRIES(CG_OP_LISTED) };
+#undef CG_OP_LISTED
+#define CG_OP_DEFINE(name)                          \
+    _Static_assert(CG_OP_LISTED_##name >= 0, ""); \
+    const cg_op_info cg__op_##name
+
+/* Records out = op(inputs) with the op's entry's name and backward (cg__record). */
+static inline cg_node *cg__record_op(cg_tensor *out, const cg_op_info *op, int ninputs, const cg_tensor *const *inputs,
+                                     int nsaved, const cg_tensor *const *saved) {
+    return cg__record(out, op->name, op->backward, ninputs, inputs, nsaved, saved);
+}
 
 /* For references: out shaped (ndim, shape) and its data allocated (malloc), or an error. */
 cg_status cg__ref_alloc(cg_ref_tensor *out, int ndim, const int64_t *shape);

@@ -40,13 +40,17 @@ static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *
 
 /* ---- cross-entropy ------------------------------------------------------------------------------------ */
 /* As PyTorch's log_softmax + nll_loss: saved are logp (N, C), the log_softmax of the logits, and the
- * targets (N); params.loss.scale: 1/N. */
+ * targets (N); the node's params: the mean's 1/N. */
+typedef struct cg_cross_entropy_params {
+    float scale;
+} cg_cross_entropy_params;
+
 static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *logp = node->saved[0], *targets = node->saved[1];
     int64_t n = cg__t(logp)->shape[0], c = cg__t(logp)->shape[1];
     cg_tensor *grad = cg__tensor_new(2, cg__t(logp)->shape, cg__t(logp)->device);
     if (!grad) return cg_last_status();
-    cg_ce_backward_args args = {cg__data(logp), cg__data(targets), cg__data(g), node->params.loss.scale, n, c,
+    cg_ce_backward_args args = {cg__data(logp), cg__data(targets), cg__data(g), CG_NODE_PARAMS(node, cg_cross_entropy_params)->scale, n, c,
                                 cg__data(grad)};
     cg_status s = n == 0 ? CG_OK : cg__run_cross_entropy_backward(cg__t(logp)->device, &args);
     if (s != CG_OK) {
@@ -87,8 +91,8 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
     const cg_tensor *inputs[2] = {logits, targets};
     if (s == CG_OK && cg__should_record(2, inputs)) {
         const cg_tensor *saved[2] = {logp, tc};
-        cg_node *node = cg__record(out, fn, cross_entropy_backward, 2, inputs, 2, saved);
-        if (node) node->params.loss.scale = n > 0 ? 1.0f / (float)n : 0.0f;
+        cg_node *node = cg__record_op(out, &cg__op_cross_entropy, 2, inputs, 2, saved);
+        if (node) CG_NODE_PARAMS(node, cg_cross_entropy_params)->scale = n > 0 ? 1.0f / (float)n : 0.0f;
         else s = cg_last_status();
     }
     cg_tensor_free(rows), cg_tensor_free(logp), cg_tensor_free(tc), cg_tensor_free(lc);
@@ -138,9 +142,9 @@ static const cg_op_domain cross_entropy_domain = {
     }};
 #undef T
 
-const cg_op_info cg__op_cross_entropy = {.name = "cg_cross_entropy", .ninputs = 2, .grad_inputs = 1u,
+CG_OP_DEFINE(cross_entropy) = {.name = "cg_cross_entropy", .ninputs = 2, .grad_inputs = 1u,
                                          .domain = &cross_entropy_domain, .call = cross_entropy_call,
-                                         .reference = cross_entropy_reference};
+                                         .reference = cross_entropy_reference, .backward = cross_entropy_backward};
 
 /* ---- argmax and accuracy ------------------------------------------------------------------------------ */
 cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
@@ -228,5 +232,5 @@ static const cg_op_domain argmax_domain = {
                 {.ndim = {2}, .shape = {{0, 3}}, .param = {1, false}}, /* an empty result */
                 {.ndim = {2}, .shape = {{2, 1000}}, .param = {-1, false}})};
 
-const cg_op_info cg__op_argmax_dim = {.name = "cg_argmax_dim", .ninputs = 1, .grad_inputs = 0, .domain = &argmax_domain,
+CG_OP_DEFINE(argmax_dim) = {.name = "cg_argmax_dim", .ninputs = 1, .grad_inputs = 0, .domain = &argmax_domain,
                                       .call = argmax_call, .reference = argmax_reference};

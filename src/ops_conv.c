@@ -157,10 +157,15 @@ static cg_status grad_bias(const cg_conv_geom *g, const cg_tensor *x, const cg_t
     return bias_grad_into(g, gy, dst);
 }
 
-/* saved: x and weight, contiguous; params.window: stride and padding. */
+/* saved: x and weight, contiguous; the node's params: */
+typedef struct cg_conv2d_params {
+    int stride, padding;
+} cg_conv2d_params;
+
 static cg_status conv2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
     const cg_tensor *x = node->saved[0], *w = node->saved[1];
-    cg_conv_geom g = conv_geom(cg__t(x)->shape, cg__t(w)->shape, node->params.window.stride, node->params.window.padding);
+    const cg_conv2d_params *p = CG_NODE_PARAMS(node, cg_conv2d_params);
+    cg_conv_geom g = conv_geom(cg__t(x)->shape, cg__t(w)->shape, p->stride, p->padding);
     cg_tensor *gyc = cg__raw_contiguous(gy);
     if (!gyc) return cg_last_status();
     cg_status s = CG_OK;
@@ -172,7 +177,6 @@ static cg_status conv2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor *
 }
 
 cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride, int padding) {
-    const char *fn = "cg_conv2d";
     cg_conv_geom g;
     if (check_conv2d(x, weight, bias, stride, padding, &g) != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
@@ -187,8 +191,8 @@ cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     int ninputs = bias ? 3 : 2;
     if (s == CG_OK && cg__should_record(ninputs, inputs)) {
         const cg_tensor *saved[2] = {xc, wc};
-        cg_node *node = cg__record(out, fn, conv2d_backward, ninputs, inputs, 2, saved);
-        if (node) node->params.window = (cg_window_params){.stride = stride, .padding = padding};
+        cg_node *node = cg__record_op(out, &cg__op_conv2d, ninputs, inputs, 2, saved);
+        if (node) *CG_NODE_PARAMS(node, cg_conv2d_params) = (cg_conv2d_params){.stride = stride, .padding = padding};
         else s = cg_last_status();
     }
     cg_tensor_free(bc), cg_tensor_free(wc), cg_tensor_free(xc);
@@ -202,10 +206,15 @@ static cg_conv_geom pool_geom(const int64_t *x_shape, int64_t kernel, int64_t st
                           .oh = out_size(x_shape[2], kernel, stride, 0), .ow = out_size(x_shape[3], kernel, stride, 0)};
 }
 
-/* saved: arg, each window's choice (see max_pool2d_forward); params.window: kernel and stride. */
+/* saved: arg, each window's choice (see max_pool2d_forward); the node's params: */
+typedef struct cg_max_pool2d_params {
+    int kernel, stride;
+} cg_max_pool2d_params;
+
 static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
     const cg_tensor *arg = node->saved[0];
-    cg_conv_geom g = pool_geom(node->in_shape[0], node->params.window.kernel, node->params.window.stride);
+    const cg_max_pool2d_params *p = CG_NODE_PARAMS(node, cg_max_pool2d_params);
+    cg_conv_geom g = pool_geom(node->in_shape[0], p->kernel, p->stride);
     const cg_tensor_impl *gyi = cg__t(gy);
     cg_tensor *gyc = cg__raw_contiguous(gy);
     cg_tensor *gx = gyc ? cg__tensor_new(4, node->in_shape[0], gyi->device) : NULL;
@@ -248,8 +257,8 @@ cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
                                                                     .arg = arg ? cg__data(arg) : NULL});
     if (s == CG_OK && record) {
         const cg_tensor *saved[1] = {arg};
-        cg_node *node = cg__record(out, fn, max_pool2d_backward, 1, inputs, 1, saved);
-        if (node) node->params.window = (cg_window_params){.kernel = kernel, .stride = stride};
+        cg_node *node = cg__record_op(out, &cg__op_max_pool2d, 1, inputs, 1, saved);
+        if (node) *CG_NODE_PARAMS(node, cg_max_pool2d_params) = (cg_max_pool2d_params){.kernel = kernel, .stride = stride};
         else s = cg_last_status();
     }
     cg_tensor_free(arg), cg_tensor_free(xc);
@@ -348,10 +357,10 @@ static const cg_op_domain max_pool2d_domain = {
     }};
 #undef T
 
-const cg_op_info cg__op_conv2d = {.name = "cg_conv2d", .ninputs = 3, .grad_inputs = 7u, .domain = &conv2d_domain,
-                                  .call = conv2d_call, .reference = conv2d_reference};
-const cg_op_info cg__op_conv2d_nobias = {.name = "cg_conv2d", .ninputs = 2, .grad_inputs = 3u, .domain = &conv2d_domain,
-                                         .call = conv2d_call, .reference = conv2d_reference};
-const cg_op_info cg__op_max_pool2d = {.name = "cg_max_pool2d", .ninputs = 1, .grad_inputs = 1u,
+CG_OP_DEFINE(conv2d) = {.name = "cg_conv2d", .ninputs = 3, .grad_inputs = 7u, .domain = &conv2d_domain,
+                                  .call = conv2d_call, .reference = conv2d_reference, .backward = conv2d_backward};
+CG_OP_DEFINE(conv2d_nobias) = {.name = "cg_conv2d", .ninputs = 2, .grad_inputs = 3u, .domain = &conv2d_domain,
+                                         .call = conv2d_call, .reference = conv2d_reference, .backward = conv2d_backward};
+CG_OP_DEFINE(max_pool2d) = {.name = "cg_max_pool2d", .ninputs = 1, .grad_inputs = 1u,
                                       .domain = &max_pool2d_domain, .call = max_pool2d_call,
-                                      .reference = max_pool2d_reference};
+                                      .reference = max_pool2d_reference, .backward = max_pool2d_backward};

@@ -14,27 +14,41 @@
 
 /* ---- autograd for data movement and shape ------------------------------------------------------ */
 
-/* The gradient goes back unchanged in value: reshaped, transposed back, or moved back. */
-static cg_status movement_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
-    const cg_movement_params *p = &n->params.movement;
-    switch (p->kind) {
-    case CG_MOVE_IDENTITY: grad_in[0] = cg__alias(g); break;
-    case CG_MOVE_RESHAPE: grad_in[0] = cg_reshape(g, n->in_ndim[0], n->in_shape[0]); break;
-    case CG_MOVE_TRANSPOSE: grad_in[0] = cg_transpose(g, p->dim0, p->dim1); break;
-    case CG_MOVE_DEVICE: grad_in[0] = cg_to(g, n->in_device[0]); break;
-    }
-    return grad_in[0] ? CG_OK : cg_last_status();
+/* The gradient goes back unchanged in value: as it is (a copy), reshaped, transposed back, or moved
+ * back. */
+static cg_status grad_or_fail(cg_tensor **grad_in, cg_tensor *g) { return (grad_in[0] = g) ? CG_OK : cg_last_status(); }
+
+static cg_status identity_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    (void)n;
+    return grad_or_fail(grad_in, cg__alias(g));
 }
 
-/* Records out as a movement of t when t requires grad; frees out and returns NULL on failure. */
-static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, cg_movement_kind kind, const char *fn, int d0, int d1) {
-    if (!out || !cg__should_record(1, &t)) return out;
-    cg_node *node = cg__record(out, fn, movement_backward, 1, &t, 0, NULL);
-    if (!node) {
+static cg_status reshape_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    return grad_or_fail(grad_in, cg_reshape(g, n->in_ndim[0], n->in_shape[0]));
+}
+
+typedef struct cg_transpose_params {
+    int dim0, dim1; /* the dims swapped, non-negative */
+} cg_transpose_params;
+
+static cg_status transpose_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_transpose_params *p = CG_NODE_PARAMS(n, cg_transpose_params);
+    return grad_or_fail(grad_in, cg_transpose(g, p->dim0, p->dim1));
+}
+
+static cg_status to_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    return grad_or_fail(grad_in, cg_to(g, n->in_device[0]));
+}
+
+/* Records out = op(t) when t requires grad, its node in *node (NULL when none) if node is not NULL.
+ * Frees out and returns NULL on failure. */
+static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, const cg_op_info *op, cg_node **node) {
+    cg_node *n = NULL;
+    if (out && cg__should_record(1, &t) && !(n = cg__record_op(out, op, 1, &t, 0, NULL))) {
         cg_tensor_free(out);
-        return NULL;
+        out = NULL;
     }
-    node->params.movement = (cg_movement_params){kind, d0, d1};
+    if (node) *node = n;
     return out;
 }
 
@@ -54,14 +68,14 @@ static cg_tensor *copy_contiguous(const cg_tensor *t) {
 
 cg_tensor *cg_clone(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_clone", "t") != CG_OK) return NULL;
-    return recorded(copy_contiguous(t), t, CG_MOVE_IDENTITY, "cg_clone", 0, 0);
+    return recorded(copy_contiguous(t), t, &cg__op_clone, NULL);
 }
 
 cg_tensor *cg_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_contiguous", "t") != CG_OK) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
     cg_tensor *out = cg_is_contiguous(t) ? cg__view_new(t, ti->ndim, ti->shape, NULL, ti->offset) : copy_contiguous(t);
-    return recorded(out, t, CG_MOVE_IDENTITY, "cg_contiguous", 0, 0);
+    return recorded(out, t, &cg__op_contiguous, NULL);
 }
 
 cg_tensor *cg__raw_contiguous(const cg_tensor *t) {
@@ -80,7 +94,7 @@ cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
         cg_tensor_free(out);
         return NULL;
     }
-    return recorded(out, t, CG_MOVE_DEVICE, "cg_to", 0, 0);
+    return recorded(out, t, &cg__op_to, NULL);
 }
 
 /* The same elements of the same storage in the same order (strides of size-1 dims do not matter). */
@@ -163,7 +177,7 @@ cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor of shape %s and strides %s is not contiguous (use cg_reshape, which copies)",
                             cg__shape_str(t, s, sizeof s), cg__dims_str(ti->ndim, ti->strides, st, sizeof st));
     }
-    return recorded(cg__view_new(t, ndim, resolved, NULL, ti->offset), t, CG_MOVE_RESHAPE, "cg_view", 0, 0);
+    return recorded(cg__view_new(t, ndim, resolved, NULL, ti->offset), t, &cg__op_view, NULL);
 }
 
 cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
@@ -177,7 +191,7 @@ cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
         v = c ? cg__view_new(c, ndim, resolved, NULL, 0) : NULL;
         cg_tensor_free(c);
     }
-    return recorded(v, t, CG_MOVE_RESHAPE, "cg_reshape", 0, 0);
+    return recorded(v, t, &cg__op_reshape, NULL);
 }
 
 cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
@@ -192,7 +206,46 @@ cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     memcpy(strides, ti->strides, sizeof strides);
     shape[d0] = ti->shape[d1], shape[d1] = ti->shape[d0];
     strides[d0] = ti->strides[d1], strides[d1] = ti->strides[d0];
-    return recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, CG_MOVE_TRANSPOSE, "cg_transpose", d0, d1);
+    cg_node *node;
+    cg_tensor *out = recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, &cg__op_transpose, &node);
+    if (node) *CG_NODE_PARAMS(node, cg_transpose_params) = (cg_transpose_params){d0, d1};
+    return out;
+}
+
+typedef struct cg_permute_params {
+    int dims[CG_MAX_DIMS]; /* the forward's, non-negative */
+} cg_permute_params;
+
+/* The gradient goes back through the inverse permutation. */
+static cg_status permute_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_permute_params *p = CG_NODE_PARAMS(n, cg_permute_params);
+    int inverse[CG_MAX_DIMS];
+    for (int k = 0; k < n->in_ndim[0]; k++) inverse[p->dims[k]] = k;
+    return grad_or_fail(grad_in, cg_permute(g, n->in_ndim[0], inverse));
+}
+
+cg_tensor *cg_permute(const cg_tensor *t, int ndim, const int *dims) {
+    if (cg__check_tensor(t, "cg_permute", "t") != CG_OK) return NULL;
+    const cg_tensor_impl *ti = cg__t(t);
+    char st[160];
+    if (ndim != ti->ndim || (ndim > 0 && !dims))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_permute: %d dims%s given for a tensor of shape %s (%d dims)", ndim,
+                            ndim > 0 && !dims ? " (NULL)" : "", cg__shape_str(t, st, sizeof st), ti->ndim);
+    cg_permute_params p;
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    bool seen[CG_MAX_DIMS] = {false};
+    for (int k = 0; k < ndim; k++) {
+        int d = dims[k] < 0 ? dims[k] + ndim : dims[k];
+        if (d < 0 || d >= ndim || seen[d])
+            return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_permute: dims[%d] = %d is %s for a tensor of shape %s", k, dims[k],
+                                d < 0 || d >= ndim ? "out of range" : "repeated", cg__shape_str(t, st, sizeof st));
+        seen[d] = true, p.dims[k] = d;
+        shape[k] = ti->shape[d], strides[k] = ti->strides[d];
+    }
+    cg_node *node;
+    cg_tensor *out = recorded(cg__view_new(t, ndim, shape, strides, ti->offset), t, &cg__op_permute, &node);
+    if (node) *CG_NODE_PARAMS(node, cg_permute_params) = p;
+    return out;
 }
 
 /* ---- read-back ------------------------------------------------------------------------------------ */
@@ -256,6 +309,21 @@ static cg_status reshape_reference(const cg_op_info *op, const cg_op_case *c, co
     return copy_reference(&in[0], ndim, shape, out);
 }
 
+/* out[i_0, ..., i_n-1] = in[j] with j[dims[k]] = i_k: in's dims in the order dims gives (a permutation). */
+static cg_status permuted_reference(const cg_ref_tensor *in, const int *dims, cg_ref_tensor *out) {
+    int ndim = in->ndim;
+    int64_t shape[CG_MAX_DIMS], in_strides[CG_MAX_DIMS], stride = 1;
+    for (int k = ndim - 1; k >= 0; k--) in_strides[k] = stride, stride *= in->shape[k];
+    for (int k = 0; k < ndim; k++) shape[k] = in->shape[dims[k]];
+    CG_TRY(cg__ref_alloc(out, ndim, shape));
+    for (int64_t i = 0; i < cg__ref_numel(out); i++) {
+        int64_t rest = i, at = 0;
+        for (int k = ndim - 1; k >= 0; k--) at += rest % shape[k] * in_strides[dims[k]], rest /= shape[k];
+        out->data[i] = in->data[at];
+    }
+    return CG_OK;
+}
+
 /* param[0], param[1]: the dims swapped (negative ones count from the end). */
 static cg_status transpose_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
     (void)op;
@@ -264,19 +332,25 @@ static cg_status transpose_reference(const cg_op_info *op, const cg_op_case *c, 
     if (d0 < 0 || d0 >= ndim || d1 < 0 || d1 >= ndim)
         return cg__fail(CG_ERR_INVALID_ARG, "reference: dims (%lld, %lld) of a %d-dim input", (long long)c->param[0],
                         (long long)c->param[1], ndim);
-    int64_t shape[CG_MAX_DIMS];
-    memcpy(shape, in[0].shape, sizeof shape);
-    shape[d0] = in[0].shape[d1], shape[d1] = in[0].shape[d0];
-    CG_TRY(cg__ref_alloc(out, ndim, shape));
-    for (int64_t i = 0; i < cg__ref_numel(out); i++) {
-        int64_t idx[CG_MAX_DIMS], rest = i, at = 0;
-        for (int k = ndim - 1; k >= 0; k--) idx[k] = rest % shape[k], rest /= shape[k];
-        int64_t swap = idx[d0];
-        idx[d0] = idx[d1], idx[d1] = swap;
-        for (int k = 0; k < ndim; k++) at = at * in[0].shape[k] + idx[k];
-        out->data[i] = in[0].data[at];
-    }
-    return CG_OK;
+    int dims[CG_MAX_DIMS];
+    for (int k = 0; k < ndim; k++) dims[k] = k;
+    dims[d0] = d1, dims[d1] = d0;
+    return permuted_reference(&in[0], dims, out);
+}
+
+/* param[0 .. ndim-1]: dims (at most 4). */
+static cg_status permute_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op;
+    int dims[CG_MAX_DIMS];
+    for (int k = 0; k < in[0].ndim; k++) dims[k] = (int)(c->param[k] < 0 ? c->param[k] + in[0].ndim : c->param[k]);
+    return permuted_reference(&in[0], dims, out);
+}
+
+static cg_tensor *permute_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    int dims[4];
+    for (int k = 0; k < 4; k++) dims[k] = (int)c->param[k];
+    return cg_permute(in[0], cg_ndim(in[0]), dims);
 }
 
 static cg_tensor *contiguous_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
@@ -352,15 +426,27 @@ static const cg_op_domain transpose_domain = {
                 {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {1, 1}}, /* the identity */
                 {.ndim = {2}, .shape = {{0, 3}}, .param = {1, 0}})};
 
-const cg_op_info cg__op_contiguous = {.name = "cg_contiguous", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
-                                      .call = contiguous_call, .reference = same_reference};
-const cg_op_info cg__op_clone = {.name = "cg_clone", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
-                                 .call = clone_call, .reference = same_reference};
-const cg_op_info cg__op_reshape = {.name = "cg_reshape", .ninputs = 1, .grad_inputs = 1, .domain = &reshape_domain,
-                                   .call = reshape_call, .reference = reshape_reference};
-const cg_op_info cg__op_view = {.name = "cg_view", .ninputs = 1, .grad_inputs = 1, .domain = &view_domain,
-                                .call = view_call, .reference = reshape_reference};
-const cg_op_info cg__op_transpose = {.name = "cg_transpose", .ninputs = 1, .grad_inputs = 1, .domain = &transpose_domain,
-                                     .call = transpose_call, .reference = transpose_reference};
-const cg_op_info cg__op_to = {.name = "cg_to", .ninputs = 1, .grad_inputs = 1, .domain = &to_domain,
-                              .call = to_call, .reference = same_reference};
+static const cg_op_domain permute_domain = {
+    .lo = {-2.0f}, .hi = {2.0f},
+    CG_OP_CASES({.ndim = {0}},
+                {.ndim = {1}, .shape = {{5}}, .param = {-1}},
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {1, 0}}, /* back to contiguous */
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {2, 0, 1}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .transposed = {true}, .param = {-1, 0, -2}},
+                {.ndim = {4}, .shape = {{2, 3, 1, 4}}, .param = {0, 2, 3, 1}}, /* (N, C, H, W) -> (N, H, W, C) */
+                {.ndim = {3}, .shape = {{2, 0, 3}}, .param = {1, 2, 0}})};
+
+CG_OP_DEFINE(contiguous) = {.name = "cg_contiguous", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+                                      .call = contiguous_call, .reference = same_reference, .backward = identity_backward};
+CG_OP_DEFINE(clone) = {.name = "cg_clone", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+                                 .call = clone_call, .reference = same_reference, .backward = identity_backward};
+CG_OP_DEFINE(reshape) = {.name = "cg_reshape", .ninputs = 1, .grad_inputs = 1, .domain = &reshape_domain,
+                                   .call = reshape_call, .reference = reshape_reference, .backward = reshape_backward};
+CG_OP_DEFINE(view) = {.name = "cg_view", .ninputs = 1, .grad_inputs = 1, .domain = &view_domain,
+                                .call = view_call, .reference = reshape_reference, .backward = reshape_backward};
+CG_OP_DEFINE(transpose) = {.name = "cg_transpose", .ninputs = 1, .grad_inputs = 1, .domain = &transpose_domain,
+                                     .call = transpose_call, .reference = transpose_reference, .backward = transpose_backward};
+CG_OP_DEFINE(permute) = {.name = "cg_permute", .ninputs = 1, .grad_inputs = 1, .domain = &permute_domain,
+                          .call = permute_call, .reference = permute_reference, .backward = permute_backward};
+CG_OP_DEFINE(to) = {.name = "cg_to", .ninputs = 1, .grad_inputs = 1, .domain = &to_domain,
+                              .call = to_call, .reference = same_reference, .backward = to_backward};

@@ -54,5 +54,5 @@ static const cg_op_domain dropout_domain = {
     }};
 #undef T
 
-const cg_op_info cg__op_dropout = {.name = "cg_dropout", .ninputs = 1, .grad_inputs = 1u, .domain = &dropout_domain,
+CG_OP_DEFINE(dropout) = {.name = "cg_dropout", .ninputs = 1, .grad_inputs = 1u, .domain = &dropout_domain,
                                    .call = dropout_call, .reference = dropout_reference};

@@ -76,6 +76,15 @@ cg_status cg__unary_into(cg_unary_op op, float s, const cg_tensor *x, cg_tensor 
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */
+/* What a unary op's node keeps: the op and its scalar (kernels/elementwise_ops.h); a binary op's: the op. */
+typedef struct cg_unary_params {
+    cg_unary_op op;
+    float s;
+} cg_unary_params;
+typedef struct cg_binary_params {
+    cg_binary_op op;
+} cg_binary_params;
+
 /* One fused pass per input: its gradient from g and the values the op saved (kernels/elementwise_ops.h);
  * a gradient has g's shape, which the engine sums down to a broadcast input's. */
 static const cg_saves unary_saves[] = {
@@ -116,7 +125,8 @@ static cg_tensor *ew_grad(cg_ew_kind kind, int op, int which, float s, const cg_
 static cg_status unary_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *saved = n->saved[0] ? n->saved[0] : g;
     const cg_tensor *inputs[2] = {g, saved};
-    grad_in[0] = ew_grad(CG_EW_UNARY_GRAD, n->params.unary.op, 0, n->params.unary.s, inputs, g);
+    const cg_unary_params *p = CG_NODE_PARAMS(n, cg_unary_params);
+    grad_in[0] = ew_grad(CG_EW_UNARY_GRAD, p->op, 0, p->s, inputs, g);
     return grad_in[0] ? CG_OK : cg_last_status();
 }
 
@@ -124,7 +134,8 @@ static cg_status binary_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
     const cg_tensor *inputs[3] = {g, n->saved[0] ? n->saved[0] : g, n->saved[1] ? n->saved[1] : g};
     for (int k = 0; k < 2; k++) {
         if (!n->needs_grad[k]) continue;
-        if (!(grad_in[k] = ew_grad(CG_EW_BINARY_GRAD, n->params.binary.op, k, 0.0f, inputs, g))) return cg_last_status();
+        if (!(grad_in[k] = ew_grad(CG_EW_BINARY_GRAD, CG_NODE_PARAMS(n, cg_binary_params)->op, k, 0.0f, inputs, g)))
+            return cg_last_status();
     }
     return CG_OK;
 }
@@ -146,7 +157,7 @@ cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char 
             cg_tensor_free(out);
             return NULL;
         }
-        node->params.unary = (cg_unary_params){op, s};
+        *CG_NODE_PARAMS(node, cg_unary_params) = (cg_unary_params){op, s};
     }
     return out;
 }
@@ -170,7 +181,7 @@ cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b
             cg_tensor_free(out);
             return NULL;
         }
-        node->params.binary = (cg_binary_params){op};
+        *CG_NODE_PARAMS(node, cg_binary_params) = (cg_binary_params){op};
     }
     return out;
 }

@@ -11,13 +11,17 @@
 
 /* loss = scale * sum (input - target)^2 (scale = 1/numel for the mean), one fused pass each way:
  * d loss / d input = 2 scale (input - target) g, read straight from input and target (saved). */
+typedef struct cg_mse_params {
+    float scale;
+} cg_mse_params;
+
 static cg_status mse_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *input = n->saved[0], *target = n->saved[1];
     const cg_tensor_impl *inputi = cg__t(input);
     cg_tensor *gi = cg__tensor_new(inputi->ndim, inputi->shape, inputi->device);
     if (!gi) return cg_last_status();
     cg_status s = cg__run_mse_backward(inputi->device, &(cg_mse_backward_args){
-        cg__data(input), cg__data(target), cg__data(g), 2.0f * n->params.loss.scale, inputi->numel, cg__data(gi)});
+        cg__data(input), cg__data(target), cg__data(g), 2.0f * CG_NODE_PARAMS(n, cg_mse_params)->scale, inputi->numel, cg__data(gi)});
     if (s == CG_OK && n->needs_grad[1] && !(grad_in[1] = cg_neg(gi))) s = cg_last_status();
     if (s == CG_OK && n->needs_grad[0]) grad_in[0] = gi;
     else cg_tensor_free(gi);
@@ -48,8 +52,8 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
     const cg_tensor *inputs[2] = {input, target};
     if (s == CG_OK && cg__should_record(2, inputs)) {
         const cg_tensor *saved[2] = {a, b};
-        cg_node *node = cg__record(loss, "cg_mse_loss", mse_backward, 2, inputs, 2, saved);
-        if (node) node->params.loss.scale = scale;
+        cg_node *node = cg__record_op(loss, &cg__op_mse_loss, 2, inputs, 2, saved);
+        if (node) CG_NODE_PARAMS(node, cg_mse_params)->scale = scale;
         else s = cg_last_status();
     }
     cg_tensor_free(a), cg_tensor_free(b);
@@ -93,5 +97,5 @@ static const cg_op_domain mse_domain = {
     }};
 #undef T
 
-const cg_op_info cg__op_mse_loss = {.name = "cg_mse_loss", .ninputs = 2, .grad_inputs = 3u, .domain = &mse_domain,
-                                    .call = mse_call, .reference = mse_reference};
+CG_OP_DEFINE(mse_loss) = {.name = "cg_mse_loss", .ninputs = 2, .grad_inputs = 3u, .domain = &mse_domain,
+                                    .call = mse_call, .reference = mse_reference, .backward = mse_backward};

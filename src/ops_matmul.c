@@ -114,7 +114,7 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     if (!out) return NULL;
     cg_status s = gemm_into(a, b, out);
     const cg_tensor *inputs[2] = {a, b};
-    if (s == CG_OK && cg__should_record(2, inputs) && !cg__record(out, "cg_matmul", matmul_backward, 2, inputs, 2, inputs))
+    if (s == CG_OK && cg__should_record(2, inputs) && !cg__record_op(out, &cg__op_matmul, 2, inputs, 2, inputs))
         s = cg_last_status();
     return cg__finish(out, s);
 }
@@ -197,7 +197,7 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     const cg_tensor *inputs[3] = {x, weight, bias};
     int ninputs = bias ? 3 : 2;
     if (s == CG_OK && cg__should_record(ninputs, inputs) &&
-        !cg__record(out, "cg_linear", linear_backward, ninputs, inputs, 2, inputs))
+        !cg__record_op(out, &cg__op_linear, ninputs, inputs, 2, inputs))
         s = cg_last_status();
     return cg__finish(out, s);
 }
@@ -271,9 +271,9 @@ static const cg_op_domain linear_domain = {
     }};
 #undef T
 
-const cg_op_info cg__op_matmul = {.name = "cg_matmul", .ninputs = 2, .grad_inputs = 3u, .domain = &matmul_domain,
-                                  .call = matmul_call, .reference = matmul_reference};
-const cg_op_info cg__op_linear = {.name = "cg_linear", .ninputs = 3, .grad_inputs = 7u, .domain = &linear_domain,
-                                  .call = linear_call, .reference = linear_reference};
-const cg_op_info cg__op_linear_nobias = {.name = "cg_linear", .ninputs = 2, .grad_inputs = 3u, .domain = &linear_domain,
-                                         .call = linear_call, .reference = linear_reference};
+CG_OP_DEFINE(matmul) = {.name = "cg_matmul", .ninputs = 2, .grad_inputs = 3u, .domain = &matmul_domain,
+                                  .call = matmul_call, .reference = matmul_reference, .backward = matmul_backward};
+CG_OP_DEFINE(linear) = {.name = "cg_linear", .ninputs = 3, .grad_inputs = 7u, .domain = &linear_domain,
+                                  .call = linear_call, .reference = linear_reference, .backward = linear_backward};
+CG_OP_DEFINE(linear_nobias) = {.name = "cg_linear", .ninputs = 2, .grad_inputs = 3u, .domain = &linear_domain,
+                                         .call = linear_call, .reference = linear_reference, .backward = linear_backward};

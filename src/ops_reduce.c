@@ -12,17 +12,23 @@
 
 /* The gradient of a sum spreads g back over the reduced dim (times 1/n for a mean): a broadcast
  * copy of g, viewed with the reduced dim kept as size 1. */
+typedef struct cg_reduce_params {
+    int dim;     /* the dim reduced over, or -1 for all */
+    float scale; /* 1, or 1 / n for a mean */
+} cg_reduce_params;
+
 static cg_status reduce_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_reduce_params *p = CG_NODE_PARAMS(n, cg_reduce_params);
     int ndim = n->in_ndim[0];
     const int64_t *in_shape = n->in_shape[0];
     int64_t kept[CG_MAX_DIMS];
     memcpy(kept, in_shape, sizeof kept);
     int kept_ndim = ndim;
-    if (n->params.reduce.dim < 0) kept_ndim = 0; /* all elements: g is 0-dim and broadcasts anywhere */
-    else kept[n->params.reduce.dim] = 1;
+    if (p->dim < 0) kept_ndim = 0; /* all elements: g is 0-dim and broadcasts anywhere */
+    else kept[p->dim] = 1;
     cg_tensor *gk = cg_reshape(g, kept_ndim, kept);
     cg_tensor *out = gk ? cg__tensor_new(ndim, in_shape, cg__t(g)->device) : NULL;
-    cg_status s = out ? cg__unary_into(CG_UNARY_MUL_SCALAR, n->params.reduce.scale, gk, out) : cg_last_status();
+    cg_status s = out ? cg__unary_into(CG_UNARY_MUL_SCALAR, p->scale, gk, out) : cg_last_status();
     cg_tensor_free(gk);
     if (s != CG_OK) {
         cg_tensor_free(out);
@@ -33,7 +39,8 @@ static cg_status reduce_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 }
 
 /* x viewed as (outer, n, inner) reduced over n into out (outer, inner). */
-static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const char *fn) {
+static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const cg_op_info *op) {
+    const char *fn = op->name;
     if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
     int d = dim < 0 ? dim + ti->ndim : dim;
@@ -63,8 +70,8 @@ static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bo
         cg_tensor_free(c);
     }
     if (s == CG_OK && cg__should_record(1, &t)) {
-        cg_node *node = cg__record(out, fn, reduce_backward, 1, &t, 0, NULL);
-        if (node) node->params.reduce = (cg_reduce_params){all ? -1 : d, mean ? 1.0f / (float)n : 1.0f};
+        cg_node *node = cg__record_op(out, op, 1, &t, 0, NULL);
+        if (node) *CG_NODE_PARAMS(node, cg_reduce_params) = (cg_reduce_params){all ? -1 : d, mean ? 1.0f / (float)n : 1.0f};
         else s = cg_last_status();
     }
     if (s != CG_OK) {
@@ -86,10 +93,10 @@ cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out) {
     return s;
 }
 
-cg_tensor *cg_sum(const cg_tensor *t) { return reduce(t, 0, true, false, false, "cg_sum"); }
-cg_tensor *cg_mean(const cg_tensor *t) { return reduce(t, 0, true, false, true, "cg_mean"); }
-cg_tensor *cg_sum_dim(const cg_tensor *t, int dim, bool keepdim) { return reduce(t, dim, false, keepdim, false, "cg_sum_dim"); }
-cg_tensor *cg_mean_dim(const cg_tensor *t, int dim, bool keepdim) { return reduce(t, dim, false, keepdim, true, "cg_mean_dim"); }
+cg_tensor *cg_sum(const cg_tensor *t) { return reduce(t, 0, true, false, false, &cg__op_sum); }
+cg_tensor *cg_mean(const cg_tensor *t) { return reduce(t, 0, true, false, true, &cg__op_mean); }
+cg_tensor *cg_sum_dim(const cg_tensor *t, int dim, bool keepdim) { return reduce(t, dim, false, keepdim, false, &cg__op_sum_dim); }
+cg_tensor *cg_mean_dim(const cg_tensor *t, int dim, bool keepdim) { return reduce(t, dim, false, keepdim, true, &cg__op_mean_dim); }
 
 /* ---- op-table entries (op_table.h) ---------------------------------------------------------------- */
 /* in summed along dim (mean: divided by its size, NaN for none, as the op), in double. */
@@ -171,11 +178,11 @@ static const cg_op_domain reduce_dim_domain = {
                 {.ndim = {2}, .shape = {{3, 0}}, .param = {-1, true}}, /* along an empty dim: 0 each, mean NaN */
                 {.ndim = {2}, .shape = {{3, 300}}, .param = {0, false}})};
 
-const cg_op_info cg__op_sum = {.name = "cg_sum", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_all_domain,
-                               .call = sum_call, .reference = sum_reference};
-const cg_op_info cg__op_mean = {.name = "cg_mean", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_all_domain,
-                                .call = mean_call, .reference = mean_reference};
-const cg_op_info cg__op_sum_dim = {.name = "cg_sum_dim", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_dim_domain,
-                                   .call = sum_dim_call, .reference = sum_dim_reference};
-const cg_op_info cg__op_mean_dim = {.name = "cg_mean_dim", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_dim_domain,
-                                    .call = mean_dim_call, .reference = mean_dim_reference};
+CG_OP_DEFINE(sum) = {.name = "cg_sum", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_all_domain,
+                               .call = sum_call, .reference = sum_reference, .backward = reduce_backward};
+CG_OP_DEFINE(mean) = {.name = "cg_mean", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_all_domain,
+                                .call = mean_call, .reference = mean_reference, .backward = reduce_backward};
+CG_OP_DEFINE(sum_dim) = {.name = "cg_sum_dim", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_dim_domain,
+                                   .call = sum_dim_call, .reference = sum_dim_reference, .backward = reduce_backward};
+CG_OP_DEFINE(mean_dim) = {.name = "cg_mean_dim", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_dim_domain,
+                                    .call = mean_dim_call, .reference = mean_dim_reference, .backward = reduce_backward};

@@ -16,7 +16,7 @@
  * worst-case bound is about k u ~ 1e-5 for k ~ 100 and the typical error is 1e-7..1e-6. 1e-4
  * leaves a margin of 10 over that bound, while a wrong formula (a missing factor, a transposed
  * gradient, a broadcast dim not summed back, a lost contribution) is off by O(1). The forward
- * value itself is checked at ||out - ref|| / ||ref|| <= 1e-5 (DESIGN.md's whole-tensor rule), with
+ * value itself is checked at ||out - ref|| / ||ref|| <= 1e-5 (cg_test_rel_l2, tests/test_util.h), with
  * the same allowance for cancelling terms.
  * Inputs of ReLU keep |x| >= 1e-2, far more than the step h, so both sides see the same branch. */
 #include <math.h>

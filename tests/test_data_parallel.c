@@ -16,7 +16,7 @@
  *
  * The models that train use Tanh, not ReLU: splitting the batch reorders fp32 sums, and with ReLU
  * a pre-activation within ~1e-7 of 0 can take the other branch and change a gradient by far more
- * than the tolerance (DESIGN.md: keep away from kinks). The forward-only checks use ReLU.
+ * than the tolerance (gradients are compared away from kinks). The forward-only checks use ReLU.
  *
  * Machines:
  *   - the cpu binary (CI, no GPU) checks the host-side parts: chunk sizes and the "needs CUDA" or
@@ -43,7 +43,7 @@
 
 #include "test_util.h"
 
-#define RTOL 1e-5 /* ||a - ref|| / ||ref|| per tensor (DESIGN.md, Testing) */
+#define RTOL 1e-5 /* ||a - ref|| / ||ref|| per tensor (cg_test_rel_l2, tests/test_util.h) */
 #define STEPS 5
 #define IN 16
 #define HID 32
@@ -87,7 +87,7 @@ static void test_chunks(void **state) {
     assert_chunks(64, 2, 2, (int64_t[]){32, 32});
     assert_chunks(64, 4, 4, (int64_t[]){16, 16, 16, 16});
     assert_chunks(13, 4, 4, (int64_t[]){4, 4, 4, 1});
-    assert_chunks(13, 6, 5, (int64_t[]){3, 3, 3, 3, 1}); /* DESIGN.md's example */
+    assert_chunks(13, 6, 5, (int64_t[]){3, 3, 3, 3, 1}); /* ceil(13/6) = 3 rows: 5 chunks for 6 GPUs */
     assert_chunks(13, 2, 2, (int64_t[]){7, 6});
     assert_chunks(3, 4, 3, (int64_t[]){1, 1, 1});
     assert_chunks(6, 4, 3, (int64_t[]){2, 2, 2}); /* torch.chunk: ceil(6/4) = 2 rows, so 3 chunks */

@@ -292,6 +292,22 @@ static void test_bad_dims(void **state) {
         cg_clear_error();
         assert_null(cg_transpose(t, bad[i], 1));
         cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_transpose", "dim");
+        cg_clear_error();
+        assert_null(cg_permute(t, 2, (const int[]){0, bad[i]}));
+        cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_permute", "out of range");
+    }
+    /* permute: a dim twice, too few or too many dims, no dims */
+    const struct {
+        int ndim;
+        const int *dims;
+        const char *why;
+    } bad_permutes[] = {{2, (const int[]){1, -1}, "repeated"}, {2, (const int[]){0, 0}, "repeated"},
+                        {1, (const int[]){0}, "1 dims"}, {3, (const int[]){0, 1, 2}, "3 dims"}, {2, NULL, "NULL"}};
+    for (size_t i = 0; i < COUNT(bad_permutes); i++) {
+        cg_test_context("cg_permute of a (3, 4) tensor: %s", bad_permutes[i].why);
+        cg_clear_error();
+        assert_null(cg_permute(t, bad_permutes[i].ndim, bad_permutes[i].dims));
+        cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_permute", bad_permutes[i].why);
     }
     /* creation: negative sizes and too many dims */
     cg_test_context("cg_zeros with a negative size");

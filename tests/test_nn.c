@@ -1,4 +1,4 @@
-/* Modules and the SGD optimizer against PyTorch's semantics (DESIGN.md): state_dict names and
+/* Modules and the SGD optimizer against PyTorch's semantics: state_dict names and
  * order, nn.Linear's init distribution, moving and cloning across devices, torch.optim.SGD's
  * update rule (momentum, dampening, weight decay, nesterov) recomputed on the host in double, the
  * set-to-none zero_grad (a parameter that got no gradient since zero_grad is skipped entirely),

@@ -1,7 +1,7 @@
 /* Shared helpers for the cgrad tests: the device under test, fresh random data (seeded per run and
  * printed, or from CG_TEST_SEED), poisoned outputs, tolerance checks and error checks.
  *
- * Tolerance (DESIGN.md, Testing): |out - ref| <= atol + rtol*|ref| per element, with
+ * Tolerance (cg_test_assert_close below): |out - ref| <= atol + rtol*|ref| per element, with
  * atol = 1e-6 * max|ref| over the compared tensor; NaN never passes.
  *
  * Every test binary's main() calls cg_test_init() before cmocka runs: it prints the seed and, in a

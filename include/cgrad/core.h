@@ -159,6 +159,9 @@ CG_API cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src);
 CG_API cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape); /* one -1 allowed */
 CG_API cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape);    /* contiguous only */
 CG_API cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1);           /* a view */
+/* torch.permute: a view whose dim k is t's dim dims[k]; dims (ndim of them, t's dim count) lists each dim
+ * once, negative ones counting from the end. */
+CG_API cg_tensor *cg_permute(const cg_tensor *t, int ndim, const int *dims);
 
 /* ---- element-wise (NumPy broadcasting) ----------------------------------------------------- */
 CG_API cg_tensor *cg_add(const cg_tensor *a, const cg_tensor *b);
