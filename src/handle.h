@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cgrad.h"
+#include "cgrad/core.h"
 
 #ifdef __cplusplus
 extern "C" {

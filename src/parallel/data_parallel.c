@@ -1,6 +1,8 @@
 /* nn.DataParallel in one process: replicas made once and kept identical, the batch split as
  * torch.chunk does, replica gradients summed in buckets during backward: by NCCL, or for small
  * buckets by the peer all-reduce when the GPUs reach each other's memory. */
+#include "cgrad/parallel.h"
+
 #include "parallel/grad_buckets.h"
 #include "autograd.h"
 #include "backend.h"

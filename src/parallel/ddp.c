@@ -2,6 +2,8 @@
  * for small buckets the peer all-reduce when the ranks' GPUs map each other's memory (one host),
  * MPI_Allreduce between CPU ranks, gradients averaged in buckets launched as soon as they are
  * complete during backward. MPI errors are returned, never fatal. */
+#include "cgrad/parallel.h"
+
 #include "parallel/grad_buckets.h"
 #include "autograd.h"
 #include "backward.h"
