@@ -22,7 +22,7 @@ cg_status cg__ref_alloc(cg_ref_tensor *out, int ndim, const int64_t *shape) {
                         ndim_ok ? cg__dims_str(ndim, shape, buf, sizeof buf) : "?", ndim);
     }
     out->ndim = ndim;
-    memcpy(out->shape, shape, (size_t)ndim * sizeof(int64_t));
+    for (int i = 0; i < ndim; i++) out->shape[i] = shape[i]; /* shape may be NULL for 0 dims */
     out->data = malloc((size_t)(numel ? numel : 1) * sizeof(double));
     return out->data ? CG_OK : cg__fail(CG_ERR_OOM, "reference: out of host memory");
 }
