@@ -31,12 +31,14 @@ static inline unsigned cg_launch_grid(int64_t items, int threads) {
     return (unsigned)cg_launch_blocks((items + threads - 1) / threads, 64);
 }
 
-/* elementwise.cu: one element-wise pass (internal.h: cg_ew_call) */
-cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);
+/* fill.cu: a constant, a range */
 cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream);
 cudaError_t cg_launch_arange(float *out, int64_t n, double start, double step, cudaStream_t stream);
 /* Maps cuRAND's (0, 1] onto [0, 1) (1 becomes 0), as torch.rand's range. */
 cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream);
+
+/* elementwise.cu: one element-wise pass (kernel_args.h: cg_ew_call) */
+cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);
 
 /* reduce.cu: partial (outer, chunks, inner) = sums of x (outer, n, inner) over n in chunks of chunk_len,
  * times scale. Deterministic: a fixed order for given shapes. */

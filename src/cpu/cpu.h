@@ -23,10 +23,16 @@
 /* The CPU kernels (kernels/kernel_args.h: each takes its argument struct), gathered into
  * cg__cpu_backend. Every one that computes starts with CG_TRY(cg__cpu_enter()) (internal.h): after
  * the thread's first op it costs a compare. */
-cg_status cg__cpu_elementwise(const void *args, int index);     /* cg_ew_call */
-cg_status cg__cpu_reduce_sum(const void *args, int index);      /* cpu_reduce.c */
-cg_status cg__cpu_sum_sqdiff(const void *args, int index);      /* MSE forward */
-cg_status cg__cpu_scaled_diff(const void *args, int index);     /* MSE backward */
+/* fill (cpu_fill.c) */
+cg_status cg__cpu_fill(const void *args, int index);
+cg_status cg__cpu_arange(const void *args, int index);
+cg_status cg__cpu_random(const void *args, int index);
+/* elementwise (cpu_elementwise.c) */
+cg_status cg__cpu_elementwise(const void *args, int index);
+/* reduce: the sum and MSE (cpu_reduce.c) */
+cg_status cg__cpu_reduce_sum(const void *args, int index);
+cg_status cg__cpu_mse_forward(const void *args, int index);
+cg_status cg__cpu_mse_backward(const void *args, int index);
 cg_status cg__cpu_gemm(const void *args, int index);            /* cpu_matmul.c */
 cg_status cg__cpu_sgd_step(const void *args, int index);        /* cpu_optim.c */
 cg_status cg__cpu_adam_step(const void *args, int index);       /* cpu_adam.c */

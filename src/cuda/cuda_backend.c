@@ -1,5 +1,6 @@
-/* CUDA backend: device memory, creation, element-wise, reductions and GEMM, all queued on the
- * device's stream. Nothing here synchronises unless the caller needs a host-visible result. */
+/* CUDA backend: device memory, and the backend table of the kernels that the op families' files
+ * (cuda_<family>.c, cuda_internal.h) define; all queued on the device's stream. Nothing here
+ * synchronises unless the caller needs a host-visible result. */
 #include "cuda/cuda_internal.h"
 
 #include <limits.h>
@@ -40,120 +41,6 @@ static cg_status cuda_synchronize(int index) {
     return CG_OK;
 }
 
-static cg_status cuda_fill(const void *raw, int index) {
-    const cg_fill_args *a = raw;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (a->n > 0) CG_CUDA_CHECK(cg_launch_fill(a->out, a->n, a->value, ctx->stream));
-    return CG_OK;
-}
-
-static cg_status cuda_arange(const void *raw, int index) {
-    const cg_arange_args *a = raw;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (a->n > 0) CG_CUDA_CHECK(cg_launch_arange(a->out, a->n, a->start, a->step, ctx->stream));
-    return CG_OK;
-}
-
-/* cuRAND's Philox generator, re-seeded whenever cg_manual_seed() was called since last use, and
- * set to the offset device.c reserves for this draw (normals come in pairs: n rounded up to even). */
-static cg_status cuda_random(const void *raw, int index) {
-    const cg_random_args *a = raw;
-    bool normal = a->normal;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (ctx->seed_generation != cg__seed_generation()) {
-        CG_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->curand, cg__seed()));
-        ctx->seed_generation = cg__seed_generation();
-    }
-    float *y = a->out;
-    size_t n = (size_t)a->n;
-    if (n == 0) return CG_OK;
-    uint64_t drawn = normal ? (n + 1) & ~(size_t)1 : n;
-    CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, cg__cuda_rng_reserve(index, drawn)));
-    if (!normal) {
-        CG_CURAND_CHECK(curandGenerateUniform(ctx->curand, y, n));
-        CG_CUDA_CHECK(cg_launch_uniform_fixup(y, (int64_t)n, ctx->stream));
-        return CG_OK;
-    }
-    /* cuRAND draws normals in pairs: an odd last element comes from the scratch buffer. */
-    size_t even = n & ~(size_t)1;
-    if (even) CG_CURAND_CHECK(curandGenerateNormal(ctx->curand, y, even, 0.0f, 1.0f));
-    if (n != even) {
-        CG_CURAND_CHECK(curandGenerateNormal(ctx->curand, ctx->scratch, 2, 0.0f, 1.0f));
-        CG_CUDA_CHECK(cudaMemcpyAsync(y + even, ctx->scratch, sizeof(float), cudaMemcpyDeviceToDevice, ctx->stream));
-    }
-    return CG_OK;
-}
-
-static cg_status cuda_elementwise(const void *raw, int index) {
-    const cg_ew_call *call = raw;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_elementwise(call, ctx->stream));
-    return CG_OK;
-}
-
-/* Chunks per output so that one pass has enough parallel work; depends only on the shape. */
-static int64_t chunks_for(int64_t outer, int64_t n, int64_t inner) {
-    int64_t chunks;
-    if (inner == 1) {
-        chunks = (n + 4095) / 4096;                /* about 16 elements per thread */
-        int64_t limit = outer >= 1024 ? 1 : 1024 / outer;
-        if (chunks > limit) chunks = limit;
-    } else {
-        int64_t want = (65536 + outer * inner - 1) / (outer * inner);
-        chunks = want < (n + 31) / 32 ? want : (n + 31) / 32; /* at least 32 rows per chunk */
-    }
-    return chunks < 1 ? 1 : chunks;
-}
-
-/* Sums over n in passes: each pass shrinks n to its chunk count, until one chunk is left. */
-static cg_status cuda_reduce_sum(const void *raw, int index) {
-    const cg_reduce_sum_args *kargs = raw;
-    const float *x = kargs->x;
-    int64_t outer = kargs->outer;
-    int64_t n = kargs->n;
-    int64_t inner = kargs->inner;
-    float scale = kargs->scale;
-    float *out = kargs->out;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    cg_device d = cg_cuda(index);
-    const float *src = x;
-    float *scratch = NULL;
-    size_t scratch_bytes = 0;
-    cg_status s = CG_OK;
-    for (;;) {
-        int64_t chunks = chunks_for(outer, n, inner), chunk_len = (n + chunks - 1) / chunks;
-        chunks = (n + chunk_len - 1) / chunk_len;
-        bool last = chunks == 1;
-        float *dst = out;
-        size_t bytes = 0;
-        if (!last) {
-            bytes = (size_t)(outer * chunks * inner) * sizeof(float);
-            dst = cg__alloc(d, bytes);
-            if (!dst) {
-                s = cg_last_status();
-                break;
-            }
-        }
-        cudaError_t e = cg_launch_sum_chunks(src, outer, n, inner, chunks, chunk_len, last ? scale : 1.0f, dst, ctx->stream);
-        /* Stream order makes it safe to recycle the previous pass's buffer right after launch. */
-        if (scratch) cg__free(d, scratch, scratch_bytes);
-        scratch = last ? NULL : dst, scratch_bytes = bytes;
-        if (e != cudaSuccess) {
-            s = cg__cuda_error(e, "cg_launch_sum_chunks", __FILE__, __LINE__);
-            break;
-        }
-        if (last) break;
-        src = dst, n = chunks;
-    }
-    if (scratch) cg__free(d, scratch, scratch_bytes);
-    return s;
-}
-
 /* Skinny shapes (one side of at most 16, the other operand large) go to kernels of our own that
  * read the large operand once; cuBLAS is far from the memory floor there. */
 #define SKINNY_MAX 16
@@ -185,40 +72,6 @@ static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int6
                                              ctx->stream);
     cg__free(d, scratch, bytes); /* stream order makes the reuse safe */
     if (e != cudaSuccess) return cg__cuda_error(e, nt ? "cg_launch_skinny_nt" : "cg_launch_skinny_tn", __FILE__, __LINE__);
-    return CG_OK;
-}
-
-/* MSE's sum: one launch, its blocks' sums in a scratch buffer. */
-static cg_status cuda_sum_sqdiff(const void *raw, int index) {
-    const cg_mse_forward_args *kargs = raw;
-    const float *a = kargs->a;
-    const float *b = kargs->b;
-    int64_t n = kargs->n;
-    float scale = kargs->scale;
-    float *out = kargs->out;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    cg_device d = cg_cuda(index);
-    size_t bytes = (size_t)cg_sum_sqdiff_blocks(n) * sizeof(float);
-    float *partial = cg__alloc(d, bytes);
-    if (!partial) return cg_last_status();
-    cudaError_t e = cg_launch_sum_sqdiff(a, b, n, scale, partial, ctx->tickets, out, ctx->stream);
-    cg__free(d, partial, bytes); /* stream order makes the reuse safe */
-    if (e != cudaSuccess) return cg__cuda_error(e, "cg_launch_sum_sqdiff", __FILE__, __LINE__);
-    return CG_OK;
-}
-
-static cg_status cuda_scaled_diff(const void *raw, int index) {
-    const cg_mse_backward_args *kargs = raw;
-    const float *a = kargs->a;
-    const float *b = kargs->b;
-    const float *g = kargs->g;
-    float factor = kargs->factor;
-    int64_t n = kargs->n;
-    float *grad = kargs->grad;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_scaled_diff(a, b, g, factor, n, grad, ctx->stream));
     return CG_OK;
 }
 
@@ -304,13 +157,13 @@ static const cg_backend cuda_backend = {
     .graph_destroy = cg__cuda_graph_destroy,
     .kernels =
         {
-            [CG_KERNEL_FILL] = cuda_fill,
-            [CG_KERNEL_ARANGE] = cuda_arange,
-            [CG_KERNEL_RANDOM] = cuda_random,
-            [CG_KERNEL_ELEMENTWISE] = cuda_elementwise,
-            [CG_KERNEL_REDUCE_SUM] = cuda_reduce_sum,
-            [CG_KERNEL_MSE_FORWARD] = cuda_sum_sqdiff,
-            [CG_KERNEL_MSE_BACKWARD] = cuda_scaled_diff,
+            [CG_KERNEL_FILL] = cg__cuda_fill,
+            [CG_KERNEL_ARANGE] = cg__cuda_arange,
+            [CG_KERNEL_RANDOM] = cg__cuda_random,
+            [CG_KERNEL_ELEMENTWISE] = cg__cuda_elementwise,
+            [CG_KERNEL_REDUCE_SUM] = cg__cuda_reduce_sum,
+            [CG_KERNEL_MSE_FORWARD] = cg__cuda_mse_forward,
+            [CG_KERNEL_MSE_BACKWARD] = cg__cuda_mse_backward,
             [CG_KERNEL_GEMM] = cuda_gemm,
             [CG_KERNEL_GEMM_BIAS] = cuda_gemm_bias,
             [CG_KERNEL_SGD_STEP] = cuda_sgd_step,

@@ -90,8 +90,18 @@ cg_status cg__cuda_gemm_lt(cg_cuda_context *ctx, bool trans_a, bool trans_b, int
                            const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                            const float *bias, float *bias_grad, bool *fused);
 
-/* Kernels of the backend table (kernels/kernel_args.h: each takes its argument struct):
- * classification (cross-entropy, argmax), the loader's row gather and Adam (cuda_classify.c) */
+/* Kernels of the backend table (kernels/kernel_args.h: each takes its argument struct), by family:
+ * fill (cuda_fill.c) */
+cg_status cg__cuda_fill(const void *args, int index);
+cg_status cg__cuda_arange(const void *args, int index);
+cg_status cg__cuda_random(const void *args, int index);
+/* elementwise (cuda_elementwise.c) */
+cg_status cg__cuda_elementwise(const void *args, int index);
+/* reduce: the sum and MSE (cuda_reduce.c) */
+cg_status cg__cuda_reduce_sum(const void *args, int index);
+cg_status cg__cuda_mse_forward(const void *args, int index);
+cg_status cg__cuda_mse_backward(const void *args, int index);
+/* classification (cross-entropy, argmax), the loader's row gather and Adam (cuda_classify.c) */
 cg_status cg__cuda_cross_entropy_forward(const void *args, int index);
 cg_status cg__cuda_cross_entropy_backward(const void *args, int index);
 cg_status cg__cuda_argmax(const void *args, int index);
