@@ -58,7 +58,7 @@ cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int64_t n, floa
 cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *out,
                                   cudaStream_t stream);
 
-/* linear_skinny.cu: GEMMs with a side of o <= 16 that read the large operand once.
+/* matmul.cu: GEMMs with a side of o <= 16 that read the large operand once.
  * nt: y (n, o; ldy) = x (n, k; ldx) w^T + bias, w (o, k; ldw), bias (o) or NULL; scratch holds
  *     cg_skinny_nt_scratch floats.
  * tn: dw (o, k; lddw) = g^T x, g (n, o; ldg), x (n, k; ldx), and db (o) = the sums of g's columns when

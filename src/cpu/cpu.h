@@ -33,7 +33,8 @@ cg_status cg__cpu_elementwise(const void *args, int index);
 cg_status cg__cpu_reduce_sum(const void *args, int index);
 cg_status cg__cpu_mse_forward(const void *args, int index);
 cg_status cg__cpu_mse_backward(const void *args, int index);
-cg_status cg__cpu_gemm(const void *args, int index);            /* cpu_matmul.c */
+/* matmul (cpu_matmul.c; no GEMM_BIAS: the caller runs the bias pass) */
+cg_status cg__cpu_gemm(const void *args, int index);
 cg_status cg__cpu_sgd_step(const void *args, int index);        /* cpu_optim.c */
 cg_status cg__cpu_adam_step(const void *args, int index);       /* cpu_adam.c */
 /* classification (cross-entropy, argmax) and the loader's row gather (cpu_classify.c) */
