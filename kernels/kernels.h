@@ -108,9 +108,12 @@ typedef struct cg_peer_allreduce_args {
 } cg_peer_allreduce_args;
 cudaError_t cg_launch_peer_allreduce(const cg_peer_allreduce_args *a, cudaStream_t stream);
 
-/* optim.cu: the SGD update over n contiguous parameters (momentum_buf NULL when momentum is 0). */
+/* optim.cu: the SGD update over n contiguous parameters (momentum_buf NULL when momentum is 0), and the
+ * Adam / AdamW update. */
 cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
                           cudaStream_t stream);
+cudaError_t cg_launch_adam(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
+                           const cg_adam_args *args, cudaStream_t stream);
 
 /* classify.cu: softmax cross-entropy over logits (n, c) with class-index targets (n), and argmax (see the
  * backend table in src/internal.h for the contracts). Deterministic: no atomics. */
@@ -123,9 +126,6 @@ cudaError_t cg_launch_argmax(const float *x, int64_t outer, int64_t n, int64_t i
 /* gather.cu: dst (n, row_len) = src rows rows[0..n) (the data loader's batches). */
 cudaError_t cg_launch_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst,
                                   cudaStream_t stream);
-/* adam.cu: the Adam / AdamW update over n contiguous parameters. */
-cudaError_t cg_launch_adam(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
-                           const cg_adam_args *args, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

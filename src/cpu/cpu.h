@@ -35,8 +35,9 @@ cg_status cg__cpu_mse_forward(const void *args, int index);
 cg_status cg__cpu_mse_backward(const void *args, int index);
 /* matmul (cpu_matmul.c; no GEMM_BIAS: the caller runs the bias pass) */
 cg_status cg__cpu_gemm(const void *args, int index);
-cg_status cg__cpu_sgd_step(const void *args, int index);        /* cpu_optim.c */
-cg_status cg__cpu_adam_step(const void *args, int index);       /* cpu_adam.c */
+/* optim (cpu_optim.c) */
+cg_status cg__cpu_sgd_step(const void *args, int index);
+cg_status cg__cpu_adam_step(const void *args, int index);
 /* classification (cross-entropy, argmax) and the loader's row gather (cpu_classify.c) */
 cg_status cg__cpu_cross_entropy_forward(const void *args, int index);
 cg_status cg__cpu_cross_entropy_backward(const void *args, int index);

@@ -39,19 +39,6 @@ static cg_status cuda_synchronize(int index) {
     return CG_OK;
 }
 
-static cg_status cuda_sgd_step(const void *raw, int index) {
-    const cg_sgd_step_args *kargs = raw;
-    float *param = kargs->param;
-    const float *grad = kargs->grad;
-    float *momentum_buf = kargs->momentum_buf;
-    int64_t n = kargs->n;
-    const cg_sgd_args *args = &kargs->args;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (n > 0) CG_CUDA_CHECK(cg_launch_sgd(param, grad, momentum_buf, n, args, ctx->stream));
-    return CG_OK;
-}
-
 static const cg_backend cuda_backend = {
     .name = "cuda",
     .raw_alloc = cuda_raw_alloc,
@@ -75,7 +62,7 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_MSE_BACKWARD] = cg__cuda_mse_backward,
             [CG_KERNEL_GEMM] = cg__cuda_gemm,
             [CG_KERNEL_GEMM_BIAS] = cg__cuda_gemm_bias,
-            [CG_KERNEL_SGD_STEP] = cuda_sgd_step,
+            [CG_KERNEL_SGD_STEP] = cg__cuda_sgd_step,
             [CG_KERNEL_ADAM_STEP] = cg__cuda_adam_step,
             [CG_KERNEL_CROSS_ENTROPY_FORWARD] = cg__cuda_cross_entropy_forward,
             [CG_KERNEL_CROSS_ENTROPY_BACKWARD] = cg__cuda_cross_entropy_backward,

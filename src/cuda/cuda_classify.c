@@ -57,17 +57,3 @@ cg_status cg__cuda_gather_rows(const void *raw, int index) {
     if (n > 0 && row_len > 0) CG_CUDA_CHECK(cg_launch_gather_rows(src, row_len, rows, n, dst, ctx->stream));
     return CG_OK;
 }
-
-cg_status cg__cuda_adam_step(const void *raw, int index) {
-    const cg_adam_step_args *kargs = raw;
-    float *param = kargs->param;
-    const float *grad = kargs->grad;
-    float *exp_avg = kargs->exp_avg;
-    float *exp_avg_sq = kargs->exp_avg_sq;
-    int64_t n = kargs->n;
-    const cg_adam_args *args = &kargs->args;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (n > 0) CG_CUDA_CHECK(cg_launch_adam(param, grad, exp_avg, exp_avg_sq, n, args, ctx->stream));
-    return CG_OK;
-}

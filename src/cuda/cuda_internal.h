@@ -98,12 +98,14 @@ cg_status cg__cuda_mse_backward(const void *args, int index);
 /* matmul (cuda_matmul.c) */
 cg_status cg__cuda_gemm(const void *args, int index);
 cg_status cg__cuda_gemm_bias(const void *args, int index);
+/* optim (cuda_optim.c) */
+cg_status cg__cuda_sgd_step(const void *args, int index);
+cg_status cg__cuda_adam_step(const void *args, int index);
 /* classification (cross-entropy, argmax), the loader's row gather and Adam (cuda_classify.c) */
 cg_status cg__cuda_cross_entropy_forward(const void *args, int index);
 cg_status cg__cuda_cross_entropy_backward(const void *args, int index);
 cg_status cg__cuda_argmax(const void *args, int index);
 cg_status cg__cuda_gather_rows(const void *args, int index);
-cg_status cg__cuda_adam_step(const void *args, int index);
 /* convolution (cuDNN; without it, errors) and max pooling (kernels/pool.cu) (cuda_conv.c) */
 cg_status cg__cuda_conv2d_forward(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_data(const void *args, int index);

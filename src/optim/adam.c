@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-#include "kernels/adam_math.h"
+#include "kernels/optim_math.h"
 
 typedef struct adam_optimizer {
     cg_optimizer_impl base;
