@@ -115,8 +115,8 @@ cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, 
 cudaError_t cg_launch_adam(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                            const cg_adam_args *args, cudaStream_t stream);
 
-/* classify.cu: softmax cross-entropy over logits (n, c) with class-index targets (n), and argmax (see the
- * backend table in src/internal.h for the contracts). Deterministic: no atomics. */
+/* classify.cu: softmax cross-entropy over logits (n, c) with class-index targets (n), and argmax (see
+ * kernel_args.h for the contracts). Deterministic: no atomics. */
 cudaError_t cg_launch_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
                                             float *row_loss, cudaStream_t stream);
 cudaError_t cg_launch_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale,

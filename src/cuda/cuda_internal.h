@@ -84,7 +84,9 @@ cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, f
 /* Makes `index` the current device and returns its context, created on first use. */
 cg_status cg__cuda_enter(int index, cg_cuda_context **ctx);
 
-/* Kernels of the backend table (kernels/kernel_args.h: each takes its argument struct), by family:
+/* Kernels of the backend table (kernels/kernel_args.h: each takes its argument struct), by op family,
+ * each family in cuda_<family>.c as its kernels are in kernels/<family>.cu and its CPU side in
+ * src/cpu/cpu_<family>.c.
  * fill (cuda_fill.c) */
 cg_status cg__cuda_fill(const void *args, int index);
 cg_status cg__cuda_arange(const void *args, int index);
@@ -101,12 +103,13 @@ cg_status cg__cuda_gemm_bias(const void *args, int index);
 /* optim (cuda_optim.c) */
 cg_status cg__cuda_sgd_step(const void *args, int index);
 cg_status cg__cuda_adam_step(const void *args, int index);
-/* classification (cross-entropy, argmax), the loader's row gather and Adam (cuda_classify.c) */
+/* classify: cross-entropy and argmax (cuda_classify.c) */
 cg_status cg__cuda_cross_entropy_forward(const void *args, int index);
 cg_status cg__cuda_cross_entropy_backward(const void *args, int index);
 cg_status cg__cuda_argmax(const void *args, int index);
+/* gather: the loader's row gather (cuda_gather.c) */
 cg_status cg__cuda_gather_rows(const void *args, int index);
-/* convolution (cuDNN; without it, errors) and max pooling (kernels/pool.cu) (cuda_conv.c) */
+/* conv: convolution (cuDNN; without it, errors) and max pooling (kernels/conv.cu) (cuda_conv.c) */
 cg_status cg__cuda_conv2d_forward(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_data(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_weight(const void *args, int index);
