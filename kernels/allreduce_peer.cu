@@ -16,7 +16,7 @@
 // - The exchange inside the weight-gradient kernel (each column block pushed to the other GPU as
 //   soon as it is summed; reverted in f6ad3e7): that kernel's column blocks all finish within 3 to 5
 //   us, so the 4 MB still cross the link after its work, and the added code slowed its main loop.
-// - Tiles of the weight gradient finishing in column order (linear_skinny.cu, tn_chunks), each
+// - Tiles of the weight gradient finishing in column order (matmul.cu, tn_chunks), each
 //   pushed as it finished: the pushes still left 11 to 15 us after the kernel (the final average and
 //   the flags), and the staggered kernel itself was 27 to 68 us slower.
 // - Pushes with a release flag per block or per chunk (2026-11-23, prototypes not kept): a flag's

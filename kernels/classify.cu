@@ -1,5 +1,6 @@
-// Softmax cross-entropy (forward: log_softmax rows and per-row losses; backward: softmax - onehot) and
-// argmax. No atomics: each row is reduced by one warp in a fixed butterfly order, so results repeat
+// The classify family's CUDA kernels (kernel_args.h: CROSS_ENTROPY_FORWARD, CROSS_ENTROPY_BACKWARD,
+// ARGMAX; serving src/cuda/cuda_classify.c, mirroring src/cpu/cpu_classify.c): softmax cross-entropy
+// (forward: log_softmax rows and per-row losses; backward: softmax - onehot) and argmax. No atomics: each row is reduced by one warp in a fixed butterfly order, so results repeat
 // bit for bit; the mean over rows is taken by the deterministic sum of reduce.cu.
 #include "kernels.h"
 #include "classify_math.h"

@@ -1,5 +1,6 @@
-/* Per-element math of softmax cross-entropy and argmax, shared by the CPU backend (C) and the CUDA
- * kernels (nvcc), so each formula is written once. */
+/* The classify family's per-element math (kernel_args.h: CROSS_ENTROPY_FORWARD, CROSS_ENTROPY_BACKWARD,
+ * ARGMAX): softmax cross-entropy and argmax, shared by the CPU backend (src/cpu/cpu_classify.c, C) and
+ * the CUDA kernels (kernels/classify.cu, nvcc), so each formula is written once. */
 #ifndef CGRAD_CLASSIFY_MATH_H
 #define CGRAD_CLASSIFY_MATH_H
 

@@ -1,5 +1,6 @@
-// Element-wise CUDA kernels (kernel_args.h: cg_ew_call): a contiguous path with 16-byte loads and a
-// strided/broadcast path. The pass and the op are template parameters, so each instantiation compiles
+// The elementwise family's CUDA kernels (kernel_args.h: ELEMENTWISE, one pass of cg_ew_call, serving
+// src/cuda/cuda_elementwise.c and mirroring src/cpu/cpu_elementwise.c): a contiguous path with
+// 16-byte loads and a strided/broadcast path. The pass and the op are template parameters, so each instantiation compiles
 // to its own straight-line loop.
 #include "kernels.h"
 
@@ -90,21 +91,6 @@ cudaError_t launch_pass(const cg_ew_call *c, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-__global__ void fill_kernel(float *y, int64_t n, float value) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = value;
-}
-
-__global__ void arange_kernel(float *y, int64_t n, double start, double step) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = (float)(start + (double)i * step);
-}
-
-__global__ void uniform_fixup_kernel(float *x, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        if (x[i] >= 1.0f) x[i] = 0.0f;
-}
-
 }  // namespace
 
 extern "C" cudaError_t cg_launch_elementwise(const cg_ew_call *c, cudaStream_t stream) {
@@ -142,19 +128,4 @@ extern "C" cudaError_t cg_launch_elementwise(const cg_ew_call *c, cudaStream_t s
         break;
     }
     return cudaErrorInvalidValue;
-}
-
-extern "C" cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream) {
-    fill_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(out, n, value);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t cg_launch_arange(float *out, int64_t n, double start, double step, cudaStream_t stream) {
-    arange_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(out, n, start, step);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream) {
-    uniform_fixup_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(x, n);
-    return cudaGetLastError();
 }

@@ -1,5 +1,7 @@
-// Row gather for the data loader: a batch is the rows of a device-resident data set picked by the
-// epoch's permutation, so no step waits on a host-to-device copy.
+// The gather family's CUDA kernel (kernel_args.h: GATHER_ROWS; serving src/cuda/cuda_gather.c,
+// mirroring src/cpu/cpu_gather.c): the row gather for the data loader. A batch is the rows of a
+// device-resident data set picked by the epoch's permutation, so no step waits on a host-to-device
+// copy.
 #include "kernels.h"
 
 namespace {

@@ -155,7 +155,7 @@ typedef struct cg_sgd_step_args {
 
 /* One Adam/AdamW step's settings for a run of parameters at the same step count t, with the
  * scalars PyTorch computes in double (1 - beta, lr / (1 - beta1^t), sqrt(1 - beta2^t), 1 - lr*wd)
- * rounded to float once on the host; see kernels/adam_math.h. */
+ * rounded to float once on the host; see kernels/optim_math.h. */
 typedef struct cg_adam_args {
     float one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
     float step_size;             /* lr / (1 - beta1^t) */

@@ -31,12 +31,14 @@ static inline unsigned cg_launch_grid(int64_t items, int threads) {
     return (unsigned)cg_launch_blocks((items + threads - 1) / threads, 64);
 }
 
-/* elementwise.cu: one element-wise pass (kernel_args.h: cg_ew_call) */
-cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);
+/* fill.cu: a constant, a range */
 cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream);
 cudaError_t cg_launch_arange(float *out, int64_t n, double start, double step, cudaStream_t stream);
 /* Maps cuRAND's (0, 1] onto [0, 1) (1 becomes 0), as torch.rand's range. */
 cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream);
+
+/* elementwise.cu: one element-wise pass (kernel_args.h: cg_ew_call) */
+cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);
 
 /* reduce.cu: partial (outer, chunks, inner) = sums of x (outer, n, inner) over n in chunks of chunk_len,
  * times scale. Deterministic: a fixed order for given shapes. */
@@ -56,7 +58,7 @@ cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int64_t n, floa
 cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *out,
                                   cudaStream_t stream);
 
-/* linear_skinny.cu: GEMMs with a side of o <= 16 that read the large operand once.
+/* matmul.cu: GEMMs with a side of o <= 16 that read the large operand once.
  * nt: y (n, o; ldy) = x (n, k; ldx) w^T + bias, w (o, k; ldw), bias (o) or NULL; scratch holds
  *     cg_skinny_nt_scratch floats.
  * tn: dw (o, k; lddw) = g^T x, g (n, o; ldg), x (n, k; ldx), and db (o) = the sums of g's columns when
@@ -106,9 +108,12 @@ typedef struct cg_peer_allreduce_args {
 } cg_peer_allreduce_args;
 cudaError_t cg_launch_peer_allreduce(const cg_peer_allreduce_args *a, cudaStream_t stream);
 
-/* optim.cu: the SGD update over n contiguous parameters (momentum_buf NULL when momentum is 0). */
+/* optim.cu: the SGD update over n contiguous parameters (momentum_buf NULL when momentum is 0), and the
+ * Adam / AdamW update. */
 cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, int64_t n, const cg_sgd_args *args,
                           cudaStream_t stream);
+cudaError_t cg_launch_adam(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
+                           const cg_adam_args *args, cudaStream_t stream);
 
 /* classify.cu: softmax cross-entropy over logits (n, c) with class-index targets (n), and argmax (see
  * kernel_args.h for the contracts). Deterministic: no atomics. */
@@ -121,9 +126,6 @@ cudaError_t cg_launch_argmax(const float *x, int64_t outer, int64_t n, int64_t i
 /* gather.cu: dst (n, row_len) = src rows rows[0..n) (the data loader's batches). */
 cudaError_t cg_launch_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst,
                                   cudaStream_t stream);
-/* adam.cu: the Adam / AdamW update over n contiguous parameters. */
-cudaError_t cg_launch_adam(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
-                           const cg_adam_args *args, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

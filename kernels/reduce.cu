@@ -1,4 +1,6 @@
-// Deterministic sums over the middle axis of (outer, n, inner), in chunks: every output is summed
+// The reduce family's CUDA kernels (kernel_args.h: REDUCE_SUM, MSE_FORWARD, MSE_BACKWARD; serving
+// src/cuda/cuda_reduce.c, mirroring src/cpu/cpu_reduce.c): deterministic sums over the middle axis of
+// (outer, n, inner), in chunks, and MSE's one-launch sum and its gradient: every output is summed
 // in a fixed order that depends only on the shapes (no float atomics), so a run repeats bit for bit.
 #include "kernels.h"
 

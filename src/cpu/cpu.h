@@ -21,21 +21,31 @@
     } while (0)
 
 /* The CPU kernels (kernels/kernel_args.h: each takes its argument struct), gathered into
- * cg__cpu_backend. Every one that computes starts with CG_TRY(cg__cpu_enter()) (backend.h): after
- * the thread's first op it costs a compare. */
-cg_status cg__cpu_elementwise(const void *args, int index);     /* cg_ew_call */
-cg_status cg__cpu_reduce_sum(const void *args, int index);      /* cpu_reduce.c */
-cg_status cg__cpu_sum_sqdiff(const void *args, int index);      /* MSE forward */
-cg_status cg__cpu_scaled_diff(const void *args, int index);     /* MSE backward */
-cg_status cg__cpu_gemm(const void *args, int index);            /* cpu_matmul.c */
-cg_status cg__cpu_sgd_step(const void *args, int index);        /* cpu_optim.c */
-cg_status cg__cpu_adam_step(const void *args, int index);       /* cpu_adam.c */
-/* classification (cross-entropy, argmax) and the loader's row gather (cpu_classify.c) */
+ * cg__cpu_backend; by op family, each family in cpu_<family>.c as its CUDA side is in
+ * src/cuda/cuda_<family>.c and kernels/<family>.cu. Every one that computes starts with
+ * CG_TRY(cg__cpu_enter()) (backend.h): after the thread's first op it costs a compare.
+ * fill (cpu_fill.c) */
+cg_status cg__cpu_fill(const void *args, int index);
+cg_status cg__cpu_arange(const void *args, int index);
+cg_status cg__cpu_random(const void *args, int index);
+/* elementwise (cpu_elementwise.c) */
+cg_status cg__cpu_elementwise(const void *args, int index);
+/* reduce: the sum and MSE (cpu_reduce.c) */
+cg_status cg__cpu_reduce_sum(const void *args, int index);
+cg_status cg__cpu_mse_forward(const void *args, int index);
+cg_status cg__cpu_mse_backward(const void *args, int index);
+/* matmul (cpu_matmul.c; no GEMM_BIAS: the caller runs the bias pass) */
+cg_status cg__cpu_gemm(const void *args, int index);
+/* optim (cpu_optim.c) */
+cg_status cg__cpu_sgd_step(const void *args, int index);
+cg_status cg__cpu_adam_step(const void *args, int index);
+/* classify: cross-entropy and argmax (cpu_classify.c) */
 cg_status cg__cpu_cross_entropy_forward(const void *args, int index);
 cg_status cg__cpu_cross_entropy_backward(const void *args, int index);
 cg_status cg__cpu_argmax(const void *args, int index);
+/* gather: the loader's row gather (cpu_gather.c) */
 cg_status cg__cpu_gather_rows(const void *args, int index);
-/* convolution and max pooling (cpu_conv.c) */
+/* conv: convolution and max pooling (cpu_conv.c) */
 cg_status cg__cpu_conv2d_forward(const void *args, int index);
 cg_status cg__cpu_conv2d_backward_data(const void *args, int index);
 cg_status cg__cpu_conv2d_backward_weight(const void *args, int index);

@@ -1,4 +1,6 @@
-/* CPU softmax cross-entropy, argmax and the row gather of the data loader. */
+/* The classify family on the CPU (kernels/kernel_args.h: CROSS_ENTROPY_FORWARD, CROSS_ENTROPY_BACKWARD,
+ * ARGMAX; mirrors src/cuda/cuda_classify.c and kernels/classify.cu): softmax cross-entropy and argmax,
+ * one row per task, with the per-element math of kernels/classify_math.h. */
 #include "cpu/cpu.h"
 #include "backend.h"
 #include "error.h"
@@ -66,17 +68,5 @@ cg_status cg__cpu_argmax(const void *raw, int index) {
             if (cg_argmax_better(p[i * inner], best_v)) best = i, best_v = p[i * inner];
         out[o] = targets ? (targets[o] == (float)best ? 1.0f : 0.0f) : (float)best;
     });
-    return CG_OK;
-}
-
-cg_status cg__cpu_gather_rows(const void *raw, int index) {
-    const cg_gather_rows_args *kargs = raw;
-    const float *src = kargs->src;
-    int64_t row_len = kargs->row_len;
-    const int32_t *rows = kargs->rows;
-    int64_t n = kargs->n;
-    float *dst = kargs->dst;
-    CG_TRY(cg__cpu_enter());
-    CG_CPU_FOR(i, n, n * row_len, { memcpy(dst + i * row_len, src + (int64_t)rows[i] * row_len, (size_t)row_len * sizeof(float)); });
     return CG_OK;
 }

@@ -1,4 +1,6 @@
-/* CPU convolution (im2col + OpenBLAS) and max pooling.
+/* The conv family on the CPU (kernels/kernel_args.h: CONV2D_FORWARD, CONV2D_BACKWARD_DATA,
+ * CONV2D_BACKWARD_WEIGHT, MAX_POOL2D_FORWARD, MAX_POOL2D_BACKWARD; mirrors src/cuda/cuda_conv.c and
+ * kernels/conv.cu): convolution (im2col + OpenBLAS) and max pooling.
  *
  * Convolution goes one image per task: a thread unfolds its image into a column buffer of its own,
  * col (c kh kw, oh ow), which stays in its L2 cache, and multiplies it at once with a single-threaded
@@ -12,7 +14,7 @@
 #include "backend.h"
 #include "checked.h"
 #include "error.h"
-#include "kernels/pool_math.h"
+#include "kernels/conv_math.h"
 
 #include <cblas.h>
 #include <omp.h>

@@ -1,8 +1,9 @@
-/* CPU element-wise passes (kernel_args.h: cg_ew_call): a contiguous fast path and a strided/broadcast
- * path, both over OpenMP. One function per op and pass, generated from the op lists of
- * kernels/elementwise_ops.h, with the op a literal inside the parallel region: GCC outlines an OpenMP
- * region before it inlines, so an op passed in as a variable stays a per-element switch in the
- * outlined body (measured: ReLU over 3.2M floats 18 ms instead of ~1). */
+/* The elementwise family on the CPU (kernels/kernel_args.h: ELEMENTWISE, one pass of cg_ew_call;
+ * mirrors src/cuda/cuda_elementwise.c and kernels/elementwise.cu): a contiguous fast path and a
+ * strided/broadcast path, both over OpenMP. One function per op and pass, generated from the op
+ * lists of kernels/elementwise_ops.h, with the op a literal inside the parallel region: GCC outlines
+ * an OpenMP region before it inlines, so an op passed in as a variable stays a per-element switch in
+ * the outlined body (measured: ReLU over 3.2M floats 18 ms instead of ~1). */
 #include "cpu/cpu.h"
 #include "backend.h"
 #include "error.h"

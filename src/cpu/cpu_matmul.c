@@ -1,6 +1,8 @@
-/* CPU GEMM: OpenBLAS, except for skinny shapes (one side of at most 16) where a kernel of our own
- * streams the large operand once. Both skinny kernels give every output to one thread and sum in a
- * fixed order, so results do not depend on the thread count.
+/* The matmul family on the CPU (kernels/kernel_args.h: GEMM; mirrors src/cuda/cuda_matmul.c and
+ * kernels/matmul.cu; GEMM_BIAS is left out, so the front-end runs GEMM and its own bias pass):
+ * OpenBLAS, except for skinny shapes (one side of at most 16) where a kernel of our own streams the
+ * large operand once. Both skinny kernels give every output to one thread and sum in a fixed order,
+ * so results do not depend on the thread count.
  *
  * All CPU parallelism runs on OpenMP's threads. OpenBLAS's pthreads build keeps a thread pool of its
  * own, whose threads and OpenMP's (spinning between our parallel loops) fight over the cores: on 16

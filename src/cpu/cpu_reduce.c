@@ -1,4 +1,6 @@
-/* CPU sum over the middle axis of (outer, n, inner), accumulated in double. Long single sums are
+/* The reduce family on the CPU (kernels/kernel_args.h: REDUCE_SUM, MSE_FORWARD, MSE_BACKWARD; mirrors
+ * src/cuda/cuda_reduce.c and kernels/reduce.cu): the sum over the middle axis of (outer, n, inner),
+ * accumulated in double, and MSE's sum of squared differences and its gradient. Long single sums are
  * split into a fixed number of blocks, so the result does not depend on the thread count. */
 #include "cpu/cpu.h"
 #include "backend.h"
@@ -9,7 +11,7 @@
 #define SMALL_SUM 4096 /* sums this short run in one block (the choice depends on n alone) */
 
 /* MSE: the same fixed blocking as sum_contiguous, over (a - b)^2. */
-cg_status cg__cpu_sum_sqdiff(const void *raw, int index) {
+cg_status cg__cpu_mse_forward(const void *raw, int index) {
     const cg_mse_forward_args *kargs = raw;
     const float *a = kargs->a;
     const float *b = kargs->b;
@@ -40,7 +42,7 @@ cg_status cg__cpu_sum_sqdiff(const void *raw, int index) {
     return CG_OK;
 }
 
-cg_status cg__cpu_scaled_diff(const void *raw, int index) {
+cg_status cg__cpu_mse_backward(const void *raw, int index) {
     const cg_mse_backward_args *kargs = raw;
     const float *a = kargs->a;
     const float *b = kargs->b;

@@ -1,12 +1,11 @@
-/* CUDA backend: device memory, creation, element-wise, reductions and GEMM, all queued on the
- * device's stream. Nothing here synchronises unless the caller needs a host-visible result. */
+/* CUDA backend: device memory, and the backend table of the kernels that the op families' files
+ * (cuda_<family>.c, cuda_internal.h) define; all queued on the device's stream. Nothing here
+ * synchronises unless the caller needs a host-visible result. */
 #include "cuda/cuda_internal.h"
 #include "allocator.h"
 #include "backend.h"
 #include "error.h"
 #include "rng.h"
-
-#include <limits.h>
 
 static void *cuda_raw_alloc(int index, size_t bytes) {
     void *ptr = NULL;
@@ -44,256 +43,6 @@ static cg_status cuda_synchronize(int index) {
     return CG_OK;
 }
 
-static cg_status cuda_fill(const void *raw, int index) {
-    const cg_fill_args *a = raw;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (a->n > 0) CG_CUDA_CHECK(cg_launch_fill(a->out, a->n, a->value, ctx->stream));
-    return CG_OK;
-}
-
-static cg_status cuda_arange(const void *raw, int index) {
-    const cg_arange_args *a = raw;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (a->n > 0) CG_CUDA_CHECK(cg_launch_arange(a->out, a->n, a->start, a->step, ctx->stream));
-    return CG_OK;
-}
-
-/* cuRAND's Philox generator, re-seeded whenever cg_manual_seed() was called since last use, and
- * set to the offset device.c reserves for this draw (normals come in pairs: n rounded up to even). */
-static cg_status cuda_random(const void *raw, int index) {
-    const cg_random_args *a = raw;
-    bool normal = a->normal;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (ctx->seed_generation != cg__seed_generation()) {
-        CG_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->curand, cg__seed()));
-        ctx->seed_generation = cg__seed_generation();
-    }
-    float *y = a->out;
-    size_t n = (size_t)a->n;
-    if (n == 0) return CG_OK;
-    uint64_t drawn = normal ? (n + 1) & ~(size_t)1 : n;
-    CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, cg__cuda_rng_reserve(index, drawn)));
-    if (!normal) {
-        CG_CURAND_CHECK(curandGenerateUniform(ctx->curand, y, n));
-        CG_CUDA_CHECK(cg_launch_uniform_fixup(y, (int64_t)n, ctx->stream));
-        return CG_OK;
-    }
-    /* cuRAND draws normals in pairs: an odd last element comes from the scratch buffer. */
-    size_t even = n & ~(size_t)1;
-    if (even) CG_CURAND_CHECK(curandGenerateNormal(ctx->curand, y, even, 0.0f, 1.0f));
-    if (n != even) {
-        CG_CURAND_CHECK(curandGenerateNormal(ctx->curand, ctx->scratch, 2, 0.0f, 1.0f));
-        CG_CUDA_CHECK(cudaMemcpyAsync(y + even, ctx->scratch, sizeof(float), cudaMemcpyDeviceToDevice, ctx->stream));
-    }
-    return CG_OK;
-}
-
-static cg_status cuda_elementwise(const void *raw, int index) {
-    const cg_ew_call *call = raw;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_elementwise(call, ctx->stream));
-    return CG_OK;
-}
-
-/* Chunks per output so that one pass has enough parallel work; depends only on the shape. */
-static int64_t chunks_for(int64_t outer, int64_t n, int64_t inner) {
-    int64_t chunks;
-    if (inner == 1) {
-        chunks = (n + 4095) / 4096;                /* about 16 elements per thread */
-        int64_t limit = outer >= 1024 ? 1 : 1024 / outer;
-        if (chunks > limit) chunks = limit;
-    } else {
-        int64_t want = (65536 + outer * inner - 1) / (outer * inner);
-        chunks = want < (n + 31) / 32 ? want : (n + 31) / 32; /* at least 32 rows per chunk */
-    }
-    return chunks < 1 ? 1 : chunks;
-}
-
-/* Sums over n in passes: each pass shrinks n to its chunk count, until one chunk is left. */
-static cg_status cuda_reduce_sum(const void *raw, int index) {
-    const cg_reduce_sum_args *kargs = raw;
-    const float *x = kargs->x;
-    int64_t outer = kargs->outer;
-    int64_t n = kargs->n;
-    int64_t inner = kargs->inner;
-    float scale = kargs->scale;
-    float *out = kargs->out;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    cg_device d = cg_cuda(index);
-    const float *src = x;
-    float *scratch = NULL;
-    size_t scratch_bytes = 0;
-    cg_status s = CG_OK;
-    for (;;) {
-        int64_t chunks = chunks_for(outer, n, inner), chunk_len = (n + chunks - 1) / chunks;
-        chunks = (n + chunk_len - 1) / chunk_len;
-        bool last = chunks == 1;
-        float *dst = out;
-        size_t bytes = 0;
-        if (!last) {
-            bytes = (size_t)(outer * chunks * inner) * sizeof(float);
-            dst = cg__alloc(d, bytes);
-            if (!dst) {
-                s = cg_last_status();
-                break;
-            }
-        }
-        cudaError_t e = cg_launch_sum_chunks(src, outer, n, inner, chunks, chunk_len, last ? scale : 1.0f, dst, ctx->stream);
-        /* Stream order makes it safe to recycle the previous pass's buffer right after launch. */
-        if (scratch) cg__free(d, scratch, scratch_bytes);
-        scratch = last ? NULL : dst, scratch_bytes = bytes;
-        if (e != cudaSuccess) {
-            s = cg__cuda_error(e, "cg_launch_sum_chunks", __FILE__, __LINE__);
-            break;
-        }
-        if (last) break;
-        src = dst, n = chunks;
-    }
-    if (scratch) cg__free(d, scratch, scratch_bytes);
-    return s;
-}
-
-/* Skinny shapes (one side of at most 16, the other operand large) go to kernels of our own that
- * read the large operand once; cuBLAS is far from the memory floor there. */
-#define SKINNY_MAX 16
-#define SKINNY_MIN_ELEMENTS (1 << 20)
-
-static bool aligned4(const float *p, int64_t ld) { return ((uintptr_t)p & 15) == 0 && ld % 4 == 0; }
-
-/* Whether a skinny kernel takes this GEMM: nt (y = x w^T, n <= 16) or tn (dw = g^T x, m <= 16), the large
- * operand big enough and the rows vector-aligned. */
-static bool skinny_fits(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                        const float *b, int64_t ldb, const float *c) {
-    bool nt = !trans_a && trans_b && n <= SKINNY_MAX && m * k >= SKINNY_MIN_ELEMENTS && k % 4 == 0;
-    bool tn = trans_a && !trans_b && m <= SKINNY_MAX && k * n >= SKINNY_MIN_ELEMENTS && n % 4 == 0;
-    return (nt && aligned4(a, lda) && aligned4(b, ldb)) || (tn && aligned4(b, ldb) && ((uintptr_t)c & 15) == 0);
-}
-
-/* Runs the skinny kernel of a GEMM that skinny_fits: nt when a is not transposed (adding bias to
- * every row when set), else tn (summing a's rows into bias_grad when set). */
-static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int64_t n, int64_t k, const float *a,
-                             int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
-                             float *bias_grad) {
-    bool nt = !trans_a;
-    cg_device d = cg_cuda(ctx->index);
-    size_t bytes = (size_t)(nt ? cg_skinny_nt_scratch(m, k, (int)n) : cg_skinny_tn_scratch((int)m, k, n)) * sizeof(float);
-    float *scratch = cg__alloc(d, bytes);
-    if (!scratch) return cg_last_status();
-    cudaError_t e = nt ? cg_launch_skinny_nt((int)n, a, lda, b, ldb, m, k, bias, c, ldc, scratch, ctx->stream)
-                       : cg_launch_skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc, bias_grad, scratch, ctx->tickets,
-                                             ctx->stream);
-    cg__free(d, scratch, bytes); /* stream order makes the reuse safe */
-    if (e != cudaSuccess) return cg__cuda_error(e, nt ? "cg_launch_skinny_nt" : "cg_launch_skinny_tn", __FILE__, __LINE__);
-    return CG_OK;
-}
-
-/* MSE's sum: one launch, its blocks' sums in a scratch buffer. */
-static cg_status cuda_sum_sqdiff(const void *raw, int index) {
-    const cg_mse_forward_args *kargs = raw;
-    const float *a = kargs->a;
-    const float *b = kargs->b;
-    int64_t n = kargs->n;
-    float scale = kargs->scale;
-    float *out = kargs->out;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    cg_device d = cg_cuda(index);
-    size_t bytes = (size_t)cg_sum_sqdiff_blocks(n) * sizeof(float);
-    float *partial = cg__alloc(d, bytes);
-    if (!partial) return cg_last_status();
-    cudaError_t e = cg_launch_sum_sqdiff(a, b, n, scale, partial, ctx->tickets, out, ctx->stream);
-    cg__free(d, partial, bytes); /* stream order makes the reuse safe */
-    if (e != cudaSuccess) return cg__cuda_error(e, "cg_launch_sum_sqdiff", __FILE__, __LINE__);
-    return CG_OK;
-}
-
-static cg_status cuda_scaled_diff(const void *raw, int index) {
-    const cg_mse_backward_args *kargs = raw;
-    const float *a = kargs->a;
-    const float *b = kargs->b;
-    const float *g = kargs->g;
-    float factor = kargs->factor;
-    int64_t n = kargs->n;
-    float *grad = kargs->grad;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_scaled_diff(a, b, g, factor, n, grad, ctx->stream));
-    return CG_OK;
-}
-
-static bool dims_fit_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
-    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
-}
-
-/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
-static cg_status cuda_gemm(const void *raw, int index) {
-    const cg_gemm_args *kargs = raw;
-    bool trans_a = kargs->trans_a;
-    bool trans_b = kargs->trans_b;
-    int64_t m = kargs->m;
-    int64_t n = kargs->n;
-    int64_t k = kargs->k;
-    const float *a = kargs->a;
-    int64_t lda = kargs->lda;
-    const float *b = kargs->b;
-    int64_t ldb = kargs->ldb;
-    float *c = kargs->c;
-    int64_t ldc = kargs->ldc;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (!dims_fit_int(m, n, k, lda, ldb, ldc))
-        return cg__fail(CG_ERR_SHAPE, "cuda gemm: dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int", (long long)m,
-                        (long long)n, (long long)k);
-    if (skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c))
-        return skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
-    cublasMath_t math = cg_get_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-    if (math != ctx->cublas_math) {
-        CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, math));
-        ctx->cublas_math = math;
-    }
-    const float one = 1.0f, zero = 0.0f;
-    CG_CUBLAS_CHECK(cublasSgemm(ctx->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                (int)n, (int)m, (int)k, &one, b, (int)ldb, a, (int)lda, &zero, c, (int)ldc));
-    return CG_OK;
-}
-
-/* The bias-fused GEMM: the skinny kernels fuse a forward's bias (nt) and a weight gradient's bias
- * gradient (tn); cuBLASLt's epilogues take the other shapes that cuda_gemm would give cuBLAS. */
-static cg_status cuda_gemm_bias(const void *raw, int index) {
-    const cg_gemm_args *g = raw;
-    cg_cuda_context *ctx;
-    *g->fused = false;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (!dims_fit_int(g->m, g->n, g->k, g->lda, g->ldb, g->ldc)) return CG_OK;
-    if (skinny_fits(g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c)) {
-        if (g->trans_a ? !g->bias_grad : !g->bias) return CG_OK; /* the other pass stays the caller's */
-        CG_TRY(skinny_gemm(ctx, g->trans_a, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc, g->bias,
-                           g->bias_grad));
-        *g->fused = true;
-        return CG_OK;
-    }
-    return cg__cuda_gemm_lt(ctx, g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc,
-                            g->bias, g->bias_grad, g->fused);
-}
-
-static cg_status cuda_sgd_step(const void *raw, int index) {
-    const cg_sgd_step_args *kargs = raw;
-    float *param = kargs->param;
-    const float *grad = kargs->grad;
-    float *momentum_buf = kargs->momentum_buf;
-    int64_t n = kargs->n;
-    const cg_sgd_args *args = &kargs->args;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (n > 0) CG_CUDA_CHECK(cg_launch_sgd(param, grad, momentum_buf, n, args, ctx->stream));
-    return CG_OK;
-}
-
 static const cg_backend cuda_backend = {
     .name = "cuda",
     .raw_alloc = cuda_raw_alloc,
@@ -308,16 +57,16 @@ static const cg_backend cuda_backend = {
     .graph_destroy = cg__cuda_graph_destroy,
     .kernels =
         {
-            [CG_KERNEL_FILL] = cuda_fill,
-            [CG_KERNEL_ARANGE] = cuda_arange,
-            [CG_KERNEL_RANDOM] = cuda_random,
-            [CG_KERNEL_ELEMENTWISE] = cuda_elementwise,
-            [CG_KERNEL_REDUCE_SUM] = cuda_reduce_sum,
-            [CG_KERNEL_MSE_FORWARD] = cuda_sum_sqdiff,
-            [CG_KERNEL_MSE_BACKWARD] = cuda_scaled_diff,
-            [CG_KERNEL_GEMM] = cuda_gemm,
-            [CG_KERNEL_GEMM_BIAS] = cuda_gemm_bias,
-            [CG_KERNEL_SGD_STEP] = cuda_sgd_step,
+            [CG_KERNEL_FILL] = cg__cuda_fill,
+            [CG_KERNEL_ARANGE] = cg__cuda_arange,
+            [CG_KERNEL_RANDOM] = cg__cuda_random,
+            [CG_KERNEL_ELEMENTWISE] = cg__cuda_elementwise,
+            [CG_KERNEL_REDUCE_SUM] = cg__cuda_reduce_sum,
+            [CG_KERNEL_MSE_FORWARD] = cg__cuda_mse_forward,
+            [CG_KERNEL_MSE_BACKWARD] = cg__cuda_mse_backward,
+            [CG_KERNEL_GEMM] = cg__cuda_gemm,
+            [CG_KERNEL_GEMM_BIAS] = cg__cuda_gemm_bias,
+            [CG_KERNEL_SGD_STEP] = cg__cuda_sgd_step,
             [CG_KERNEL_ADAM_STEP] = cg__cuda_adam_step,
             [CG_KERNEL_CROSS_ENTROPY_FORWARD] = cg__cuda_cross_entropy_forward,
             [CG_KERNEL_CROSS_ENTROPY_BACKWARD] = cg__cuda_cross_entropy_backward,

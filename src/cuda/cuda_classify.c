@@ -1,5 +1,6 @@
-/* CUDA host side of cross-entropy, argmax, the loader's row gather and Adam: each enters the
- * device's context and queues one kernel on its stream (no synchronisation). */
+/* The classify family on CUDA (kernels/kernel_args.h: CROSS_ENTROPY_FORWARD, CROSS_ENTROPY_BACKWARD,
+ * ARGMAX; mirrors src/cpu/cpu_classify.c and kernels/classify.cu): softmax cross-entropy and argmax,
+ * each entering the device's context and queuing one kernel on its stream (no synchronisation). */
 #include "cuda/cuda_internal.h"
 #include "error.h"
 
@@ -43,32 +44,5 @@ cg_status cg__cuda_argmax(const void *raw, int index) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (outer * inner > 0) CG_CUDA_CHECK(cg_launch_argmax(x, outer, n, inner, targets, out, ctx->stream));
-    return CG_OK;
-}
-
-cg_status cg__cuda_gather_rows(const void *raw, int index) {
-    const cg_gather_rows_args *kargs = raw;
-    const float *src = kargs->src;
-    int64_t row_len = kargs->row_len;
-    const int32_t *rows = kargs->rows;
-    int64_t n = kargs->n;
-    float *dst = kargs->dst;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (n > 0 && row_len > 0) CG_CUDA_CHECK(cg_launch_gather_rows(src, row_len, rows, n, dst, ctx->stream));
-    return CG_OK;
-}
-
-cg_status cg__cuda_adam_step(const void *raw, int index) {
-    const cg_adam_step_args *kargs = raw;
-    float *param = kargs->param;
-    const float *grad = kargs->grad;
-    float *exp_avg = kargs->exp_avg;
-    float *exp_avg_sq = kargs->exp_avg_sq;
-    int64_t n = kargs->n;
-    const cg_adam_args *args = &kargs->args;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    if (n > 0) CG_CUDA_CHECK(cg_launch_adam(param, grad, exp_avg, exp_avg_sq, n, args, ctx->stream));
     return CG_OK;
 }

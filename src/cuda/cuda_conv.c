@@ -1,4 +1,7 @@
-/* CUDA convolution through cuDNN's legacy API, and max pooling through kernels of our own (pool.cu).
+/* The conv family on CUDA (kernels/kernel_args.h: CONV2D_FORWARD, CONV2D_BACKWARD_DATA,
+ * CONV2D_BACKWARD_WEIGHT, MAX_POOL2D_FORWARD, MAX_POOL2D_BACKWARD; mirrors src/cpu/cpu_conv.c):
+ * convolution through cuDNN's legacy API (no kernel of ours), and max pooling through kernels of our
+ * own (kernels/conv.cu).
  *
  * Algorithms are chosen by fixed rules, never by timing: cuDNN's heuristic ranking (the _v7 queries
  * run nothing), first candidate that reports success, is deterministic, runs with our math type and
@@ -20,7 +23,7 @@
 #include "cuda/cuda_internal.h"
 #include "allocator.h"
 #include "error.h"
-#include "kernels/pool.h"
+#include "kernels/conv.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -53,9 +53,9 @@ typedef struct cg_cuda_context {
     cublasHandle_t cublas;
     void *cublas_workspace;    /* CG_CUBLAS_WORKSPACE bytes */
     cublasMath_t cublas_math;  /* the math mode last set on the handle */
-    cublasLtHandle_t cublaslt; /* bias-fused GEMMs (cuda_gemm_lt.c), sharing cuBLAS's workspace: both run in
+    cublasLtHandle_t cublaslt; /* bias-fused GEMMs (cuda_matmul.c), sharing cuBLAS's workspace: both run in
                                   this stream's order */
-    struct cg_lt_cache *lt_cache; /* cuda_gemm_lt.c's descriptors and algorithms per GEMM shape, made on
+    struct cg_lt_cache *lt_cache; /* cuda_matmul.c's descriptors and algorithms per GEMM shape, made on
                                      the first fused GEMM */
     curandGenerator_t curand;
     uint64_t seed_generation;  /* cg__seed_generation() when curand was last seeded */
@@ -86,20 +86,32 @@ cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, f
 /* Makes `index` the current device and returns its context, created on first use. */
 cg_status cg__cuda_enter(int index, cg_cuda_context **ctx);
 
-/* The cuBLASLt GEMM with the bias in its epilogue behind cg_backend.gemm_bias (cuda_gemm_lt.c), for shapes
- * cuda_backend.c sends to cuBLAS; dims fit in int. *fused false: cuBLASLt has no algorithm for it. */
-cg_status cg__cuda_gemm_lt(cg_cuda_context *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                           const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                           const float *bias, float *bias_grad, bool *fused);
-
-/* Kernels of the backend table (kernels/kernel_args.h: each takes its argument struct):
- * classification (cross-entropy, argmax), the loader's row gather and Adam (cuda_classify.c) */
+/* Kernels of the backend table (kernels/kernel_args.h: each takes its argument struct), by op family,
+ * each family in cuda_<family>.c as its kernels are in kernels/<family>.cu and its CPU side in
+ * src/cpu/cpu_<family>.c.
+ * fill (cuda_fill.c) */
+cg_status cg__cuda_fill(const void *args, int index);
+cg_status cg__cuda_arange(const void *args, int index);
+cg_status cg__cuda_random(const void *args, int index);
+/* elementwise (cuda_elementwise.c) */
+cg_status cg__cuda_elementwise(const void *args, int index);
+/* reduce: the sum and MSE (cuda_reduce.c) */
+cg_status cg__cuda_reduce_sum(const void *args, int index);
+cg_status cg__cuda_mse_forward(const void *args, int index);
+cg_status cg__cuda_mse_backward(const void *args, int index);
+/* matmul (cuda_matmul.c) */
+cg_status cg__cuda_gemm(const void *args, int index);
+cg_status cg__cuda_gemm_bias(const void *args, int index);
+/* optim (cuda_optim.c) */
+cg_status cg__cuda_sgd_step(const void *args, int index);
+cg_status cg__cuda_adam_step(const void *args, int index);
+/* classify: cross-entropy and argmax (cuda_classify.c) */
 cg_status cg__cuda_cross_entropy_forward(const void *args, int index);
 cg_status cg__cuda_cross_entropy_backward(const void *args, int index);
 cg_status cg__cuda_argmax(const void *args, int index);
+/* gather: the loader's row gather (cuda_gather.c) */
 cg_status cg__cuda_gather_rows(const void *args, int index);
-cg_status cg__cuda_adam_step(const void *args, int index);
-/* convolution (cuDNN; without it, errors) and max pooling (kernels/pool.cu) (cuda_conv.c) */
+/* conv: convolution (cuDNN; without it, errors) and max pooling (kernels/conv.cu) (cuda_conv.c) */
 cg_status cg__cuda_conv2d_forward(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_data(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_weight(const void *args, int index);

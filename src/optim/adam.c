@@ -15,7 +15,6 @@
 #include "graph.h"
 #include "handle.h"
 #include "tensor_impl.h"
-#include "kernels/adam_math.h"
 
 typedef struct adam_optimizer {
     cg_optimizer_impl base;

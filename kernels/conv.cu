@@ -1,9 +1,11 @@
-// Max pooling without padding (F.max_pool2d, floor mode). Forward: one thread per output scans its window
-// in row-major order with pool_math.h's rule, writing the maximum and where it was. Backward: one
-// thread per input element gathers gy from the windows that chose it, so overlapping windows add up
-// without atomics, in a fixed order.
-#include "pool.h"
-#include "pool_math.h"
+// The conv family's CUDA kernels (kernel_args.h: MAX_POOL2D_FORWARD, MAX_POOL2D_BACKWARD; serving
+// src/cuda/cuda_conv.c, mirroring src/cpu/cpu_conv.c). CONV2D_* have no kernel here: cuda_conv.c runs
+// them through cuDNN. Max pooling without padding (F.max_pool2d, floor mode). Forward: one thread per
+// output scans its window in row-major order with conv_math.h's rule, writing the maximum and where
+// it was. Backward: one thread per input element gathers gy from the windows that chose it, so
+// overlapping windows add up without atomics, in a fixed order.
+#include "conv.h"
+#include "conv_math.h"
 
 namespace {
 

@@ -1,7 +1,8 @@
-/* Max pooling's order, shared by the CPU backend (C) and the CUDA kernels (nvcc), so both pick the same
- * element of every window. */
-#ifndef CGRAD_POOL_MATH_H
-#define CGRAD_POOL_MATH_H
+/* The conv family's shared math (kernel_args.h: MAX_POOL2D_FORWARD): max pooling's order, shared by
+ * the CPU backend (src/cpu/cpu_conv.c, C) and the CUDA kernels (kernels/conv.cu, nvcc), so both pick
+ * the same element of every window. */
+#ifndef CGRAD_CONV_MATH_H
+#define CGRAD_CONV_MATH_H
 
 #include "elementwise_ops.h"
 

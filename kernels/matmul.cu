@@ -1,5 +1,6 @@
-// GEMMs with a small side (at most 16 columns or rows), where cuBLAS stays far from the memory
-// floor: y = x w^T with x (n, k) large and w (o, k) small (the forward of a narrow Linear), and
+// The matmul family's CUDA kernels (kernel_args.h: GEMM, GEMM_BIAS; serving src/cuda/cuda_matmul.c,
+// which sends other shapes to cuBLAS and cuBLASLt; mirroring src/cpu/cpu_matmul.c): GEMMs with a
+// small side (at most 16 columns or rows), where cuBLAS stays far from the memory floor: y = x w^T with x (n, k) large and w (o, k) small (the forward of a narrow Linear), and
 // dw = g^T x (its weight gradient). Both read x exactly once with 16-byte loads; partial sums
 // over chunks of the long dimension are added in a fixed order, so results are deterministic.
 //

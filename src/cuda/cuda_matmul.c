@@ -1,10 +1,23 @@
+/* The matmul family on CUDA (kernels/kernel_args.h: GEMM, GEMM_BIAS; mirrors src/cpu/cpu_matmul.c
+ * and kernels/matmul.cu): cuBLAS's SGEMM, the skinny kernels of kernels/matmul.cu for shapes with a
+ * side of at most 16, and for GEMM_BIAS the bias pass fused into the skinny kernels or into
+ * cuBLASLt's epilogue. */
+#include "cuda/cuda_internal.h"
+#include "allocator.h"
+#include "backend.h"
+#include "error.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
 /* cg_linear's GEMMs with the bias pass inside cuBLASLt's epilogue, as PyTorch's addmm does on the GPU:
  *   forward   y (N, out) = x W^T + b            CUBLASLT_EPILOGUE_BIAS   (b added to every row of y)
  *   backward  dW (out, in) = g^T x, db = sum_N g   CUBLASLT_EPILOGUE_BGRADB (the sums of cuBLAS's B over k)
  * saving the separate pass over the (N, out) output and the separate bias-gradient reduction.
  *
  * Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so cuBLAS's A is our b and its B our a
- * (as in cuda_gemm): the bias (n) runs along the rows of cuBLAS's D, and the sums of op(a)'s rows (m) are
+ * (as in cg__cuda_gemm): the bias (n) runs along the rows of cuBLAS's D, and the sums of op(a)'s rows (m) are
  * its B reduced over k, i.e. BGRADB.
  *
  * Each (shape, layout, epilogue, math, pointer alignments) gets a plan in a small cache in the device's
@@ -15,13 +28,8 @@
  * every reduction scheme cuBLASLt has is ordered (INPLACE serialises the parts with counters, the others
  * add them in a pass of their own), and results are never reduced with atomics unless asked for
  * (CUBLASLT_MATMUL_DESC_ATOMIC_SYNC_*, unused). Math: CUBLAS_COMPUTE_32F (true fp32) unless
- * cg_set_allow_tf32 is on, then CUBLAS_COMPUTE_32F_FAST_TF32, as cuda_gemm's math modes. Where the
+ * cg_set_allow_tf32 is on, then CUBLAS_COMPUTE_32F_FAST_TF32, as cg__cuda_gemm's math modes. Where the
  * heuristic has no algorithm the plan says so, and the caller falls back to cublasSgemm and its own pass. */
-#include "cuda/cuda_internal.h"
-#include "error.h"
-
-#include <stdlib.h>
-#include <string.h>
 
 #define LT_PLANS 32 /* shapes cached per device (round robin): two per distinct Linear layer */
 
@@ -135,9 +143,11 @@ static cg_status plan_for(cg_cuda_context *ctx, const lt_key *key, const void *v
     return CG_OK;
 }
 
-cg_status cg__cuda_gemm_lt(cg_cuda_context *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                           const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                           const float *bias, float *bias_grad, bool *fused) {
+/* The cuBLASLt GEMM with the bias in its epilogue, for the shapes cg__cuda_gemm would give cuBLAS; dims fit
+ * in int. *fused false: cuBLASLt has no algorithm for it. */
+static cg_status gemm_lt(cg_cuda_context *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                         const float *bias, float *bias_grad, bool *fused) {
     const void *vec = bias ? (const void *)bias : bias_grad;
     lt_key key = {.trans_a = trans_a, .trans_b = trans_b, .grad = bias_grad != NULL, .tf32 = cg_get_allow_tf32(),
                   .m = (int32_t)m, .n = (int32_t)n, .k = (int32_t)k,
@@ -154,4 +164,93 @@ cg_status cg__cuda_gemm_lt(cg_cuda_context *ctx, bool trans_a, bool trans_b, int
              &key);
     *fused = true;
     return CG_OK;
+}
+
+/* Skinny shapes (one side of at most 16, the other operand large) go to kernels of our own that
+ * read the large operand once; cuBLAS is far from the memory floor there. */
+#define SKINNY_MAX 16
+#define SKINNY_MIN_ELEMENTS (1 << 20)
+
+static bool aligned4(const float *p, int64_t ld) { return ((uintptr_t)p & 15) == 0 && ld % 4 == 0; }
+
+/* Whether a skinny kernel takes this GEMM: nt (y = x w^T, n <= 16) or tn (dw = g^T x, m <= 16), the large
+ * operand big enough and the rows vector-aligned. */
+static bool skinny_fits(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, const float *c) {
+    bool nt = !trans_a && trans_b && n <= SKINNY_MAX && m * k >= SKINNY_MIN_ELEMENTS && k % 4 == 0;
+    bool tn = trans_a && !trans_b && m <= SKINNY_MAX && k * n >= SKINNY_MIN_ELEMENTS && n % 4 == 0;
+    return (nt && aligned4(a, lda) && aligned4(b, ldb)) || (tn && aligned4(b, ldb) && ((uintptr_t)c & 15) == 0);
+}
+
+/* Runs the skinny kernel of a GEMM that skinny_fits: nt when a is not transposed (adding bias to
+ * every row when set), else tn (summing a's rows into bias_grad when set). */
+static cg_status skinny_gemm(cg_cuda_context *ctx, bool trans_a, int64_t m, int64_t n, int64_t k, const float *a,
+                             int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias,
+                             float *bias_grad) {
+    bool nt = !trans_a;
+    cg_device d = cg_cuda(ctx->index);
+    size_t bytes = (size_t)(nt ? cg_skinny_nt_scratch(m, k, (int)n) : cg_skinny_tn_scratch((int)m, k, n)) * sizeof(float);
+    float *scratch = cg__alloc(d, bytes);
+    if (!scratch) return cg_last_status();
+    cudaError_t e = nt ? cg_launch_skinny_nt((int)n, a, lda, b, ldb, m, k, bias, c, ldc, scratch, ctx->stream)
+                       : cg_launch_skinny_tn((int)m, a, lda, b, ldb, k, n, c, ldc, bias_grad, scratch, ctx->tickets,
+                                             ctx->stream);
+    cg__free(d, scratch, bytes); /* stream order makes the reuse safe */
+    if (e != cudaSuccess) return cg__cuda_error(e, nt ? "cg_launch_skinny_nt" : "cg_launch_skinny_tn", __FILE__, __LINE__);
+    return CG_OK;
+}
+
+static bool dims_fit_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+cg_status cg__cuda_gemm(const void *raw, int index) {
+    const cg_gemm_args *kargs = raw;
+    bool trans_a = kargs->trans_a;
+    bool trans_b = kargs->trans_b;
+    int64_t m = kargs->m;
+    int64_t n = kargs->n;
+    int64_t k = kargs->k;
+    const float *a = kargs->a;
+    int64_t lda = kargs->lda;
+    const float *b = kargs->b;
+    int64_t ldb = kargs->ldb;
+    float *c = kargs->c;
+    int64_t ldc = kargs->ldc;
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (!dims_fit_int(m, n, k, lda, ldb, ldc))
+        return cg__fail(CG_ERR_SHAPE, "cuda gemm: dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int", (long long)m,
+                        (long long)n, (long long)k);
+    if (skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c))
+        return skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
+    cublasMath_t math = cg_get_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    if (math != ctx->cublas_math) {
+        CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, math));
+        ctx->cublas_math = math;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    CG_CUBLAS_CHECK(cublasSgemm(ctx->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                (int)n, (int)m, (int)k, &one, b, (int)ldb, a, (int)lda, &zero, c, (int)ldc));
+    return CG_OK;
+}
+
+/* The bias-fused GEMM: the skinny kernels fuse a forward's bias (nt) and a weight gradient's bias
+ * gradient (tn); cuBLASLt's epilogues take the other shapes that cg__cuda_gemm would give cuBLAS. */
+cg_status cg__cuda_gemm_bias(const void *raw, int index) {
+    const cg_gemm_args *g = raw;
+    cg_cuda_context *ctx;
+    *g->fused = false;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (!dims_fit_int(g->m, g->n, g->k, g->lda, g->ldb, g->ldc)) return CG_OK;
+    if (skinny_fits(g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c)) {
+        if (g->trans_a ? !g->bias_grad : !g->bias) return CG_OK; /* the other pass stays the caller's */
+        CG_TRY(skinny_gemm(ctx, g->trans_a, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc, g->bias,
+                           g->bias_grad));
+        *g->fused = true;
+        return CG_OK;
+    }
+    return gemm_lt(ctx, g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc, g->bias,
+                   g->bias_grad, g->fused);
 }

@@ -1,8 +1,8 @@
-/* Launchers of pool.cu, callable from C (see kernels.h for the conventions): max pooling over the (n, c)
- * planes of x (n, c, h, w), no padding, with the contracts of cg_pool_args
- * (kernel_args.h). Deterministic: no atomics. */
-#ifndef CGRAD_POOL_H
-#define CGRAD_POOL_H
+/* The conv family's launchers (conv.cu), callable from C (see kernels.h for the conventions): max
+ * pooling over the (n, c) planes of x (n, c, h, w), no padding, with the contracts of kernel_args.h's
+ * MAX_POOL2D_FORWARD and MAX_POOL2D_BACKWARD (cg_pool_args). Deterministic: no atomics. */
+#ifndef CGRAD_CONV_H
+#define CGRAD_CONV_H
 
 #include "kernels.h"
 
