@@ -1,12 +1,15 @@
-/* CUDA host side: per-device context (stream, cuBLAS, cuRAND, cuDNN) and the check macros. */
+/* CUDA host side: per-device context (stream, cuBLAS, cuRAND, cuDNN) and the check macros. cuDNN is
+ * optional (CGRAD_HAVE_CUDNN, from CMake's CGRAD_CUDNN): without it the convolutions fail (cuda_conv.c). */
 #ifndef CGRAD_CUDA_INTERNAL_H
 #define CGRAD_CUDA_INTERNAL_H
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
-#include <cudnn.h>
 #include <curand.h>
+#ifdef CGRAD_HAVE_CUDNN
+#include <cudnn.h>
+#endif
 
 #include "cgrad/core.h"
 #include "collective.h"
@@ -34,6 +37,7 @@
             return cg__fail(CG_ERR_BACKEND, "%s failed at %s:%d: cuRAND status %d", #call, __FILE__, \
                             __LINE__, (int)cg__e);                                                   \
     } while (0)
+#ifdef CGRAD_HAVE_CUDNN
 #define CG_CUDNN_CHECK(call)                                                                         \
     do {                                                                                             \
         cudnnStatus_t cg__e = (call);                                                                \
@@ -42,6 +46,7 @@
                             "%s failed at %s:%d: %s", #call, __FILE__, __LINE__,                     \
                             cudnnGetErrorString(cg__e));                                             \
     } while (0)
+#endif
 
 cg_status cg__cuda_error(cudaError_t e, const char *call, const char *file, int line);
 
@@ -64,9 +69,11 @@ typedef struct cg_cuda_context {
                                   blocks here and put them back (one stream, so never shared) */
     cudaEvent_t marker;        /* "the stream got here", for other streams to wait on; reused, since a
                                   wait takes the event's state when it is enqueued */
+#ifdef CGRAD_HAVE_CUDNN
     cudnnHandle_t cudnn;
     struct cg_conv_cache *conv_cache; /* cuda_conv.c's descriptors and algorithms per convolution shape,
                                          made on the first convolution */
+#endif
 } cg_cuda_context;
 
 /* Graph capture (cuda_graph.c), entries of the backend table. */
