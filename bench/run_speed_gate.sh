@@ -6,7 +6,8 @@
 #   the Fashion-MNIST MLP and CNN epochs on the GPU (examples/train_fashion_mnist)   new/old <= 1.03
 #   the microsecond-scale tiny steps, and the first step of a fresh process          new/old <= 1.05
 # Then PyTorch's times for the same work (bench/bench_train_step.py, bench/bench_fashion_mnist.py)
-# and new/PyTorch: reported, not gated (they swing more than a regression would).
+# and new/PyTorch: reported, not gated (they swing more than a regression would), as is the copy
+# bandwidth the step benchmark also prints.
 # Exit status 1 when a workload misses its limit.
 #
 # usage: bench/run_speed_gate.sh OLD_BUILD NEW_BUILD [--rounds N] [--epochs N]
@@ -45,7 +46,9 @@ ab cnn --prog train_fashion_mnist -- "${cnn[@]}" "${data[@]}" --seed 0
 py=$out/pytorch.txt
 : > "$py"
 if python3 -c 'import torch' 2>/dev/null; then
-    python3 "$root/bench/bench_train_step.py" --work seed,tiny,wide,cpu_seed | grep '^result ' >> "$py" || true
+    for work in seed tiny wide cpu_seed; do # a process each: its tiny CUDA graph upsets later work
+        python3 "$root/bench/bench_train_step.py" --work "$work" | grep '^result ' >> "$py" || true
+    done
     python3 "$root/bench/bench_train_step.py" --first-step | grep '^result ' >> "$py" || true
     for cfg in mlp cnn; do
         declare -n args=$cfg
@@ -70,10 +73,11 @@ cat "$out"/step.txt "$out"/first.txt "$out"/mlp.txt "$out"/cnn.txt | awk -v pyfi
     }
     NF == 4 {
         w = $1; lim = (w ~ /^tiny_/ || w ~ /^first_step/) ? 1.05 : 1.03
-        ok = $4 <= lim
+        if (w ~ /^copy_/) lim = 0 # the copy bandwidth: reported, not gated
+        ok = !lim || $4 <= lim
         if (!ok) bad = 1
         pt = (w in torch) ? sprintf("%.4f", torch[w]) : "-"
         r = (w in torch && torch[w] > 0) ? sprintf("%.3f", $3 / torch[w]) : "-"
-        printf "| %-40s | %10.4f | %10.4f | %7.3f | %5.2f | %10s | %9s |%s\n", w, $2, $3, $4, lim, pt, r, ok ? "" : " MISSED"
+        printf "| %-40s | %10.5f | %10.5f | %7.3f | %5s | %10s | %9s |%s\n", w, $2, $3, $4, lim ? lim : "-", pt, r, ok ? "" : " MISSED"
     }
     END { exit bad }'
