@@ -151,7 +151,7 @@ cg_tensor *cg__leaf_grad_target(cg_node *n, int k) {
     cg_tensor *leaf = n->leaf[k];
     if (!cg__handle_live(CG_HANDLE_TENSOR, leaf)) return NULL;
     const cg_tensor_impl *leafi = cg__t(leaf);
-    if (!leafi->grad || leafi->grad_defined || !cg_is_contiguous(leafi->grad)) return NULL;
+    if (!leafi->grad || leafi->grad_defined || !cg__is_contiguous(cg__t(leafi->grad))) return NULL;
     return leafi->grad;
 }
 

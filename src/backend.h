@@ -10,6 +10,7 @@
 
 #include "cgrad/core.h"
 #include "kernels/kernel_args.h"
+#include "thread.h"
 
 /* What a backend supports is the kernels it lists; cg__run runs one or says it is missing. */
 typedef cg_status (*cg_kernel)(const void *args, int index);
@@ -34,27 +35,39 @@ typedef struct cg_backend {
     cg_kernel kernels[CG_KERNEL_COUNT];
 } cg_backend;
 
-/* Runs kernel k on device d (args: k's struct); CG_ERR_DEVICE naming the kernel and the backend when
- * the device's backend lacks it. */
-cg_status cg__run(cg_device d, cg_kernel_id k, const void *args);
+extern const cg_backend cg__cpu_backend;
+/* NULL when the library was built without CUDA. */
+const cg_backend *cg__cuda_backend(void);
+/* Backend of a device; NULL + CG_ERR_DEVICE recorded when the device does not exist. */
+const cg_backend *cg__backend_for(cg_device d);
+/* cg__run's failure: d has no backend, or its backend lacks kernel k (CG_ERR_DEVICE naming both). */
+cg_status cg__run_failed(cg_device d, cg_kernel_id k);
+
+/* Runs kernel k on device d (args: k's struct), or fails as cg__run_failed. Inline: every op runs
+ * through it, and the CPU's backend is found without a call. */
+static inline cg_status cg__run(cg_device d, cg_kernel_id k, const void *args) {
+    const cg_backend *be = d.type == CG_CPU ? &cg__cpu_backend : cg__backend_for(d);
+    return be && be->kernels[k] ? be->kernels[k](args, d.index) : cg__run_failed(d, k);
+}
 /* Whether d's backend has kernel k. */
-bool cg__supports(cg_device d, cg_kernel_id k);
+static inline bool cg__supports(cg_device d, cg_kernel_id k) {
+    const cg_backend *be = d.type == CG_CPU ? &cg__cpu_backend : cg__backend_for(d);
+    return be && be->kernels[k];
+}
 /* cg__run with the kernel's own argument type: cg__run_fill(d, &(cg_fill_args){...}). */
 #define CG_RUN_TYPED(ID, NAME, ARGS) \
     static inline cg_status cg__run_##NAME(cg_device d, const ARGS *args) { return cg__run(d, CG_KERNEL_##ID, args); }
 CG_KERNELS(CG_RUN_TYPED)
 #undef CG_RUN_TYPED
 
-extern const cg_backend cg__cpu_backend;
 /* Every CPU parallel region of cgrad comes after CG_TRY(cg__cpu_enter()): the calling thread's OpenMP
  * team and OpenBLAS's buffers, set up before its first one (src/cpu/cpu_start.c); CG_ERR_OOM when
  * they cannot be had. cg__cpu_start sets them up again for a new thread count (cg_set_num_threads). */
-cg_status cg__cpu_enter(void);
 cg_status cg__cpu_start(void);
-/* NULL when the library was built without CUDA. */
-const cg_backend *cg__cuda_backend(void);
-/* Backend of a device; NULL + CG_ERR_DEVICE recorded when the device does not exist. */
-const cg_backend *cg__backend_for(cg_device d);
+/* The thread count the calling thread's team was set up for; 0: not yet. */
+extern CG_THREAD_FAST int cg__cpu_team_ready;
+/* Inline: every CPU kernel calls it, and after the thread's first op it is one compare. */
+static inline cg_status cg__cpu_enter(void) { return cg__cpu_team_ready ? CG_OK : cg__cpu_start(); }
 
 /* GPU-to-GPU copy, peer-to-peer where the GPUs allow it (src/cuda; fails in CPU-only builds). */
 cg_status cg__cuda_copy_peer(int dst_index, void *dst, int src_index, const void *src, size_t bytes);

@@ -58,20 +58,12 @@ static const char *const kernel_names[CG_KERNEL_COUNT] = {
 #undef NAME
 };
 
-cg_status cg__run(cg_device d, cg_kernel_id k, const void *args) {
+cg_status cg__run_failed(cg_device d, cg_kernel_id k) {
     const cg_backend *be = cg__backend_for(d);
     if (!be) return cg_last_status();
-    if (!be->kernels[k]) {
-        char name[16];
-        return cg__fail(CG_ERR_DEVICE, "%s is not supported on %s (the %s backend has no such kernel)", kernel_names[k],
-                        cg_device_str(d, name, sizeof name), be->name);
-    }
-    return be->kernels[k](args, d.index);
-}
-
-bool cg__supports(cg_device d, cg_kernel_id k) {
-    const cg_backend *be = cg__backend_for(d);
-    return be && be->kernels[k];
+    char name[16];
+    return cg__fail(CG_ERR_DEVICE, "%s is not supported on %s (the %s backend has no such kernel)", kernel_names[k],
+                    cg_device_str(d, name, sizeof name), be->name);
 }
 
 cg_status cg__copy_bytes(cg_device dst_dev, void *dst, cg_device src_dev, const void *src, size_t bytes) {

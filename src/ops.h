@@ -11,9 +11,6 @@
 #include "cgrad/core.h"
 #include "kernels/kernel_args.h"
 
-/* Layout of out (ndim, shape) = f(inputs[0..n)) with broadcasting: every input's shape must
- * broadcast to shape (cg__broadcast_shape checks that). */
-void cg__ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay);
 /* Broadcast shape of a and b (NumPy rules), or a CG_ERR_SHAPE naming fn and both shapes. */
 cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char *fn, int *ndim,
                               int64_t *shape);

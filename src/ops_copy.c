@@ -74,7 +74,7 @@ cg_tensor *cg_clone(const cg_tensor *t) {
 cg_tensor *cg_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_contiguous", "t") != CG_OK) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
-    cg_tensor *out = cg_is_contiguous(t) ? cg__view_new(t, ti->ndim, ti->shape, NULL, ti->offset) : copy_contiguous(t);
+    cg_tensor *out = cg__is_contiguous(cg__t(t)) ? cg__view_new(t, ti->ndim, ti->shape, NULL, ti->offset) : copy_contiguous(t);
     return recorded(out, t, &cg__op_contiguous, NULL);
 }
 
@@ -115,7 +115,7 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
         return cg__fail(CG_ERR_SHAPE, "cg_copy_: destination shape %s differs from source shape %s",
                         cg__shape_str(dst, sd, sizeof sd), cg__shape_str(src, ss, sizeof ss));
     /* which also means that no two elements of dst share a place, as a broadcast view's would */
-    if (!cg_is_contiguous(dst))
+    if (!cg__is_contiguous(cg__t(dst)))
         return cg__fail(CG_ERR_INVALID_ARG, "cg_copy_: destination must be contiguous");
     if (same_layout(dst, src)) return CG_OK; /* x into itself: nothing changes */
     if (cg__overlaps(dst, src)) { /* e.g. x from its own transpose: src is read whole before dst is written */
@@ -135,7 +135,7 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
 static cg_status copy_between(cg_tensor *dst, const cg_tensor *src) {
     const cg_tensor_impl *srci = cg__t(src);
     if (cg_device_equal(cg__t(dst)->device, srci->device)) return cg__unary_into(CG_UNARY_COPY, 0.0f, src, dst);
-    cg_tensor *c = cg_is_contiguous(src) ? cg__view_new(src, srci->ndim, srci->shape, NULL, srci->offset)
+    cg_tensor *c = cg__is_contiguous(cg__t(src)) ? cg__view_new(src, srci->ndim, srci->shape, NULL, srci->offset)
                                          : copy_contiguous(src);
     if (!c) return cg_last_status();
     cg_status s = cg__copy_bytes(cg__t(dst)->device, cg__data(dst), cg__t(c)->device, cg__data(c),
@@ -172,7 +172,7 @@ cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
     int64_t resolved[CG_MAX_DIMS];
     if (infer_shape(t, ndim, shape, resolved, "cg_view") != CG_OK) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
-    if (!cg_is_contiguous(t)) {
+    if (!cg__is_contiguous(cg__t(t))) {
         char s[160], st[160];
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor of shape %s and strides %s is not contiguous (use cg_reshape, which copies)",
                             cg__shape_str(t, s, sizeof s), cg__dims_str(ti->ndim, ti->strides, st, sizeof st));
@@ -184,7 +184,7 @@ cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
     int64_t resolved[CG_MAX_DIMS];
     if (infer_shape(t, ndim, shape, resolved, "cg_reshape") != CG_OK) return NULL;
     cg_tensor *v;
-    if (cg_is_contiguous(t)) {
+    if (cg__is_contiguous(cg__t(t))) {
         v = cg__view_new(t, ndim, resolved, NULL, cg__t(t)->offset);
     } else {
         cg_tensor *c = copy_contiguous(t);

@@ -37,11 +37,12 @@ static void broadcast_strides(const cg_tensor *t, int ndim, int64_t *strides) {
     }
 }
 
-void cg__ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay) {
-    int64_t strides[CG_EW_MAX_INPUTS][CG_MAX_DIMS] = {{0}};
+/* Layout of out (ndim, shape) = f(inputs[0..n)) with broadcasting (every input's shape broadcasts to
+ * shape: cg__broadcast_shape checked it), into a zeroed lay. */
+static void ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay) {
+    int64_t strides[CG_EW_MAX_INPUTS][CG_MAX_DIMS]; /* [k][i] for k < n, i < ndim: all set here */
     for (int k = 0; k < n; k++) broadcast_strides(inputs[k], ndim, strides[k]);
     /* Coalesce: drop size-1 dims, merge dim i into i+1 where every input steps evenly across. */
-    memset(lay, 0, sizeof *lay);
     lay->numel = cg__numel_of(ndim, shape);
     int d = 0;
     for (int i = 0; i < ndim; i++) {
@@ -64,10 +65,10 @@ void cg__ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_
 cg_status cg__ew_into(cg_ew_kind kind, int op, int which, float s, const cg_tensor *const *inputs, cg_tensor *out) {
     const cg_tensor_impl *outi = cg__t(out);
     if (outi->numel == 0) return CG_OK;
-    cg_ew_call call = {.kind = kind, .op = op, .which = which, .s = s, .out = cg__data(out)};
+    cg_ew_call call = {.kind = kind, .op = op, .which = which, .s = s, .out = cg__data(out)}; /* the rest zeroed */
     int n = cg__ew_inputs(kind);
     for (int k = 0; k < n; k++) call.in[k] = cg__data(inputs[k]);
-    cg__ew_layout(n, inputs, outi->ndim, outi->shape, &call.lay);
+    ew_layout(n, inputs, outi->ndim, outi->shape, &call.lay);
     return cg__run_elementwise(outi->device, &call);
 }
 

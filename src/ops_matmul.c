@@ -190,7 +190,7 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     cg_tensor *out = cg__tensor_new(2, shape, xi->device);
     cg_tensor *wt = out ? transposed(weight) : NULL;
     bool fused = false;
-    cg_status s = wt ? gemm_bias_into(x, wt, bias && cg_is_contiguous(bias) ? bias : NULL, NULL, out, &fused)
+    cg_status s = wt ? gemm_bias_into(x, wt, bias && cg__is_contiguous(cg__t(bias)) ? bias : NULL, NULL, out, &fused)
                      : cg_last_status();
     cg_tensor_free(wt);
     if (s == CG_OK && bias && !fused) s = cg__add_(out, bias);

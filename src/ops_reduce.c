@@ -82,7 +82,7 @@ static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bo
 }
 
 cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out) {
-    cg_tensor *c = cg_is_contiguous(g) ? cg__alias(g) : cg_clone(g);
+    cg_tensor *c = cg__is_contiguous(cg__t(g)) ? cg__alias(g) : cg_clone(g);
     if (!c) return cg_last_status();
     const cg_tensor_impl *gi = cg__t(g);
     int64_t rows = gi->shape[0], cols = gi->numel / (rows ? rows : 1);

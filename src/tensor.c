@@ -287,15 +287,7 @@ cg_device cg_device_of(const cg_tensor *t) {
 }
 
 bool cg_is_contiguous(const cg_tensor *t) {
-    if (cg__check_tensor(t, "cg_is_contiguous", "t") != CG_OK) return false;
-    const cg_tensor_impl *ti = cg__t(t);
-    if (ti->numel == 0) return true; /* as PyTorch: no element to be out of place (and (3, 0)'s strides are (1, 1)) */
-    int64_t expected = 1;
-    for (int i = ti->ndim - 1; i >= 0; i--) {
-        if (ti->shape[i] != 1 && ti->strides[i] != expected) return false;
-        expected *= ti->shape[i];
-    }
-    return true;
+    return cg__check_tensor(t, "cg_is_contiguous", "t") == CG_OK && cg__is_contiguous(cg__t(t));
 }
 
 /* The elements t reaches, [*lo, *hi] counted from its storage's start (t not empty); false when

@@ -51,6 +51,17 @@ typedef struct cg_tensor_impl {
 /* The tensor a handle names (no check: see handle.h). */
 static inline cg_tensor_impl *cg__t(const cg_tensor *t) { return (cg_tensor_impl *)cg__handle_object(t); }
 static inline float *cg__data(const cg_tensor *t) { return cg__t(t)->storage->data + cg__t(t)->offset; }
+/* cg_is_contiguous of a live tensor. An empty one is contiguous, as in PyTorch: no element is out of
+ * place (and a new (3, 0) has strides (1, 1)). */
+static inline bool cg__is_contiguous(const cg_tensor_impl *ti) {
+    if (ti->numel == 0) return true;
+    int64_t expected = 1;
+    for (int i = ti->ndim - 1; i >= 0; i--) {
+        if (ti->shape[i] != 1 && ti->strides[i] != expected) return false;
+        expected *= ti->shape[i];
+    }
+    return true;
+}
 
 /* Checks that t is a live handle; records "<fn>: argument <name> is NULL/freed" otherwise. Every public
  * call makes this check, so its common case compiles inline and only a failure makes a call. */

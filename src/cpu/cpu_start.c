@@ -51,7 +51,7 @@ static bool blas_held;     /* OpenBLAS held to one thread (by the first start-up
 static bool blas_pool_own; /* OpenBLAS's pthreads build: it has a thread pool of its own */
 static int blas_pool;      /* that pool's threads, the caller counted in (1 without a pool), as grown */
 static int buffers_held;   /* the most BLAS buffers a start-up has held at once (OpenBLAS keeps them mapped) */
-static CG_THREAD_FAST int team_ready; /* the thread count this thread's team was set up for; 0: not yet */
+CG_THREAD_FAST int cg__cpu_team_ready; /* backend.h */
 
 typedef struct probe_gate {
     pthread_mutex_t lock;
@@ -173,7 +173,7 @@ static cg_status start_team(int team) {
     }
     int grow = blas_pool_own && team > blas_pool ? team - blas_pool : 0;
     int restart = blas_held ? 0 : blas_pool - 1;
-    int threads = team - (team_ready > 1 ? team_ready : 1), buffers = team + blas_pool + grow - 1 - buffers_held;
+    int threads = team - (cg__cpu_team_ready > 1 ? cg__cpu_team_ready : 1), buffers = team + blas_pool + grow - 1 - buffers_held;
     CG_TRY(probe_threads((threads > 0 ? threads : 0) + grow + restart, team));
     CG_TRY(probe_buffers((buffers > 0 ? buffers : 0) + grow, team));
     if (blas_pool_own) {
@@ -194,14 +194,13 @@ cg_status cg__cpu_start(void) {
     if (omp_in_parallel()) return CG_OK; /* inside a parallel region an op runs on its calling thread */
     if (omp_get_max_threads() > CG_MAX_THREADS) omp_set_num_threads(CG_MAX_THREADS); /* a default too large */
     int team = omp_get_max_threads();
-    if (team == team_ready) return CG_OK;
+    if (team == cg__cpu_team_ready) return CG_OK;
     pthread_mutex_lock(&start_lock);
     cg_status s = start_team(team);
     pthread_mutex_unlock(&start_lock);
-    if (s == CG_OK) team_ready = team;
+    if (s == CG_OK) cg__cpu_team_ready = team;
     return s;
 }
 
 /* A thread count changed behind cg_set_num_threads' back (omp_set_num_threads) is not seen here: its
  * team works, but is not set up in advance. */
-cg_status cg__cpu_enter(void) { return team_ready ? CG_OK : cg__cpu_start(); }
