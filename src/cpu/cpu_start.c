@@ -173,7 +173,8 @@ static cg_status start_team(int team) {
     }
     int grow = blas_pool_own && team > blas_pool ? team - blas_pool : 0;
     int restart = blas_held ? 0 : blas_pool - 1;
-    int threads = team - (cg__cpu_team_ready > 1 ? cg__cpu_team_ready : 1), buffers = team + blas_pool + grow - 1 - buffers_held;
+    int threads = team - (cg__cpu_team_ready > 1 ? cg__cpu_team_ready : 1);
+    int buffers = team + blas_pool + grow - 1 - buffers_held;
     CG_TRY(probe_threads((threads > 0 ? threads : 0) + grow + restart, team));
     CG_TRY(probe_buffers((buffers > 0 ? buffers : 0) + grow, team));
     if (blas_pool_own) {
