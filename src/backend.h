@@ -38,20 +38,24 @@ typedef struct cg_backend {
 extern const cg_backend cg__cpu_backend;
 /* NULL when the library was built without CUDA. */
 const cg_backend *cg__cuda_backend(void);
-/* Backend of a device; NULL + CG_ERR_DEVICE recorded when the device does not exist. */
-const cg_backend *cg__backend_for(cg_device d);
+/* cg__backend_for's GPU path (src/device.c). */
+const cg_backend *cg__backend_lookup(cg_device d);
+/* Backend of a device; NULL + CG_ERR_DEVICE recorded when the device does not exist. Inline, the
+ * CPU's found without a call: every op dispatches through it. */
+static inline const cg_backend *cg__backend_for(cg_device d) {
+    return d.type == CG_CPU ? &cg__cpu_backend : cg__backend_lookup(d);
+}
 /* cg__run's failure: d has no backend, or its backend lacks kernel k (CG_ERR_DEVICE naming both). */
 cg_status cg__run_failed(cg_device d, cg_kernel_id k);
 
-/* Runs kernel k on device d (args: k's struct), or fails as cg__run_failed. Inline: every op runs
- * through it, and the CPU's backend is found without a call. */
+/* Runs kernel k on device d (args: k's struct), or fails as cg__run_failed. */
 static inline cg_status cg__run(cg_device d, cg_kernel_id k, const void *args) {
-    const cg_backend *be = d.type == CG_CPU ? &cg__cpu_backend : cg__backend_for(d);
+    const cg_backend *be = cg__backend_for(d);
     return be && be->kernels[k] ? be->kernels[k](args, d.index) : cg__run_failed(d, k);
 }
 /* Whether d's backend has kernel k. */
 static inline bool cg__supports(cg_device d, cg_kernel_id k) {
-    const cg_backend *be = d.type == CG_CPU ? &cg__cpu_backend : cg__backend_for(d);
+    const cg_backend *be = cg__backend_for(d);
     return be && be->kernels[k];
 }
 /* cg__run with the kernel's own argument type: cg__run_fill(d, &(cg_fill_args){...}). */

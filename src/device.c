@@ -36,7 +36,7 @@ bool cg_cuda_is_available(void) { return cg__cuda_probe() > 0; }
 const char *cg_cuda_unavailable_reason(void) { return cg__cuda_probe() > 0 ? "" : cg__cuda_reason(); }
 cg_device cg_default_device(void) { return cg_cuda_is_available() ? cg_cuda(0) : cg_cpu(); }
 
-const cg_backend *cg__backend_for(cg_device d) {
+const cg_backend *cg__backend_lookup(cg_device d) {
     char name[16];
     if (d.type == CG_CPU) return &cg__cpu_backend;
     if (d.type != CG_CUDA)

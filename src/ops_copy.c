@@ -115,7 +115,7 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
         return cg__fail(CG_ERR_SHAPE, "cg_copy_: destination shape %s differs from source shape %s",
                         cg__shape_str(dst, sd, sizeof sd), cg__shape_str(src, ss, sizeof ss));
     /* which also means that no two elements of dst share a place, as a broadcast view's would */
-    if (!cg__is_contiguous(cg__t(dst)))
+    if (!cg__is_contiguous(dsti))
         return cg__fail(CG_ERR_INVALID_ARG, "cg_copy_: destination must be contiguous");
     if (same_layout(dst, src)) return CG_OK; /* x into itself: nothing changes */
     if (cg__overlaps(dst, src)) { /* e.g. x from its own transpose: src is read whole before dst is written */
