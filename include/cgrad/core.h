@@ -73,9 +73,11 @@ CG_API cg_status cg_synchronize(cg_device d);
 /* ---- global settings -------------------------------------------------------------------- */
 /* The most CPU threads cgrad runs: every one may be inside a BLAS call at once (tiled GEMM,
  * convolution), each such call holds one of OpenBLAS's buffers, and OpenBLAS 0.3.21 as Debian builds
- * it (for 64 threads) has 640 of them, up to 63 kept by its own threads; a call that finds none
- * left crashes inside OpenBLAS. 512 leaves room, and is more threads than cgrad's kernels scale to. */
-#define CG_MAX_THREADS 512
+ * it (for 64 threads) has 640 of them; a call that finds none left crashes inside OpenBLAS. Setting a
+ * team up holds its threads' buffers and those of OpenBLAS's own pool (grown to 64) at once, while
+ * each pool thread keeps one more: 256 + 63 + 63, far from the table's end (512 came within 2 of it,
+ * and failed there now and then). More threads than cgrad's kernels scale to. */
+#define CG_MAX_THREADS 256
 /* CPU threads for kernels and OpenBLAS (torch.set_num_threads), for ops run by the calling thread;
  * 1 <= n <= CG_MAX_THREADS, else CG_ERR_INVALID_ARG. The threads, and a BLAS buffer for each, are set
  * up here (and, at the default count, before a thread's first CPU op), so that a later shortage of
