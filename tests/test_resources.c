@@ -3,7 +3,7 @@
  * or address space is an error the caller gets, not an exit inside libgomp or a hang inside OpenBLAS.
  *
  *  case                          what                                                 expected
- *  thread_count_bounds           cg_set_num_threads(1 << 30), (0), (-1), (MAX + 1);   INVALID naming 512; the count
+ *  thread_count_bounds           cg_set_num_threads(1 << 30), (0), (-1), (MAX + 1);   INVALID naming the maximum; the count
  *                                then (CG_MAX_THREADS) and a GEMM on every thread     and the ops after it unchanged;
  *                                                                                     the maximum runs, right values
  *  oom_after_start               cores + 2 threads set up, then the address space     the GEMM runs; a GEMM whose
