@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend.h"
 #include "op_table.h"
 #include "test_util.h"
 
@@ -224,8 +225,22 @@ static void test_every_op(void **state) {
         for (int dv = 0; dv < ndevices; dv++) check_op(cg__op_at(i), dv ? cg_cuda(0) : cg_cpu());
 }
 
+/* A kernel a backend lacks is an error naming the kernel and the backend, and cg__supports says so
+ * first: the CPU has no fused GEMM + bias. */
+static void test_unsupported_kernel(void **state) {
+    (void)state;
+    float x = 1.0f, y = 0.0f;
+    cg_gemm_args args = {.m = 1, .n = 1, .k = 1, .a = &x, .lda = 1, .b = &x, .ldb = 1, .c = &y, .ldc = 1, .bias = &x};
+    assert_false(cg__supports(cg_cpu(), CG_KERNEL_GEMM_BIAS));
+    assert_true(cg__supports(cg_cpu(), CG_KERNEL_GEMM));
+    cg_clear_error();
+    assert_int_equal(cg__run_gemm_bias(cg_cpu(), &args), CG_ERR_DEVICE);
+    cg_test_assert_error(CG_ERR_DEVICE, "gemm_bias", "cpu");
+    assert_true(y == 0.0f);
+}
+
 int main(void) {
     cg_test_init();
-    const struct CMUnitTest tests[] = {CG_TEST(test_every_op)};
+    const struct CMUnitTest tests[] = {CG_TEST(test_every_op), CG_TEST(test_unsupported_kernel)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
