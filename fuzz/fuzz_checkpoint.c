@@ -20,6 +20,7 @@
 #include "fuzz_check.h"
 #include "io_internal.h"
 #include "optim/optimizer.h"
+#include "rng.h"
 
 /* ---- the state a failed restore must leave untouched ---------------------------------------------- */
 enum { MAX_PARAMS = 8 }; /* the fixture has 4 */
