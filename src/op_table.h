@@ -82,8 +82,8 @@ cg_status cg__ref_alloc(cg_ref_tensor *out, int ndim, const int64_t *shape);
 cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, cg_ref_tensor *out, int64_t *outer,
                                int64_t *n, int64_t *inner);
 
-/* The ops whose entries sit next to their front-ends (src/ops_*.c, each defining
- * `const cg_op_info cg__op_<name>`), after the element-wise ops in the table. */
+/* The ops whose entries sit next to their front-ends (src/ops_*.c, each `CG_OP_DEFINE(<name>) = {...}`,
+ * below), after the element-wise ops in the table. */
 #define CG_OP_ENTRIES(X) \
     X(sum) \
     X(mean) \
@@ -125,9 +125,6 @@ static inline cg_node *cg__record_op(cg_tensor *out, const cg_op_info *op, int n
                                      int nsaved, const cg_tensor *const *saved) {
     return cg__record(out, op->name, op->backward, ninputs, inputs, nsaved, saved);
 }
-
-/* For references: out shaped (ndim, shape) and its data allocated (malloc), or an error. */
-cg_status cg__ref_alloc(cg_ref_tensor *out, int ndim, const int64_t *shape);
 
 /* Every op, in a fixed order. */
 int cg__op_count(void);
