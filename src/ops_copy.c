@@ -1,4 +1,4 @@
-/* Data movement and shape: cg_to, clone, contiguous, copy_, reshape, view, transpose; read-back to the
+/* Data movement and shape: cg_to, clone, contiguous, copy_, reshape, view, transpose, permute; read-back to the
  * host (cg_to_host, cg_item). */
 #include "cgrad/core.h"
 
