@@ -10,21 +10,26 @@
 # bandwidth the step benchmark also prints.
 # Exit status 1 when a workload misses its limit.
 #
-# usage: bench/run_speed_gate.sh OLD_BUILD NEW_BUILD [--rounds N] [--epochs N]
+# usage: bench/run_speed_gate.sh OLD_BUILD NEW_BUILD [--rounds N] [--epochs N] [--only LIST]
+#   --only: some of step,first,mlp,cnn (default all), e.g. --only mlp,cnn to time the epochs again.
 #   The builds must hold bench_train_step and train_fashion_mnist; the data set comes from
 #   $CGRAD_FASHION_MNIST_DIR. Raw results go to $CGRAD_BENCH_OUT when set.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-[[ $# -ge 2 ]] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[[ $# -ge 2 ]] || { sed -n '2,17p' "$0" >&2; exit 2; }
 old=$1 new=$2
 shift 2
-rounds=5 epochs=2
+rounds=5 epochs=2 only=step,first,mlp,cnn
 while [[ $# -gt 0 ]]; do
     case $1 in
         --rounds) rounds=$2; shift 2 ;;
         --epochs) epochs=$2; shift 2 ;;
+        --only) only=$2; shift 2 ;;
         *) echo "error: unknown argument '$1'" >&2; exit 2 ;;
     esac
+done
+for part in ${only//,/ }; do
+    [[ $part =~ ^(step|first|mlp|cnn)$ ]] || { echo "error: --only takes step, first, mlp, cnn; got '$part'" >&2; exit 2; }
 done
 out=${CGRAD_BENCH_OUT:-$(mktemp -d)}
 mkdir -p "$out"
@@ -35,6 +40,8 @@ cnn=(--model cnn --dropout 0 --optimizer sgd --lr 0.05 --momentum 0.9 --batch 12
 ab() { # name, then run_ab.sh's arguments after the builds
     local name=$1
     shift
+    : > "$out/$name.txt"
+    [[ ,$only, == *,$name,* ]] || return 0
     CGRAD_BENCH_OUT=$out/$name "$root/bench/run_ab.sh" "$old" "$new" --rounds "$rounds" "$@" | tail -n +2 > "$out/$name.txt"
 }
 ab step -- --work seed,tiny,wide,cpu_seed
@@ -46,11 +53,14 @@ ab cnn --prog train_fashion_mnist -- "${cnn[@]}" "${data[@]}" --seed 0
 py=$out/pytorch.txt
 : > "$py"
 if python3 -c 'import torch' 2>/dev/null; then
-    for work in seed tiny wide cpu_seed; do # a process each: its tiny CUDA graph upsets later work
-        python3 "$root/bench/bench_train_step.py" --work "$work" | grep '^result ' >> "$py" || true
-    done
-    python3 "$root/bench/bench_train_step.py" --first-step | grep '^result ' >> "$py" || true
+    if [[ ,$only, == *,step,* ]]; then
+        for work in seed tiny wide cpu_seed; do # a process each: its tiny CUDA graph upsets later work
+            python3 "$root/bench/bench_train_step.py" --work "$work" | grep '^result ' >> "$py" || true
+        done
+    fi
+    [[ ,$only, == *,first,* ]] && { python3 "$root/bench/bench_train_step.py" --first-step | grep '^result ' >> "$py" || true; }
     for cfg in mlp cnn; do
+        [[ ,$only, == *,$cfg,* ]] || continue
         declare -n args=$cfg
         python3 "$root/bench/bench_fashion_mnist.py" "${args[@]}" "${data[@]}" --seeds 0 | grep '^result ' >> "$py" || true
     done
