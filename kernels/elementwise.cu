@@ -3,6 +3,7 @@
 // 16-byte loads and a strided/broadcast path. The pass and the op are template parameters, so each instantiation compiles
 // to its own straight-line loop.
 #include "kernels.h"
+#include "kernels/dtype_math.h"
 
 namespace {
 
@@ -91,6 +92,12 @@ cudaError_t launch_pass(const cg_ew_call *c, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+__global__ void cast_kernel(const void *__restrict__ in, cg_dtype from, void *__restrict__ out, cg_dtype to,
+                            cg_ew_layout lay) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < lay.numel; i += (int64_t)gridDim.x * blockDim.x)
+        cg_convert(to, out, i, from, in, strided_offset(lay, 0, i));
+}
+
 }  // namespace
 
 extern "C" cudaError_t cg_launch_elementwise(const cg_ew_call *c, cudaStream_t stream) {
@@ -128,4 +135,11 @@ extern "C" cudaError_t cg_launch_elementwise(const cg_ew_call *c, cudaStream_t s
         break;
     }
     return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t cg_launch_cast(const cg_cast_args *c, cudaStream_t stream) {
+    if (c->lay.numel > 0)
+        cast_kernel<<<cg_launch_grid(c->lay.numel, kThreads), kThreads, 0, stream>>>(c->in, c->in_dtype, c->out,
+                                                                                   c->out_dtype, c->lay);
+    return cudaGetLastError();
 }

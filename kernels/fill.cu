@@ -2,19 +2,32 @@
 // the fix-up of cuRAND's uniform draws onto [0, 1); grid-stride loops. Serves src/cuda/cuda_fill.c,
 // mirroring src/cpu/cpu_fill.c.
 #include "kernels.h"
+#include "kernels/dtype_math.h"
 
 namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void fill_kernel(float *y, int64_t n, float value) {
+template <typename T>
+__global__ void fill_kernel(T *y, int64_t n, T value) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = value;
+}
+
+template <typename T>
+cudaError_t launch_fill(void *out, int64_t n, uint64_t bits, cudaStream_t stream) {
+    fill_kernel<T><<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(static_cast<T *>(out), n, (T)bits);
+    return cudaGetLastError();
 }
 
 __global__ void arange_kernel(float *y, int64_t n, double start, double step) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = (float)(start + (double)i * step);
+}
+
+__global__ void arange_any_kernel(void *y, cg_dtype dt, int64_t n, double start, double step) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        cg_store_arange(dt, y, i, start + (double)i * step);
 }
 
 __global__ void uniform_fixup_kernel(float *x, int64_t n) {
@@ -24,13 +37,21 @@ __global__ void uniform_fixup_kernel(float *x, int64_t n) {
 
 }  // namespace
 
-extern "C" cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream) {
-    fill_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(out, n, value);
-    return cudaGetLastError();
+extern "C" cudaError_t cg_launch_fill(void *out, int64_t n, int bytes, uint64_t bits, cudaStream_t stream) {
+    switch (bytes) {
+    case 1: return launch_fill<uint8_t>(out, n, bits, stream);
+    case 2: return launch_fill<uint16_t>(out, n, bits, stream);
+    case 4: return launch_fill<uint32_t>(out, n, bits, stream);
+    default: return launch_fill<uint64_t>(out, n, bits, stream);
+    }
 }
 
-extern "C" cudaError_t cg_launch_arange(float *out, int64_t n, double start, double step, cudaStream_t stream) {
-    arange_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(out, n, start, step);
+extern "C" cudaError_t cg_launch_arange(void *out, cg_dtype dt, int64_t n, double start, double step,
+                                        cudaStream_t stream) {
+    if (dt == CG_FLOAT32)
+        arange_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(static_cast<float *>(out), n, start, step);
+    else
+        arange_any_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(out, dt, n, start, step);
     return cudaGetLastError();
 }
 

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cgrad/dtype.h"
 #include "kernels/elementwise_ops.h"
 
 #define CG_KERNEL_MAX_DIMS 8 /* = CG_MAX_DIMS */
@@ -21,6 +22,7 @@
     X(FILL, fill, cg_fill_args)                                       \
     X(ARANGE, arange, cg_arange_args)                                 \
     X(RANDOM, random, cg_random_args)                                 \
+    X(CAST, cast, cg_cast_args)                                       \
     X(ELEMENTWISE, elementwise, cg_ew_call)                           \
     X(REDUCE_SUM, reduce_sum, cg_reduce_sum_args)                     \
     X(MSE_FORWARD, mse_forward, cg_mse_forward_args)                  \
@@ -43,15 +45,19 @@
 typedef enum cg_kernel_id { CG_KERNELS(CG_KERNEL_ENUM) CG_KERNEL_COUNT } cg_kernel_id;
 #undef CG_KERNEL_ENUM
 
-/* ---- creation ------------------------------------------------------------------------------------ */
+/* ---- creation and conversion --------------------------------------------------------------------------- */
+/* out (n elements of `bytes` bytes each: 1, 2, 4 or 8) = the element whose bits are the low bytes of
+ * `bits` (the value already converted to the tensor's dtype). */
 typedef struct cg_fill_args {
-    float *out; /* (n) = value */
+    void *out;
     int64_t n;
-    float value;
+    int bytes;
+    uint64_t bits;
 } cg_fill_args;
 
 typedef struct cg_arange_args {
-    float *out; /* (n): start + i step, computed in double */
+    void *out; /* (n) of dtype: start + i step, computed in double and converted (kernels/dtype_math.h) */
+    cg_dtype dtype;
     int64_t n;
     double start, step;
 } cg_arange_args;
@@ -95,6 +101,17 @@ typedef struct cg_ew_call {
 static inline int cg__ew_inputs(cg_ew_kind kind) {
     return kind == CG_EW_UNARY ? 1 : kind == CG_EW_BINARY_GRAD ? 3 : 2;
 }
+
+/* out (contiguous, lay.numel elements of out_dtype) = in (in_dtype, read through lay's input 0)
+ * converted element by element (kernels/dtype_math.h: cg_convert). Any pair of dtypes, equal ones
+ * included (a strided copy). */
+typedef struct cg_cast_args {
+    const void *in;
+    cg_dtype in_dtype;
+    void *out;
+    cg_dtype out_dtype;
+    cg_ew_layout lay;
+} cg_cast_args;
 
 /* ---- reductions and losses ------------------------------------------------------------------------------ */
 typedef struct cg_reduce_sum_args {

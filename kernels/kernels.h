@@ -31,14 +31,15 @@ static inline unsigned cg_launch_grid(int64_t items, int threads) {
     return (unsigned)cg_launch_blocks((items + threads - 1) / threads, 64);
 }
 
-/* fill.cu: a constant, a range */
-cudaError_t cg_launch_fill(float *out, int64_t n, float value, cudaStream_t stream);
-cudaError_t cg_launch_arange(float *out, int64_t n, double start, double step, cudaStream_t stream);
+/* fill.cu: a constant (n elements of `bytes` bytes, each the low bytes of bits), a range of dtype dt */
+cudaError_t cg_launch_fill(void *out, int64_t n, int bytes, uint64_t bits, cudaStream_t stream);
+cudaError_t cg_launch_arange(void *out, cg_dtype dt, int64_t n, double start, double step, cudaStream_t stream);
 /* Maps cuRAND's (0, 1] onto [0, 1) (1 becomes 0), as torch.rand's range. */
 cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream);
 
-/* elementwise.cu: one element-wise pass (kernel_args.h: cg_ew_call) */
+/* elementwise.cu: one element-wise pass (kernel_args.h: cg_ew_call), a conversion (cg_cast_args) */
 cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);
+cudaError_t cg_launch_cast(const cg_cast_args *cast, cudaStream_t stream);
 
 /* reduce.cu: partial (outer, chunks, inner) = sums of x (outer, n, inner) over n in chunks of chunk_len,
  * times scale. Deterministic: a fixed order for given shapes. */

@@ -90,6 +90,7 @@ cg_node *cg__record(cg_tensor *out, const char *name, cg_backward_fn backward, i
         n->in_ndim[k] = ini->ndim;
         memcpy(n->in_shape[k], ini->shape, sizeof ini->shape);
         n->in_device[k] = ini->device;
+        n->in_dtype[k] = ini->dtype;
         n->needs_grad[k] = ini->requires_grad;
         if (ini->grad_fn) {
             n->next[k] = ini->grad_fn;
@@ -121,6 +122,9 @@ cg_status cg_set_requires_grad(cg_tensor *t, bool requires_grad) {
     if (ti->grad_fn)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_set_requires_grad: only leaf tensors can change requires_grad "
                                             "(this one was produced by %s; use cg_detach)", ti->grad_fn->name);
+    if (requires_grad && !cg_dtype_floating(ti->dtype))
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_set_requires_grad: only tensors of a floating dtype can require "
+                                            "gradients, not %s ones", cg_dtype_name(ti->dtype));
     ti->requires_grad = requires_grad;
     return CG_OK;
 }

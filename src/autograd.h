@@ -41,6 +41,7 @@ struct cg_node {
     int in_ndim[CG_NODE_MAX_INPUTS];
     int64_t in_shape[CG_NODE_MAX_INPUTS][CG_MAX_DIMS];
     cg_device in_device[CG_NODE_MAX_INPUTS];
+    cg_dtype in_dtype[CG_NODE_MAX_INPUTS];
     cg_tensor *saved[CG_NODE_MAX_SAVED];     /* owned handles (views), released after backward */
     uint64_t saved_version[CG_NODE_MAX_SAVED]; /* their storage's version when saved */
     void *ctx;                               /* a wrapper's state (data parallelism), not owned */

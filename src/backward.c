@@ -259,9 +259,12 @@ cg_status cg_backward_with(cg_tensor *output, const cg_tensor *grad_output) {
                                           "got shape %s (pass grad_output with cg_backward_with)",
                             cg__shape_str(output, so, sizeof so));
         }
-        grad = cg_ones(outputi->ndim, outputi->shape, outputi->device);
+        grad = cg_ones_dtype(outputi->ndim, outputi->shape, outputi->dtype, outputi->device);
     } else {
         cg_status s = cg__check_same_device(output, grad_output, "cg_backward_with");
+        if (s == CG_OK && cg__t(grad_output)->dtype != outputi->dtype)
+            s = cg__fail(CG_ERR_INVALID_ARG, "cg_backward_with: grad_output is %s but the output is %s",
+                         cg_dtype_name(cg__t(grad_output)->dtype), cg_dtype_name(outputi->dtype));
         if (s == CG_OK && !same_shape(grad_output, outputi->ndim, outputi->shape))
             s = cg__fail(CG_ERR_SHAPE, "cg_backward_with: grad_output shape %s differs from output shape %s",
                          cg__shape_str(grad_output, sg, sizeof sg), cg__shape_str(output, so, sizeof so));

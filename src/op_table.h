@@ -96,6 +96,7 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(transpose) \
     X(permute) \
     X(to) \
+    X(to_dtype) \
     X(argmax_dim) \
     X(matmul) \
     X(linear) \

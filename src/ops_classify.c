@@ -27,6 +27,8 @@ static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *
     char sl[160], st[160];
     CG_TRY(cg__check_tensor(logits, fn, "logits"));
     CG_TRY(cg__check_tensor(targets, fn, "targets"));
+    CG_TRY(cg__check_float32(logits, fn, "logits"));
+    CG_TRY(cg__check_float32(targets, fn, "targets"));
     if (!cg_device_equal(cg__t(logits)->device, cg__t(targets)->device)) {
         char dl[16], dt[16];
         return cg__fail(CG_ERR_DEVICE, "%s: expected all tensors on the same device, but found logits on %s and targets on %s",
@@ -149,7 +151,7 @@ CG_OP_DEFINE(cross_entropy) = {.name = "cg_cross_entropy", .ninputs = 2, .grad_i
 /* ---- argmax and accuracy ------------------------------------------------------------------------------ */
 cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
     const char *fn = "cg_argmax_dim";
-    if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
+    if (cg__check_tensor(t, fn, "t") != CG_OK || cg__check_float32(t, fn, "t") != CG_OK) return NULL;
     int d = dim < 0 ? dim + cg__t(t)->ndim : dim;
     if (d < 0 || d >= cg__t(t)->ndim)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, cg__t(t)->ndim);

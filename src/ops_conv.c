@@ -81,6 +81,9 @@ static cg_status check_conv2d(const cg_tensor *x, const cg_tensor *weight, const
     CG_TRY(cg__check_tensor(weight, fn, "weight"));
     const cg_tensor_impl *xi = cg__t(x), *weighti = cg__t(weight);
     if (bias) CG_TRY(cg__check_tensor(bias, fn, "bias"));
+    CG_TRY(cg__check_float32(x, fn, "x"));
+    CG_TRY(cg__check_float32(weight, fn, "weight"));
+    if (bias) CG_TRY(cg__check_float32(bias, fn, "bias"));
     CG_TRY(check_same_device(x, weight, fn, "weight"));
     if (bias) CG_TRY(check_same_device(x, bias, fn, "bias"));
     if (xi->ndim != 4 || weighti->ndim != 4)
@@ -234,7 +237,7 @@ static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tens
 cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     const char *fn = "cg_max_pool2d";
     char sx[160];
-    if (cg__check_tensor(x, fn, "x") != CG_OK) return NULL;
+    if (cg__check_tensor(x, fn, "x") != CG_OK || cg__check_float32(x, fn, "x") != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
     if (xi->ndim != 4)
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected x (N, C, H, W), got %s", fn, cg__shape_str(x, sx, sizeof sx));

@@ -54,16 +54,17 @@ static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, const cg_op_info 
 
 static cg_status copy_between(cg_tensor *dst, const cg_tensor *src);
 
+/* out (contiguous, t's shape, on t's device) = t converted to out's dtype: float32 through the
+ * element-wise copy, whose contiguous path moves 16 bytes at a time, the rest through CAST. */
+static cg_status copy_into(cg_tensor *out, const cg_tensor *t) {
+    if (cg__t(out)->dtype == CG_FLOAT32 && cg__t(t)->dtype == CG_FLOAT32) return cg__unary_into(CG_UNARY_COPY, 0.0f, t, out);
+    return cg__cast_into(out, t);
+}
+
 /* A contiguous copy of t on its own device. */
 static cg_tensor *copy_contiguous(const cg_tensor *t) {
-    const cg_tensor_impl *ti = cg__t(t);
-    cg_tensor *out = cg__tensor_new(ti->ndim, ti->shape, ti->device);
-    if (!out) return NULL;
-    if (cg__unary_into(CG_UNARY_COPY, 0.0f, t, out) != CG_OK) {
-        cg_tensor_free(out);
-        return NULL;
-    }
-    return out;
+    cg_tensor *out = cg__tensor_like(t);
+    return out ? cg__finish(out, copy_into(out, t)) : NULL;
 }
 
 cg_tensor *cg_clone(const cg_tensor *t) {
@@ -88,7 +89,7 @@ cg_tensor *cg__raw_contiguous(const cg_tensor *t) {
 cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
     if (cg__check_tensor(t, "cg_to", "t") != CG_OK) return NULL;
     if (!cg__backend_for(d)) return (cg__fail_context("cg_to"), NULL);
-    cg_tensor *out = cg__tensor_new(cg__t(t)->ndim, cg__t(t)->shape, d);
+    cg_tensor *out = cg__tensor_new_dtype(cg__t(t)->ndim, cg__t(t)->shape, cg__t(t)->dtype, d);
     if (!out) return NULL;
     if (copy_between(out, t) != CG_OK) {
         cg_tensor_free(out);
@@ -131,17 +132,32 @@ cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src) {
     return CG_OK;
 }
 
-/* dst (contiguous) = src, on any two devices; not recorded. */
+/* dst (contiguous) = src converted to dst's dtype, on any two devices; not recorded. Between devices,
+ * src is first made contiguous in dst's dtype on its own device, then its bytes move. */
 static cg_status copy_between(cg_tensor *dst, const cg_tensor *src) {
-    const cg_tensor_impl *srci = cg__t(src);
-    if (cg_device_equal(cg__t(dst)->device, srci->device)) return cg__unary_into(CG_UNARY_COPY, 0.0f, src, dst);
-    cg_tensor *c = cg__is_contiguous(cg__t(src)) ? cg__view_new(src, srci->ndim, srci->shape, NULL, srci->offset)
-                                         : copy_contiguous(src);
+    const cg_tensor_impl *srci = cg__t(src), *dsti = cg__t(dst);
+    if (cg_device_equal(dsti->device, srci->device)) return copy_into(dst, src);
+    cg_tensor *c = cg__is_contiguous(srci) && srci->dtype == dsti->dtype ? cg__alias(src)
+                                                                          : cg__cast_new(src, dsti->dtype);
     if (!c) return cg_last_status();
-    cg_status s = cg__copy_bytes(cg__t(dst)->device, cg__data(dst), cg__t(c)->device, cg__data(c),
-                                 (size_t)cg__t(c)->numel * sizeof(float));
+    cg_status s = cg__copy_bytes(dsti->device, cg__data(dst), cg__t(c)->device, cg__data(c),
+                                 (size_t)cg__t(c)->numel * (size_t)cg_dtype_bytes(dsti->dtype));
     cg_tensor_free(c);
     return s;
+}
+
+static cg_status to_dtype_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+    return grad_or_fail(grad_in, cg_to_dtype(g, n->in_dtype[0]));
+}
+
+cg_tensor *cg_to_dtype(const cg_tensor *t, cg_dtype dt) {
+    if (cg__check_tensor(t, "cg_to_dtype", "t") != CG_OK) return NULL;
+    if ((unsigned)dt >= CG_DTYPE_COUNT) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_to_dtype: %d is not a cg_dtype", (int)dt);
+    const cg_tensor_impl *ti = cg__t(t);
+    cg_tensor *out = ti->dtype == dt ? cg__alias(t) : cg__cast_new(t, dt);
+    /* a float result of a float input carries the gradient; an integer or bool one never requires it */
+    if (!out || !cg_dtype_floating(dt) || !cg_dtype_floating(ti->dtype)) return out;
+    return recorded(out, t, &cg__op_to_dtype, NULL);
 }
 
 /* Resolves one -1 in shape against numel; fails if the sizes do not match. */
@@ -249,30 +265,63 @@ cg_tensor *cg_permute(const cg_tensor *t, int ndim, const int *dims) {
 }
 
 /* ---- read-back ------------------------------------------------------------------------------------ */
-cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len) {
-    CG_TRY(cg__check_tensor(t, "cg_to_host", "t"));
+/* The numel elements of t (live), row-major in its dtype, into dst (dst_bytes bytes) on the host. */
+static cg_status read_back(const cg_tensor *t, void *dst, size_t dst_bytes, const char *fn) {
     const cg_tensor_impl *ti = cg__t(t);
-    if (!dst && ti->numel > 0) return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: dst is NULL");
-    if (dst_len < (size_t)ti->numel)
-        return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: destination holds %zu floats, tensor has %lld",
-                        dst_len, (long long)ti->numel);
+    size_t bytes = (size_t)ti->numel * (size_t)cg_dtype_bytes(ti->dtype); /* the tensor exists: no overflow */
+    if (!dst && ti->numel > 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: dst is NULL", fn);
+    if (dst_bytes < bytes)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: destination holds %zu bytes, the %s tensor has %lld elements (%zu bytes)",
+                        fn, dst_bytes, cg_dtype_name(ti->dtype), (long long)ti->numel, bytes);
     if (ti->numel == 0) return CG_OK;
-    cg_tensor *c = cg_contiguous(t);
+    cg_tensor *c = cg__raw_contiguous(t);
     if (!c) return cg_last_status();
-    cg_status s = cg__copy_bytes(cg_cpu(), dst, cg__t(c)->device, cg__data(c), (size_t)cg__t(c)->numel * sizeof(float));
+    cg_status s = cg__copy_bytes(cg_cpu(), dst, cg__t(c)->device, cg__data(c), bytes);
     cg_tensor_free(c);
     return s;
 }
 
-cg_status cg_item(const cg_tensor *t, float *out) {
-    CG_TRY(cg__check_tensor(t, "cg_item", "t"));
-    if (!out) return cg__fail(CG_ERR_INVALID_ARG, "cg_item: out is NULL");
+cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len) {
+    CG_TRY(cg__check_tensor(t, "cg_to_host", "t"));
+    CG_TRY(cg__check_float32(t, "cg_to_host", "t"));
+    if (dst_len < (size_t)cg__t(t)->numel)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: destination holds %zu floats, tensor has %lld",
+                        dst_len, (long long)cg__t(t)->numel);
+    return read_back(t, dst, dst_len * sizeof(float), "cg_to_host");
+}
+
+cg_status cg_to_host_bytes(const cg_tensor *t, void *dst, size_t dst_bytes) {
+    CG_TRY(cg__check_tensor(t, "cg_to_host_bytes", "t"));
+    return read_back(t, dst, dst_bytes, "cg_to_host_bytes");
+}
+
+/* The one element of t (checked: live, one element) in its dtype's bytes. */
+static cg_status one_element(const cg_tensor *t, const void *out, uint64_t *element, const char *fn) {
+    CG_TRY(cg__check_tensor(t, fn, "t"));
+    if (!out) return cg__fail(CG_ERR_INVALID_ARG, "%s: out is NULL", fn);
     if (cg__t(t)->numel != 1) {
         char buf[160];
-        return cg__fail(CG_ERR_SHAPE, "cg_item: a tensor with %lld elements %s cannot be converted to a scalar",
+        return cg__fail(CG_ERR_SHAPE, "%s: a tensor with %lld elements %s cannot be converted to a scalar", fn,
                         (long long)cg__t(t)->numel, cg__shape_str(t, buf, sizeof buf));
     }
-    return cg_to_host(t, out, 1);
+    return read_back(t, element, sizeof *element, fn);
+}
+
+cg_status cg_item(const cg_tensor *t, float *out) {
+    uint64_t e;
+    CG_TRY(one_element(t, out, &e, "cg_item"));
+    *out = cg_load_float(cg__t(t)->dtype, &e, 0);
+    return CG_OK;
+}
+
+cg_status cg_item_int64(const cg_tensor *t, int64_t *out) {
+    uint64_t e;
+    CG_TRY(one_element(t, out, &e, "cg_item_int64"));
+    cg_dtype dt = cg__t(t)->dtype;
+    if (cg_dtype_floating(dt))
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_item_int64: the tensor is %s, a floating type (use cg_item)", cg_dtype_name(dt));
+    *out = cg_load_int(dt, &e, 0);
+    return CG_OK;
 }
 
 /* ---- op-table entries (op_table.h) ---------------------------------------------------------------- */
@@ -450,3 +499,10 @@ CG_OP_DEFINE(permute) = {.name = "cg_permute", .ninputs = 1, .grad_inputs = 1, .
                           .call = permute_call, .reference = permute_reference, .backward = permute_backward};
 CG_OP_DEFINE(to) = {.name = "cg_to", .ninputs = 1, .grad_inputs = 1, .domain = &to_domain,
                               .call = to_call, .reference = same_reference, .backward = to_backward};
+/* Into float32 itself (a recorded alias): the conversions between dtypes are tests/test_dtype.c's. */
+static cg_tensor *to_dtype_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op, (void)c;
+    return cg_to_dtype(in[0], CG_FLOAT32);
+}
+CG_OP_DEFINE(to_dtype) = {.name = "cg_to_dtype", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+                          .call = to_dtype_call, .reference = same_reference, .backward = to_dtype_backward};

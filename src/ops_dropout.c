@@ -10,7 +10,7 @@
 #include "tensor_impl.h"
 
 cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training) {
-    if (cg__check_tensor(x, "cg_dropout", "x") != CG_OK) return NULL;
+    if (cg__check_tensor(x, "cg_dropout", "x") != CG_OK || cg__check_float32(x, "cg_dropout", "x") != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
     if (!(p >= 0.0f && p < 1.0f)) /* also rejects NaN */
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_dropout: p = %g must be in [0, 1)", (double)p);

@@ -28,47 +28,13 @@ cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char
     return cg__check_result_shape(n, shape, fn, "a", a, "b", b);
 }
 
-/* Strides of t read as a tensor of the output shape: 0 along broadcast dims. */
-static void broadcast_strides(const cg_tensor *t, int ndim, int64_t *strides) {
-    const cg_tensor_impl *ti = cg__t(t);
-    for (int i = 0; i < ndim; i++) {
-        int it = ti->ndim - ndim + i;
-        strides[i] = (it < 0 || ti->shape[it] == 1) ? 0 : ti->strides[it];
-    }
-}
-
-/* Layout of out (ndim, shape) = f(inputs[0..n)) with broadcasting (every input's shape broadcasts to
- * shape: cg__broadcast_shape checked it), into a zeroed lay. */
-static void ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay) {
-    int64_t strides[CG_EW_MAX_INPUTS][CG_MAX_DIMS]; /* [k][i] for k < n, i < ndim: all set here */
-    for (int k = 0; k < n; k++) broadcast_strides(inputs[k], ndim, strides[k]);
-    /* Coalesce: drop size-1 dims, merge dim i into i+1 where every input steps evenly across. */
-    lay->numel = cg__numel_of(ndim, shape);
-    int d = 0;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] == 1) continue;
-        bool merge = d > 0;
-        for (int k = 0; k < n && merge; k++) merge = strides[k][i] * shape[i] == lay->strides[k][d - 1];
-        if (merge) {
-            lay->shape[d - 1] *= shape[i];
-            for (int k = 0; k < n; k++) lay->strides[k][d - 1] = strides[k][i];
-        } else {
-            lay->shape[d] = shape[i];
-            for (int k = 0; k < n; k++) lay->strides[k][d] = strides[k][i];
-            d++;
-        }
-    }
-    lay->ndim = d;
-    for (int k = 0; k < n; k++) lay->contiguous[k] = d == 0 || (d == 1 && lay->strides[k][0] == 1);
-}
-
 cg_status cg__ew_into(cg_ew_kind kind, int op, int which, float s, const cg_tensor *const *inputs, cg_tensor *out) {
     const cg_tensor_impl *outi = cg__t(out);
     if (outi->numel == 0) return CG_OK;
     cg_ew_call call = {.kind = kind, .op = op, .which = which, .s = s, .out = cg__data(out)}; /* the rest zeroed */
     int n = cg__ew_inputs(kind);
     for (int k = 0; k < n; k++) call.in[k] = cg__data(inputs[k]);
-    ew_layout(n, inputs, outi->ndim, outi->shape, &call.lay);
+    cg__ew_layout(n, inputs, outi->ndim, outi->shape, &call.lay);
     return cg__run_elementwise(outi->device, &call);
 }
 
@@ -143,7 +109,7 @@ static cg_status binary_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 
 /* ---- forward ------------------------------------------------------------------------------------ */
 cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char *fn) {
-    if (cg__check_tensor(x, fn, "a") != CG_OK) return NULL;
+    if (cg__check_tensor(x, fn, "a") != CG_OK || cg__check_float32(x, fn, "a") != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
     cg_tensor *out = cg__tensor_new(xi->ndim, xi->shape, xi->device);
     if (!out) return NULL;
@@ -166,7 +132,8 @@ cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char 
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn) {
     int ndim;
     int64_t shape[CG_MAX_DIMS];
-    if (cg__check_same_device(a, b, fn) != CG_OK || cg__broadcast_shape(a, b, fn, &ndim, shape) != CG_OK)
+    if (cg__check_same_device(a, b, fn) != CG_OK || cg__check_float32(a, fn, "a") != CG_OK ||
+        cg__check_float32(b, fn, "b") != CG_OK || cg__broadcast_shape(a, b, fn, &ndim, shape) != CG_OK)
         return NULL;
     cg_tensor *out = cg__tensor_new(ndim, shape, cg__t(a)->device);
     if (!out) return NULL;
@@ -189,6 +156,8 @@ cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b
 
 cg_status cg__add_(cg_tensor *dst, const cg_tensor *src) {
     CG_TRY(cg__check_same_device(dst, src, "add_"));
+    CG_TRY(cg__check_float32(dst, "add_", "dst"));
+    CG_TRY(cg__check_float32(src, "add_", "src"));
     const cg_tensor *inputs[2] = {dst, src};
     return cg__ew_into(CG_EW_BINARY, CG_BINARY_ADD, 0, 0.0f, inputs, dst);
 }

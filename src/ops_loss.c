@@ -31,7 +31,8 @@ static cg_status mse_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_i
 cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction) {
     char si[160], st[160];
     if (cg__check_tensor(input, "cg_mse_loss", "input") != CG_OK || cg__check_tensor(target, "cg_mse_loss", "target") != CG_OK ||
-        cg__check_same_device(input, target, "cg_mse_loss") != CG_OK)
+        cg__check_same_device(input, target, "cg_mse_loss") != CG_OK || cg__check_float32(input, "cg_mse_loss", "input") != CG_OK ||
+        cg__check_float32(target, "cg_mse_loss", "target") != CG_OK)
         return NULL;
     const cg_tensor_impl *inputi = cg__t(input), *targeti = cg__t(target);
     if (inputi->ndim != targeti->ndim || memcmp(inputi->shape, targeti->shape, (size_t)inputi->ndim * sizeof(int64_t)))

@@ -105,7 +105,8 @@ static cg_status check_matmul_shapes(const cg_tensor *a, const cg_tensor *b, con
 }
 
 cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
-    if (cg__check_same_device(a, b, "cg_matmul") != CG_OK || check_matmul_shapes(a, b, "cg_matmul") != CG_OK)
+    if (cg__check_same_device(a, b, "cg_matmul") != CG_OK || cg__check_float32(a, "cg_matmul", "a") != CG_OK ||
+        cg__check_float32(b, "cg_matmul", "b") != CG_OK || check_matmul_shapes(a, b, "cg_matmul") != CG_OK)
         return NULL;
     /* a (m, 0) and b (0, n) are empty, but the result (m, n) is not */
     const int64_t shape[2] = {cg__t(a)->shape[0], cg__t(b)->shape[1]};
@@ -174,7 +175,9 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     char sx[160], sw[160], sb[160];
     /* named as F.linear's arguments, before the pairwise device checks that call them a and b */
     if (cg__check_tensor(x, "cg_linear", "input") != CG_OK || cg__check_tensor(weight, "cg_linear", "weight") != CG_OK ||
-        (bias && cg__check_tensor(bias, "cg_linear", "bias") != CG_OK))
+        (bias && cg__check_tensor(bias, "cg_linear", "bias") != CG_OK) ||
+        cg__check_float32(x, "cg_linear", "input") != CG_OK || cg__check_float32(weight, "cg_linear", "weight") != CG_OK ||
+        (bias && cg__check_float32(bias, "cg_linear", "bias") != CG_OK))
         return NULL;
     const cg_tensor_impl *xi = cg__t(x), *weighti = cg__t(weight);
     if (cg__check_same_device(x, weight, "cg_linear") != CG_OK) return NULL;

@@ -41,7 +41,7 @@ static cg_status reduce_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 /* x viewed as (outer, n, inner) reduced over n into out (outer, inner). */
 static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const cg_op_info *op) {
     const char *fn = op->name;
-    if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
+    if (cg__check_tensor(t, fn, "t") != CG_OK || cg__check_float32(t, fn, "t") != CG_OK) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
     int d = dim < 0 ? dim + ti->ndim : dim;
     if (!all && (d < 0 || d >= ti->ndim))

@@ -1,4 +1,6 @@
-/* PyTorch-style repr: tensor([[ 0.1234, -1.5000], ...], device='cuda:0'). */
+/* PyTorch-style repr: tensor([[ 0.1234, -1.5000], ...], device='cuda:0', dtype=torch.float16). Integers
+ * print as integers and bool as True/False; the dtype is named unless it is float32, or int64 or bool
+ * with elements to show (PyTorch's rule: those are what a bare literal would be). */
 #include "cgrad/core.h"
 
 #include <math.h>
@@ -12,6 +14,7 @@
 #define LINE_WIDTH 80
 
 typedef struct print_format {
+    cg_dtype dtype;
     bool integers;   /* every finite value is whole: "2." */
     bool scientific; /* "1.2345e+08" */
     int width;       /* common width of every element */
@@ -21,7 +24,11 @@ static bool shown(int64_t i, int64_t size, bool summarize) {
     return !summarize || size <= 2 * EDGE_ITEMS || i < EDGE_ITEMS || i >= size - EDGE_ITEMS;
 }
 
-static int format_value(char *buf, size_t len, float v, const print_format *f) {
+/* Element i of the host copy x, formatted. */
+static int format_value(char *buf, size_t len, const void *x, int64_t i, const print_format *f) {
+    if (f->dtype == CG_BOOL) return snprintf(buf, len, cg_load_int(CG_BOOL, x, i) ? "True" : "False");
+    if (!cg_dtype_floating(f->dtype)) return snprintf(buf, len, "%lld", (long long)cg_load_int(f->dtype, x, i));
+    float v = cg_load_float(f->dtype, x, i);
     if (isnan(v)) return snprintf(buf, len, "nan");
     if (isinf(v)) return snprintf(buf, len, v > 0 ? "inf" : "-inf");
     if (f->scientific) return snprintf(buf, len, "%.4e", (double)v);
@@ -29,30 +36,31 @@ static int format_value(char *buf, size_t len, float v, const print_format *f) {
     return snprintf(buf, len, "%.4f", (double)v);
 }
 
-/* Chooses the format from the values that will be shown, as PyTorch does. */
-static void choose_format(const float *x, int64_t n, print_format *f) {
+/* Chooses the format from the n elements that will be shown (their indices in x), as PyTorch does. */
+static void choose_format(const void *x, const int64_t *shown_at, int64_t n, print_format *f) {
     double max_abs = 0, min_abs = INFINITY;
     f->integers = true;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) continue;
-        double a = fabs((double)x[i]);
+    for (int64_t i = 0; i < n && cg_dtype_floating(f->dtype); i++) {
+        float v = cg_load_float(f->dtype, x, shown_at[i]);
+        if (!isfinite(v)) continue;
+        double a = fabs((double)v);
         if (a > max_abs) max_abs = a;
         if (a > 0 && a < min_abs) min_abs = a;
-        if (x[i] != floorf(x[i])) f->integers = false;
+        if (v != floorf(v)) f->integers = false;
     }
     f->scientific = max_abs > 0 && (max_abs >= 1e8 || (!f->integers && (min_abs < 1e-4 || max_abs / min_abs > 1000)));
     if (f->integers && max_abs < 1e8) f->scientific = false;
     f->width = 1;
     char buf[64];
     for (int64_t i = 0; i < n; i++) {
-        int w = format_value(buf, sizeof buf, x[i], f);
+        int w = format_value(buf, sizeof buf, x, shown_at[i], f);
         if (w > f->width) f->width = w;
     }
 }
 
 typedef struct printer {
     FILE *f;
-    const float *data;
+    const void *data;
     const int64_t *shape;
     int ndim;
     bool summarize;
@@ -78,7 +86,7 @@ static void print_dim(const printer *p, int dim, int64_t offset, int64_t stride_
                 on_line = 0;
             }
             char buf[64];
-            format_value(buf, sizeof buf, p->data[offset + i], &p->fmt);
+            format_value(buf, sizeof buf, p->data, offset + i, &p->fmt);
             fprintf(p->f, "%s%*s%s", on_line ? " " : "", p->fmt.width, buf, i + 1 < size ? "," : "");
             on_line++;
         }
@@ -100,17 +108,16 @@ static void print_dim(const printer *p, int dim, int64_t offset, int64_t stride_
     fputc(']', p->f);
 }
 
-/* Gathers the shown elements (all, or the summarized edges) for choosing the format. */
-static int64_t gather_shown(const float *x, const int64_t *shape, int ndim, int dim, int64_t offset, int64_t rest,
-                            bool summarize, float *out) {
+/* Gathers the indices of the shown elements (all, or the summarized edges) for choosing the format. */
+static int64_t gather_shown(const int64_t *shape, int ndim, int dim, int64_t offset, int64_t rest, bool summarize,
+                            int64_t *out) {
     if (dim == ndim) {
-        out[0] = x[offset];
+        out[0] = offset;
         return 1;
     }
     int64_t size = shape[dim], inner = rest / (size ? size : 1), n = 0;
     for (int64_t i = 0; i < size; i++)
-        if (shown(i, size, summarize))
-            n += gather_shown(x, shape, ndim, dim + 1, offset + i * inner, inner, summarize, out + n);
+        if (shown(i, size, summarize)) n += gather_shown(shape, ndim, dim + 1, offset + i * inner, inner, summarize, out + n);
     return n;
 }
 
@@ -118,15 +125,16 @@ cg_status cg_fprint(FILE *f, const cg_tensor *t) {
     CG_TRY(cg__check_tensor(t, "cg_fprint", "t"));
     const cg_tensor_impl *ti = cg__t(t);
     if (!f) return cg__fail(CG_ERR_INVALID_ARG, "cg_fprint: FILE is NULL");
-    float *host = malloc((size_t)(ti->numel ? ti->numel : 1) * 2 * sizeof(float));
-    if (!host) return cg__fail(CG_ERR_OOM, "cg_fprint: out of host memory");
-    cg_status s = cg_to_host(t, host, (size_t)ti->numel);
+    size_t n = (size_t)(ti->numel ? ti->numel : 1), bytes = n * (size_t)cg_dtype_bytes(ti->dtype);
+    void *host = malloc(bytes);
+    int64_t *shown_at = malloc(n * sizeof *shown_at);
+    cg_status s = host && shown_at ? cg_to_host_bytes(t, host, bytes) : cg__fail(CG_ERR_OOM, "cg_fprint: out of host memory");
     if (s != CG_OK) {
-        free(host);
+        free(host), free(shown_at);
         return s;
     }
     printer p = {.f = f, .data = host, .shape = ti->shape, .ndim = ti->ndim,
-                 .summarize = ti->numel > SUMMARY_THRESHOLD, .indent = 7};
+                 .summarize = ti->numel > SUMMARY_THRESHOLD, .fmt = {.dtype = ti->dtype}, .indent = 7};
     fputs("tensor(", f);
     if (ti->numel == 0) {
         fputs("[]", f);
@@ -135,12 +143,10 @@ cg_status cg_fprint(FILE *f, const cg_tensor *t) {
             fprintf(f, ", size=%s", cg__shape_str(t, buf, sizeof buf));
         }
     } else {
-        float *sample = host + ti->numel;
-        int64_t n = gather_shown(host, ti->shape, ti->ndim, 0, 0, ti->numel, p.summarize, sample);
-        choose_format(sample, n, &p.fmt);
+        choose_format(host, shown_at, gather_shown(ti->shape, ti->ndim, 0, 0, ti->numel, p.summarize, shown_at), &p.fmt);
         if (ti->ndim == 0) {
             char buf[64];
-            format_value(buf, sizeof buf, host[0], &p.fmt);
+            format_value(buf, sizeof buf, host, 0, &p.fmt);
             fputs(buf, f);
         } else {
             print_dim(&p, 0, 0, ti->numel);
@@ -150,8 +156,10 @@ cg_status cg_fprint(FILE *f, const cg_tensor *t) {
         char buf[16];
         fprintf(f, ", device='%s'", cg_device_str(ti->device, buf, sizeof buf));
     }
+    bool literal = ti->dtype == CG_FLOAT32 || (ti->numel > 0 && (ti->dtype == CG_INT64 || ti->dtype == CG_BOOL));
+    if (!literal) fprintf(f, ", dtype=torch.%s", cg_dtype_name(ti->dtype));
     fputs(")\n", f);
-    free(host);
+    free(host), free(shown_at);
     return CG_OK;
 }
 

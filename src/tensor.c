@@ -1,6 +1,7 @@
 /* Tensor handles, storage, scopes, views and creation. */
 #include "cgrad/core.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,16 +208,18 @@ static cg_tensor *handle_new(int ndim, const int64_t *shape, const int64_t *stri
     return h;
 }
 
-cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d) {
+cg_tensor *cg__tensor_new_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d) {
     int64_t numel;
     if (!cg__shape_numel(ndim, shape, &numel)) {
         char buf[160];
         return CG_FAIL_NULL(CG_ERR_SHAPE, "a tensor of shape %s is too large: its sizes multiply past 64 bits",
                             cg__dims_str(ndim, shape, buf, sizeof buf));
     }
-    if (numel > (int64_t)(SIZE_MAX / 8 / sizeof(float)))
-        return CG_FAIL_NULL(CG_ERR_OOM, "tensor of %lld elements is too large", (long long)numel);
-    cg_storage *s = storage_new(d, (size_t)numel * sizeof(float));
+    size_t size = (size_t)cg_dtype_bytes(dt);
+    if (numel > (int64_t)(SIZE_MAX / 8 / size))
+        return CG_FAIL_NULL(CG_ERR_OOM, "tensor of %lld elements of %s is too large", (long long)numel,
+                            cg_dtype_name(dt));
+    cg_storage *s = storage_new(d, (size_t)numel * size);
     if (!s) return NULL;
     cg_tensor *t = handle_new(ndim, shape, NULL, d);
     if (!t) {
@@ -224,6 +227,7 @@ cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d) {
         return NULL;
     }
     cg__t(t)->storage = s;
+    cg__t(t)->dtype = dt;
     return t;
 }
 
@@ -235,6 +239,7 @@ cg_tensor *cg__view_new(const cg_tensor *base, int ndim, const int64_t *shape, c
     ti->storage = cg__t(base)->storage;
     storage_retain(ti->storage);
     ti->offset = offset;
+    ti->dtype = cg__t(base)->dtype;
     return t;
 }
 
@@ -251,6 +256,7 @@ void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset) {
     ti->storage = basei->storage;
     ti->offset = offset;
     ti->device = basei->device;
+    ti->dtype = basei->dtype;
     cg__contiguous_strides(ti->ndim, ti->shape, ti->strides);
 }
 
@@ -285,6 +291,9 @@ int64_t cg_numel(const cg_tensor *t) { return cg__check_tensor(t, "cg_numel", "t
 cg_device cg_device_of(const cg_tensor *t) {
     return cg__check_tensor(t, "cg_device_of", "t") == CG_OK ? cg__t(t)->device : cg_cpu();
 }
+cg_dtype cg_dtype_of(const cg_tensor *t) {
+    return cg__check_tensor(t, "cg_dtype_of", "t") == CG_OK ? cg__t(t)->dtype : CG_FLOAT32;
+}
 
 bool cg_is_contiguous(const cg_tensor *t) {
     return cg__check_tensor(t, "cg_is_contiguous", "t") == CG_OK && cg__is_contiguous(cg__t(t));
@@ -310,18 +319,122 @@ bool cg__overlaps(const cg_tensor *a, const cg_tensor *b) {
     return alo <= bhi && blo <= ahi;
 }
 
+/* ---- layouts and conversion ------------------------------------------------------------------------- */
+/* Strides of t read as a tensor of the output shape: 0 along broadcast dims. */
+static void broadcast_strides(const cg_tensor *t, int ndim, int64_t *strides) {
+    const cg_tensor_impl *ti = cg__t(t);
+    for (int i = 0; i < ndim; i++) {
+        int it = ti->ndim - ndim + i;
+        strides[i] = (it < 0 || ti->shape[it] == 1) ? 0 : ti->strides[it];
+    }
+}
+
+/* Layout of out (ndim, shape) = f(inputs[0..n)) with broadcasting (every input's shape broadcasts to
+ * shape: cg__broadcast_shape checked it), into a zeroed lay. */
+void cg__ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay) {
+    int64_t strides[CG_EW_MAX_INPUTS][CG_MAX_DIMS]; /* [k][i] for k < n, i < ndim: all set here */
+    for (int k = 0; k < n; k++) broadcast_strides(inputs[k], ndim, strides[k]);
+    /* Coalesce: drop size-1 dims, merge dim i into i+1 where every input steps evenly across. */
+    lay->numel = cg__numel_of(ndim, shape);
+    int d = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 1) continue;
+        bool merge = d > 0;
+        for (int k = 0; k < n && merge; k++) merge = strides[k][i] * shape[i] == lay->strides[k][d - 1];
+        if (merge) {
+            lay->shape[d - 1] *= shape[i];
+            for (int k = 0; k < n; k++) lay->strides[k][d - 1] = strides[k][i];
+        } else {
+            lay->shape[d] = shape[i];
+            for (int k = 0; k < n; k++) lay->strides[k][d] = strides[k][i];
+            d++;
+        }
+    }
+    lay->ndim = d;
+    for (int k = 0; k < n; k++) lay->contiguous[k] = d == 0 || (d == 1 && lay->strides[k][0] == 1);
+}
+
+cg_status cg__cast_into(cg_tensor *out, const cg_tensor *src) {
+    const cg_tensor_impl *outi = cg__t(out), *srci = cg__t(src);
+    if (outi->numel == 0) return CG_OK;
+    cg_cast_args a = {.in = cg__data(src), .in_dtype = srci->dtype, .out = cg__data(out), .out_dtype = outi->dtype};
+    cg__ew_layout(1, &src, outi->ndim, outi->shape, &a.lay);
+    return cg__run_cast(outi->device, &a);
+}
+
+cg_tensor *cg__cast_new(const cg_tensor *t, cg_dtype dt) {
+    const cg_tensor_impl *ti = cg__t(t);
+    cg_tensor *out = cg__tensor_new_dtype(ti->ndim, ti->shape, dt, ti->device);
+    return out ? cg__finish(out, cg__cast_into(out, t)) : NULL;
+}
+
+/* ---- dtypes --------------------------------------------------------------------------------------- */
+static bool dtype_valid(cg_dtype dt) { return (unsigned)dt < CG_DTYPE_COUNT; }
+
+const char *cg_dtype_name(cg_dtype dt) {
+    static const char *const names[CG_DTYPE_COUNT] = {
+        [CG_FLOAT32] = "float32", [CG_BFLOAT16] = "bfloat16", [CG_FLOAT16] = "float16", [CG_INT64] = "int64",
+        [CG_INT32] = "int32",     [CG_UINT8] = "uint8",       [CG_BOOL] = "bool"};
+    return dtype_valid(dt) ? names[dt] : "invalid";
+}
+size_t cg_dtype_size(cg_dtype dt) { return dtype_valid(dt) ? (size_t)cg_dtype_bytes(dt) : 0; }
+bool cg_dtype_is_floating(cg_dtype dt) { return dtype_valid(dt) && cg_dtype_floating(dt); }
+
+cg_status cg__check_float32_failed(const cg_tensor *t, const char *fn, const char *name) {
+    return cg__fail(CG_ERR_INVALID_ARG, "%s: argument '%s' is %s, but %s computes in float32 only so far (convert with cg_to_dtype)",
+                    fn, name, cg_dtype_name(cg__t(t)->dtype), fn);
+}
+
+/* Checks dt for fn, and that it is a floating dtype when floating_only. */
+static cg_status check_dtype(cg_dtype dt, bool floating_only, const char *fn) {
+    if (!dtype_valid(dt)) return cg__fail(CG_ERR_INVALID_ARG, "%s: %d is not a cg_dtype", fn, (int)dt);
+    if (floating_only && !cg_dtype_floating(dt))
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: dtype %s is not a floating type (float32, bfloat16, float16)", fn,
+                        cg_dtype_name(dt));
+    return CG_OK;
+}
+
+/* The bits of value as one element of dt (kernels/dtype_math.h's conversions), as cg_fill_args holds them. */
+static uint64_t element_bits(cg_dtype dt, double value) {
+    unsigned char e[8];
+    if (cg_dtype_floating(dt)) cg_store_float(dt, e, 0, (float)value);
+    else cg_store_int(dt, e, 0, (int64_t)value);
+    uint8_t b1;
+    uint16_t b2;
+    uint32_t b4;
+    uint64_t b8;
+    switch (cg_dtype_bytes(dt)) {
+    case 1: return memcpy(&b1, e, 1), b1;
+    case 2: return memcpy(&b2, e, 2), b2;
+    case 4: return memcpy(&b4, e, 4), b4;
+    default: return memcpy(&b8, e, 8), b8;
+    }
+}
+
+/* Whether value, a number for fn to write into dtype dt, converts as PyTorch's number would: any
+ * value for the float types; an integer the type holds otherwise (bool: 0 or 1). */
+static cg_status check_value(double value, cg_dtype dt, const char *fn) {
+    if (cg_dtype_floating(dt)) return CG_OK;
+    static const double lo[CG_DTYPE_COUNT] = {[CG_INT64] = -0x1p63, [CG_INT32] = -0x1p31};
+    static const double end[CG_DTYPE_COUNT] = {[CG_INT64] = 0x1p63, [CG_INT32] = 0x1p31, [CG_UINT8] = 256, [CG_BOOL] = 2};
+    if (value == floor(value) && value >= lo[dt] && value < end[dt]) return CG_OK;
+    return cg__fail(CG_ERR_INVALID_ARG, "%s: value %.17g does not fit dtype %s (%s)", fn, value, cg_dtype_name(dt),
+                    dt == CG_BOOL ? "0 or 1" : "an integer in its range");
+}
+
 /* ---- creation ------------------------------------------------------------------------------------ */
-static cg_tensor *created(int ndim, const int64_t *shape, cg_device d, const char *fn) {
-    if (cg__check_shape(ndim, shape, fn) != CG_OK) return NULL;
-    cg_tensor *t = cg__backend_for(d) ? cg__tensor_new(ndim, shape, d) : NULL;
+static cg_tensor *created(int ndim, const int64_t *shape, cg_dtype dt, cg_device d, const char *fn) {
+    if (cg__check_shape(ndim, shape, fn) != CG_OK || check_dtype(dt, false, fn) != CG_OK) return NULL;
+    cg_tensor *t = cg__backend_for(d) ? cg__tensor_new_dtype(ndim, shape, dt, d) : NULL;
     if (!t) cg__fail_context("%s", fn); /* a missing device or out of memory */
     return t;
 }
 
-cg_status cg__fill(cg_tensor *t, float value) {
+cg_status cg__fill(cg_tensor *t, double value) {
     const cg_tensor_impl *ti = cg__t(t);
     if (ti->numel == 0) return CG_OK;
-    return cg__run_fill(ti->device, &(cg_fill_args){cg__data(t), ti->numel, value});
+    return cg__run_fill(ti->device, &(cg_fill_args){cg__data(t), ti->numel, cg_dtype_bytes(ti->dtype),
+                                                    element_bits(ti->dtype, value)});
 }
 
 cg_tensor *cg__finish(cg_tensor *out, cg_status s) {
@@ -330,44 +443,104 @@ cg_tensor *cg__finish(cg_tensor *out, cg_status s) {
     return NULL;
 }
 
-cg_tensor *cg_empty(int ndim, const int64_t *shape, cg_device d) { return created(ndim, shape, d, "cg_empty"); }
+cg_tensor *cg_empty_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d) {
+    return created(ndim, shape, dt, d, "cg_empty_dtype");
+}
+cg_tensor *cg_empty(int ndim, const int64_t *shape, cg_device d) {
+    return created(ndim, shape, CG_FLOAT32, d, "cg_empty");
+}
 
-static cg_tensor *filled(int ndim, const int64_t *shape, float value, cg_device d, const char *fn) {
-    cg_tensor *t = created(ndim, shape, d, fn);
+static cg_tensor *filled(int ndim, const int64_t *shape, double value, cg_dtype dt, cg_device d, const char *fn) {
+    if (dtype_valid(dt) && check_value(value, dt, fn) != CG_OK) return NULL;
+    cg_tensor *t = created(ndim, shape, dt, d, fn);
     return t ? cg__finish(t, cg__fill(t, value)) : NULL;
 }
-cg_tensor *cg_full(int ndim, const int64_t *shape, float value, cg_device d) { return filled(ndim, shape, value, d, "cg_full"); }
-cg_tensor *cg_zeros(int ndim, const int64_t *shape, cg_device d) { return filled(ndim, shape, 0.0f, d, "cg_zeros"); }
-cg_tensor *cg_ones(int ndim, const int64_t *shape, cg_device d) { return filled(ndim, shape, 1.0f, d, "cg_ones"); }
+cg_tensor *cg_full(int ndim, const int64_t *shape, float value, cg_device d) {
+    return filled(ndim, shape, value, CG_FLOAT32, d, "cg_full");
+}
+cg_tensor *cg_zeros(int ndim, const int64_t *shape, cg_device d) { return filled(ndim, shape, 0, CG_FLOAT32, d, "cg_zeros"); }
+cg_tensor *cg_ones(int ndim, const int64_t *shape, cg_device d) { return filled(ndim, shape, 1, CG_FLOAT32, d, "cg_ones"); }
+cg_tensor *cg_full_dtype(int ndim, const int64_t *shape, double value, cg_dtype dt, cg_device d) {
+    return filled(ndim, shape, value, dt, d, "cg_full_dtype");
+}
+cg_tensor *cg_zeros_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d) {
+    return filled(ndim, shape, 0, dt, d, "cg_zeros_dtype");
+}
+cg_tensor *cg_ones_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d) {
+    return filled(ndim, shape, 1, dt, d, "cg_ones_dtype");
+}
 
-cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape, cg_device d) {
-    cg_tensor *t = created(ndim, shape, d, "cg_from_data");
+static cg_tensor *from_data(const void *data, int ndim, const int64_t *shape, cg_dtype dt, cg_device d,
+                            const char *fn) {
+    cg_tensor *t = created(ndim, shape, dt, d, fn);
     if (!t) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
     if (!data && ti->numel > 0) {
         cg_tensor_free(t);
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_from_data: data is NULL");
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: data is NULL", fn);
     }
-    return cg__finish(t, cg__copy_bytes(d, ti->storage->data, cg_cpu(), data, (size_t)ti->numel * sizeof(float)));
+    if (dt == CG_BOOL)
+        for (int64_t i = 0; i < ti->numel; i++)
+            if (((const uint8_t *)data)[i] > 1) {
+                cg_tensor_free(t);
+                return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: bool element %lld is the byte %u, not 0 or 1", fn,
+                                    (long long)i, ((const uint8_t *)data)[i]);
+            }
+    return cg__finish(t, cg__copy_bytes(d, ti->storage->data, cg_cpu(), data,
+                                        (size_t)ti->numel * (size_t)cg_dtype_bytes(dt)));
+}
+cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape, cg_device d) {
+    return from_data(data, ndim, shape, CG_FLOAT32, d, "cg_from_data");
+}
+cg_tensor *cg_from_data_dtype(const void *data, int ndim, const int64_t *shape, cg_dtype dt, cg_device d) {
+    return from_data(data, ndim, shape, dt, d, "cg_from_data_dtype");
 }
 
-cg_tensor *cg_arange(double start, double end, double step, cg_device d) {
+static cg_tensor *arange(double start, double end, double step, cg_dtype dt, cg_device d, const char *fn) {
+    if (check_dtype(dt, false, fn) != CG_OK) return NULL;
     if (step == 0 || !isfinite(step) || !isfinite(start) || !isfinite(end))
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_arange: step must be non-zero and bounds finite (start %g, end %g, step %g)",
-                            start, end, step);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: step must be non-zero and bounds finite (start %g, end %g, step %g)",
+                            fn, start, end, step);
     double count = ceil((end - start) / step);
     if (count < 0) count = 0;
     if (!(count < 0x1p62)) /* also an infinite (end - start) / step; converting it to int64 is undefined */
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_arange: [%g, %g) in steps of %g holds %g elements, too many for a tensor",
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: [%g, %g) in steps of %g holds %g elements, too many for a tensor", fn,
                             start, end, step, count);
     int64_t n = (int64_t)count;
-    cg_tensor *t = created(1, &n, d, "cg_arange");
-    return t ? cg__finish(t, cg__run_arange(d, &(cg_arange_args){cg__data(t), n, start, step})) : NULL;
+    /* the last value, start + (n - 1) step, and the first must fit the dtype (the kernel converts them) */
+    if (n > 0 && !cg_dtype_floating(dt) &&
+        (check_value(trunc(start), dt, fn) != CG_OK || check_value(trunc(start + (double)(n - 1) * step), dt, fn) != CG_OK))
+        return NULL;
+    cg_tensor *t = created(1, &n, dt, d, fn);
+    return t ? cg__finish(t, cg__run_arange(d, &(cg_arange_args){cg__data(t), dt, n, start, step})) : NULL;
+}
+cg_tensor *cg_arange(double start, double end, double step, cg_device d) {
+    return arange(start, end, step, CG_FLOAT32, d, "cg_arange");
+}
+cg_tensor *cg_arange_dtype(double start, double end, double step, cg_dtype dt, cg_device d) {
+    return arange(start, end, step, dt, d, "cg_arange_dtype");
 }
 
-static cg_tensor *random_tensor(int ndim, const int64_t *shape, cg_device d, bool normal, const char *fn) {
-    cg_tensor *t = created(ndim, shape, d, fn);
-    return t ? cg__finish(t, cg__run_random(d, &(cg_random_args){cg__data(t), cg__t(t)->numel, normal})) : NULL;
+/* Draws float32 values; another floating dtype gets them rounded (cg__cast_new, src/ops_copy.c). */
+static cg_tensor *random_tensor(int ndim, const int64_t *shape, cg_dtype dt, cg_device d, bool normal, const char *fn) {
+    if (check_dtype(dt, true, fn) != CG_OK) return NULL;
+    cg_tensor *t = created(ndim, shape, CG_FLOAT32, d, fn);
+    if (!t || cg__finish(t, cg__run_random(d, &(cg_random_args){cg__data(t), cg__t(t)->numel, normal})) == NULL)
+        return NULL;
+    if (dt == CG_FLOAT32) return t;
+    cg_tensor *out = cg__cast_new(t, dt);
+    cg_tensor_free(t);
+    return out ? out : (cg__fail_context("%s", fn), NULL);
 }
-cg_tensor *cg_rand(int ndim, const int64_t *shape, cg_device d) { return random_tensor(ndim, shape, d, false, "cg_rand"); }
-cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d) { return random_tensor(ndim, shape, d, true, "cg_randn"); }
+cg_tensor *cg_rand(int ndim, const int64_t *shape, cg_device d) {
+    return random_tensor(ndim, shape, CG_FLOAT32, d, false, "cg_rand");
+}
+cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d) {
+    return random_tensor(ndim, shape, CG_FLOAT32, d, true, "cg_randn");
+}
+cg_tensor *cg_rand_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d) {
+    return random_tensor(ndim, shape, dt, d, false, "cg_rand_dtype");
+}
+cg_tensor *cg_randn_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d) {
+    return random_tensor(ndim, shape, dt, d, true, "cg_randn_dtype");
+}

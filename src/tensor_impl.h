@@ -11,12 +11,14 @@
 
 #include "cgrad/core.h"
 #include "handle.h"
+#include "kernels/dtype_math.h"
+#include "kernels/kernel_args.h"
 
 struct cg_node; /* autograd.h */
 
 typedef struct cg_storage {
     cg_device device;
-    float *data;     /* device or host pointer, from the caching allocator */
+    void *data;      /* device or host pointer, from the caching allocator */
     size_t bytes;    /* size of the block as requested */
     int refcount;    /* tensors that share it; changed atomically (threads may share a read-only tensor) */
     uint64_t version; /* in-place writes through the API (cg_copy_), so backward can refuse stale saves */
@@ -30,6 +32,7 @@ typedef struct cg_tensor_impl {
     int64_t strides[CG_MAX_DIMS];  /* in elements; views may be non-contiguous */
     int64_t numel;
     int64_t offset;                /* first element, in elements from storage->data */
+    cg_dtype dtype;                /* of every element; a view has its base's */
     cg_device device;
     cg_storage *storage;
     cg_scope *scope;               /* owning scope, or NULL when the user owns it */
@@ -50,7 +53,13 @@ typedef struct cg_tensor_impl {
 
 /* The tensor a handle names (no check: see handle.h). */
 static inline cg_tensor_impl *cg__t(const cg_tensor *t) { return (cg_tensor_impl *)cg__handle_object(t); }
-static inline float *cg__data(const cg_tensor *t) { return cg__t(t)->storage->data + cg__t(t)->offset; }
+/* The first element. */
+static inline void *cg__data(const cg_tensor *t) {
+    const cg_tensor_impl *ti = cg__t(t);
+    return (char *)ti->storage->data + ti->offset * cg_dtype_bytes(ti->dtype);
+}
+/* The first element of a float32 tensor, for pointer arithmetic in elements. */
+static inline float *cg__f32(const cg_tensor *t) { return cg__data(t); }
 /* cg_is_contiguous of a live tensor. An empty one is contiguous, as in PyTorch: no element is out of
  * place (and a new (3, 0) has strides (1, 1)). */
 static inline bool cg__is_contiguous(const cg_tensor_impl *ti) {
@@ -81,11 +90,26 @@ cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn);
 cg_status cg__check_result_shape(int ndim, const int64_t *shape, const char *fn, const char *name_a,
                                  const cg_tensor *a, const char *name_b, const cg_tensor *b);
 
-/* t (contiguous) = value, on t's device. */
-cg_status cg__fill(cg_tensor *t, float value);
+/* t (contiguous) = value converted to t's dtype (kernels/dtype_math.h's rules), on t's device. */
+cg_status cg__fill(cg_tensor *t, double value);
 /* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM or a shape that breaks
- * the rule of src/checked.h (a backstop: ops check the shapes they compute, naming themselves). */
-cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d);
+ * the rule of src/checked.h (a backstop: ops check the shapes they compute, naming themselves).
+ * cg__tensor_new makes a float32 one. */
+cg_tensor *cg__tensor_new_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
+static inline cg_tensor *cg__tensor_new(int ndim, const int64_t *shape, cg_device d) {
+    return cg__tensor_new_dtype(ndim, shape, CG_FLOAT32, d);
+}
+/* A new contiguous tensor with t's shape, dtype and device. */
+static inline cg_tensor *cg__tensor_like(const cg_tensor *t) {
+    const cg_tensor_impl *ti = cg__t(t);
+    return cg__tensor_new_dtype(ti->ndim, ti->shape, ti->dtype, ti->device);
+}
+/* Checks that t (live) has dtype float32, the one dtype fn computes in: otherwise CG_ERR_INVALID_ARG
+ * naming fn, the argument and its dtype. */
+cg_status cg__check_float32_failed(const cg_tensor *t, const char *fn, const char *name);
+static inline cg_status cg__check_float32(const cg_tensor *t, const char *fn, const char *name) {
+    return cg__t(t)->dtype == CG_FLOAT32 ? CG_OK : cg__check_float32_failed(t, fn, name);
+}
 /* out when s is CG_OK; otherwise frees out and returns NULL (the failure is already recorded). */
 cg_tensor *cg__finish(cg_tensor *out, cg_status s);
 /* A new handle sharing t's storage with the given layout. */
@@ -100,6 +124,15 @@ int64_t cg__numel_of(int ndim, const int64_t *shape);
  * true when a range does not fit in 64 bits); an empty tensor overlaps nothing. For in-place ops:
  * their source must be read before it is overwritten. */
 bool cg__overlaps(const cg_tensor *a, const cg_tensor *b);
+
+/* Layout of out (ndim, shape) = f(inputs[0..n)) with broadcasting (every input's shape broadcasts to
+ * shape), into a zeroed lay: the kernels' view of the inputs (kernels/kernel_args.h). */
+void cg__ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay);
+/* out (contiguous, src's shape and device) = src converted to out's dtype (a strided copy when the
+ * dtypes are equal); not recorded. */
+cg_status cg__cast_into(cg_tensor *out, const cg_tensor *src);
+/* A new contiguous tensor of dtype dt holding t converted (cg__cast_into). */
+cg_tensor *cg__cast_new(const cg_tensor *t, cg_dtype dt);
 
 /* Points t at base's storage from element `offset`, contiguous with t's shape, on base's device;
  * t's previous storage is released. Used to pack parameters into one buffer. */

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cgrad/dtype.h"
 #include "cgrad/export.h"
 
 #ifdef __cplusplus
@@ -102,6 +103,12 @@ typedef struct cg_memory_stats {
 CG_API cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out);
 CG_API cg_status cg_empty_cache(cg_device d); /* returns cached blocks to the system */
 
+/* ---- dtypes (the enum cg_dtype: cgrad/dtype.h) ------------------------------------------- */
+/* PyTorch's name without "torch.": "float32", "bfloat16", ...; "invalid" for a value not listed. */
+CG_API const char *cg_dtype_name(cg_dtype dt);
+CG_API size_t cg_dtype_size(cg_dtype dt);         /* bytes per element (torch.dtype.itemsize); 0 if invalid */
+CG_API bool cg_dtype_is_floating(cg_dtype dt);    /* float32, bfloat16, float16 (torch.is_floating_point) */
+
 /* ---- tensors ---------------------------------------------------------------------------- */
 typedef struct cg_tensor cg_tensor;
 
@@ -122,6 +129,21 @@ CG_API cg_tensor *cg_from_data(const float *data, int ndim, const int64_t *shape
 CG_API cg_tensor *cg_arange(double start, double end, double step, cg_device d);
 CG_API cg_tensor *cg_rand(int ndim, const int64_t *shape, cg_device d);  /* U[0, 1) */
 CG_API cg_tensor *cg_randn(int ndim, const int64_t *shape, cg_device d); /* N(0, 1) */
+/* The same with a dtype (torch.zeros(..., dtype=...)). A value is converted as PyTorch converts a
+ * Python number: rounded to nearest for the float types, and for the others it must be an integer
+ * the dtype holds (bool: 0 or 1), else CG_ERR_INVALID_ARG. cg_rand/cg_randn draw float32 values
+ * and round them (floating dtypes only). */
+CG_API cg_tensor *cg_empty_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
+CG_API cg_tensor *cg_zeros_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
+CG_API cg_tensor *cg_ones_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
+CG_API cg_tensor *cg_full_dtype(int ndim, const int64_t *shape, double value, cg_dtype dt, cg_device d);
+/* Copies numel elements of dtype dt (cg_dtype_size(dt) bytes each: int64_t for CG_INT64, bool or
+ * 0/1 bytes for CG_BOOL, the raw 16-bit patterns for bfloat16 and float16), row-major, from host
+ * memory. A CG_BOOL byte other than 0 or 1 is CG_ERR_INVALID_ARG. */
+CG_API cg_tensor *cg_from_data_dtype(const void *data, int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
+CG_API cg_tensor *cg_arange_dtype(double start, double end, double step, cg_dtype dt, cg_device d);
+CG_API cg_tensor *cg_rand_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
+CG_API cg_tensor *cg_randn_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
 
 CG_API void cg_tensor_free(cg_tensor *t); /* NULL is ignored */
 
@@ -129,12 +151,20 @@ CG_API int cg_ndim(const cg_tensor *t);
 CG_API int64_t cg_size(const cg_tensor *t, int dim); /* negative dims count from the end */
 CG_API int64_t cg_numel(const cg_tensor *t);
 CG_API cg_device cg_device_of(const cg_tensor *t);
+CG_API cg_dtype cg_dtype_of(const cg_tensor *t); /* CG_FLOAT32 for an invalid handle (error recorded) */
 CG_API bool cg_is_contiguous(const cg_tensor *t);
 
-/* Copies the tensor's numel floats, row-major, to host memory (waits for the device). */
+/* Copies the tensor's numel floats, row-major, to host memory (waits for the device). float32
+ * tensors only: cg_to_host_bytes copies any dtype, and cg_to_dtype converts. */
 CG_API cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len);
-/* The value of a one-element tensor. */
+/* Copies the tensor's numel elements in its own dtype (numel * cg_dtype_size bytes, which dst_bytes
+ * must hold), row-major, to host memory (waits for the device). */
+CG_API cg_status cg_to_host_bytes(const cg_tensor *t, void *dst, size_t dst_bytes);
+/* The value of a one-element tensor of any dtype, as a float (rounded to nearest, as float(t.item())). */
 CG_API cg_status cg_item(const cg_tensor *t, float *out);
+/* The value of a one-element integer or bool tensor, exactly (int(t.item())); a floating tensor is
+ * CG_ERR_INVALID_ARG (use cg_item). */
+CG_API cg_status cg_item_int64(const cg_tensor *t, int64_t *out);
 /* CG_OK when every element of t is finite; otherwise CG_ERR_INVALID_ARG and cg_last_error() reads
  * "non-finite <what> (nan)" (with the element and shape for more than one), e.g. with what =
  * "loss at epoch 3, step 120". It reads t back to the host, so it waits for the device: on a loss
@@ -152,9 +182,16 @@ CG_API cg_tensor *cg_keep(cg_tensor *t);      /* moves t out of its scope: the c
 
 /* ---- data movement and shape ------------------------------------------------------------- */
 CG_API cg_tensor *cg_to(const cg_tensor *t, cg_device d);     /* always a new tensor on d */
+/* t.to(dtype): a new tensor of dtype dt with t's values converted as PyTorch converts them (to a
+ * float type: rounded to nearest even; float to an integer type: truncated toward zero, NaN and
+ * values out of range unspecified as in PyTorch; to bool: nonzero); t itself (a new handle on the
+ * same storage) when t already has dtype dt. Differentiable between floating dtypes: the gradient
+ * is converted back to t's dtype. */
+CG_API cg_tensor *cg_to_dtype(const cg_tensor *t, cg_dtype dt);
 CG_API cg_tensor *cg_clone(const cg_tensor *t);               /* contiguous copy, same device */
 CG_API cg_tensor *cg_contiguous(const cg_tensor *t);          /* a view if already contiguous */
-/* dst (contiguous) = src: same shape; devices may differ. A src that overlaps dst (a transpose or
+/* dst (contiguous) = src: same shape; devices and dtypes may differ (src's values converted as by
+ * cg_to_dtype). A src that overlaps dst (a transpose or
  * other view of the same storage) gives its values as they were before the copy; dst itself (or a
  * view with its layout) leaves dst unchanged. */
 CG_API cg_status cg_copy_(cg_tensor *dst, const cg_tensor *src);

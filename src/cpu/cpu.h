@@ -30,6 +30,7 @@ cg_status cg__cpu_arange(const void *args, int index);
 cg_status cg__cpu_random(const void *args, int index);
 /* elementwise (cpu_elementwise.c) */
 cg_status cg__cpu_elementwise(const void *args, int index);
+cg_status cg__cpu_cast(const void *args, int index);
 /* reduce: the sum and MSE (cpu_reduce.c) */
 cg_status cg__cpu_reduce_sum(const void *args, int index);
 cg_status cg__cpu_mse_forward(const void *args, int index);

@@ -31,6 +31,7 @@ const cg_backend cg__cpu_backend = {
             [CG_KERNEL_FILL] = cg__cpu_fill,
             [CG_KERNEL_ARANGE] = cg__cpu_arange,
             [CG_KERNEL_RANDOM] = cg__cpu_random,
+            [CG_KERNEL_CAST] = cg__cpu_cast,
             [CG_KERNEL_ELEMENTWISE] = cg__cpu_elementwise,
             [CG_KERNEL_REDUCE_SUM] = cg__cpu_reduce_sum,
             [CG_KERNEL_MSE_FORWARD] = cg__cpu_mse_forward,

@@ -5,22 +5,40 @@
 #include "backend.h"
 #include "error.h"
 #include "rng.h"
+#include "kernels/dtype_math.h"
 #include "kernels/philox.h"
+
+/* Each width of element filled by its own loop, so the compiler vectorizes it. */
+#define FILL_AS(T)                                                    \
+    do {                                                              \
+        T *y = a->out, v = (T)a->bits;                                \
+        CG_CPU_FOR(i, a->n, a->n, { y[i] = v; });                     \
+    } while (0)
 
 cg_status cg__cpu_fill(const void *raw, int index) {
     const cg_fill_args *a = raw;
     CG_TRY(cg__cpu_enter());
-    float *y = a->out, value = a->value;
-    CG_CPU_FOR(i, a->n, a->n, { y[i] = value; });
+    switch (a->bytes) {
+    case 1: FILL_AS(uint8_t); break;
+    case 2: FILL_AS(uint16_t); break;
+    case 4: FILL_AS(uint32_t); break;
+    default: FILL_AS(uint64_t); break;
+    }
     return CG_OK;
 }
 
 cg_status cg__cpu_arange(const void *raw, int index) {
     const cg_arange_args *a = raw;
     CG_TRY(cg__cpu_enter());
-    float *y = a->out;
     double start = a->start, step = a->step;
-    CG_CPU_FOR(i, a->n, a->n, { y[i] = (float)(start + (double)i * step); });
+    if (a->dtype == CG_FLOAT32) {
+        float *y = a->out;
+        CG_CPU_FOR(i, a->n, a->n, { y[i] = (float)(start + (double)i * step); });
+        return CG_OK;
+    }
+    void *y = a->out;
+    cg_dtype dt = a->dtype;
+    CG_CPU_FOR(i, a->n, a->n, { cg_store_arange(dt, y, i, start + (double)i * step); });
     return CG_OK;
 }
 

@@ -60,6 +60,7 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_FILL] = cg__cuda_fill,
             [CG_KERNEL_ARANGE] = cg__cuda_arange,
             [CG_KERNEL_RANDOM] = cg__cuda_random,
+            [CG_KERNEL_CAST] = cg__cuda_cast,
             [CG_KERNEL_ELEMENTWISE] = cg__cuda_elementwise,
             [CG_KERNEL_REDUCE_SUM] = cg__cuda_reduce_sum,
             [CG_KERNEL_MSE_FORWARD] = cg__cuda_mse_forward,

@@ -11,7 +11,7 @@ cg_status cg__cuda_fill(const void *raw, int index) {
     const cg_fill_args *a = raw;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    if (a->n > 0) CG_CUDA_CHECK(cg_launch_fill(a->out, a->n, a->value, ctx->stream));
+    if (a->n > 0) CG_CUDA_CHECK(cg_launch_fill(a->out, a->n, a->bytes, a->bits, ctx->stream));
     return CG_OK;
 }
 
@@ -19,7 +19,7 @@ cg_status cg__cuda_arange(const void *raw, int index) {
     const cg_arange_args *a = raw;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    if (a->n > 0) CG_CUDA_CHECK(cg_launch_arange(a->out, a->n, a->start, a->step, ctx->stream));
+    if (a->n > 0) CG_CUDA_CHECK(cg_launch_arange(a->out, a->dtype, a->n, a->start, a->step, ctx->stream));
     return CG_OK;
 }
 

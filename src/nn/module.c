@@ -202,7 +202,7 @@ cg_status cg__module_pack(cg_module *m, cg_device d) {
     if (s == CG_OK) s = cg__fill(grad, 0.0f);
     for (int i = 0; i < n && s == CG_OK; i++) {
         cg_tensor *p = params[i].tensor;
-        s = cg__copy_bytes(d, cg__data(data) + params[i].offset, cg__t(p)->device, cg__data(p),
+        s = cg__copy_bytes(d, cg__f32(data) + params[i].offset, cg__t(p)->device, cg__data(p),
                            (size_t)cg__t(p)->numel * sizeof(float));
     }
     if (s != CG_OK) {

@@ -125,7 +125,7 @@ static cg_status step_root(adam_optimizer *opt, int r) {
         cg__optimizer_run_range(m, i, j, &begin, &count);
         double t = (double)(opt->steps[i] + 1);
         cg_adam_step_args step = {
-            cg__data(cg__m(m)->flat_data) + begin, cg__data(cg__m(m)->flat_grad) + begin, exp_avg + begin,
+            cg__f32(cg__m(m)->flat_data) + begin, cg__f32(cg__m(m)->flat_grad) + begin, exp_avg + begin,
             exp_avg_sq + begin, count,
             {
             .one_minus_beta1 = (float)(1.0 - o->beta1),

@@ -91,7 +91,7 @@ static cg_status step_root(sgd_optimizer *opt, int r) {
         int j = run_end(opt, m, i);
         int64_t begin, count;
         cg__optimizer_run_range(m, i, j, &begin, &count);
-        cg_sgd_step_args step = {cg__data(cg__m(m)->flat_data) + begin, cg__data(cg__m(m)->flat_grad) + begin,
+        cg_sgd_step_args step = {cg__f32(cg__m(m)->flat_data) + begin, cg__f32(cg__m(m)->flat_grad) + begin,
                                  momentum ? momentum + begin : NULL, count,
                                  {(float)opt->base.lr, o->momentum, o->dampening, o->weight_decay, o->nesterov,
                                   !opt->momentum_ready[i]}};

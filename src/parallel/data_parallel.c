@@ -179,7 +179,7 @@ static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
     cg_status s = CG_OK;
     for (int i = 0; i < k && s == CG_OK; i++) {
         cg_tensor *c = cg_contiguous(ys[i]);
-        s = c ? cg__copy_bytes(st->output, cg__data(out) + start * row, cg__t(c)->device, cg__data(c),
+        s = c ? cg__copy_bytes(st->output, cg__f32(out) + start * row, cg__t(c)->device, cg__data(c),
                                (size_t)cg__t(c)->numel * sizeof(float))
               : cg_last_status();
         cg_tensor_free(c);

@@ -132,7 +132,7 @@ static cg_status launch_bucket(void *ctx, int bucket, int64_t begin, int64_t end
     ddp_state *st = ctx;
     const cg_module_impl *mi = cg__m(st->module);
     const dist_impl *disti = dist_of(st->dist);
-    float *data = cg__data(mi->flat_grad) + begin;
+    float *data = cg__f32(mi->flat_grad) + begin;
     int64_t count = end - begin;
     if (disti->world == 1 || count == 0) return CG_OK;
     if (mi->device.type == CG_CUDA) return cg__nccl_allreduce(disti->nccl, st->peer, &data, count, true, -1, last);

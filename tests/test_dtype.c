@@ -1,0 +1,464 @@
+/* dtypes on the device under test: names and sizes; creation of every dtype (values checked against
+ * their bits, values a dtype cannot hold refused); conversions (every float16 and bfloat16 pattern
+ * decoded, float32 rounded to the nearest 16-bit value with ties to even, checked against a nearest-
+ * value search over all of them; integers truncated, wrapped, and tested for nonzero); cg_to_dtype's
+ * gradient; read-back, item, copies and cg_to across dtypes; the print of each dtype; and the errors
+ * of ops that compute in float32 only, and of integers asked to require grad. */
+#define _POSIX_C_SOURCE 200809L
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static const cg_dtype all_dtypes[] = {CG_FLOAT32, CG_BFLOAT16, CG_FLOAT16, CG_INT64, CG_INT32, CG_UINT8, CG_BOOL};
+#define NDTYPES (sizeof all_dtypes / sizeof all_dtypes[0])
+
+/* The bytes of t, read back (numel * size). */
+static void *read_bytes(const cg_tensor *t) {
+    size_t bytes = (size_t)cg_numel(t) * cg_dtype_size(cg_dtype_of(t));
+    void *h = cg_test_malloc(bytes ? bytes : 1);
+    CG_TEST_STATUS_OK(cg_to_host_bytes(t, h, bytes));
+    return h;
+}
+
+static uint16_t u16_at(const cg_tensor *t, int64_t i) {
+    uint16_t *h = read_bytes(t), v = h[i];
+    free(h);
+    return v;
+}
+
+static void test_names_and_sizes(void **state) {
+    (void)state;
+    const char *names[] = {"float32", "bfloat16", "float16", "int64", "int32", "uint8", "bool"};
+    const size_t sizes[] = {4, 2, 2, 8, 4, 1, 1};
+    for (size_t k = 0; k < NDTYPES; k++) {
+        assert_string_equal(cg_dtype_name(all_dtypes[k]), names[k]);
+        assert_int_equal(cg_dtype_size(all_dtypes[k]), sizes[k]);
+        assert_int_equal(cg_dtype_is_floating(all_dtypes[k]), k < 3);
+    }
+    assert_string_equal(cg_dtype_name((cg_dtype)99), "invalid");
+    assert_int_equal(cg_dtype_size((cg_dtype)-1), 0);
+    assert_null(cg_zeros_dtype(CG_SHAPE(2), (cg_dtype)99, cg_test_device()));
+    assert_int_equal(cg_last_status(), CG_ERR_INVALID_ARG);
+    assert_non_null(strstr(cg_last_error(), "99 is not a cg_dtype"));
+}
+
+/* ---- creation ------------------------------------------------------------------------------------ */
+static void test_full_every_dtype(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    /* 3 in each dtype's bits: float32 0x40400000, bfloat16 0x4040, float16 0x4200 */
+    for (size_t k = 0; k < NDTYPES; k++) {
+        cg_dtype dt = all_dtypes[k];
+        double value = dt == CG_BOOL ? 1 : 3;
+        cg_test_context("full %s on %s", cg_dtype_name(dt), cg_test_device_str());
+        cg_tensor *t = CG_TEST_OK(cg_full_dtype(CG_SHAPE(3, 5), value, dt, d));
+        assert_int_equal(cg_dtype_of(t), dt);
+        CG_TEST_ASSERT_SHAPE(t, 3, 5);
+        unsigned char *h = read_bytes(t);
+        for (int64_t i = 0; i < 15; i++) {
+            uint64_t bits = 0;
+            memcpy(&bits, h + i * cg_dtype_size(dt), cg_dtype_size(dt));
+            uint64_t want = dt == CG_FLOAT32 ? 0x40400000u : dt == CG_BFLOAT16 ? 0x4040u : dt == CG_FLOAT16 ? 0x4200u : (uint64_t)value;
+            assert_int_equal(bits, want);
+        }
+        free(h);
+        cg_tensor_free(t);
+        t = CG_TEST_OK(cg_zeros_dtype(CG_SHAPE(4), dt, d));
+        h = read_bytes(t);
+        for (size_t i = 0; i < 4 * cg_dtype_size(dt); i++) assert_int_equal(h[i], 0);
+        free(h);
+        cg_tensor_free(t);
+    }
+    /* an int64 value beyond 2^53 that a double holds exactly, and the largest int32 */
+    cg_tensor *t = CG_TEST_OK(cg_full_dtype(CG_SHAPE(2), 0x1p60 + 0x1p40, CG_INT64, d));
+    int64_t *h = read_bytes(t);
+    assert_true(h[1] == ((int64_t)1 << 60) + ((int64_t)1 << 40));
+    free(h);
+    cg_tensor_free(t);
+    t = CG_TEST_OK(cg_full_dtype(CG_SHAPE(1), 2147483647.0, CG_INT32, d));
+    int64_t v;
+    CG_TEST_STATUS_OK(cg_item_int64(t, &v));
+    assert_true(v == 2147483647);
+    cg_tensor_free(t);
+}
+
+static void test_values_a_dtype_cannot_hold(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    const struct {
+        cg_dtype dt;
+        double value;
+    } bad[] = {{CG_BOOL, 2}, {CG_BOOL, -1}, {CG_INT32, 2147483648.0}, {CG_UINT8, -1}, {CG_UINT8, 256},
+               {CG_INT64, 1.5}, {CG_INT64, 0x1p63}, {CG_INT32, NAN}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        cg_test_context("full %s with %g", cg_dtype_name(bad[k].dt), bad[k].value);
+        assert_null(cg_full_dtype(CG_SHAPE(2), bad[k].value, bad[k].dt, d));
+        assert_int_equal(cg_last_status(), CG_ERR_INVALID_ARG);
+        assert_non_null(strstr(cg_last_error(), cg_dtype_name(bad[k].dt)));
+        assert_non_null(strstr(cg_last_error(), "cg_full_dtype"));
+    }
+    /* random draws are floating only */
+    assert_null(cg_rand_dtype(CG_SHAPE(2), CG_INT64, d));
+    assert_non_null(strstr(cg_last_error(), "int64 is not a floating type"));
+    /* a bool byte other than 0 or 1 */
+    const uint8_t bytes[] = {0, 1, 2};
+    assert_null(cg_from_data_dtype(bytes, CG_SHAPE(3), CG_BOOL, d));
+    assert_non_null(strstr(cg_last_error(), "bool element 2 is the byte 2"));
+    /* an arange past int32 */
+    assert_null(cg_arange_dtype(2147483640.0, 2147483650.0, 1, CG_INT32, d));
+    assert_int_equal(cg_last_status(), CG_ERR_INVALID_ARG);
+}
+
+static void test_from_data_and_arange(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    const int64_t big[] = {INT64_MIN, -1, 0, ((int64_t)1 << 53) + 1, INT64_MAX};
+    cg_tensor *t = CG_TEST_OK(cg_from_data_dtype(big, CG_SHAPE(5), CG_INT64, d));
+    int64_t *h = read_bytes(t);
+    assert_memory_equal(h, big, sizeof big);
+    free(h);
+    int64_t v;
+    cg_tensor *last = CG_TEST_OK(cg_from_data_dtype(&big[3], CG_SHAPE(), CG_INT64, d));
+    CG_TEST_STATUS_OK(cg_item_int64(last, &v));
+    assert_true(v == big[3]); /* exact past 2^53, where a float or double would round */
+    cg_tensor_free(last);
+    cg_tensor_free(t);
+
+    /* int64 arange: exact values past 2^40 */
+    t = CG_TEST_OK(cg_arange_dtype(0x1p40, 0x1p40 + 10, 3, CG_INT64, d));
+    CG_TEST_ASSERT_SHAPE(t, 4);
+    h = read_bytes(t);
+    for (int64_t i = 0; i < 4; i++) assert_true(h[i] == ((int64_t)1 << 40) + 3 * i);
+    free(h);
+    cg_tensor_free(t);
+    /* a bfloat16 arange: 0, 0.25, ... rounded once (256.25 is not a bfloat16: it rounds to 256) */
+    t = CG_TEST_OK(cg_arange_dtype(256, 257, 0.25, CG_BFLOAT16, d));
+    uint16_t *b = read_bytes(t);
+    assert_int_equal(b[0], 0x4380);
+    assert_int_equal(b[1], 0x4380);
+    free(b);
+    cg_tensor_free(t);
+    /* rand in float16: in [0, 1] (rounding may reach 1) */
+    t = CG_TEST_OK(cg_rand_dtype(CG_SHAPE(1000), CG_FLOAT16, d));
+    cg_tensor *f = CG_TEST_OK(cg_to_dtype(t, CG_FLOAT32));
+    float *x = cg_test_read(f);
+    for (int i = 0; i < 1000; i++) assert_true(x[i] >= 0.0f && x[i] <= 1.0f);
+    free(x);
+    cg_tensor_free(f);
+    cg_tensor_free(t);
+}
+
+/* ---- conversions ------------------------------------------------------------------------------------ */
+/* The value of float16 pattern h, decoded from its definition in double. */
+static double f16_value(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return h & 0x8000 ? -v : v;
+}
+
+/* The float16 nearest v (ties to the even pattern), by search over every finite pattern, and
+ * infinity from 65520 up (where the next step past 65504 would be). */
+static uint16_t f16_nearest(double v) {
+    uint16_t sign = signbit(v) ? 0x8000 : 0;
+    if (isnan(v)) return sign | 0x7e00;
+    double a = fabs(v);
+    if (a >= 65520.0) return sign | 0x7c00;
+    uint16_t best = 0;
+    for (uint16_t h = 1; h < 0x7c00; h++) {
+        double db = fabs(f16_value(best) - a), dh = fabs(f16_value(h) - a);
+        if (dh < db || (dh == db && !(h & 1))) best = h;
+    }
+    return sign | best;
+}
+
+static void test_every_16_bit_pattern(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    uint16_t *bits = cg_test_malloc(65536 * sizeof *bits);
+    for (int i = 0; i < 65536; i++) bits[i] = (uint16_t)i;
+    for (int k = 0; k < 2; k++) {
+        cg_dtype dt = k ? CG_FLOAT16 : CG_BFLOAT16;
+        cg_test_context("every %s pattern on %s", cg_dtype_name(dt), cg_test_device_str());
+        cg_tensor *h = CG_TEST_OK(cg_from_data_dtype(bits, CG_SHAPE(65536), dt, d));
+        cg_tensor *f = CG_TEST_OK(cg_to_dtype(h, CG_FLOAT32));
+        cg_tensor *back = CG_TEST_OK(cg_to_dtype(f, dt));
+        float *x = cg_test_read(f);
+        uint16_t *r = read_bytes(back);
+        for (int i = 0; i < 65536; i++) {
+            double want;
+            if (k) want = f16_value((uint16_t)i);
+            else {
+                uint32_t u = (uint32_t)i << 16;
+                float w;
+                memcpy(&w, &u, sizeof w);
+                want = w;
+            }
+            if (isnan(want)) {
+                assert_true(isnan(x[i]));
+                assert_int_equal(r[i] & 0x7fff, k ? 0x7e00 : 0x7fc0); /* a quiet NaN; float16 keeps the sign */
+            } else {
+                if ((double)x[i] != want) fail_msg("pattern 0x%04x decodes to %.9g, want %.9g", i, (double)x[i], want);
+                assert_int_equal(r[i], i); /* exact back */
+            }
+        }
+        free(x), free(r);
+        cg_tensor_free(back), cg_tensor_free(f), cg_tensor_free(h);
+    }
+    free(bits);
+}
+
+/* float32 values rounded to bfloat16 and float16: the edges (ties, the largest finite, subnormals,
+ * overflow, NaN) and random values of every magnitude, against the definitions. */
+static void test_rounding_to_16_bits(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    enum { N = 4096 };
+    float *v = cg_test_malloc(N * sizeof *v);
+    const float edges[] = {0.0f, -0.0f, 1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
+                           65504.0f, 65519.0f, 65520.0f, -65520.0f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-25f, 0x1p-26f,
+                           0x1.ffcp-15f, FLT_MAX, -FLT_MAX, INFINITY, -INFINITY, NAN, 1.0f / 3.0f, 0x1p-14f,
+                           0x1.ff8p-15f, FLT_MIN, 1e-40f};
+    const int nedges = (int)(sizeof edges / sizeof edges[0]);
+    memcpy(v, edges, sizeof edges);
+    for (int i = nedges; i < N; i++) { /* random bits: every exponent, and the float16 range more densely */
+        uint32_t u = (uint32_t)cg_test_rand_u64();
+        if (i % 2) u = (u & 0x80ffffffu) | ((uint32_t)(100 + i % 45) << 23);
+        memcpy(&v[i], &u, sizeof u);
+    }
+    cg_tensor *f = CG_TEST_OK(cg_from_data(v, CG_SHAPE(N), d));
+    cg_tensor *b = CG_TEST_OK(cg_to_dtype(f, CG_BFLOAT16)), *h = CG_TEST_OK(cg_to_dtype(f, CG_FLOAT16));
+    uint16_t *rb = read_bytes(b), *rh = read_bytes(h);
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        /* bfloat16: the nearer of the two patterns around v (truncated, and one step away from zero) */
+        uint16_t want_b;
+        if (isnan(v[i])) want_b = 0x7fc0;
+        else {
+            uint16_t lo = (uint16_t)(u >> 16);
+            uint32_t lo32 = (uint32_t)lo << 16, hi32 = lo32 + 0x10000u;
+            float flo, fhi;
+            memcpy(&flo, &lo32, 4), memcpy(&fhi, &hi32, 4);
+            double dlo = fabs((double)v[i] - flo), dhi = isinf(fhi) || isnan(fhi) ? INFINITY : fabs((double)fhi - v[i]);
+            if ((lo & 0x7f80) == 0x7f00 && (lo & 0x7f) == 0x7f) /* the largest finite: the next step is infinity */
+                dhi = fabs(0x1p128 * (v[i] < 0 ? -1 : 1) - (double)v[i]);
+            want_b = dlo < dhi || (dlo == dhi && !(lo & 1)) ? lo : (uint16_t)(lo + 1);
+            if (isinf(v[i])) want_b = lo;
+        }
+        if (rb[i] != want_b) fail_msg("%.9g (0x%08x) to bfloat16: got 0x%04x, want 0x%04x", (double)v[i], u, rb[i], want_b);
+        uint16_t want_h = f16_nearest(v[i]);
+        if (rh[i] != want_h) fail_msg("%.9g (0x%08x) to float16: got 0x%04x, want 0x%04x", (double)v[i], u, rh[i], want_h);
+    }
+    free(rb), free(rh), free(v);
+    cg_tensor_free(b), cg_tensor_free(h), cg_tensor_free(f);
+}
+
+static void test_integer_and_bool_conversions(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    const float x[] = {-2.7f, -0.5f, 0.0f, 0.5f, 2.7f, 300.0f, NAN, -0.0f};
+    cg_tensor *f = CG_TEST_OK(cg_from_data(x, CG_SHAPE(8), d));
+    cg_tensor *i64 = CG_TEST_OK(cg_to_dtype(f, CG_INT64)), *u8 = CG_TEST_OK(cg_to_dtype(f, CG_UINT8));
+    cg_tensor *b = CG_TEST_OK(cg_to_dtype(f, CG_BOOL));
+    int64_t *ri = read_bytes(i64);
+    uint8_t *ru = read_bytes(u8), *rb = read_bytes(b);
+    const int64_t want_i[] = {-2, 0, 0, 0, 2, 300};
+    const uint8_t want_u[] = {254, 0, 0, 0, 2, 44}; /* truncated, then wrapped to 8 bits */
+    const uint8_t want_b[] = {1, 1, 0, 1, 1, 1, 1, 0}; /* nonzero; NaN is nonzero */
+    for (int i = 0; i < 6; i++) assert_true(ri[i] == want_i[i]);
+    assert_memory_equal(ru, want_u, 6);
+    assert_memory_equal(rb, want_b, 8);
+    free(ri), free(ru), free(rb);
+    /* int64 to int32 wraps; to float32 rounds to nearest; bool to float is 0 or 1 */
+    const int64_t big[] = {((int64_t)1 << 32) + 5, -((int64_t)1 << 31) - 1, ((int64_t)1 << 24) + 1, 7};
+    cg_tensor *l = CG_TEST_OK(cg_from_data_dtype(big, CG_SHAPE(4), CG_INT64, d));
+    cg_tensor *i32 = CG_TEST_OK(cg_to_dtype(l, CG_INT32)), *lf = CG_TEST_OK(cg_to_dtype(l, CG_FLOAT32));
+    int32_t *r32 = read_bytes(i32);
+    assert_int_equal(r32[0], 5);
+    assert_int_equal(r32[1], 2147483647);
+    free(r32);
+    float *rf = cg_test_read(lf);
+    assert_true(rf[2] == 16777216.0f); /* 2^24 + 1 rounds to even */
+    free(rf);
+    cg_tensor *bf = CG_TEST_OK(cg_to_dtype(b, CG_FLOAT32));
+    float *rbf = cg_test_read(bf);
+    for (int i = 0; i < 8; i++) assert_true(rbf[i] == (float)want_b[i]);
+    free(rbf);
+    cg_tensor_free(bf), cg_tensor_free(lf), cg_tensor_free(i32), cg_tensor_free(l);
+    cg_tensor_free(b), cg_tensor_free(u8), cg_tensor_free(i64), cg_tensor_free(f);
+}
+
+/* ---- autograd, read-back and copies -------------------------------------------------------------- */
+static void test_to_dtype_gradient(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    const float x[] = {1.0f, 2.5f, -3.0f, 0.1f};
+    cg_tensor *t = cg_test_tensor(x, 1, (int64_t[]){4});
+    CG_TEST_STATUS_OK(cg_set_requires_grad(t, true));
+    cg_tensor *h = CG_TEST_OK(cg_to_dtype(t, CG_BFLOAT16));
+    assert_true(cg_requires_grad(h));
+    cg_tensor *back = CG_TEST_OK(cg_to_dtype(h, CG_FLOAT32));
+    cg_tensor *w = cg_test_tensor(((float[]){2.0f, -1.0f, 0.5f, 4.0f}), 1, (int64_t[]){4});
+    cg_tensor *loss = CG_TEST_OK(cg_sum(cg_mul(back, w)));
+    CG_TEST_STATUS_OK(cg_backward(loss));
+    float *g = cg_test_read(cg_grad(t));
+    const float want[] = {2.0f, -1.0f, 0.5f, 4.0f}; /* the gradient passes the conversions unchanged */
+    assert_memory_equal(g, want, sizeof want);
+    free(g);
+    /* the float value went through bfloat16: 0.1 rounded */
+    float *v = cg_test_read(back);
+    assert_true(v[3] == 0.10009765625f);
+    free(v);
+    /* an integer result is off the tape */
+    cg_tensor *i = CG_TEST_OK(cg_to_dtype(t, CG_INT64));
+    assert_false(cg_requires_grad(i));
+    assert_int_equal(cg_set_requires_grad(i, true), CG_ERR_INVALID_ARG);
+    assert_non_null(strstr(cg_last_error(), "not int64 ones"));
+    /* the same dtype: a new handle on the same values, still recorded */
+    cg_tensor *same = CG_TEST_OK(cg_to_dtype(t, CG_FLOAT32));
+    assert_true(cg_requires_grad(same));
+    assert_ptr_not_equal(same, t);
+    cg_tensor_free(same), cg_tensor_free(i), cg_tensor_free(loss), cg_tensor_free(w);
+    cg_tensor_free(back), cg_tensor_free(h), cg_tensor_free(t);
+    (void)d;
+}
+
+static void test_read_back_and_copies(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    cg_tensor *h = CG_TEST_OK(cg_full_dtype(CG_SHAPE(2, 3), 1.5, CG_FLOAT16, d));
+    float buf[6];
+    assert_int_equal(cg_to_host(h, buf, 6), CG_ERR_INVALID_ARG);
+    assert_non_null(strstr(cg_last_error(), "float16"));
+    uint16_t small[5];
+    assert_int_equal(cg_to_host_bytes(h, small, sizeof small), CG_ERR_INVALID_ARG);
+    assert_non_null(strstr(cg_last_error(), "10 bytes"));
+    float f;
+    cg_tensor *one = CG_TEST_OK(cg_full_dtype(CG_SHAPE(), -2.25, CG_BFLOAT16, d));
+    CG_TEST_STATUS_OK(cg_item(one, &f));
+    assert_true(f == -2.25f);
+    int64_t i;
+    assert_int_equal(cg_item_int64(one, &i), CG_ERR_INVALID_ARG);
+    assert_non_null(strstr(cg_last_error(), "bfloat16, a floating type"));
+
+    /* copy_ converts: a transposed float32 view into an int64 tensor */
+    const float x[] = {1.9f, -1.9f, 3.5f, 4.0f, 5.2f, -6.7f};
+    cg_tensor *xf = cg_test_tensor(x, 2, (int64_t[]){2, 3});
+    cg_tensor *xt = CG_TEST_OK(cg_transpose(xf, 0, 1));
+    cg_tensor *dst = CG_TEST_OK(cg_zeros_dtype(CG_SHAPE(3, 2), CG_INT64, d));
+    CG_TEST_STATUS_OK(cg_copy_(dst, xt));
+    int64_t *r = read_bytes(dst);
+    const int64_t want[] = {1, 4, -1, 5, 3, -6};
+    for (int k = 0; k < 6; k++) assert_true(r[k] == want[k]);
+    free(r);
+    /* cg_to keeps the dtype and the bits, to the CPU and back */
+    cg_tensor *host = CG_TEST_OK(cg_to(h, cg_cpu()));
+    assert_int_equal(cg_dtype_of(host), CG_FLOAT16);
+    assert_int_equal(u16_at(host, 5), 0x3e00);
+    cg_tensor *again = CG_TEST_OK(cg_to(host, d));
+    assert_int_equal(u16_at(again, 0), 0x3e00);
+    /* and copy_ across devices converts too: float16 into a float32 tensor */
+    cg_tensor *into = CG_TEST_OK(cg_zeros(CG_SHAPE(2, 3), d));
+    CG_TEST_STATUS_OK(cg_copy_(into, host));
+    float *rf = cg_test_read(into);
+    assert_true(rf[4] == 1.5f);
+    free(rf);
+    cg_tensor_free(into), cg_tensor_free(again), cg_tensor_free(host), cg_tensor_free(dst), cg_tensor_free(xt);
+    cg_tensor_free(xf), cg_tensor_free(one), cg_tensor_free(h);
+}
+
+/* ---- printing --------------------------------------------------------------------------------------- */
+static char *printed(const cg_tensor *t) {
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    CG_TEST_STATUS_OK(cg_fprint(f, t));
+    long len = ftell(f);
+    rewind(f);
+    char *s = cg_test_malloc((size_t)len + 1);
+    size_t got = fread(s, 1, (size_t)len, f);
+    fclose(f);
+    s[got] = '\0';
+    while (got > 0 && s[got - 1] == '\n') s[--got] = '\0';
+    return s;
+}
+
+/* PyTorch 2.11's repr of the same tensors, with the device added as it adds it. */
+static void expect_print(cg_tensor *t, const char *cpu_text) {
+    char want[256];
+    const char *dtype = strstr(cpu_text, ", dtype=");
+    if (cg_test_is_cuda()) {
+        size_t head = dtype ? (size_t)(dtype - cpu_text) : strlen(cpu_text) - 1;
+        snprintf(want, sizeof want, "%.*s, device='cuda:0'%s", (int)head, cpu_text, cpu_text + head);
+    } else {
+        snprintf(want, sizeof want, "%s", cpu_text);
+    }
+    char *got = printed(t);
+    assert_string_equal(got, want);
+    free(got);
+    cg_tensor_free(t);
+}
+
+static void test_print_each_dtype(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    cg_scope *scope = cg_scope_begin(); /* the int64 source of the int32 tensor */
+    const int64_t ints[] = {1, -20, 300};
+    expect_print(CG_TEST_OK(cg_from_data_dtype(ints, CG_SHAPE(3), CG_INT64, d)), "tensor([  1, -20, 300])");
+    expect_print(CG_TEST_OK(cg_to_dtype(cg_from_data_dtype(ints, CG_SHAPE(3), CG_INT64, d), CG_INT32)),
+                 "tensor([  1, -20, 300], dtype=torch.int32)");
+    const uint8_t flags[] = {1, 0, 1};
+    expect_print(CG_TEST_OK(cg_from_data_dtype(flags, CG_SHAPE(3), CG_BOOL, d)), "tensor([ True, False,  True])");
+    expect_print(CG_TEST_OK(cg_full_dtype(CG_SHAPE(2), 1.5, CG_BFLOAT16, d)), "tensor([1.5000, 1.5000], dtype=torch.bfloat16)");
+    expect_print(CG_TEST_OK(cg_full_dtype(CG_SHAPE(2), 2, CG_FLOAT16, d)), "tensor([2., 2.], dtype=torch.float16)");
+    expect_print(CG_TEST_OK(cg_zeros_dtype(CG_SHAPE(0), CG_INT64, d)), "tensor([], dtype=torch.int64)");
+    expect_print(CG_TEST_OK(cg_zeros_dtype(CG_SHAPE(), CG_UINT8, d)), "tensor(0, dtype=torch.uint8)");
+    cg_scope_end(scope);
+}
+
+/* ---- ops that compute in float32 only ------------------------------------------------------------------ */
+static void test_float32_ops_refuse_other_dtypes(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    cg_tensor *h = CG_TEST_OK(cg_ones_dtype(CG_SHAPE(2, 2), CG_BFLOAT16, d));
+    cg_tensor *f = CG_TEST_OK(cg_ones(CG_SHAPE(2, 2), d));
+    cg_tensor *l = CG_TEST_OK(cg_ones_dtype(CG_SHAPE(2, 2), CG_INT64, d));
+    struct {
+        const char *fn;
+        cg_tensor *out;
+        const char *dtype;
+    } calls[] = {{"cg_exp", cg_exp(h), "bfloat16"},         {"cg_add", cg_add(f, l), "int64"},
+                 {"cg_matmul", cg_matmul(h, f), "bfloat16"}, {"cg_sum", cg_sum(l), "int64"},
+                 {"cg_linear", cg_linear(f, h, NULL), "bfloat16"}};
+    for (size_t k = 0; k < sizeof calls / sizeof calls[0]; k++) {
+        cg_test_context("%s", calls[k].fn);
+        assert_null(calls[k].out);
+    }
+    /* the message of the last: op, argument, dtype */
+    assert_int_equal(cg_last_status(), CG_ERR_INVALID_ARG);
+    assert_string_equal(cg_last_error(), "cg_linear: argument 'weight' is bfloat16, but cg_linear computes in float32 "
+                                         "only so far (convert with cg_to_dtype)");
+    assert_null(cg_exp(h));
+    assert_non_null(strstr(cg_last_error(), "cg_exp: argument 'a' is bfloat16"));
+    cg_tensor_free(l), cg_tensor_free(f), cg_tensor_free(h);
+}
+
+int main(void) {
+    cg_test_init();
+    const struct CMUnitTest tests[] = {
+        CG_TEST(test_names_and_sizes),
+        CG_TEST(test_full_every_dtype),
+        CG_TEST(test_values_a_dtype_cannot_hold),
+        CG_TEST(test_from_data_and_arange),
+        CG_TEST(test_every_16_bit_pattern),
+        CG_TEST(test_rounding_to_16_bits),
+        CG_TEST(test_integer_and_bool_conversions),
+        CG_TEST(test_to_dtype_gradient),
+        CG_TEST(test_read_back_and_copies),
+        CG_TEST(test_print_each_dtype),
+        CG_TEST(test_float32_ops_refuse_other_dtypes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
