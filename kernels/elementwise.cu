@@ -1,7 +1,8 @@
 // The elementwise family's CUDA kernels (kernel_args.h: ELEMENTWISE, one pass of cg_ew_call, serving
 // src/cuda/cuda_elementwise.c and mirroring src/cpu/cpu_elementwise.c): a contiguous path with
-// 16-byte loads and a strided/broadcast path. The pass and the op are template parameters, so each instantiation compiles
-// to its own straight-line loop.
+// 16-byte loads and a strided/broadcast path, for float32, bfloat16 and float16 (computed in float32,
+// rounded once). The pass, the op and the dtype are template parameters, so each instantiation
+// compiles to its own straight-line loop.
 #include "kernels.h"
 #include "kernels/dtype_math.h"
 
@@ -48,48 +49,94 @@ struct Pass<CG_EW_BINARY_GRAD, OP, WHICH> {
     }
 };
 
+// How a float dtype is stored: float32 as float, the 16-bit formats as their bit patterns, converted
+// to and from float around the op's formula (which always computes in float: rounded once).
+struct F32 {
+    using bits = float;
+    __device__ static float load(float v) { return v; }
+    __device__ static float store(float v) { return v; }
+};
+struct BF16 {
+    using bits = uint16_t;
+    __device__ static float load(uint16_t v) { return cg_f32_from_bf16(v); }
+    __device__ static uint16_t store(float v) { return cg_bf16_from_f32(v); }
+};
+struct F16 {
+    using bits = uint16_t;
+    __device__ static float load(uint16_t v) { return cg_f32_from_f16(v); }
+    __device__ static uint16_t store(float v) { return cg_f16_from_f32(v); }
+};
+
+// 16 bytes of elements: 4 floats or 8 16-bit values.
+template <class E>
+union Pack {
+    uint4 raw;
+    typename E::bits e[16 / sizeof(typename E::bits)];
+};
+
 // Contiguous inputs and output, 16 bytes at a time.
-template <class P>
-__global__ void pass_contiguous(const float *__restrict__ in0, const float *__restrict__ in1,
-                                const float *__restrict__ in2, float *__restrict__ y, int64_t n, float s) {
-    int64_t n4 = n / 4;
-    const float4 *a4 = reinterpret_cast<const float4 *>(in0), *b4 = reinterpret_cast<const float4 *>(in1),
-                 *c4 = reinterpret_cast<const float4 *>(in2);
-    float4 *y4 = reinterpret_cast<float4 *>(y);
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-        float4 u = a4[i], v = P::inputs > 1 ? b4[i] : u, w = P::inputs > 2 ? c4[i] : u;
-        u.x = P::apply(u.x, v.x, w.x, s), u.y = P::apply(u.y, v.y, w.y, s);
-        u.z = P::apply(u.z, v.z, w.z, s), u.w = P::apply(u.w, v.w, w.w, s);
-        y4[i] = u;
+template <class P, class E>
+__global__ void pass_contiguous(const void *__restrict__ in0, const void *__restrict__ in1,
+                                const void *__restrict__ in2, void *__restrict__ y, int64_t n, float s) {
+    using B = typename E::bits;
+    constexpr int V = 16 / sizeof(B);
+    const uint4 *a = static_cast<const uint4 *>(in0), *b = static_cast<const uint4 *>(in1),
+                *c = static_cast<const uint4 *>(in2);
+    uint4 *out = static_cast<uint4 *>(y);
+    const int64_t nv = n / V;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv; i += (int64_t)gridDim.x * blockDim.x) {
+        Pack<E> u, v, w, r;
+        u.raw = a[i];
+        v.raw = P::inputs > 1 ? b[i] : u.raw;
+        w.raw = P::inputs > 2 ? c[i] : u.raw;
+#pragma unroll
+        for (int j = 0; j < V; j++) r.e[j] = E::store(P::apply(E::load(u.e[j]), E::load(v.e[j]), E::load(w.e[j]), s));
+        out[i] = r.raw;
     }
-    int64_t tail = n4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    const int64_t tail = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; // fewer than V: one thread each
+    const B *x0 = static_cast<const B *>(in0), *x1 = static_cast<const B *>(in1), *x2 = static_cast<const B *>(in2);
     if (tail < n)
-        y[tail] = P::apply(in0[tail], P::inputs > 1 ? in1[tail] : 0.0f, P::inputs > 2 ? in2[tail] : 0.0f, s);
+        static_cast<B *>(y)[tail] = E::store(P::apply(E::load(x0[tail]), P::inputs > 1 ? E::load(x1[tail]) : 0.0f,
+                                                      P::inputs > 2 ? E::load(x2[tail]) : 0.0f, s));
 }
 
-template <class P>
-__global__ void pass_strided(const float *__restrict__ in0, const float *__restrict__ in1,
-                             const float *__restrict__ in2, float *__restrict__ y, cg_ew_layout lay, float s) {
+template <class P, class E>
+__global__ void pass_strided(const void *__restrict__ in0, const void *__restrict__ in1,
+                             const void *__restrict__ in2, void *__restrict__ y, cg_ew_layout lay, float s) {
+    using B = typename E::bits;
+    const B *x0 = static_cast<const B *>(in0), *x1 = static_cast<const B *>(in1), *x2 = static_cast<const B *>(in2);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < lay.numel; i += (int64_t)gridDim.x * blockDim.x) {
-        float v0 = in0[strided_offset(lay, 0, i)];
-        float v1 = P::inputs > 1 ? in1[strided_offset(lay, 1, i)] : 0.0f;
-        float v2 = P::inputs > 2 ? in2[strided_offset(lay, 2, i)] : 0.0f;
-        y[i] = P::apply(v0, v1, v2, s);
+        float v0 = E::load(x0[strided_offset(lay, 0, i)]);
+        float v1 = P::inputs > 1 ? E::load(x1[strided_offset(lay, 1, i)]) : 0.0f;
+        float v2 = P::inputs > 2 ? E::load(x2[strided_offset(lay, 2, i)]) : 0.0f;
+        static_cast<B *>(y)[i] = E::store(P::apply(v0, v1, v2, s));
     }
+}
+
+template <class P, class E>
+cudaError_t launch_typed(const cg_ew_call *c, cudaStream_t stream) {
+    const cg_ew_layout *lay = &c->lay;
+    bool fast = aligned16(c->out);
+    for (int k = 0; k < P::inputs; k++) fast = fast && lay->contiguous[k] && aligned16(c->in[k]);
+    const void *in1 = P::inputs > 1 ? c->in[1] : c->in[0], *in2 = P::inputs > 2 ? c->in[2] : c->in[0];
+    constexpr int V = 16 / sizeof(typename E::bits);
+    if (fast)
+        pass_contiguous<P, E><<<cg_launch_grid((lay->numel + V - 1) / V, kThreads), kThreads, 0, stream>>>(
+            c->in[0], in1, in2, c->out, lay->numel, c->s);
+    else
+        pass_strided<P, E><<<cg_launch_grid(lay->numel, kThreads), kThreads, 0, stream>>>(c->in[0], in1, in2, c->out,
+                                                                                          *lay, c->s);
+    return cudaGetLastError();
 }
 
 template <class P>
 cudaError_t launch_pass(const cg_ew_call *c, cudaStream_t stream) {
-    const cg_ew_layout *lay = &c->lay;
-    bool fast = aligned16(c->out);
-    for (int k = 0; k < P::inputs; k++) fast = fast && lay->contiguous[k] && aligned16(c->in[k]);
-    const float *in1 = P::inputs > 1 ? c->in[1] : c->in[0], *in2 = P::inputs > 2 ? c->in[2] : c->in[0];
-    if (fast)
-        pass_contiguous<P><<<cg_launch_grid((lay->numel + 3) / 4, kThreads), kThreads, 0, stream>>>(c->in[0], in1, in2, c->out, lay->numel,
-                                                                                  c->s);
-    else
-        pass_strided<P><<<cg_launch_grid(lay->numel, kThreads), kThreads, 0, stream>>>(c->in[0], in1, in2, c->out, *lay, c->s);
-    return cudaGetLastError();
+    switch (c->dtype) {
+    case CG_FLOAT32: return launch_typed<P, F32>(c, stream);
+    case CG_BFLOAT16: return launch_typed<P, BF16>(c, stream);
+    case CG_FLOAT16: return launch_typed<P, F16>(c, stream);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 __global__ void cast_kernel(const void *__restrict__ in, cg_dtype from, void *__restrict__ out, cg_dtype to,

@@ -93,8 +93,9 @@ typedef struct cg_ew_call {
     int op;    /* a cg_unary_op or a cg_binary_op */
     int which; /* CG_EW_BINARY_GRAD: the input whose gradient */
     float s;   /* the unary ops' scalar parameter */
-    const float *in[CG_EW_MAX_INPUTS];
-    float *out;
+    cg_dtype dtype; /* of every input and the output: float32, bfloat16 or float16, computed in float32 */
+    const void *in[CG_EW_MAX_INPUTS];
+    void *out;
     cg_ew_layout lay;
 } cg_ew_call;
 /* The number of inputs a pass of this kind reads. */

@@ -111,12 +111,12 @@ CG_BINARY_OPS(BINARY_DOMAIN)
 static const cg_op_info table[] = {
 #define UNARY_ENTRY(NAME, PUB, SAVES, FWD, BWD, LO, HI, S)                                                          \
     {.name = PUB, .ninputs = 1, .grad_inputs = SAVES != CG_NO_GRAD ? 1u : 0u, .domain = &unary_domain_##NAME,             \
-     .call = unary_call, .reference = unary_reference, .id = CG_UNARY_##NAME, .s = (float)(S)},
+     .dtypes = CG_OP_FLOATS, .call = unary_call, .reference = unary_reference, .id = CG_UNARY_##NAME, .s = (float)(S)},
     CG_UNARY_OPS(UNARY_ENTRY)
 #undef UNARY_ENTRY
 #define BINARY_ENTRY(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB)                                                 \
     {.name = PUB, .ninputs = 2, .grad_inputs = SAVES != CG_NO_GRAD ? 3u : 0u, .domain = &binary_domain_##NAME,            \
-     .call = binary_call, .reference = binary_reference, .id = CG_BINARY_##NAME},
+     .dtypes = CG_OP_FLOATS, .call = binary_call, .reference = binary_reference, .id = CG_BINARY_##NAME},
     CG_BINARY_OPS(BINARY_ENTRY)
 #undef BINARY_ENTRY
 };

@@ -29,4 +29,26 @@ cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out);
 /* A contiguous handle on t's data (a view when it already is), recorded on no tape (src/ops_copy.c). */
 cg_tensor *cg__raw_contiguous(const cg_tensor *t);
 
+/* bfloat16 and float16 through an op computed in float32 (src/ops_copy.c): the op runs on its
+ * inputs converted to float32 and its result is converted back, rounded once, every conversion
+ * recorded so that gradients flow back converted. Its floating inputs (live; NULL and integer ones
+ * pass unchanged) must share one dtype. cg__float32_inputs returns 0 when that dtype is float32
+ * (nothing done), 1 after filling f32[k] (input k, converted where floating) and *dt, and -1 on
+ * failure (recorded, naming fn). cg__float32_result converts out to dt, frees what f32 made and
+ * out, and returns the result (NULL on failure). */
+int cg__float32_inputs(int n, const cg_tensor *const *in, cg_tensor **f32, cg_dtype *dt, const char *fn);
+cg_tensor *cg__float32_result(cg_tensor *out, cg_dtype dt, int n, const cg_tensor *const *in, cg_tensor **f32);
+/* The front-end of an op computed in float32: `return`s CALL's result (which reads f32[k] for input
+ * k) run on the converted inputs when the inputs (the tensors after CALL) are bfloat16 or float16. */
+#define CG_VIA_FLOAT32(FN, CALL, ...)                                                        \
+    do {                                                                                     \
+        const cg_tensor *via_in[] = {__VA_ARGS__};                                           \
+        enum { via_n = sizeof via_in / sizeof via_in[0] };                                   \
+        cg_tensor *f32[via_n];                                                               \
+        cg_dtype via_dt;                                                                     \
+        int via = cg__float32_inputs(via_n, via_in, f32, &via_dt, FN);                       \
+        if (via < 0) return NULL;                                                            \
+        if (via > 0) return cg__float32_result((CALL), via_dt, via_n, via_in, f32);         \
+    } while (0)
+
 #endif

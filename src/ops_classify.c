@@ -144,7 +144,7 @@ static const cg_op_domain cross_entropy_domain = {
     }};
 #undef T
 
-CG_OP_DEFINE(cross_entropy) = {.name = "cg_cross_entropy", .ninputs = 2, .grad_inputs = 1u,
+CG_OP_DEFINE(cross_entropy) = {.name = "cg_cross_entropy", .ninputs = 2, .dtypes = CG_OP_FLOAT32, .grad_inputs = 1u,
                                          .domain = &cross_entropy_domain, .call = cross_entropy_call,
                                          .reference = cross_entropy_reference, .backward = cross_entropy_backward};
 
@@ -234,5 +234,5 @@ static const cg_op_domain argmax_domain = {
                 {.ndim = {2}, .shape = {{0, 3}}, .param = {1, false}}, /* an empty result */
                 {.ndim = {2}, .shape = {{2, 1000}}, .param = {-1, false}})};
 
-CG_OP_DEFINE(argmax_dim) = {.name = "cg_argmax_dim", .ninputs = 1, .grad_inputs = 0, .domain = &argmax_domain,
+CG_OP_DEFINE(argmax_dim) = {.name = "cg_argmax_dim", .ninputs = 1, .dtypes = CG_OP_FLOAT32, .grad_inputs = 0, .domain = &argmax_domain,
                                       .call = argmax_call, .reference = argmax_reference};

@@ -81,9 +81,9 @@ static cg_status check_conv2d(const cg_tensor *x, const cg_tensor *weight, const
     CG_TRY(cg__check_tensor(weight, fn, "weight"));
     const cg_tensor_impl *xi = cg__t(x), *weighti = cg__t(weight);
     if (bias) CG_TRY(cg__check_tensor(bias, fn, "bias"));
-    CG_TRY(cg__check_float32(x, fn, "x"));
-    CG_TRY(cg__check_float32(weight, fn, "weight"));
-    if (bias) CG_TRY(cg__check_float32(bias, fn, "bias"));
+    CG_TRY(cg__check_floating(x, fn, "x"));
+    CG_TRY(cg__check_floating(weight, fn, "weight"));
+    if (bias) CG_TRY(cg__check_floating(bias, fn, "bias"));
     CG_TRY(check_same_device(x, weight, fn, "weight"));
     if (bias) CG_TRY(check_same_device(x, bias, fn, "bias"));
     if (xi->ndim != 4 || weighti->ndim != 4)
@@ -180,6 +180,7 @@ static cg_status conv2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor *
 }
 
 cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride, int padding) {
+    CG_VIA_FLOAT32("cg_conv2d", cg_conv2d(f32[0], f32[1], f32[2], stride, padding), x, weight, bias);
     cg_conv_geom g;
     if (check_conv2d(x, weight, bias, stride, padding, &g) != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
@@ -237,7 +238,8 @@ static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tens
 cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     const char *fn = "cg_max_pool2d";
     char sx[160];
-    if (cg__check_tensor(x, fn, "x") != CG_OK || cg__check_float32(x, fn, "x") != CG_OK) return NULL;
+    CG_VIA_FLOAT32(fn, cg_max_pool2d(f32[0], kernel, stride), x);
+    if (cg__check_tensor(x, fn, "x") != CG_OK || cg__check_floating(x, fn, "x") != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
     if (xi->ndim != 4)
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected x (N, C, H, W), got %s", fn, cg__shape_str(x, sx, sizeof sx));
@@ -360,10 +362,10 @@ static const cg_op_domain max_pool2d_domain = {
     }};
 #undef T
 
-CG_OP_DEFINE(conv2d) = {.name = "cg_conv2d", .ninputs = 3, .grad_inputs = 7u, .domain = &conv2d_domain,
+CG_OP_DEFINE(conv2d) = {.name = "cg_conv2d", .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &conv2d_domain,
                                   .call = conv2d_call, .reference = conv2d_reference, .backward = conv2d_backward};
-CG_OP_DEFINE(conv2d_nobias) = {.name = "cg_conv2d", .ninputs = 2, .grad_inputs = 3u, .domain = &conv2d_domain,
+CG_OP_DEFINE(conv2d_nobias) = {.name = "cg_conv2d", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &conv2d_domain,
                                          .call = conv2d_call, .reference = conv2d_reference, .backward = conv2d_backward};
-CG_OP_DEFINE(max_pool2d) = {.name = "cg_max_pool2d", .ninputs = 1, .grad_inputs = 1u,
+CG_OP_DEFINE(max_pool2d) = {.name = "cg_max_pool2d", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
                                       .domain = &max_pool2d_domain, .call = max_pool2d_call,
                                       .reference = max_pool2d_reference, .backward = max_pool2d_backward};

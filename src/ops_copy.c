@@ -264,6 +264,40 @@ cg_tensor *cg_permute(const cg_tensor *t, int ndim, const int *dims) {
     return out;
 }
 
+/* ---- low precision through float32 (ops.h) -------------------------------------------------------- */
+int cg__float32_inputs(int n, const cg_tensor *const *in, cg_tensor **f32, cg_dtype *dt, const char *fn) {
+    int first = -1;
+    for (int k = 0; k < n; k++) {
+        /* a NULL or dead handle is left to the op's own checks */
+        if (!in[k] || !cg__handle_live(CG_HANDLE_TENSOR, in[k]) || !cg_dtype_floating(cg__t(in[k])->dtype)) continue;
+        if (first < 0) first = k;
+        else if (cg__t(in[k])->dtype != cg__t(in[first])->dtype)
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: floating inputs of different dtypes (%s and %s); convert with cg_to_dtype",
+                            fn, cg_dtype_name(cg__t(in[first])->dtype), cg_dtype_name(cg__t(in[k])->dtype)), -1;
+    }
+    if (first < 0 || cg__t(in[first])->dtype == CG_FLOAT32) return 0;
+    *dt = cg__t(in[first])->dtype;
+    for (int k = 0; k < n; k++) {
+        bool convert = in[k] && cg__handle_live(CG_HANDLE_TENSOR, in[k]) && cg_dtype_floating(cg__t(in[k])->dtype);
+        f32[k] = convert ? cg_to_dtype(in[k], CG_FLOAT32) : (cg_tensor *)in[k];
+        if (convert && !f32[k]) {
+            while (k-- > 0)
+                if (f32[k] != in[k]) cg_tensor_free(f32[k]);
+            return cg__fail_context("%s", fn), -1;
+        }
+    }
+    return 1;
+}
+
+cg_tensor *cg__float32_result(cg_tensor *out, cg_dtype dt, int n, const cg_tensor *const *in, cg_tensor **f32) {
+    for (int k = 0; k < n; k++)
+        if (f32[k] != in[k]) cg_tensor_free(f32[k]);
+    if (!out || !cg_dtype_floating(cg__t(out)->dtype)) return out; /* an integer result (argmax) stays */
+    cg_tensor *r = cg_to_dtype(out, dt);
+    cg_tensor_free(out);
+    return r;
+}
+
 /* ---- read-back ------------------------------------------------------------------------------------ */
 /* The numel elements of t (live), row-major in its dtype, into dst (dst_bytes bytes) on the host. */
 static cg_status read_back(const cg_tensor *t, void *dst, size_t dst_bytes, const char *fn) {
@@ -485,24 +519,24 @@ static const cg_op_domain permute_domain = {
                 {.ndim = {4}, .shape = {{2, 3, 1, 4}}, .param = {0, 2, 3, 1}}, /* (N, C, H, W) -> (N, H, W, C) */
                 {.ndim = {3}, .shape = {{2, 0, 3}}, .param = {1, 2, 0}})};
 
-CG_OP_DEFINE(contiguous) = {.name = "cg_contiguous", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+CG_OP_DEFINE(contiguous) = {.name = "cg_contiguous", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &copy_domain,
                                       .call = contiguous_call, .reference = same_reference, .backward = identity_backward};
-CG_OP_DEFINE(clone) = {.name = "cg_clone", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+CG_OP_DEFINE(clone) = {.name = "cg_clone", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &copy_domain,
                                  .call = clone_call, .reference = same_reference, .backward = identity_backward};
-CG_OP_DEFINE(reshape) = {.name = "cg_reshape", .ninputs = 1, .grad_inputs = 1, .domain = &reshape_domain,
+CG_OP_DEFINE(reshape) = {.name = "cg_reshape", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reshape_domain,
                                    .call = reshape_call, .reference = reshape_reference, .backward = reshape_backward};
-CG_OP_DEFINE(view) = {.name = "cg_view", .ninputs = 1, .grad_inputs = 1, .domain = &view_domain,
+CG_OP_DEFINE(view) = {.name = "cg_view", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &view_domain,
                                 .call = view_call, .reference = reshape_reference, .backward = reshape_backward};
-CG_OP_DEFINE(transpose) = {.name = "cg_transpose", .ninputs = 1, .grad_inputs = 1, .domain = &transpose_domain,
+CG_OP_DEFINE(transpose) = {.name = "cg_transpose", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &transpose_domain,
                                      .call = transpose_call, .reference = transpose_reference, .backward = transpose_backward};
-CG_OP_DEFINE(permute) = {.name = "cg_permute", .ninputs = 1, .grad_inputs = 1, .domain = &permute_domain,
+CG_OP_DEFINE(permute) = {.name = "cg_permute", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &permute_domain,
                           .call = permute_call, .reference = permute_reference, .backward = permute_backward};
-CG_OP_DEFINE(to) = {.name = "cg_to", .ninputs = 1, .grad_inputs = 1, .domain = &to_domain,
+CG_OP_DEFINE(to) = {.name = "cg_to", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &to_domain,
                               .call = to_call, .reference = same_reference, .backward = to_backward};
 /* Into float32 itself (a recorded alias): the conversions between dtypes are tests/test_dtype.c's. */
 static cg_tensor *to_dtype_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
     (void)op, (void)c;
     return cg_to_dtype(in[0], CG_FLOAT32);
 }
-CG_OP_DEFINE(to_dtype) = {.name = "cg_to_dtype", .ninputs = 1, .grad_inputs = 1, .domain = &copy_domain,
+CG_OP_DEFINE(to_dtype) = {.name = "cg_to_dtype", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &copy_domain,
                           .call = to_dtype_call, .reference = same_reference, .backward = to_dtype_backward};

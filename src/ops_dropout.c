@@ -10,7 +10,8 @@
 #include "tensor_impl.h"
 
 cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training) {
-    if (cg__check_tensor(x, "cg_dropout", "x") != CG_OK || cg__check_float32(x, "cg_dropout", "x") != CG_OK) return NULL;
+    CG_VIA_FLOAT32("cg_dropout", cg_dropout(f32[0], p, training), x);
+    if (cg__check_tensor(x, "cg_dropout", "x") != CG_OK || cg__check_floating(x, "cg_dropout", "x") != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
     if (!(p >= 0.0f && p < 1.0f)) /* also rejects NaN */
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_dropout: p = %g must be in [0, 1)", (double)p);
@@ -54,5 +55,5 @@ static const cg_op_domain dropout_domain = {
     }};
 #undef T
 
-CG_OP_DEFINE(dropout) = {.name = "cg_dropout", .ninputs = 1, .grad_inputs = 1u, .domain = &dropout_domain,
+CG_OP_DEFINE(dropout) = {.name = "cg_dropout", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u, .domain = &dropout_domain,
                                    .call = dropout_call, .reference = dropout_reference};

@@ -31,7 +31,7 @@ cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char
 cg_status cg__ew_into(cg_ew_kind kind, int op, int which, float s, const cg_tensor *const *inputs, cg_tensor *out) {
     const cg_tensor_impl *outi = cg__t(out);
     if (outi->numel == 0) return CG_OK;
-    cg_ew_call call = {.kind = kind, .op = op, .which = which, .s = s, .out = cg__data(out)}; /* the rest zeroed */
+    cg_ew_call call = {.kind = kind, .op = op, .which = which, .s = s, .dtype = outi->dtype, .out = cg__data(out)};
     int n = cg__ew_inputs(kind);
     for (int k = 0; k < n; k++) call.in[k] = cg__data(inputs[k]);
     cg__ew_layout(n, inputs, outi->ndim, outi->shape, &call.lay);
@@ -84,8 +84,7 @@ static cg_tensor *ew_grad(cg_ew_kind kind, int op, int which, float s, const cg_
                           const cg_tensor *g) {
     bool is_g = kind == CG_EW_UNARY_GRAD ? unary_grad_is_g[op] : binary_grad_is_g[which][op];
     if (is_g) return cg__alias(g);
-    const cg_tensor_impl *gi = cg__t(g);
-    cg_tensor *out = cg__tensor_new(gi->ndim, gi->shape, gi->device);
+    cg_tensor *out = cg__tensor_like(g);
     return out ? cg__finish(out, cg__ew_into(kind, op, which, s, inputs, out)) : NULL;
 }
 
@@ -109,9 +108,8 @@ static cg_status binary_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 
 /* ---- forward ------------------------------------------------------------------------------------ */
 cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char *fn) {
-    if (cg__check_tensor(x, fn, "a") != CG_OK || cg__check_float32(x, fn, "a") != CG_OK) return NULL;
-    const cg_tensor_impl *xi = cg__t(x);
-    cg_tensor *out = cg__tensor_new(xi->ndim, xi->shape, xi->device);
+    if (cg__check_tensor(x, fn, "a") != CG_OK || cg__check_floating(x, fn, "a") != CG_OK) return NULL;
+    cg_tensor *out = cg__tensor_like(x);
     if (!out) return NULL;
     if (cg__unary_into(op, s, x, out) != CG_OK) {
         cg_tensor_free(out);
@@ -132,10 +130,11 @@ cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char 
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn) {
     int ndim;
     int64_t shape[CG_MAX_DIMS];
-    if (cg__check_same_device(a, b, fn) != CG_OK || cg__check_float32(a, fn, "a") != CG_OK ||
-        cg__check_float32(b, fn, "b") != CG_OK || cg__broadcast_shape(a, b, fn, &ndim, shape) != CG_OK)
+    if (cg__check_same_device(a, b, fn) != CG_OK || cg__check_floating(a, fn, "a") != CG_OK ||
+        cg__check_floating(b, fn, "b") != CG_OK || cg__check_same_dtype(a, b, fn) != CG_OK ||
+        cg__broadcast_shape(a, b, fn, &ndim, shape) != CG_OK)
         return NULL;
-    cg_tensor *out = cg__tensor_new(ndim, shape, cg__t(a)->device);
+    cg_tensor *out = cg__tensor_new_dtype(ndim, shape, cg__t(a)->dtype, cg__t(a)->device);
     if (!out) return NULL;
     const cg_tensor *inputs[2] = {a, b};
     if (cg__ew_into(CG_EW_BINARY, op, 0, 0.0f, inputs, out) != CG_OK) {
@@ -156,8 +155,8 @@ cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b
 
 cg_status cg__add_(cg_tensor *dst, const cg_tensor *src) {
     CG_TRY(cg__check_same_device(dst, src, "add_"));
-    CG_TRY(cg__check_float32(dst, "add_", "dst"));
-    CG_TRY(cg__check_float32(src, "add_", "src"));
+    CG_TRY(cg__check_floating(dst, "add_", "dst"));
+    CG_TRY(cg__check_same_dtype(dst, src, "add_"));
     const cg_tensor *inputs[2] = {dst, src};
     return cg__ew_into(CG_EW_BINARY, CG_BINARY_ADD, 0, 0.0f, inputs, dst);
 }

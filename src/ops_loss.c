@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "error.h"
 #include "op_table.h"
+#include "ops.h"
 #include "tensor_impl.h"
 
 /* loss = scale * sum (input - target)^2 (scale = 1/numel for the mean), one fused pass each way:
@@ -29,10 +30,11 @@ static cg_status mse_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_i
 }
 
 cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction) {
+    CG_VIA_FLOAT32("cg_mse_loss", cg_mse_loss(f32[0], f32[1], reduction), input, target);
     char si[160], st[160];
     if (cg__check_tensor(input, "cg_mse_loss", "input") != CG_OK || cg__check_tensor(target, "cg_mse_loss", "target") != CG_OK ||
-        cg__check_same_device(input, target, "cg_mse_loss") != CG_OK || cg__check_float32(input, "cg_mse_loss", "input") != CG_OK ||
-        cg__check_float32(target, "cg_mse_loss", "target") != CG_OK)
+        cg__check_same_device(input, target, "cg_mse_loss") != CG_OK || cg__check_floating(input, "cg_mse_loss", "input") != CG_OK ||
+        cg__check_floating(target, "cg_mse_loss", "target") != CG_OK)
         return NULL;
     const cg_tensor_impl *inputi = cg__t(input), *targeti = cg__t(target);
     if (inputi->ndim != targeti->ndim || memcmp(inputi->shape, targeti->shape, (size_t)inputi->ndim * sizeof(int64_t)))
@@ -98,5 +100,5 @@ static const cg_op_domain mse_domain = {
     }};
 #undef T
 
-CG_OP_DEFINE(mse_loss) = {.name = "cg_mse_loss", .ninputs = 2, .grad_inputs = 3u, .domain = &mse_domain,
+CG_OP_DEFINE(mse_loss) = {.name = "cg_mse_loss", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &mse_domain,
                                     .call = mse_call, .reference = mse_reference, .backward = mse_backward};

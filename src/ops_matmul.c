@@ -105,8 +105,9 @@ static cg_status check_matmul_shapes(const cg_tensor *a, const cg_tensor *b, con
 }
 
 cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
-    if (cg__check_same_device(a, b, "cg_matmul") != CG_OK || cg__check_float32(a, "cg_matmul", "a") != CG_OK ||
-        cg__check_float32(b, "cg_matmul", "b") != CG_OK || check_matmul_shapes(a, b, "cg_matmul") != CG_OK)
+    CG_VIA_FLOAT32("cg_matmul", cg_matmul(f32[0], f32[1]), a, b);
+    if (cg__check_same_device(a, b, "cg_matmul") != CG_OK || cg__check_floating(a, "cg_matmul", "a") != CG_OK ||
+        cg__check_floating(b, "cg_matmul", "b") != CG_OK || check_matmul_shapes(a, b, "cg_matmul") != CG_OK)
         return NULL;
     /* a (m, 0) and b (0, n) are empty, but the result (m, n) is not */
     const int64_t shape[2] = {cg__t(a)->shape[0], cg__t(b)->shape[1]};
@@ -172,12 +173,13 @@ static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 }
 
 cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias) {
+    CG_VIA_FLOAT32("cg_linear", cg_linear(f32[0], f32[1], f32[2]), x, weight, bias);
     char sx[160], sw[160], sb[160];
     /* named as F.linear's arguments, before the pairwise device checks that call them a and b */
     if (cg__check_tensor(x, "cg_linear", "input") != CG_OK || cg__check_tensor(weight, "cg_linear", "weight") != CG_OK ||
         (bias && cg__check_tensor(bias, "cg_linear", "bias") != CG_OK) ||
-        cg__check_float32(x, "cg_linear", "input") != CG_OK || cg__check_float32(weight, "cg_linear", "weight") != CG_OK ||
-        (bias && cg__check_float32(bias, "cg_linear", "bias") != CG_OK))
+        cg__check_floating(x, "cg_linear", "input") != CG_OK || cg__check_floating(weight, "cg_linear", "weight") != CG_OK ||
+        (bias && cg__check_floating(bias, "cg_linear", "bias") != CG_OK))
         return NULL;
     const cg_tensor_impl *xi = cg__t(x), *weighti = cg__t(weight);
     if (cg__check_same_device(x, weight, "cg_linear") != CG_OK) return NULL;
@@ -274,9 +276,9 @@ static const cg_op_domain linear_domain = {
     }};
 #undef T
 
-CG_OP_DEFINE(matmul) = {.name = "cg_matmul", .ninputs = 2, .grad_inputs = 3u, .domain = &matmul_domain,
+CG_OP_DEFINE(matmul) = {.name = "cg_matmul", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &matmul_domain,
                                   .call = matmul_call, .reference = matmul_reference, .backward = matmul_backward};
-CG_OP_DEFINE(linear) = {.name = "cg_linear", .ninputs = 3, .grad_inputs = 7u, .domain = &linear_domain,
+CG_OP_DEFINE(linear) = {.name = "cg_linear", .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &linear_domain,
                                   .call = linear_call, .reference = linear_reference, .backward = linear_backward};
-CG_OP_DEFINE(linear_nobias) = {.name = "cg_linear", .ninputs = 2, .grad_inputs = 3u, .domain = &linear_domain,
+CG_OP_DEFINE(linear_nobias) = {.name = "cg_linear", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &linear_domain,
                                          .call = linear_call, .reference = linear_reference, .backward = linear_backward};

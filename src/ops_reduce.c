@@ -41,7 +41,8 @@ static cg_status reduce_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 /* x viewed as (outer, n, inner) reduced over n into out (outer, inner). */
 static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const cg_op_info *op) {
     const char *fn = op->name;
-    if (cg__check_tensor(t, fn, "t") != CG_OK || cg__check_float32(t, fn, "t") != CG_OK) return NULL;
+    CG_VIA_FLOAT32(fn, reduce(f32[0], dim, all, keepdim, mean, op), t);
+    if (cg__check_tensor(t, fn, "t") != CG_OK || cg__check_floating(t, fn, "t") != CG_OK) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
     int d = dim < 0 ? dim + ti->ndim : dim;
     if (!all && (d < 0 || d >= ti->ndim))
@@ -178,11 +179,11 @@ static const cg_op_domain reduce_dim_domain = {
                 {.ndim = {2}, .shape = {{3, 0}}, .param = {-1, true}}, /* along an empty dim: 0 each, mean NaN */
                 {.ndim = {2}, .shape = {{3, 300}}, .param = {0, false}})};
 
-CG_OP_DEFINE(sum) = {.name = "cg_sum", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_all_domain,
+CG_OP_DEFINE(sum) = {.name = "cg_sum", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_all_domain,
                                .call = sum_call, .reference = sum_reference, .backward = reduce_backward};
-CG_OP_DEFINE(mean) = {.name = "cg_mean", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_all_domain,
+CG_OP_DEFINE(mean) = {.name = "cg_mean", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_all_domain,
                                 .call = mean_call, .reference = mean_reference, .backward = reduce_backward};
-CG_OP_DEFINE(sum_dim) = {.name = "cg_sum_dim", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_dim_domain,
+CG_OP_DEFINE(sum_dim) = {.name = "cg_sum_dim", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_dim_domain,
                                    .call = sum_dim_call, .reference = sum_dim_reference, .backward = reduce_backward};
-CG_OP_DEFINE(mean_dim) = {.name = "cg_mean_dim", .ninputs = 1, .grad_inputs = 1, .domain = &reduce_dim_domain,
+CG_OP_DEFINE(mean_dim) = {.name = "cg_mean_dim", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_dim_domain,
                                     .call = mean_dim_call, .reference = mean_dim_reference, .backward = reduce_backward};

@@ -385,6 +385,17 @@ cg_status cg__check_float32_failed(const cg_tensor *t, const char *fn, const cha
                     fn, name, cg_dtype_name(cg__t(t)->dtype), fn);
 }
 
+cg_status cg__check_floating_failed(const cg_tensor *t, const char *fn, const char *name) {
+    return cg__fail(CG_ERR_INVALID_ARG, "%s: argument '%s' is %s, but %s takes floating tensors (float32, bfloat16, float16)",
+                    fn, name, cg_dtype_name(cg__t(t)->dtype), fn);
+}
+
+cg_status cg__check_same_dtype(const cg_tensor *a, const cg_tensor *b, const char *fn) {
+    if (cg__t(a)->dtype == cg__t(b)->dtype) return CG_OK;
+    return cg__fail(CG_ERR_INVALID_ARG, "%s: a is %s and b is %s; convert one with cg_to_dtype", fn,
+                    cg_dtype_name(cg__t(a)->dtype), cg_dtype_name(cg__t(b)->dtype));
+}
+
 /* Checks dt for fn, and that it is a floating dtype when floating_only. */
 static cg_status check_dtype(cg_dtype dt, bool floating_only, const char *fn) {
     if (!dtype_valid(dt)) return cg__fail(CG_ERR_INVALID_ARG, "%s: %d is not a cg_dtype", fn, (int)dt);

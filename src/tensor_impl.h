@@ -104,6 +104,14 @@ static inline cg_tensor *cg__tensor_like(const cg_tensor *t) {
     const cg_tensor_impl *ti = cg__t(t);
     return cg__tensor_new_dtype(ti->ndim, ti->shape, ti->dtype, ti->device);
 }
+/* Checks that t (live) has a floating dtype: otherwise CG_ERR_INVALID_ARG naming fn, the argument
+ * and its dtype. */
+cg_status cg__check_floating_failed(const cg_tensor *t, const char *fn, const char *name);
+static inline cg_status cg__check_floating(const cg_tensor *t, const char *fn, const char *name) {
+    return cg_dtype_floating(cg__t(t)->dtype) ? CG_OK : cg__check_floating_failed(t, fn, name);
+}
+/* Checks that a and b (live) have one dtype: CG_ERR_INVALID_ARG naming fn and both otherwise. */
+cg_status cg__check_same_dtype(const cg_tensor *a, const cg_tensor *b, const char *fn);
 /* Checks that t (live) has dtype float32, the one dtype fn computes in: otherwise CG_ERR_INVALID_ARG
  * naming fn, the argument and its dtype. */
 cg_status cg__check_float32_failed(const cg_tensor *t, const char *fn, const char *name);

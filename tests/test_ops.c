@@ -1,6 +1,11 @@
 /* The op-table test (src/op_table.h): every op of the table, on every backend present (the CPU, and
- * cuda:0 where a GPU is), against the op's double-precision reference; and every differentiable op's
- * backward against central finite differences of that reference. Inputs are drawn from each op's
+ * cuda:0 where a GPU is), in every floating dtype it declares, against the op's double-precision
+ * reference on the dtype-rounded inputs; and every differentiable op's backward against central
+ * finite differences of that reference. float32 results are held to rtol 1e-5; a bfloat16 or
+ * float16 result to one unit of its dtype (relative 2^-7, 2^-10) plus float32's accumulation
+ * (1e-5 of the output's largest magnitude), and its gradients to twice that unit of the gradient
+ * plus one unit of the largest gradient or of g, whichever is larger: the inputs, g and the values
+ * the op saves are all rounded (tanh's 1 - y^2 from a rounded y loses more than a unit of itself). Inputs are drawn from each op's
  * own domain: element-wise ops on a fixed set of shapes that includes 0-dim, empty, broadcast and
  * non-contiguous inputs, other ops on their domain's cases. An op without a domain fails the test.
  * Nothing here names an op: adding one to the table tests it. */
@@ -8,6 +13,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "kernels/dtype_math.h"
 #include "op_table.h"
 #include "test_util.h"
 
@@ -71,7 +77,35 @@ static void draw_values(const cg_op_domain *dom, int k, int64_t n, double *out) 
     }
 }
 
-static void make_input(input *in, const cg_op_case *c, int k, const cg_op_domain *dom, bool grad, cg_device d) {
+/* v rounded to dtype dt (a value the op can be given). */
+static double rounded(cg_dtype dt, double v) {
+    float f = (float)v;
+    return dt == CG_BFLOAT16 ? cg_f32_from_bf16(cg_bf16_from_f32(f)) : dt == CG_FLOAT16 ? cg_f32_from_f16(cg_f16_from_f32(f)) : f;
+}
+
+/* The unit of dtype dt's last bit, relative (0 for float32, whose tolerance is the test's own). */
+static double unit_of(cg_dtype dt) { return dt == CG_BFLOAT16 ? 0x1p-7 : dt == CG_FLOAT16 ? 0x1p-10 : 0; }
+
+/* A float32 tensor of host values converted to dtype dt (itself for float32), a leaf. */
+static cg_tensor *tensor_in(const float *values, int ndim, const int64_t *shape, cg_dtype dt, cg_device d) {
+    cg_tensor *f = CG_TEST_OK(cg_from_data(values, ndim, shape, d));
+    if (dt == CG_FLOAT32) return f;
+    cg_tensor *t = CG_TEST_OK(cg_to_dtype(f, dt));
+    cg_tensor_free(f);
+    return t;
+}
+
+/* t's values as floats (read back through float32). */
+static float *read_any(const cg_tensor *t) {
+    if (cg_dtype_of(t) == CG_FLOAT32) return cg_test_read(t);
+    cg_tensor *f = CG_TEST_OK(cg_to_dtype(t, CG_FLOAT32));
+    float *v = cg_test_read(f);
+    cg_tensor_free(f);
+    return v;
+}
+
+static void make_input(input *in, const cg_op_case *c, int k, const cg_op_domain *dom, bool grad, cg_dtype dt,
+                       cg_device d) {
     int ndim = c->ndim[k];
     in->ref.ndim = ndim;
     memcpy(in->ref.shape, c->shape[k], sizeof in->ref.shape);
@@ -81,11 +115,12 @@ static void make_input(input *in, const cg_op_case *c, int k, const cg_op_domain
     in->transposed = c->transposed[k];
     if (in->transposed) assert_true(ndim >= 2);
     draw_values(dom, k, n, in->ref.data);
-    for (int64_t i = 0; i < n; i++) stored[stored_at(in, i)] = (float)in->ref.data[i];
+    if (dom->integer[k]) dt = CG_FLOAT32; /* class indices stay as they are */
+    for (int64_t i = 0; i < n; i++) stored[stored_at(in, i)] = (float)(in->ref.data[i] = rounded(dt, in->ref.data[i]));
     int64_t shape[CG_MAX_DIMS]; /* the leaf's */
     memcpy(shape, c->shape[k], sizeof shape);
     if (in->transposed) shape[ndim - 2] = c->shape[k][ndim - 1], shape[ndim - 1] = c->shape[k][ndim - 2];
-    in->leaf = CG_TEST_OK(cg_from_data(stored, ndim, shape, d));
+    in->leaf = tensor_in(stored, ndim, shape, dt, d);
     CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad));
     in->arg = in->transposed ? CG_TEST_OK(cg_transpose(in->leaf, ndim - 2, ndim - 1)) : in->leaf;
     if (in->transposed && shape[ndim - 2] > 1 && shape[ndim - 1] > 1) assert_false(cg_is_contiguous(in->arg));
@@ -107,7 +142,7 @@ static float *read_grad(const input *in) {
         for (int64_t i = 0; i < n; i++) out[i] = 0.0f;
         return out;
     }
-    float *stored = cg_test_read(g);
+    float *stored = read_any(g);
     for (int64_t i = 0; i < n; i++) out[i] = stored[stored_at(in, i)];
     free(stored);
     return out;
@@ -128,14 +163,21 @@ static const char *case_str(const cg_op_info *op, const cg_op_case *c, char *buf
 
 /* out against the reference; where the reference is NaN (the op's defined result, e.g. a mean of no
  * elements), out must be NaN too. */
-static void assert_output(const cg_tensor *out, double *ref, int64_t n, const char *label) {
-    float *got = cg_test_read(out);
-    for (int64_t i = 0; i < n; i++)
+static void assert_output(const cg_tensor *out, double *ref, int64_t n, cg_dtype dt, const char *label) {
+    float *got = read_any(out);
+    double scale = 0;
+    for (int64_t i = 0; i < n; i++) {
         if (isnan(ref[i])) {
             if (!isnan(got[i])) fail_msg("%s: output element %lld: %.8g, the reference NaN", label, (long long)i, (double)got[i]);
             ref[i] = got[i] = 0;
         }
-    cg_test_assert_close(got, ref, (size_t)n, 1e-5);
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    if (dt == CG_FLOAT32) cg_test_assert_close(got, ref, (size_t)n, 1e-5);
+    for (int64_t i = 0; i < n && dt != CG_FLOAT32; i++)
+        if (!(fabs(got[i] - ref[i]) <= unit_of(dt) * fabs(ref[i]) + 1e-5 * scale + 1e-7))
+            fail_msg("%s: output element %lld: %.8g, the reference %.8g (%s: one unit is %g of it)", label, (long long)i,
+                     (double)got[i], ref[i], cg_dtype_name(dt), unit_of(dt));
     free(got);
 }
 
@@ -150,17 +192,18 @@ static double weighted_output(const cg_op_info *op, const cg_op_case *c, const c
     return sum;
 }
 
-/* One op, one case, one device: forward against the reference; backward against finite differences. */
-static void check_case(const cg_op_info *op, const cg_op_case *c, cg_device d) {
+/* One op, one case, one dtype, one device: forward against the reference; backward against finite
+ * differences. */
+static void check_case(const cg_op_info *op, const cg_op_case *c, cg_dtype dt, cg_device d) {
     char where[256], dev[16], label[320];
-    snprintf(label, sizeof label, "%s on %s, inputs %s", op->name, cg_device_str(d, dev, sizeof dev),
-             case_str(op, c, where, sizeof where));
+    snprintf(label, sizeof label, "%s on %s in %s, inputs %s", op->name, cg_device_str(d, dev, sizeof dev),
+             cg_dtype_name(dt), case_str(op, c, where, sizeof where));
     cg_test_context("%s", label);
     input in[CG_OP_MAX_INPUTS];
     const cg_tensor *args[CG_OP_MAX_INPUTS];
     cg_ref_tensor refs[CG_OP_MAX_INPUTS];
     for (int k = 0; k < op->ninputs; k++) {
-        make_input(&in[k], c, k, op->domain, (op->grad_inputs >> k) & 1u, d);
+        make_input(&in[k], c, k, op->domain, (op->grad_inputs >> k) & 1u, dt, d);
         args[k] = in[k].arg, refs[k] = in[k].ref;
     }
     cg_tensor *out = CG_TEST_OK(op->call(op, c, args)); /* first: the op checks the case's shapes for the reference */
@@ -169,12 +212,16 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_device d) {
     assert_int_equal(cg_ndim(out), ref.ndim);
     for (int i = 0; i < ref.ndim; i++) assert_int_equal(cg_size(out, i), ref.shape[i]);
     int64_t n = numel_of(ref.ndim, ref.shape);
-    assert_output(out, ref.data, n, label);
+    assert_output(out, ref.data, n, dt, label);
     if (op->grad_inputs) { /* on empty outputs too: the inputs' gradients must be zeros */
         double *gout = cg_test_doubles((size_t)n);
         float *gout_f = cg_test_malloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) gout_f[i] = (float)cg_test_uniform(-1, 1), gout[i] = gout_f[i];
-        cg_tensor *gt = CG_TEST_OK(cg_from_data(gout_f, ref.ndim, ref.shape, d));
+        double gscale = 0;
+        for (int64_t i = 0; i < n; i++) {
+            gout[i] = gout_f[i] = (float)rounded(cg_dtype_of(out), cg_test_uniform(-1, 1));
+            if (fabs(gout[i]) > gscale) gscale = fabs(gout[i]);
+        }
+        cg_tensor *gt = tensor_in(gout_f, ref.ndim, ref.shape, cg_dtype_of(out), d);
         CG_TEST_STATUS_OK(cg_backward_with(out, gt));
         for (int k = 0; k < op->ninputs; k++) {
             if (!((op->grad_inputs >> k) & 1u)) continue;
@@ -191,8 +238,10 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_device d) {
                 fd[j] = (up - down) / (2 * h);
                 if (fabs(fd[j]) > scale) scale = fabs(fd[j]);
             }
+            double unit = unit_of(dt); /* float32: the finite differences' own error */
+            if (unit && gscale > scale) scale = gscale;
             for (int64_t j = 0; j < m; j++)
-                if (!(fabs(analytic[j] - fd[j]) <= 1e-3 * fabs(fd[j]) + 1e-4 * scale + 1e-6))
+                if (!(fabs(analytic[j] - fd[j]) <= (unit ? 2 * unit : 1e-3) * fabs(fd[j]) + (unit ? unit : 1e-4) * scale + 1e-6))
                     fail_msg("%s: gradient of input %d, element %lld: %.8g, finite differences %.8g", label, k,
                              (long long)j, (double)analytic[j], fd[j]);
             free(analytic), free(fd);
@@ -206,6 +255,7 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_device d) {
 
 static void check_op(const cg_op_info *op, cg_device d) {
     if (!op->domain) fail_msg("op %s has no test domain: its entry in the op table must give one", op->name);
+    if (!(op->dtypes & CG_OP_FLOAT32)) fail_msg("op %s: its entry's dtypes must include float32", op->name);
     const cg_op_case *cases = op->domain->cases;
     int ncases = op->domain->ncases;
     if (op->domain->elementwise) {
@@ -214,7 +264,9 @@ static void check_op(const cg_op_info *op, cg_device d) {
                                   : (int)(sizeof kBinaryCases / sizeof kBinaryCases[0]);
     }
     if (ncases < 1) fail_msg("op %s: its test domain has no cases", op->name);
-    for (int i = 0; i < ncases; i++) check_case(op, &cases[i], d);
+    const cg_dtype floats[] = {CG_FLOAT32, CG_BFLOAT16, CG_FLOAT16};
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < ncases && (op->dtypes >> floats[t] & 1u); i++) check_case(op, &cases[i], floats[t], d);
 }
 
 /* On this binary's device: test_ops_cpu, and test_ops_cuda, which a machine without a GPU skips. */

@@ -31,71 +31,105 @@ static inline bool contiguous(const cg_ew_layout *lay, int n) {
     return true;
 }
 
-/* out[i] = EXPR of v0 (, v1, v2): input k's element at i, for the first N inputs. */
+/* out[i] = EXPR of v0 (, v1, v2): input k's element at i, for the first N inputs, in float; the
+ * elements are stored as DT_T, converted by DT_IN and DT_OUT (the dtype being generated, below). */
 #define EW_PASS(N, EXPR)                                                                                 \
     do {                                                                                                 \
         const cg_ew_layout *lay = &c->lay;                                                               \
-        const float *in0 = c->in[0], *in1 = c->in[N > 1 ? 1 : 0], *in2 = c->in[N > 2 ? 2 : 0];           \
-        float *y = c->out;                                                                               \
+        const DT_T *in0 = c->in[0], *in1 = c->in[N > 1 ? 1 : 0], *in2 = c->in[N > 2 ? 2 : 0];            \
+        DT_T *y = c->out;                                                                                \
         int64_t n = lay->numel;                                                                          \
         if (contiguous(lay, N)) {                                                                        \
             CG_CPU_FOR(i, n, n, {                                                                        \
-                float v0 = in0[i], v1 = in1[i], v2 = in2[i];                                             \
+                float v0 = DT_IN(in0[i]), v1 = DT_IN(in1[i]), v2 = DT_IN(in2[i]);                        \
                 (void)v1, (void)v2;                                                                      \
-                y[i] = EXPR;                                                                             \
+                y[i] = DT_OUT(EXPR);                                                                     \
             });                                                                                          \
             return;                                                                                      \
         }                                                                                                \
         int64_t len = row_length(lay), rows = n / len;                                                   \
         int64_t s0 = row_stride(lay, 0), s1 = row_stride(lay, N > 1 ? 1 : 0), s2 = row_stride(lay, N > 2 ? 2 : 0); \
         CG_CPU_FOR(r, rows, n, {                                                                         \
-            const float *r0 = in0 + strided_offset(lay, 0, r * len);                                     \
-            const float *r1 = N > 1 ? in1 + strided_offset(lay, 1, r * len) : r0;                        \
-            const float *r2 = N > 2 ? in2 + strided_offset(lay, 2, r * len) : r0;                        \
-            float *yr = y + r * len;                                                                     \
+            const DT_T *r0 = in0 + strided_offset(lay, 0, r * len);                                      \
+            const DT_T *r1 = N > 1 ? in1 + strided_offset(lay, 1, r * len) : r0;                         \
+            const DT_T *r2 = N > 2 ? in2 + strided_offset(lay, 2, r * len) : r0;                         \
+            DT_T *yr = y + r * len;                                                                      \
             for (int64_t j = 0; j < len; j++) {                                                          \
-                float v0 = r0[j * s0], v1 = r1[j * s1], v2 = r2[j * s2];                                 \
+                float v0 = DT_IN(r0[j * s0]), v1 = DT_IN(r1[j * s1]), v2 = DT_IN(r2[j * s2]);            \
                 (void)v1, (void)v2;                                                                      \
-                yr[j] = EXPR;                                                                            \
+                yr[j] = DT_OUT(EXPR);                                                                    \
             }                                                                                            \
         });                                                                                              \
     } while (0)
 
 typedef void (*ew_pass)(const cg_ew_call *c);
 
+/* The pass functions of one dtype: name_<op>_<dtype>. */
+#define PASTE3_(a, b, c) a##b##_##c
+#define PASTE3(a, b, c) PASTE3_(a, b, c)
+#define FN(kind, NAME) PASTE3(kind, NAME, DT_NAME)
+
 #define UNARY_PASSES(NAME, ...)                                                                          \
-    static void unary_##NAME(const cg_ew_call *c) {                                                      \
+    static void FN(unary_, NAME)(const cg_ew_call *c) {                                                  \
         float s = c->s;                                                                                  \
         EW_PASS(1, cg_unary_fwd_f(CG_UNARY_##NAME, v0, s));                                              \
     }                                                                                                    \
-    static void unary_grad_##NAME(const cg_ew_call *c) {                                                 \
+    static void FN(unary_grad_, NAME)(const cg_ew_call *c) {                                             \
         float s = c->s;                                                                                  \
         EW_PASS(2, cg_unary_bwd_f(CG_UNARY_##NAME, v0, v1, s));                                          \
     }
-CG_UNARY_OPS(UNARY_PASSES)
-#undef UNARY_PASSES
-
 #define BINARY_PASSES(NAME, ...)                                                                         \
-    static void binary_##NAME(const cg_ew_call *c) { EW_PASS(2, cg_binary_fwd_f(CG_BINARY_##NAME, v0, v1)); } \
-    static void binary_grad_a_##NAME(const cg_ew_call *c) {                                              \
+    static void FN(binary_, NAME)(const cg_ew_call *c) { EW_PASS(2, cg_binary_fwd_f(CG_BINARY_##NAME, v0, v1)); } \
+    static void FN(binary_grad_a_, NAME)(const cg_ew_call *c) {                                          \
         EW_PASS(3, cg_binary_bwd_f(CG_BINARY_##NAME, 0, v0, v1, v2));                                    \
     }                                                                                                    \
-    static void binary_grad_b_##NAME(const cg_ew_call *c) {                                              \
+    static void FN(binary_grad_b_, NAME)(const cg_ew_call *c) {                                          \
         EW_PASS(3, cg_binary_bwd_f(CG_BINARY_##NAME, 1, v0, v1, v2));                                    \
     }
-CG_BINARY_OPS(BINARY_PASSES)
-#undef BINARY_PASSES
+#define UNARY_FWD_ENTRY(NAME, ...) FN(unary_, NAME),
+#define UNARY_GRAD_ENTRY(NAME, ...) FN(unary_grad_, NAME),
+#define BINARY_FWD_ENTRY(NAME, ...) FN(binary_, NAME),
+#define BINARY_GRAD_A_ENTRY(NAME, ...) FN(binary_grad_a_, NAME),
+#define BINARY_GRAD_B_ENTRY(NAME, ...) FN(binary_grad_b_, NAME),
+/* Every pass of one dtype, and its tables. */
+#define DTYPE_PASSES                                                                                      \
+    CG_UNARY_OPS(UNARY_PASSES)                                                                            \
+    CG_BINARY_OPS(BINARY_PASSES)                                                                          \
+    static const ew_pass FN(unary_passes, )[2][CG_UNARY_COUNT] = {{CG_UNARY_OPS(UNARY_FWD_ENTRY)},       \
+                                                                   {CG_UNARY_OPS(UNARY_GRAD_ENTRY)}};     \
+    static const ew_pass FN(binary_passes, )[3][CG_BINARY_COUNT] = {{CG_BINARY_OPS(BINARY_FWD_ENTRY)},   \
+                                                                    {CG_BINARY_OPS(BINARY_GRAD_A_ENTRY)}, \
+                                                                    {CG_BINARY_OPS(BINARY_GRAD_B_ENTRY)}};
 
-#define UNARY_FWD_ENTRY(NAME, ...) unary_##NAME,
-#define UNARY_GRAD_ENTRY(NAME, ...) unary_grad_##NAME,
-#define BINARY_FWD_ENTRY(NAME, ...) binary_##NAME,
-#define BINARY_GRAD_A_ENTRY(NAME, ...) binary_grad_a_##NAME,
-#define BINARY_GRAD_B_ENTRY(NAME, ...) binary_grad_b_##NAME,
-static const ew_pass unary_passes[2][CG_UNARY_COUNT] = {{CG_UNARY_OPS(UNARY_FWD_ENTRY)},
-                                                         {CG_UNARY_OPS(UNARY_GRAD_ENTRY)}};
-static const ew_pass binary_passes[3][CG_BINARY_COUNT] = {{CG_BINARY_OPS(BINARY_FWD_ENTRY)},
-                                                          {CG_BINARY_OPS(BINARY_GRAD_A_ENTRY)},
-                                                          {CG_BINARY_OPS(BINARY_GRAD_B_ENTRY)}};
+#define DT_NAME f32
+#define DT_T float
+#define DT_IN(v) (v)
+#define DT_OUT(v) (v)
+DTYPE_PASSES
+#undef DT_NAME
+#undef DT_T
+#undef DT_IN
+#undef DT_OUT
+
+#define DT_NAME bf16
+#define DT_T uint16_t
+#define DT_IN(v) cg_f32_from_bf16(v)
+#define DT_OUT(v) cg_bf16_from_f32(v)
+DTYPE_PASSES
+#undef DT_NAME
+#undef DT_T
+#undef DT_IN
+#undef DT_OUT
+
+#define DT_NAME f16
+#define DT_T uint16_t
+#define DT_IN(v) cg_f32_from_f16(v)
+#define DT_OUT(v) cg_f16_from_f32(v)
+DTYPE_PASSES
+#undef DT_NAME
+#undef DT_T
+#undef DT_IN
+#undef DT_OUT
 
 cg_status cg__cpu_elementwise(const void *raw, int index) {
     const cg_ew_call *c = raw;
@@ -104,9 +138,13 @@ cg_status cg__cpu_elementwise(const void *raw, int index) {
     bool unary = c->kind == CG_EW_UNARY || c->kind == CG_EW_UNARY_GRAD;
     if (c->op < 0 || c->op >= (unary ? CG_UNARY_COUNT : CG_BINARY_COUNT))
         return cg__fail(CG_ERR_INVALID_ARG, "cpu: unknown element-wise op %d", c->op);
-    ew_pass pass = unary ? unary_passes[c->kind == CG_EW_UNARY_GRAD][c->op]
-                         : binary_passes[c->kind == CG_EW_BINARY ? 0 : 1 + (c->which != 0)][c->op];
-    pass(c);
+    int kind = unary ? c->kind == CG_EW_UNARY_GRAD : c->kind == CG_EW_BINARY ? 0 : 1 + (c->which != 0);
+    switch (c->dtype) {
+    case CG_FLOAT32: (unary ? unary_passes_f32[kind] : binary_passes_f32[kind])[c->op](c); break;
+    case CG_BFLOAT16: (unary ? unary_passes_bf16[kind] : binary_passes_bf16[kind])[c->op](c); break;
+    case CG_FLOAT16: (unary ? unary_passes_f16[kind] : binary_passes_f16[kind])[c->op](c); break;
+    default: return cg__fail(CG_ERR_INVALID_ARG, "cpu: element-wise pass on %s", cg_dtype_name(c->dtype));
+    }
     return CG_OK;
 }
 
