@@ -2,8 +2,9 @@
 // src/cuda/cuda_elementwise.c and mirroring src/cpu/cpu_elementwise.c): a contiguous path with
 // 16-byte loads and a strided/broadcast path, for float32, bfloat16 and float16 (computed in float32,
 // rounded once). The pass, the op and the dtype are template parameters, so each instantiation
-// compiles to its own straight-line loop.
+// compiles to its own straight-line loop. Also the passes of any dtype: CAST, COMPARE and WHERE.
 #include "kernels.h"
+#include "kernels/compare_math.h"
 #include "kernels/dtype_math.h"
 
 namespace {
@@ -145,6 +146,26 @@ __global__ void cast_kernel(const void *__restrict__ in, cg_dtype from, void *__
         cg_convert(to, out, i, from, in, strided_offset(lay, 0, i));
 }
 
+__global__ void compare_kernel(cg_compare_op op, cg_dtype dt, const void *__restrict__ a, const void *__restrict__ b,
+                               uint8_t *__restrict__ out, cg_ew_layout lay) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < lay.numel; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = cg_compare_at(op, dt, a, strided_offset(lay, 0, i), b, strided_offset(lay, 1, i));
+}
+
+template <typename T>
+__global__ void where_kernel(const uint8_t *__restrict__ cond, const T *__restrict__ a, const T *__restrict__ b,
+                             T *__restrict__ out, cg_ew_layout lay) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < lay.numel; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = cond[strided_offset(lay, 0, i)] ? a[strided_offset(lay, 1, i)] : b[strided_offset(lay, 2, i)];
+}
+
+template <typename T>
+cudaError_t launch_where(const cg_where_args *w, cudaStream_t stream) {
+    where_kernel<T><<<cg_launch_grid(w->lay.numel, kThreads), kThreads, 0, stream>>>(
+        w->cond, static_cast<const T *>(w->a), static_cast<const T *>(w->b), static_cast<T *>(w->out), w->lay);
+    return cudaGetLastError();
+}
+
 }  // namespace
 
 extern "C" cudaError_t cg_launch_elementwise(const cg_ew_call *c, cudaStream_t stream) {
@@ -189,4 +210,21 @@ extern "C" cudaError_t cg_launch_cast(const cg_cast_args *c, cudaStream_t stream
         cast_kernel<<<cg_launch_grid(c->lay.numel, kThreads), kThreads, 0, stream>>>(c->in, c->in_dtype, c->out,
                                                                                    c->out_dtype, c->lay);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t cg_launch_compare(const cg_compare_args *c, cudaStream_t stream) {
+    if (c->lay.numel > 0)
+        compare_kernel<<<cg_launch_grid(c->lay.numel, kThreads), kThreads, 0, stream>>>(c->op, c->dtype, c->a, c->b,
+                                                                                      c->out, c->lay);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cg_launch_where(const cg_where_args *w, cudaStream_t stream) {
+    if (w->lay.numel == 0) return cudaSuccess;
+    switch (w->bytes) {
+    case 1: return launch_where<uint8_t>(w, stream);
+    case 2: return launch_where<uint16_t>(w, stream);
+    case 4: return launch_where<uint32_t>(w, stream);
+    default: return launch_where<uint64_t>(w, stream);
+    }
 }

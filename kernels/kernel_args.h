@@ -25,6 +25,9 @@
     X(CAST, cast, cg_cast_args)                                       \
     X(ELEMENTWISE, elementwise, cg_ew_call)                           \
     X(REDUCE_SUM, reduce_sum, cg_reduce_sum_args)                     \
+    X(REDUCE_SUM_INT64, reduce_sum_int64, cg_reduce_sum_int64_args)   \
+    X(COMPARE, compare, cg_compare_args)                              \
+    X(WHERE, where, cg_where_args)                                    \
     X(MSE_FORWARD, mse_forward, cg_mse_forward_args)                  \
     X(MSE_BACKWARD, mse_backward, cg_mse_backward_args)               \
     X(GEMM, gemm, cg_gemm_args)                                       \
@@ -114,6 +117,40 @@ typedef struct cg_cast_args {
     cg_ew_layout lay;
 } cg_cast_args;
 
+/* Comparisons, each declared once: X(NAME, name, C operator), the public function cg_<name>. On
+ * floats they are IEEE's (NaN compares unequal to everything, itself included), on the integer types
+ * exact. */
+#define CG_COMPARE_OPS(X) \
+    X(EQ, eq, ==)         \
+    X(NE, ne, !=)         \
+    X(LT, lt, <)          \
+    X(LE, le, <=)         \
+    X(GT, gt, >)          \
+    X(GE, ge, >=)
+#define CG_COMPARE_ENUM(NAME, name, OP) CG_COMPARE_##NAME,
+typedef enum cg_compare_op { CG_COMPARE_OPS(CG_COMPARE_ENUM) CG_COMPARE_COUNT } cg_compare_op;
+#undef CG_COMPARE_ENUM
+
+/* out (bool, contiguous, lay.numel) = a OP b element by element, a and b of one dtype read through
+ * lay's inputs 0 and 1 (broadcast). */
+typedef struct cg_compare_args {
+    cg_compare_op op;
+    cg_dtype dtype;
+    const void *a, *b;
+    uint8_t *out;
+    cg_ew_layout lay;
+} cg_compare_args;
+
+/* out (contiguous, lay.numel elements of `bytes` bytes) = cond ? a : b element by element, cond
+ * (bool) through lay's input 0, a and b (one dtype) through inputs 1 and 2 (broadcast). */
+typedef struct cg_where_args {
+    const uint8_t *cond;
+    const void *a, *b;
+    void *out;
+    int bytes;
+    cg_ew_layout lay;
+} cg_where_args;
+
 /* ---- reductions and losses ------------------------------------------------------------------------------ */
 typedef struct cg_reduce_sum_args {
     const float *x; /* (outer, n, inner) */
@@ -121,6 +158,14 @@ typedef struct cg_reduce_sum_args {
     float scale;
     float *out;     /* (outer, inner) = scale * the sums over n */
 } cg_reduce_sum_args;
+
+/* The same for integers, exactly: x (outer, n, inner) int64, out (outer, inner) int64 = the sums over
+ * n (wrapping on overflow, as PyTorch). */
+typedef struct cg_reduce_sum_int64_args {
+    const int64_t *x;
+    int64_t outer, n, inner;
+    int64_t *out;
+} cg_reduce_sum_int64_args;
 
 typedef struct cg_mse_forward_args {
     const float *a, *b; /* (n) each */

@@ -40,11 +40,17 @@ cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream);
 /* elementwise.cu: one element-wise pass (kernel_args.h: cg_ew_call), a conversion (cg_cast_args) */
 cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);
 cudaError_t cg_launch_cast(const cg_cast_args *cast, cudaStream_t stream);
+cudaError_t cg_launch_compare(const cg_compare_args *compare, cudaStream_t stream);
+cudaError_t cg_launch_where(const cg_where_args *where, cudaStream_t stream);
 
 /* reduce.cu: partial (outer, chunks, inner) = sums of x (outer, n, inner) over n in chunks of chunk_len,
  * times scale. Deterministic: a fixed order for given shapes. */
 cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64_t n, int64_t inner, int64_t chunks,
                                  int64_t chunk_len, float scale, float *partial, cudaStream_t stream);
+
+/* reduce.cu: out (outer, inner) = the exact int64 sums of x (outer, n, inner) over n, one block per output. */
+cudaError_t cg_launch_sum_int64(const int64_t *x, int64_t outer, int64_t n, int64_t inner, int64_t *out,
+                                cudaStream_t stream);
 
 /* Counters of a device's one-launch reductions, which count their finished blocks in them: all 0
  * between launches (each launch puts back those it used); CG_TICKETS of them per device. */

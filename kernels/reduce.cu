@@ -89,6 +89,27 @@ __global__ void sum_columns_chunked(const float *__restrict__ x, int64_t outer, 
     }
 }
 
+// Integer sums are exact in any order: each block's threads stride over n, then the warps combine.
+// Unsigned adds wrap, as PyTorch's int64 sums do.
+__global__ void sum_int64_kernel(const int64_t *__restrict__ x, int64_t outer, int64_t n, int64_t inner,
+                                 int64_t *__restrict__ out) {
+    __shared__ unsigned long long warp_sums[kThreads / 32];
+    for (int64_t o = blockIdx.x; o < outer * inner; o += gridDim.x) {
+        const int64_t *col = x + (o / inner) * n * inner + o % inner;
+        unsigned long long acc = 0;
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) acc += (unsigned long long)col[k * inner];
+        for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
+        if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long total = 0;
+            for (int w = 0; w < kThreads / 32; w++) total += warp_sums[w];
+            out[o] = (int64_t)total;
+        }
+        __syncthreads();
+    }
+}
+
 }  // namespace
 
 // Four elements per thread (one round of loads), at most 8 blocks per SM.
@@ -115,5 +136,11 @@ extern "C" cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64
         sum_columns_chunked<<<(unsigned)blocks, kThreads, 0, stream>>>(x, outer, n, inner, chunks, chunk_len, scale,
                                                                      partial);
     }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cg_launch_sum_int64(const int64_t *x, int64_t outer, int64_t n, int64_t inner, int64_t *out,
+                                           cudaStream_t stream) {
+    sum_int64_kernel<<<(unsigned)cg_launch_blocks(outer * inner, 8), kThreads, 0, stream>>>(x, outer, n, inner, out);
     return cudaGetLastError();
 }

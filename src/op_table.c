@@ -43,8 +43,7 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
 }
 
 /* ---- element-wise references: the lists' formulas in double, with NumPy broadcasting --------------- */
-/* out's shape: the inputs' broadcast shape (they broadcast: the forward checked it). */
-static cg_status ref_alloc_broadcast(int n, const cg_ref_tensor *in, cg_ref_tensor *out) {
+cg_status cg__ref_broadcast_alloc(const cg_ref_tensor *in, int n, cg_ref_tensor *out) {
     int ndim = 0;
     for (int k = 0; k < n; k++)
         if (in[k].ndim > ndim) ndim = in[k].ndim;
@@ -59,8 +58,7 @@ static cg_status ref_alloc_broadcast(int n, const cg_ref_tensor *in, cg_ref_tens
     return cg__ref_alloc(out, ndim, shape);
 }
 
-/* The element of in that broadcasts to out's element `linear`. */
-static double ref_at(const cg_ref_tensor *in, const cg_ref_tensor *out, int64_t linear) {
+double cg__ref_broadcast_at(const cg_ref_tensor *in, const cg_ref_tensor *out, int64_t linear) {
     int64_t offset = 0, stride = 1;
     for (int i = out->ndim - 1; i >= 0; i--) {
         int64_t idx = linear % out->shape[i];
@@ -75,16 +73,16 @@ static double ref_at(const cg_ref_tensor *in, const cg_ref_tensor *out, int64_t 
 
 static cg_status unary_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
     (void)c;
-    CG_TRY(ref_alloc_broadcast(1, in, out));
+    CG_TRY(cg__ref_broadcast_alloc(in, 1, out));
     for (int64_t i = 0; i < cg__ref_numel(out); i++) out->data[i] = cg_unary_fwd_d((cg_unary_op)op->id, in->data[i], op->s);
     return CG_OK;
 }
 
 static cg_status binary_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
     (void)c;
-    CG_TRY(ref_alloc_broadcast(2, in, out));
+    CG_TRY(cg__ref_broadcast_alloc(in, 2, out));
     for (int64_t i = 0; i < cg__ref_numel(out); i++)
-        out->data[i] = cg_binary_fwd_d((cg_binary_op)op->id, ref_at(&in[0], out, i), ref_at(&in[1], out, i));
+        out->data[i] = cg_binary_fwd_d((cg_binary_op)op->id, cg__ref_broadcast_at(&in[0], out, i), cg__ref_broadcast_at(&in[1], out, i));
     return CG_OK;
 }
 

@@ -80,6 +80,10 @@ struct cg_op_info {
  * CG_ERR_SHAPE for a shape no tensor can have, or CG_ERR_OOM. */
 int64_t cg__ref_numel(const cg_ref_tensor *t);
 cg_status cg__ref_alloc(cg_ref_tensor *out, int ndim, const int64_t *shape);
+/* out allocated with the broadcast shape of the n inputs (they broadcast: the forward checked it),
+ * and the element of in that broadcasts to out's element `linear`. */
+cg_status cg__ref_broadcast_alloc(const cg_ref_tensor *in, int n, cg_ref_tensor *out);
+double cg__ref_broadcast_at(const cg_ref_tensor *in, const cg_ref_tensor *out, int64_t linear);
 /* in reduced along dim (negative counts from the end), as PyTorch's dim and keepdim: in viewed as
  * (*outer, *n, *inner) with n along dim, out allocated as (outer, inner) with dim dropped, or kept
  * as 1. CG_ERR_INVALID_ARG when dim is out of range. */
@@ -110,7 +114,14 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(conv2d) \
     X(conv2d_nobias) \
     X(max_pool2d) \
-    X(dropout)
+    X(dropout) \
+    X(eq) \
+    X(ne) \
+    X(lt) \
+    X(le) \
+    X(gt) \
+    X(ge) \
+    X(where)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)

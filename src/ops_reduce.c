@@ -38,26 +38,56 @@ static cg_status reduce_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
     return CG_OK;
 }
 
+/* The reduction of t (live) along dim (every element when all) as (outer, n, inner) -> (outer, inner),
+ * and the result's shape (ndim, shape); CG_ERR_INVALID_ARG naming fn when dim is out of range. */
+static cg_status reduce_geometry(const cg_tensor *t, int dim, bool all, bool keepdim, const char *fn, int *d,
+                                 int64_t *outer, int64_t *n, int64_t *inner, int *ndim, int64_t *shape) {
+    const cg_tensor_impl *ti = cg__t(t);
+    *d = dim < 0 ? dim + ti->ndim : dim;
+    if (!all && (*d < 0 || *d >= ti->ndim))
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, ti->ndim);
+    *outer = 1, *n = ti->numel, *inner = 1, *ndim = 0;
+    if (all) return CG_OK;
+    *outer = cg__numel_of(*d, ti->shape);
+    *n = ti->shape[*d];
+    *inner = cg__numel_of(ti->ndim - *d - 1, ti->shape + *d + 1);
+    for (int i = 0; i < ti->ndim; i++)
+        if (i != *d) shape[(*ndim)++] = ti->shape[i];
+        else if (keepdim) shape[(*ndim)++] = 1;
+    return CG_OK;
+}
+
+/* The sum of an integer or bool tensor (live): int64, exact, as PyTorch's; no mean (PyTorch refuses
+ * to guess its dtype). Not on the tape: integers carry no gradient. */
+static cg_tensor *reduce_int(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const char *fn) {
+    if (mean)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: the mean of a %s tensor (convert to a floating dtype first)", fn,
+                            cg_dtype_name(cg__t(t)->dtype));
+    int d, ndim;
+    int64_t outer, n, inner, shape[CG_MAX_DIMS];
+    if (reduce_geometry(t, dim, all, keepdim, fn, &d, &outer, &n, &inner, &ndim, shape) != CG_OK) return NULL;
+    const cg_tensor_impl *ti = cg__t(t);
+    cg_tensor *out = cg__tensor_new_dtype(ndim, shape, CG_INT64, ti->device);
+    if (!out || cg__t(out)->numel == 0) return out;
+    if (n == 0) return cg__finish(out, cg__fill(out, 0));
+    cg_tensor *c = ti->dtype == CG_INT64 ? cg__raw_contiguous(t) : cg__cast_new(t, CG_INT64);
+    cg_status s = c ? cg__run_reduce_sum_int64(ti->device, &(cg_reduce_sum_int64_args){cg__data(c), outer, n, inner,
+                                                                                        cg__data(out)})
+                    : cg_last_status();
+    cg_tensor_free(c);
+    return cg__finish(out, s);
+}
+
 /* x viewed as (outer, n, inner) reduced over n into out (outer, inner). */
 static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const cg_op_info *op) {
     const char *fn = op->name;
     CG_VIA_FLOAT32(fn, reduce(f32[0], dim, all, keepdim, mean, op), t);
-    if (cg__check_tensor(t, fn, "t") != CG_OK || cg__check_floating(t, fn, "t") != CG_OK) return NULL;
+    if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
+    if (!cg_dtype_floating(cg__t(t)->dtype)) return reduce_int(t, dim, all, keepdim, mean, fn);
     const cg_tensor_impl *ti = cg__t(t);
-    int d = dim < 0 ? dim + ti->ndim : dim;
-    if (!all && (d < 0 || d >= ti->ndim))
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, ti->ndim);
-    int64_t outer = 1, n = ti->numel, inner = 1;
-    int ndim = 0;
-    int64_t shape[CG_MAX_DIMS];
-    if (!all) {
-        outer = cg__numel_of(d, ti->shape);
-        n = ti->shape[d];
-        inner = cg__numel_of(ti->ndim - d - 1, ti->shape + d + 1);
-        for (int i = 0; i < ti->ndim; i++)
-            if (i != d) shape[ndim++] = ti->shape[i];
-            else if (keepdim) shape[ndim++] = 1;
-    }
+    int d, ndim;
+    int64_t outer, n, inner, shape[CG_MAX_DIMS];
+    if (reduce_geometry(t, dim, all, keepdim, fn, &d, &outer, &n, &inner, &ndim, shape) != CG_OK) return NULL;
     cg_tensor *out = cg__tensor_new(ndim, shape, ti->device);
     if (!out) return NULL;
     cg_status s = CG_OK;

@@ -420,7 +420,8 @@ static void test_print_each_dtype(void **state) {
 
 /* ---- dtypes the float ops take ---------------------------------------------------------------------- */
 /* The float ops take the three floating dtypes (tests/test_ops.c checks their values in each); an
- * integer input, or floating inputs of two dtypes, is an error naming the op and the dtypes. */
+ * integer input, or floating inputs of two dtypes, is an error naming the op and the dtypes (the sum
+ * takes integers: below). */
 static void test_float_ops_refuse_integers_and_mixed_dtypes(void **state) {
     (void)state;
     cg_device d = cg_test_device();
@@ -438,11 +439,60 @@ static void test_float_ops_refuse_integers_and_mixed_dtypes(void **state) {
     assert_null(cg_linear(f, h, NULL));
     assert_string_equal(cg_last_error(), "cg_linear: floating inputs of different dtypes (float32 and bfloat16); "
                                          "convert with cg_to_dtype");
-    assert_null(cg_sum(l));
-    assert_non_null(strstr(cg_last_error(), "cg_sum: argument 't' is int64"));
+    assert_null(cg_mean(l));
+    assert_non_null(strstr(cg_last_error(), "cg_mean: the mean of a int64 tensor"));
     assert_null(cg_matmul(l, f));
     assert_int_equal(cg_last_status(), CG_ERR_INVALID_ARG);
     cg_tensor_free(l), cg_tensor_free(f), cg_tensor_free(h);
+}
+
+/* ---- integers and bool: comparisons, where, sums ----------------------------------------------------------- */
+static void test_integer_comparisons_where_and_sums(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    const int64_t p53 = (int64_t)1 << 53, p62 = (int64_t)1 << 62;
+    const int64_t av[] = {p53, p53 + 1, -5}, bv[] = {p53 + 1, p53 + 1, -5};
+    cg_tensor *a = CG_TEST_OK(cg_from_data_dtype(av, CG_SHAPE(3), CG_INT64, d));
+    cg_tensor *b = CG_TEST_OK(cg_from_data_dtype(bv, CG_SHAPE(3), CG_INT64, d));
+    /* exact past 2^53, where a float or double would call 2^53 and 2^53 + 1 equal */
+    cg_tensor *eq = CG_TEST_OK(cg_eq(a, b)), *lt = CG_TEST_OK(cg_lt(a, b)), *ge = CG_TEST_OK(cg_ge(a, b));
+    assert_int_equal(cg_dtype_of(eq), CG_BOOL);
+    uint8_t *r = read_bytes(eq);
+    assert_memory_equal(r, ((uint8_t[]){0, 1, 1}), 3);
+    free(r);
+    r = read_bytes(lt);
+    assert_memory_equal(r, ((uint8_t[]){1, 0, 0}), 3);
+    free(r);
+    r = read_bytes(ge);
+    assert_memory_equal(r, ((uint8_t[]){0, 1, 1}), 3);
+    free(r);
+    /* where: int64 values kept exactly, b a broadcast 0-dim */
+    cg_tensor *minus = CG_TEST_OK(cg_full_dtype(CG_SHAPE(), -1, CG_INT64, d));
+    cg_tensor *w = CG_TEST_OK(cg_where(lt, a, minus));
+    int64_t *wv = read_bytes(w);
+    assert_true(wv[0] == p53 && wv[1] == -1 && wv[2] == -1);
+    free(wv);
+    assert_null(cg_where(a, a, b)); /* cond must be bool */
+    assert_non_null(strstr(cg_last_error(), "cond is int64; expected bool"));
+    /* sums of integers and bools are int64 and exact */
+    const int64_t big[] = {p62, p62, -p62, 3};
+    cg_tensor *l = CG_TEST_OK(cg_from_data_dtype(big, CG_SHAPE(2, 2), CG_INT64, d));
+    cg_tensor *s = CG_TEST_OK(cg_sum(l));
+    int64_t v;
+    CG_TEST_STATUS_OK(cg_item_int64(s, &v));
+    assert_true(v == p62 + 3);
+    cg_tensor *cols = CG_TEST_OK(cg_sum_dim(l, 0, false));
+    int64_t *cv = read_bytes(cols);
+    assert_true(cv[0] == 0 && cv[1] == p62 + 3);
+    free(cv);
+    cg_tensor *count = CG_TEST_OK(cg_sum(eq));
+    assert_int_equal(cg_dtype_of(count), CG_INT64);
+    CG_TEST_STATUS_OK(cg_item_int64(count, &v));
+    assert_true(v == 2);
+    assert_null(cg_mean(l));
+    assert_non_null(strstr(cg_last_error(), "cg_mean: the mean of a int64 tensor"));
+    cg_tensor_free(count), cg_tensor_free(cols), cg_tensor_free(s), cg_tensor_free(l), cg_tensor_free(w);
+    cg_tensor_free(minus), cg_tensor_free(ge), cg_tensor_free(lt), cg_tensor_free(eq), cg_tensor_free(b), cg_tensor_free(a);
 }
 
 int main(void) {
@@ -459,6 +509,7 @@ int main(void) {
         CG_TEST(test_read_back_and_copies),
         CG_TEST(test_print_each_dtype),
         CG_TEST(test_float_ops_refuse_integers_and_mixed_dtypes),
+        CG_TEST(test_integer_comparisons_where_and_sums),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

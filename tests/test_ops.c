@@ -115,7 +115,6 @@ static void make_input(input *in, const cg_op_case *c, int k, const cg_op_domain
     in->transposed = c->transposed[k];
     if (in->transposed) assert_true(ndim >= 2);
     draw_values(dom, k, n, in->ref.data);
-    if (dom->integer[k]) dt = CG_FLOAT32; /* class indices stay as they are */
     for (int64_t i = 0; i < n; i++) stored[stored_at(in, i)] = (float)(in->ref.data[i] = rounded(dt, in->ref.data[i]));
     int64_t shape[CG_MAX_DIMS]; /* the leaf's */
     memcpy(shape, c->shape[k], sizeof shape);

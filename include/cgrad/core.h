@@ -227,7 +227,23 @@ CG_API cg_tensor *cg_sigmoid(const cg_tensor *a);
 typedef enum cg_gelu_approximate { CG_GELU_NONE = 0, CG_GELU_TANH } cg_gelu_approximate;
 CG_API cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate);
 
-/* ---- reductions ----------------------------------------------------------------------------- */
+/* ---- comparisons and selection ---------------------------------------------------------------- */
+/* a OP b element by element, broadcast (torch.eq, ne, lt, le, gt, ge): a bool tensor. a and b have
+ * one dtype, any; integers compare exactly, floats as IEEE does (NaN is unequal to everything). Not
+ * differentiable. */
+CG_API cg_tensor *cg_eq(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_ne(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_lt(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_le(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_gt(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_ge(const cg_tensor *a, const cg_tensor *b);
+/* torch.where(cond, a, b): a where cond (bool) is true, else b; the three broadcast, a and b have one
+ * dtype (the result's). Differentiable in a and b. */
+CG_API cg_tensor *cg_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
+
+/* ---- reductions ------------------------------------------------------------------------------
+ * Of a floating tensor: its dtype, accumulated in float32 or wider. Of an integer or bool tensor:
+ * int64, exact (wrapping on overflow, as PyTorch); its mean is refused, as PyTorch does. */
 CG_API cg_tensor *cg_sum(const cg_tensor *t);  /* 0-dim */
 CG_API cg_tensor *cg_mean(const cg_tensor *t); /* 0-dim */
 CG_API cg_tensor *cg_sum_dim(const cg_tensor *t, int dim, bool keepdim);

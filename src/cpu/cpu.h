@@ -31,8 +31,11 @@ cg_status cg__cpu_random(const void *args, int index);
 /* elementwise (cpu_elementwise.c) */
 cg_status cg__cpu_elementwise(const void *args, int index);
 cg_status cg__cpu_cast(const void *args, int index);
+cg_status cg__cpu_compare(const void *args, int index);
+cg_status cg__cpu_where(const void *args, int index);
 /* reduce: the sum and MSE (cpu_reduce.c) */
 cg_status cg__cpu_reduce_sum(const void *args, int index);
+cg_status cg__cpu_reduce_sum_int64(const void *args, int index);
 cg_status cg__cpu_mse_forward(const void *args, int index);
 cg_status cg__cpu_mse_backward(const void *args, int index);
 /* matmul (cpu_matmul.c; no GEMM_BIAS: the caller runs the bias pass) */

@@ -1,6 +1,6 @@
 /* The reduce family on the CPU (kernels/kernel_args.h: REDUCE_SUM, MSE_FORWARD, MSE_BACKWARD; mirrors
  * src/cuda/cuda_reduce.c and kernels/reduce.cu): the sum over the middle axis of (outer, n, inner),
- * accumulated in double, and MSE's sum of squared differences and its gradient. Long single sums are
+ * accumulated in double (REDUCE_SUM_INT64: in int64, exact), and MSE's sum of squared differences and its gradient. Long single sums are
  * split into a fixed number of blocks, so the result does not depend on the thread count. */
 #include "cpu/cpu.h"
 #include "backend.h"
@@ -106,6 +106,22 @@ cg_status cg__cpu_reduce_sum(const void *raw, int index) {
             for (int64_t j = 0; j < width; j++) acc[j] += row[j];
         }
         for (int64_t j = 0; j < width; j++) out[o * inner + j0 + j] = (float)(acc[j] * scale);
+    });
+    return CG_OK;
+}
+
+/* Integer sums are exact in any order: one pass over each (outer, inner) column. Unsigned adds wrap
+ * (signed overflow is undefined in C). */
+cg_status cg__cpu_reduce_sum_int64(const void *raw, int index) {
+    const cg_reduce_sum_int64_args *a = raw;
+    (void)index;
+    CG_TRY(cg__cpu_enter());
+    int64_t inner = a->inner, n = a->n;
+    CG_CPU_FOR(o, a->outer * inner, a->outer * inner * n, {
+        const int64_t *x = a->x + (o / inner) * n * inner + o % inner;
+        uint64_t acc = 0;
+        for (int64_t k = 0; k < n; k++) acc += (uint64_t)x[k * inner];
+        a->out[o] = (int64_t)acc;
     });
     return CG_OK;
 }

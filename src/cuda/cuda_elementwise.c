@@ -1,5 +1,5 @@
 /* The elementwise family on CUDA (kernels/kernel_args.h: ELEMENTWISE): one element-wise pass
- * (cg_ew_call), and CAST, queued on the device's stream through kernels/elementwise.cu. Mirrors
+ * (cg_ew_call), and CAST, COMPARE and WHERE, queued on the device's stream through kernels/elementwise.cu. Mirrors
  * src/cpu/cpu_elementwise.c. */
 #include "cuda/cuda_internal.h"
 #include "backend.h"
@@ -18,5 +18,21 @@ cg_status cg__cuda_cast(const void *raw, int index) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     CG_CUDA_CHECK(cg_launch_cast(cast, ctx->stream));
+    return CG_OK;
+}
+
+cg_status cg__cuda_compare(const void *raw, int index) {
+    const cg_compare_args *compare = raw;
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cg_launch_compare(compare, ctx->stream));
+    return CG_OK;
+}
+
+cg_status cg__cuda_where(const void *raw, int index) {
+    const cg_where_args *where = raw;
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cg_launch_where(where, ctx->stream));
     return CG_OK;
 }
