@@ -42,7 +42,9 @@
     X(CONV2D_BACKWARD_DATA, conv2d_backward_data, cg_conv_args)       \
     X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight, cg_conv_args)   \
     X(MAX_POOL2D_FORWARD, max_pool2d_forward, cg_pool_args)           \
-    X(MAX_POOL2D_BACKWARD, max_pool2d_backward, cg_pool_args)
+    X(MAX_POOL2D_BACKWARD, max_pool2d_backward, cg_pool_args)       \
+    X(INDEX_SELECT, index_select, cg_index_select_args)               \
+    X(INDEX_ADD, index_add, cg_index_add_args)
 
 #define CG_KERNEL_ENUM(ID, NAME, ARGS) CG_KERNEL_##ID,
 typedef enum cg_kernel_id { CG_KERNELS(CG_KERNEL_ENUM) CG_KERNEL_COUNT } cg_kernel_id;
@@ -302,5 +304,28 @@ typedef struct cg_pool_args {
     const float *x, *gy;
     float *y, *arg, *gx; /* arg: written by the forward, read by the backward */
 } cg_pool_args;
+
+/* ---- indexing ----------------------------------------------------------------------------------------------- */
+/* out (outer, nidx, inner) = x (outer, n, inner) taken along the middle axis at index (nidx int64, each
+ * in [0, n): the front-end checked), elements of `bytes` bytes: torch.index_select. */
+typedef struct cg_index_select_args {
+    const void *x;
+    int bytes;
+    int64_t outer, n, inner;
+    const int64_t *index;
+    int64_t nidx;
+    void *out;
+} cg_index_select_args;
+
+/* index_select's gradient, deterministic: out (outer, n, inner) = for each j, the sum in float of
+ * g (outer, nidx, inner) at positions order[s] for s in [offsets[j], offsets[j + 1]) (the positions
+ * whose index is j, ascending), rounded once to dtype (floating, g's and out's). */
+typedef struct cg_index_add_args {
+    const void *g;
+    cg_dtype dtype;
+    int64_t outer, nidx, inner, n;
+    const int64_t *order, *offsets; /* (nidx), (n + 1) */
+    void *out;
+} cg_index_add_args;
 
 #endif

@@ -121,7 +121,8 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(le) \
     X(gt) \
     X(ge) \
-    X(where)
+    X(where) \
+    X(index_select)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)

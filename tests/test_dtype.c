@@ -495,6 +495,39 @@ static void test_integer_comparisons_where_and_sums(void **state) {
     cg_tensor_free(minus), cg_tensor_free(ge), cg_tensor_free(lt), cg_tensor_free(eq), cg_tensor_free(b), cg_tensor_free(a);
 }
 
+/* index_select on integer and bool tensors moves their bits; positions are checked. */
+static void test_index_select_any_dtype(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    const int64_t big[] = {INT64_MIN, 1, ((int64_t)1 << 60) + 7, -3, 5, 6}; /* (3, 2) */
+    cg_tensor *t = CG_TEST_OK(cg_from_data_dtype(big, CG_SHAPE(3, 2), CG_INT64, d));
+    const int64_t pos[] = {2, 0, 2};
+    cg_tensor *index = CG_TEST_OK(cg_from_data_dtype(pos, CG_SHAPE(3), CG_INT64, d));
+    cg_tensor *rows = CG_TEST_OK(cg_index_select(t, 0, index));
+    CG_TEST_ASSERT_SHAPE(rows, 3, 2);
+    int64_t *r = read_bytes(rows);
+    const int64_t want[] = {5, 6, INT64_MIN, 1, 5, 6};
+    assert_memory_equal(r, want, sizeof want);
+    free(r);
+    cg_tensor *zero = CG_TEST_OK(cg_zeros_dtype(CG_SHAPE(), CG_INT64, d));
+    cg_tensor *mask = CG_TEST_OK(cg_gt(t, zero));
+    const int64_t col[] = {1};
+    cg_tensor *one = CG_TEST_OK(cg_from_data_dtype(col, CG_SHAPE(1), CG_INT64, d));
+    cg_tensor *picked = CG_TEST_OK(cg_index_select(mask, 1, one));
+    uint8_t *b = read_bytes(picked);
+    assert_memory_equal(b, ((uint8_t[]){1, 0, 1}), 3);
+    free(b);
+    const int64_t bad[] = {0, 3};
+    cg_tensor *out_of_range = CG_TEST_OK(cg_from_data_dtype(bad, CG_SHAPE(2), CG_INT64, d));
+    assert_null(cg_index_select(t, 0, out_of_range));
+    assert_string_equal(cg_last_error(), "cg_index_select: index[1] = 3 is out of range for dim 0 of size 3");
+    cg_tensor *f = CG_TEST_OK(cg_zeros(CG_SHAPE(2), d));
+    assert_null(cg_index_select(t, 0, f));
+    assert_non_null(strstr(cg_last_error(), "index must be a 1-D (or 0-dim) int64 tensor, got float32"));
+    cg_tensor_free(f), cg_tensor_free(out_of_range), cg_tensor_free(picked), cg_tensor_free(one);
+    cg_tensor_free(mask), cg_tensor_free(zero), cg_tensor_free(rows), cg_tensor_free(index), cg_tensor_free(t);
+}
+
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
@@ -510,6 +543,7 @@ int main(void) {
         CG_TEST(test_print_each_dtype),
         CG_TEST(test_float_ops_refuse_integers_and_mixed_dtypes),
         CG_TEST(test_integer_comparisons_where_and_sums),
+        CG_TEST(test_index_select_any_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -241,6 +241,13 @@ CG_API cg_tensor *cg_ge(const cg_tensor *a, const cg_tensor *b);
  * dtype (the result's). Differentiable in a and b. */
 CG_API cg_tensor *cg_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
 
+/* torch.index_select(t, dim, index): t's slices along dim at the positions index holds (a 1-D or
+ * 0-dim int64 tensor on t's device, each in [0, size of dim), repeats allowed), in their order; t of
+ * any dtype. A position out of range is CG_ERR_INVALID_ARG naming it: the positions are read back to
+ * check them, so on a GPU the call waits for the device. Differentiable in t: the gradient sums the
+ * rows a position was taken by, in a fixed order (deterministic). */
+CG_API cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index);
+
 /* ---- reductions ------------------------------------------------------------------------------
  * Of a floating tensor: its dtype, accumulated in float32 or wider. Of an integer or bool tensor:
  * int64, exact (wrapping on overflow, as PyTorch); its mean is refused, as PyTorch does. */

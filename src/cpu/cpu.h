@@ -31,6 +31,9 @@ cg_status cg__cpu_random(const void *args, int index);
 /* elementwise (cpu_elementwise.c) */
 cg_status cg__cpu_elementwise(const void *args, int index);
 cg_status cg__cpu_cast(const void *args, int index);
+/* index (cpu_index.c) */
+cg_status cg__cpu_index_select(const void *args, int index);
+cg_status cg__cpu_index_add(const void *args, int index);
 cg_status cg__cpu_compare(const void *args, int index);
 cg_status cg__cpu_where(const void *args, int index);
 /* reduce: the sum and MSE (cpu_reduce.c) */

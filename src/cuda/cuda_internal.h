@@ -103,6 +103,8 @@ cg_status cg__cuda_random(const void *args, int index);
 /* elementwise (cuda_elementwise.c) */
 cg_status cg__cuda_elementwise(const void *args, int index);
 cg_status cg__cuda_cast(const void *args, int index);
+cg_status cg__cuda_index_select(const void *args, int index);
+cg_status cg__cuda_index_add(const void *args, int index);
 cg_status cg__cuda_compare(const void *args, int index);
 cg_status cg__cuda_where(const void *args, int index);
 cg_status cg__cuda_reduce_sum_int64(const void *args, int index);

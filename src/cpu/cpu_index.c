@@ -1,0 +1,40 @@
+/* The index family on the CPU (kernels/kernel_args.h: INDEX_SELECT, INDEX_ADD): gathering along a
+ * dim, and its gradient summed per destination in a fixed order. Mirrors src/cuda/cuda_index.c and
+ * kernels/index.cu. */
+#include <string.h>
+
+#include "cpu/cpu.h"
+#include "backend.h"
+#include "error.h"
+#include "kernels/dtype_math.h"
+
+cg_status cg__cpu_index_select(const void *raw, int index) {
+    const cg_index_select_args *a = raw;
+    (void)index;
+    CG_TRY(cg__cpu_enter());
+    size_t row = (size_t)(a->inner * a->bytes); /* the output exists: no overflow */
+    const char *x = a->x;
+    char *out = a->out;
+    CG_CPU_FOR(r, a->outer * a->nidx, a->outer * a->nidx * a->inner, {
+        int64_t o = r / a->nidx, i = r % a->nidx;
+        memcpy(out + (size_t)r * row, x + (size_t)(o * a->n + a->index[i]) * row, row);
+    });
+    return CG_OK;
+}
+
+cg_status cg__cpu_index_add(const void *raw, int index) {
+    const cg_index_add_args *a = raw;
+    (void)index;
+    CG_TRY(cg__cpu_enter());
+    int64_t inner = a->inner;
+    CG_CPU_FOR(r, a->outer * a->n, a->outer * a->n * inner + a->outer * a->nidx * inner, {
+        int64_t o = r / a->n, j = r % a->n;
+        for (int64_t k = 0; k < inner; k++) {
+            float acc = 0.0f;
+            for (int64_t s = a->offsets[j]; s < a->offsets[j + 1]; s++)
+                acc += cg_load_float(a->dtype, a->g, (o * a->nidx + a->order[s]) * inner + k);
+            cg_store_float(a->dtype, a->out, r * inner + k, acc);
+        }
+    });
+    return CG_OK;
+}

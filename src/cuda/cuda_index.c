@@ -1,0 +1,21 @@
+/* The index family on CUDA (kernels/kernel_args.h: INDEX_SELECT, INDEX_ADD) through kernels/index.cu,
+ * queued on the device's stream. Mirrors src/cpu/cpu_index.c. */
+#include "cuda/cuda_internal.h"
+#include "backend.h"
+#include "error.h"
+
+cg_status cg__cuda_index_select(const void *raw, int index) {
+    const cg_index_select_args *a = raw;
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cg_launch_index_select(a, ctx->stream));
+    return CG_OK;
+}
+
+cg_status cg__cuda_index_add(const void *raw, int index) {
+    const cg_index_add_args *a = raw;
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cg_launch_index_add(a, ctx->stream));
+    return CG_OK;
+}
