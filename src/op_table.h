@@ -55,13 +55,14 @@ typedef struct cg_op_domain {
 
 #define CG_OP_FLOAT32 (1u << CG_FLOAT32)
 #define CG_OP_FLOATS (CG_OP_FLOAT32 | 1u << CG_BFLOAT16 | 1u << CG_FLOAT16)
+#define CG_OP_ANY (CG_OP_FLOATS | 1u << CG_INT64 | 1u << CG_BOOL) /* the dtypes the op-table test draws */
 
 typedef struct cg_op_info cg_op_info;
 struct cg_op_info {
     const char *name;    /* the public function, or the internal pass's name */
     int ninputs;
     unsigned grad_inputs; /* bit k: input k is differentiable (its backward is checked); 0: not differentiable */
-    unsigned dtypes;      /* bit dt: the op takes floating inputs of dtype dt (CG_OP_FLOATS or CG_OP_FLOAT32) */
+    unsigned dtypes;      /* bit dt: the op takes inputs of dtype dt (CG_OP_FLOAT32, CG_OP_FLOATS, CG_OP_ANY) */
     const cg_op_domain *domain;
     /* The op on tensors (the path its public function takes), with the case's parameters; NULL with the
      * error recorded. */

@@ -110,7 +110,7 @@ cg_tensor *cg_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *
         for (int64_t i = 0; i < cg__ref_numel(out); i++) out->data[i] = cg__ref_broadcast_at(&in[0], out, i) OP cg__ref_broadcast_at(&in[1], out, i); \
         return CG_OK;                                                                                           \
     }                                                                                                           \
-    CG_OP_DEFINE(low) = {.name = "cg_" #low, .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 0,          \
+    CG_OP_DEFINE(low) = {.name = "cg_" #low, .ninputs = 2, .dtypes = CG_OP_ANY, .grad_inputs = 0,             \
                           .domain = &compare_domain, .call = low##_call, .reference = low##_reference};
 /* Small integers, so that equal pairs are common, on the element-wise ops' shapes. */
 static const cg_op_domain compare_domain = {.lo = {-2, -2}, .hi = {2, 2}, .integer = {true, true}, .elementwise = true};
@@ -144,5 +144,5 @@ static const cg_op_domain where_domain = {
                 {.ndim = {2, 2, 2}, .shape = {{3, 4}, {3, 4}, {3, 4}}, .transposed = {T, T, false}},
                 {.ndim = {2, 2, 2}, .shape = {{0, 3}, {1, 3}, {0, 1}}})};                      /* empty */
 #undef T
-CG_OP_DEFINE(where) = {.name = "cg_where", .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 6u, .domain = &where_domain,
+CG_OP_DEFINE(where) = {.name = "cg_where", .ninputs = 3, .dtypes = CG_OP_ANY, .grad_inputs = 6u, .domain = &where_domain,
                        .call = where_call, .reference = where_reference, .backward = where_backward};

@@ -519,24 +519,24 @@ static const cg_op_domain permute_domain = {
                 {.ndim = {4}, .shape = {{2, 3, 1, 4}}, .param = {0, 2, 3, 1}}, /* (N, C, H, W) -> (N, H, W, C) */
                 {.ndim = {3}, .shape = {{2, 0, 3}}, .param = {1, 2, 0}})};
 
-CG_OP_DEFINE(contiguous) = {.name = "cg_contiguous", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &copy_domain,
+CG_OP_DEFINE(contiguous) = {.name = "cg_contiguous", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &copy_domain,
                                       .call = contiguous_call, .reference = same_reference, .backward = identity_backward};
-CG_OP_DEFINE(clone) = {.name = "cg_clone", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &copy_domain,
+CG_OP_DEFINE(clone) = {.name = "cg_clone", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &copy_domain,
                                  .call = clone_call, .reference = same_reference, .backward = identity_backward};
-CG_OP_DEFINE(reshape) = {.name = "cg_reshape", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reshape_domain,
+CG_OP_DEFINE(reshape) = {.name = "cg_reshape", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &reshape_domain,
                                    .call = reshape_call, .reference = reshape_reference, .backward = reshape_backward};
-CG_OP_DEFINE(view) = {.name = "cg_view", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &view_domain,
+CG_OP_DEFINE(view) = {.name = "cg_view", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &view_domain,
                                 .call = view_call, .reference = reshape_reference, .backward = reshape_backward};
-CG_OP_DEFINE(transpose) = {.name = "cg_transpose", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &transpose_domain,
+CG_OP_DEFINE(transpose) = {.name = "cg_transpose", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &transpose_domain,
                                      .call = transpose_call, .reference = transpose_reference, .backward = transpose_backward};
-CG_OP_DEFINE(permute) = {.name = "cg_permute", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &permute_domain,
+CG_OP_DEFINE(permute) = {.name = "cg_permute", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &permute_domain,
                           .call = permute_call, .reference = permute_reference, .backward = permute_backward};
-CG_OP_DEFINE(to) = {.name = "cg_to", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &to_domain,
+CG_OP_DEFINE(to) = {.name = "cg_to", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &to_domain,
                               .call = to_call, .reference = same_reference, .backward = to_backward};
 /* Into float32 itself (a recorded alias): the conversions between dtypes are tests/test_dtype.c's. */
 static cg_tensor *to_dtype_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
     (void)op, (void)c;
     return cg_to_dtype(in[0], CG_FLOAT32);
 }
-CG_OP_DEFINE(to_dtype) = {.name = "cg_to_dtype", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &copy_domain,
+CG_OP_DEFINE(to_dtype) = {.name = "cg_to_dtype", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &copy_domain,
                           .call = to_dtype_call, .reference = same_reference, .backward = to_dtype_backward};

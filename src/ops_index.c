@@ -163,6 +163,6 @@ static const cg_op_domain index_select_domain = {
                 {.ndim = {3}, .shape = {{2, 4, 3}}, .param = {-1, 2, 2, 0}},
                 {.ndim = {2}, .shape = {{3, 5}}, .transposed = {true}, .param = {1, 2, 4, 4}},
                 {.ndim = {1}, .shape = {{5}}, .param = {0, 0}})};
-CG_OP_DEFINE(index_select) = {.name = "cg_index_select", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
+CG_OP_DEFINE(index_select) = {.name = "cg_index_select", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1u,
                               .domain = &index_select_domain, .call = index_select_call,
                               .reference = index_select_reference, .backward = index_select_backward};

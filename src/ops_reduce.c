@@ -209,11 +209,11 @@ static const cg_op_domain reduce_dim_domain = {
                 {.ndim = {2}, .shape = {{3, 0}}, .param = {-1, true}}, /* along an empty dim: 0 each, mean NaN */
                 {.ndim = {2}, .shape = {{3, 300}}, .param = {0, false}})};
 
-CG_OP_DEFINE(sum) = {.name = "cg_sum", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_all_domain,
+CG_OP_DEFINE(sum) = {.name = "cg_sum", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &reduce_all_domain,
                                .call = sum_call, .reference = sum_reference, .backward = reduce_backward};
 CG_OP_DEFINE(mean) = {.name = "cg_mean", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_all_domain,
                                 .call = mean_call, .reference = mean_reference, .backward = reduce_backward};
-CG_OP_DEFINE(sum_dim) = {.name = "cg_sum_dim", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_dim_domain,
+CG_OP_DEFINE(sum_dim) = {.name = "cg_sum_dim", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &reduce_dim_domain,
                                    .call = sum_dim_call, .reference = sum_dim_reference, .backward = reduce_backward};
 CG_OP_DEFINE(mean_dim) = {.name = "cg_mean_dim", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_dim_domain,
                                     .call = mean_dim_call, .reference = mean_dim_reference, .backward = reduce_backward};

@@ -1,5 +1,6 @@
 /* The op-table test (src/op_table.h): every op of the table, on every backend present (the CPU, and
- * cuda:0 where a GPU is), in every floating dtype it declares, against the op's double-precision
+ * cuda:0 where a GPU is), in every dtype it declares (the float types; int64 and bool where it takes
+ * them, its inputs then converted, their gradients not), against the op's double-precision
  * reference on the dtype-rounded inputs; and every differentiable op's backward against central
  * finite differences of that reference. float32 results are held to rtol 1e-5; a bfloat16 or
  * float16 result to one unit of its dtype (relative 2^-7, 2^-10) plus float32's accumulation
@@ -77,9 +78,12 @@ static void draw_values(const cg_op_domain *dom, int k, int64_t n, double *out) 
     }
 }
 
-/* v rounded to dtype dt (a value the op can be given). */
+/* v rounded to dtype dt (a value the op can be given): to the 16-bit floats to nearest, to int64
+ * toward zero, to bool nonzero, as cg_to_dtype converts. */
 static double rounded(cg_dtype dt, double v) {
     float f = (float)v;
+    if (dt == CG_INT64) return trunc(f);
+    if (dt == CG_BOOL) return f != 0.0f;
     return dt == CG_BFLOAT16 ? cg_f32_from_bf16(cg_bf16_from_f32(f)) : dt == CG_FLOAT16 ? cg_f32_from_f16(cg_f16_from_f32(f)) : f;
 }
 
@@ -120,7 +124,7 @@ static void make_input(input *in, const cg_op_case *c, int k, const cg_op_domain
     memcpy(shape, c->shape[k], sizeof shape);
     if (in->transposed) shape[ndim - 2] = c->shape[k][ndim - 1], shape[ndim - 1] = c->shape[k][ndim - 2];
     in->leaf = tensor_in(stored, ndim, shape, dt, d);
-    CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad && cg_dtype_is_floating(dt)));
     in->arg = in->transposed ? CG_TEST_OK(cg_transpose(in->leaf, ndim - 2, ndim - 1)) : in->leaf;
     if (in->transposed && shape[ndim - 2] > 1 && shape[ndim - 1] > 1) assert_false(cg_is_contiguous(in->arg));
     free(stored);
@@ -212,7 +216,7 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_dtype dt, c
     for (int i = 0; i < ref.ndim; i++) assert_int_equal(cg_size(out, i), ref.shape[i]);
     int64_t n = numel_of(ref.ndim, ref.shape);
     assert_output(out, ref.data, n, dt, label);
-    if (op->grad_inputs) { /* on empty outputs too: the inputs' gradients must be zeros */
+    if (op->grad_inputs && cg_dtype_is_floating(dt)) { /* on empty outputs too: the inputs' gradients must be zeros */
         double *gout = cg_test_doubles((size_t)n);
         float *gout_f = cg_test_malloc((size_t)n * sizeof(float));
         double gscale = 0;
@@ -263,9 +267,9 @@ static void check_op(const cg_op_info *op, cg_device d) {
                                   : (int)(sizeof kBinaryCases / sizeof kBinaryCases[0]);
     }
     if (ncases < 1) fail_msg("op %s: its test domain has no cases", op->name);
-    const cg_dtype floats[] = {CG_FLOAT32, CG_BFLOAT16, CG_FLOAT16};
-    for (int t = 0; t < 3; t++)
-        for (int i = 0; i < ncases && (op->dtypes >> floats[t] & 1u); i++) check_case(op, &cases[i], floats[t], d);
+    const cg_dtype dtypes[] = {CG_FLOAT32, CG_BFLOAT16, CG_FLOAT16, CG_INT64, CG_BOOL};
+    for (int t = 0; t < 5; t++)
+        for (int i = 0; i < ncases && (op->dtypes >> dtypes[t] & 1u); i++) check_case(op, &cases[i], dtypes[t], d);
 }
 
 /* On this binary's device: test_ops_cpu, and test_ops_cuda, which a machine without a GPU skips. */
