@@ -10,6 +10,7 @@
 
 #include "cgrad/core.h"
 #include "kernels/kernel_args.h"
+#include "tensor_impl.h"
 
 /* Broadcast shape of a and b (NumPy rules), or a CG_ERR_SHAPE naming fn and both shapes. */
 cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char *fn, int *ndim,
@@ -31,15 +32,22 @@ cg_tensor *cg__raw_contiguous(const cg_tensor *t);
 
 /* bfloat16 and float16 through an op computed in float32 (src/ops_copy.c): the op runs on its
  * inputs converted to float32 and its result is converted back, rounded once, every conversion
- * recorded so that gradients flow back converted. Its floating inputs (live; NULL and integer ones
- * pass unchanged) must share one dtype. cg__float32_inputs returns 0 when that dtype is float32
+ * recorded so that gradients flow back converted. Its inputs are live (the front-end checked them)
+ * or NULL; NULL and integer ones pass unchanged, and the floating ones must share one dtype. cg__float32_inputs returns 0 when that dtype is float32
  * (nothing done), 1 after filling f32[k] (input k, converted where floating) and *dt, and -1 on
  * failure (recorded, naming fn). cg__float32_result converts out to dt, frees what f32 made and
  * out, and returns the result (NULL on failure). */
-int cg__float32_inputs(int n, const cg_tensor *const *in, cg_tensor **f32, cg_dtype *dt, const char *fn);
+int cg__float32_convert(int n, const cg_tensor *const *in, cg_tensor **f32, cg_dtype *dt, const char *fn);
+static inline int cg__float32_inputs(int n, const cg_tensor *const *in, cg_tensor **f32, cg_dtype *dt, const char *fn) {
+    for (int k = 0; k < n; k++) /* inline: float32 inputs, the common case, cost a compare each */
+        if (in[k] && cg__t(in[k])->dtype != CG_FLOAT32)
+            return cg__float32_convert(n, in, f32, dt, fn);
+    return 0;
+}
 cg_tensor *cg__float32_result(cg_tensor *out, cg_dtype dt, int n, const cg_tensor *const *in, cg_tensor **f32);
-/* The front-end of an op computed in float32: `return`s CALL's result (which reads f32[k] for input
- * k) run on the converted inputs when the inputs (the tensors after CALL) are bfloat16 or float16. */
+/* The front-end of an op computed in float32, after its checks: `return`s CALL's result (which
+ * reads f32[k] for input k) run on the converted inputs when the inputs (the tensors after CALL,
+ * live or NULL) are bfloat16 or float16. */
 #define CG_VIA_FLOAT32(FN, CALL, ...)                                                        \
     do {                                                                                     \
         const cg_tensor *via_in[] = {__VA_ARGS__};                                           \

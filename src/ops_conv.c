@@ -180,9 +180,9 @@ static cg_status conv2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor *
 }
 
 cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride, int padding) {
-    CG_VIA_FLOAT32("cg_conv2d", cg_conv2d(f32[0], f32[1], f32[2], stride, padding), x, weight, bias);
     cg_conv_geom g;
     if (check_conv2d(x, weight, bias, stride, padding, &g) != CG_OK) return NULL;
+    CG_VIA_FLOAT32("cg_conv2d", cg_conv2d(f32[0], f32[1], f32[2], stride, padding), x, weight, bias);
     const cg_tensor_impl *xi = cg__t(x);
     cg_tensor *xc = cg__raw_contiguous(x), *wc = xc ? cg__raw_contiguous(weight) : NULL;
     cg_tensor *bc = wc && bias ? cg__raw_contiguous(bias) : NULL;
@@ -238,8 +238,8 @@ static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tens
 cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
     const char *fn = "cg_max_pool2d";
     char sx[160];
-    CG_VIA_FLOAT32(fn, cg_max_pool2d(f32[0], kernel, stride), x);
     if (cg__check_tensor(x, fn, "x") != CG_OK || cg__check_floating(x, fn, "x") != CG_OK) return NULL;
+    CG_VIA_FLOAT32(fn, cg_max_pool2d(f32[0], kernel, stride), x);
     const cg_tensor_impl *xi = cg__t(x);
     if (xi->ndim != 4)
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected x (N, C, H, W), got %s", fn, cg__shape_str(x, sx, sizeof sx));

@@ -265,11 +265,10 @@ cg_tensor *cg_permute(const cg_tensor *t, int ndim, const int *dims) {
 }
 
 /* ---- low precision through float32 (ops.h) -------------------------------------------------------- */
-int cg__float32_inputs(int n, const cg_tensor *const *in, cg_tensor **f32, cg_dtype *dt, const char *fn) {
+int cg__float32_convert(int n, const cg_tensor *const *in, cg_tensor **f32, cg_dtype *dt, const char *fn) {
     int first = -1;
     for (int k = 0; k < n; k++) {
-        /* a NULL or dead handle is left to the op's own checks */
-        if (!in[k] || !cg__handle_live(CG_HANDLE_TENSOR, in[k]) || !cg_dtype_floating(cg__t(in[k])->dtype)) continue;
+        if (!in[k] || !cg_dtype_floating(cg__t(in[k])->dtype)) continue;
         if (first < 0) first = k;
         else if (cg__t(in[k])->dtype != cg__t(in[first])->dtype)
             return cg__fail(CG_ERR_INVALID_ARG, "%s: floating inputs of different dtypes (%s and %s); convert with cg_to_dtype",
@@ -278,7 +277,7 @@ int cg__float32_inputs(int n, const cg_tensor *const *in, cg_tensor **f32, cg_dt
     if (first < 0 || cg__t(in[first])->dtype == CG_FLOAT32) return 0;
     *dt = cg__t(in[first])->dtype;
     for (int k = 0; k < n; k++) {
-        bool convert = in[k] && cg__handle_live(CG_HANDLE_TENSOR, in[k]) && cg_dtype_floating(cg__t(in[k])->dtype);
+        bool convert = in[k] && cg_dtype_floating(cg__t(in[k])->dtype);
         f32[k] = convert ? cg_to_dtype(in[k], CG_FLOAT32) : (cg_tensor *)in[k];
         if (convert && !f32[k]) {
             while (k-- > 0)

@@ -10,8 +10,8 @@
 #include "tensor_impl.h"
 
 cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training) {
-    CG_VIA_FLOAT32("cg_dropout", cg_dropout(f32[0], p, training), x);
     if (cg__check_tensor(x, "cg_dropout", "x") != CG_OK || cg__check_floating(x, "cg_dropout", "x") != CG_OK) return NULL;
+    CG_VIA_FLOAT32("cg_dropout", cg_dropout(f32[0], p, training), x);
     const cg_tensor_impl *xi = cg__t(x);
     if (!(p >= 0.0f && p < 1.0f)) /* also rejects NaN */
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_dropout: p = %g must be in [0, 1)", (double)p);

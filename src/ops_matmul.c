@@ -105,10 +105,10 @@ static cg_status check_matmul_shapes(const cg_tensor *a, const cg_tensor *b, con
 }
 
 cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
-    CG_VIA_FLOAT32("cg_matmul", cg_matmul(f32[0], f32[1]), a, b);
     if (cg__check_same_device(a, b, "cg_matmul") != CG_OK || cg__check_floating(a, "cg_matmul", "a") != CG_OK ||
         cg__check_floating(b, "cg_matmul", "b") != CG_OK || check_matmul_shapes(a, b, "cg_matmul") != CG_OK)
         return NULL;
+    CG_VIA_FLOAT32("cg_matmul", cg_matmul(f32[0], f32[1]), a, b);
     /* a (m, 0) and b (0, n) are empty, but the result (m, n) is not */
     const int64_t shape[2] = {cg__t(a)->shape[0], cg__t(b)->shape[1]};
     if (cg__check_result_shape(2, shape, "cg_matmul", "a", a, "b", b) != CG_OK) return NULL;
@@ -173,7 +173,6 @@ static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 }
 
 cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias) {
-    CG_VIA_FLOAT32("cg_linear", cg_linear(f32[0], f32[1], f32[2]), x, weight, bias);
     char sx[160], sw[160], sb[160];
     /* named as F.linear's arguments, before the pairwise device checks that call them a and b */
     if (cg__check_tensor(x, "cg_linear", "input") != CG_OK || cg__check_tensor(weight, "cg_linear", "weight") != CG_OK ||
@@ -181,6 +180,7 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
         cg__check_floating(x, "cg_linear", "input") != CG_OK || cg__check_floating(weight, "cg_linear", "weight") != CG_OK ||
         (bias && cg__check_floating(bias, "cg_linear", "bias") != CG_OK))
         return NULL;
+    CG_VIA_FLOAT32("cg_linear", cg_linear(f32[0], f32[1], f32[2]), x, weight, bias);
     const cg_tensor_impl *xi = cg__t(x), *weighti = cg__t(weight);
     if (cg__check_same_device(x, weight, "cg_linear") != CG_OK) return NULL;
     if (bias && cg__check_same_device(x, bias, "cg_linear") != CG_OK) return NULL;

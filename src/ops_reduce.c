@@ -81,8 +81,8 @@ static cg_tensor *reduce_int(const cg_tensor *t, int dim, bool all, bool keepdim
 /* x viewed as (outer, n, inner) reduced over n into out (outer, inner). */
 static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const cg_op_info *op) {
     const char *fn = op->name;
-    CG_VIA_FLOAT32(fn, reduce(f32[0], dim, all, keepdim, mean, op), t);
     if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
+    CG_VIA_FLOAT32(fn, reduce(f32[0], dim, all, keepdim, mean, op), t);
     if (!cg_dtype_floating(cg__t(t)->dtype)) return reduce_int(t, dim, all, keepdim, mean, fn);
     const cg_tensor_impl *ti = cg__t(t);
     int d, ndim;

@@ -320,40 +320,6 @@ bool cg__overlaps(const cg_tensor *a, const cg_tensor *b) {
 }
 
 /* ---- layouts and conversion ------------------------------------------------------------------------- */
-/* Strides of t read as a tensor of the output shape: 0 along broadcast dims. */
-static void broadcast_strides(const cg_tensor *t, int ndim, int64_t *strides) {
-    const cg_tensor_impl *ti = cg__t(t);
-    for (int i = 0; i < ndim; i++) {
-        int it = ti->ndim - ndim + i;
-        strides[i] = (it < 0 || ti->shape[it] == 1) ? 0 : ti->strides[it];
-    }
-}
-
-/* Layout of out (ndim, shape) = f(inputs[0..n)) with broadcasting (every input's shape broadcasts to
- * shape: cg__broadcast_shape checked it), into a zeroed lay. */
-void cg__ew_layout(int n, const cg_tensor *const *inputs, int ndim, const int64_t *shape, cg_ew_layout *lay) {
-    int64_t strides[CG_EW_MAX_INPUTS][CG_MAX_DIMS]; /* [k][i] for k < n, i < ndim: all set here */
-    for (int k = 0; k < n; k++) broadcast_strides(inputs[k], ndim, strides[k]);
-    /* Coalesce: drop size-1 dims, merge dim i into i+1 where every input steps evenly across. */
-    lay->numel = cg__numel_of(ndim, shape);
-    int d = 0;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] == 1) continue;
-        bool merge = d > 0;
-        for (int k = 0; k < n && merge; k++) merge = strides[k][i] * shape[i] == lay->strides[k][d - 1];
-        if (merge) {
-            lay->shape[d - 1] *= shape[i];
-            for (int k = 0; k < n; k++) lay->strides[k][d - 1] = strides[k][i];
-        } else {
-            lay->shape[d] = shape[i];
-            for (int k = 0; k < n; k++) lay->strides[k][d] = strides[k][i];
-            d++;
-        }
-    }
-    lay->ndim = d;
-    for (int k = 0; k < n; k++) lay->contiguous[k] = d == 0 || (d == 1 && lay->strides[k][0] == 1);
-}
-
 cg_status cg__cast_into(cg_tensor *out, const cg_tensor *src) {
     const cg_tensor_impl *outi = cg__t(out), *srci = cg__t(src);
     if (outi->numel == 0) return CG_OK;
@@ -407,6 +373,7 @@ static cg_status check_dtype(cg_dtype dt, bool floating_only, const char *fn) {
 
 /* The bits of value as one element of dt (kernels/dtype_math.h's conversions), as cg_fill_args holds them. */
 static uint64_t element_bits(cg_dtype dt, double value) {
+    if (dt == CG_FLOAT32) return cg_f32_bits((float)value); /* the common case, straight */
     unsigned char e[8];
     if (cg_dtype_floating(dt)) cg_store_float(dt, e, 0, (float)value);
     else cg_store_int(dt, e, 0, (int64_t)value);
