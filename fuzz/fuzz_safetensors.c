@@ -1,7 +1,7 @@
 /* libFuzzer target: arbitrary bytes as a safetensors file (cg__safetensors_parse, the parser of
  * cg_safetensors_read). A file that fails must fail with CG_ERR_IO and a message naming it. A file
  * that parses must hold together through every accessor on the CPU: info, find (each name gives
- * back its index), the F32 tensors (holding exactly the file's bytes), the metadata. A broken
+ * back its index), the tensors (in cgrad's dtypes, exactly the file's bytes), the metadata. A broken
  * expectation aborts, which libFuzzer reports as a crash. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,23 +12,38 @@
 
 #define NAME "fuzz.safetensors"
 
-/* Tensor i, whose bytes in the file are data[0, nbytes), through cg_safetensors_tensor on the CPU. */
+static bool is_cgrad_dtype(const char *dt) {
+    static const char *const names[] = {"F32", "BF16", "F16", "I64", "I32", "U8", "BOOL"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (strcmp(dt, names[k]) == 0) return true;
+    return false;
+}
+
+/* Tensor i, whose bytes in the file are data[0, nbytes), through cg_safetensors_tensor on the CPU:
+ * the file's bytes in a dtype cgrad has, else refused naming the dtype; and converted to float32 by
+ * cg_safetensors_tensor_as, which may refuse only a value (BOOL byte, U64 past int64) or a shape. */
 static void check_tensor(const cg_safetensors *st, int i, const cg_safetensors_info *info, const uint8_t *data) {
+    cg_tensor *c = cg_safetensors_tensor_as(st, i, CG_FLOAT32, cg_cpu());
+    CHECK(c ? cg_numel(c) == info->numel && cg_dtype_of(c) == CG_FLOAT32
+            : cg_last_status() == CG_ERR_IO || cg_last_status() == CG_ERR_SHAPE);
+    cg_tensor_free(c);
     cg_tensor *t = cg_safetensors_tensor(st, i, cg_cpu());
-    if (strcmp(info->dtype, "F32") != 0) {
+    if (!is_cgrad_dtype(info->dtype)) {
         CHECK(!t && cg_last_status() == CG_ERR_IO && strstr(cg_last_error(), info->dtype));
         return;
     }
-    if (!t) { /* a shape cgrad cannot hold (zero elements, but dims whose product overflows) */
-        CHECK(info->numel == 0 && cg_last_status() == CG_ERR_SHAPE);
+    if (!t) { /* a shape cgrad cannot hold (zero elements, but dims whose product overflows), or a BOOL byte > 1 */
+        CHECK((info->numel == 0 && cg_last_status() == CG_ERR_SHAPE) ||
+              (!strcmp(info->dtype, "BOOL") && cg_last_status() == CG_ERR_IO));
         return;
     }
-    CHECK(cg_ndim(t) == info->ndim && cg_numel(t) == info->numel && info->nbytes == (size_t)info->numel * 4);
+    CHECK(cg_ndim(t) == info->ndim && cg_numel(t) == info->numel &&
+          info->nbytes == (size_t)info->numel * cg_dtype_size(cg_dtype_of(t)));
     for (int d = 0; d < info->ndim; d++) CHECK(cg_size(t, d) == info->shape[d]);
     if (info->numel) { /* the values are the file's bytes (little-endian, as this host) */
-        float *host = malloc(info->nbytes);
+        uint8_t *host = malloc(info->nbytes);
         CHECK(host);
-        CHECK(cg_to_host(t, host, (size_t)info->numel) == CG_OK);
+        CHECK(cg_to_host_bytes(t, host, info->nbytes) == CG_OK);
         CHECK(memcmp(host, data, info->nbytes) == 0);
         free(host);
     }

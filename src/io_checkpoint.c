@@ -323,11 +323,13 @@ static cg_status meta_list(const ck_plan *p, const char *key, int n, uint64_t ma
     return CG_OK;
 }
 
-/* Copies tensor k of the file (F32, the shape of parameter t) into dst. */
+/* Copies tensor k of the file (the shape of parameter t; a floating dtype, converted to float32 as
+ * load_state_dict converts; the flat buffers are float32) into dst. */
 static cg_status read_entry(ck_plan *p, int k, const cg_tensor *t, float *dst) {
     cg_safetensors_info info;
+    char why[400];
     CG_TRY(cg_safetensors_info_at(p->st, k, &info));
-    if (strcmp(info.dtype, "F32") != 0) return load_fail(p, "tensor \"%s\" has dtype %s; expected F32", info.name, info.dtype);
+    if (cg__safetensors_load_fault(p->st, k, CG_FLOAT32, false, "", why, sizeof why)) return load_fail(p, "%s", why);
     if (info.ndim != cg__t(t)->ndim || memcmp(info.shape, cg__t(t)->shape, (size_t)cg__t(t)->ndim * sizeof(int64_t)) != 0) {
         char a[160], b[160];
         return load_fail(p, "tensor \"%s\" has shape %s in the file, but the model's parameter has %s", info.name,
@@ -335,7 +337,7 @@ static cg_status read_entry(ck_plan *p, int k, const cg_tensor *t, float *dst) {
     }
     p->used[k] = true;
     if (info.numel == 0) return CG_OK;
-    cg_tensor *h = cg_safetensors_tensor(p->st, k, cg_cpu());
+    cg_tensor *h = cg_safetensors_tensor_as(p->st, k, CG_FLOAT32, cg_cpu());
     cg_status s = h ? cg_to_host(h, dst, (size_t)info.numel) : cg_last_status();
     cg_tensor_free(h);
     return s;

@@ -57,6 +57,13 @@ cg_status cg__safetensors_write(const char *fn, const char *path, int n, const c
  * for the path in messages. */
 cg_status cg__safetensors_parse(const uint8_t *bytes, size_t len, const char *name, cg_safetensors **out);
 
+/* Why tensor k (valid) of st does not load into a parameter of dtype dt, in why (len bytes), or NULL
+ * when it does, as load_state_dict's param.copy_(t) would load it: any floating dtype into a floating
+ * parameter (converted), any other into a non-floating one; a dtype cgrad has no tensors of (F64,
+ * F8_*, I8, ...) only when convert is set, else the message ends with hint (e.g. how to set it). */
+const char *cg__safetensors_load_fault(const cg_safetensors *st, int k, cg_dtype dt, bool convert, const char *hint,
+                                       char *why, size_t len);
+
 /* cg_idx_load over len bytes in memory, plain or gzip-compressed; name stands for the path. */
 cg_status cg__idx_parse(const uint8_t *bytes, size_t len, const char *name, int expect_ndim, cg_idx *out);
 

@@ -25,9 +25,30 @@
 #define ST_MAX_HEADER (100u << 20) /* the reference reader's limit on the JSON header (100 MB) */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact as doubles */
 
+/* A safetensors dtype. cgrad has tensors of the first seven (ST_NATIVE: dtype is theirs); the others
+ * are validated in a header like them, and become tensors only when converted
+ * (cg_safetensors_tensor_as): decoded to dtype, float32 or int64, exactly (F64 rounded to float32,
+ * the way PyTorch's .to() from float64 to the 16-bit types rounds through float32), then converted
+ * by cg_to_dtype. */
+typedef enum st_via { ST_NATIVE, ST_VIA_FLOAT, ST_VIA_INT } st_via;
+typedef struct st_type {
+    const char *name;
+    size_t size;
+    cg_dtype dtype;
+    st_via via;
+} st_type;
+
+static const st_type st_types[] = {
+    {"F32", 4, CG_FLOAT32, ST_NATIVE},       {"BF16", 2, CG_BFLOAT16, ST_NATIVE},      {"F16", 2, CG_FLOAT16, ST_NATIVE},
+    {"I64", 8, CG_INT64, ST_NATIVE},         {"I32", 4, CG_INT32, ST_NATIVE},          {"U8", 1, CG_UINT8, ST_NATIVE},
+    {"BOOL", 1, CG_BOOL, ST_NATIVE},         {"F64", 8, CG_FLOAT32, ST_VIA_FLOAT},     {"F8_E4M3", 1, CG_FLOAT32, ST_VIA_FLOAT},
+    {"F8_E5M2", 1, CG_FLOAT32, ST_VIA_FLOAT}, {"I8", 1, CG_INT64, ST_VIA_INT},         {"I16", 2, CG_INT64, ST_VIA_INT},
+    {"U16", 2, CG_INT64, ST_VIA_INT},        {"U32", 4, CG_INT64, ST_VIA_INT},         {"U64", 8, CG_INT64, ST_VIA_INT},
+};
+
 typedef struct st_entry {
     char *name;
-    char dtype[8];
+    const st_type *type;
     int ndim;
     int64_t shape[CG_MAX_DIMS];
     int64_t numel;
@@ -46,6 +67,7 @@ typedef struct safetensors_impl {
     struct st_name *by_name; /* the entries sorted by name, for cg_safetensors_find */
     int n_meta;
     char **meta_key, **meta_value;
+    char *path;        /* for messages */
     uint8_t *file;     /* the whole file */
     const uint8_t *data;
 } safetensors_impl;
@@ -65,12 +87,15 @@ static bool host_is_little_endian(void) {
     return b == 1;
 }
 
-static void swap32_inplace(void *p, size_t n) {
+/* Reverses the bytes of each of the n elements of size bytes at p (little-endian <-> host order). */
+static void swap_inplace(void *p, size_t n, size_t size) {
     uint8_t *b = p;
-    for (size_t i = 0; i < n; i++, b += 4) {
-        uint8_t t0 = b[0], t1 = b[1];
-        b[0] = b[3]; b[1] = b[2]; b[2] = t1; b[3] = t0;
-    }
+    for (size_t i = 0; i < n; i++, b += size)
+        for (size_t lo = 0, hi = size - 1; lo < hi; lo++, hi--) {
+            uint8_t t = b[lo];
+            b[lo] = b[hi];
+            b[hi] = t;
+        }
 }
 
 static char *dup_str(const char *s) {
@@ -80,17 +105,19 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* Bytes per element of a safetensors dtype, 0 when unknown. */
-static size_t dtype_size(const char *dt) {
-    static const struct { const char *name; size_t size; } table[] = {
-        {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1},
-        {"I16", 2}, {"U16", 2}, {"F16", 2}, {"BF16", 2},
-        {"I32", 4}, {"U32", 4}, {"F32", 4},
-        {"I64", 8}, {"U64", 8}, {"F64", 8},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (strcmp(dt, table[i].name) == 0) return table[i].size;
-    return 0;
+#define ST_NTYPES (sizeof st_types / sizeof st_types[0])
+
+/* The safetensors dtype called name, NULL when unknown. */
+static const st_type *type_named(const char *name) {
+    for (size_t i = 0; i < ST_NTYPES; i++)
+        if (strcmp(name, st_types[i].name) == 0) return &st_types[i];
+    return NULL;
+}
+
+/* The safetensors dtype of cgrad's dt (valid). */
+static const st_type *type_of(cg_dtype dt) {
+    for (size_t i = 0;; i++)
+        if (st_types[i].via == ST_NATIVE && st_types[i].dtype == dt) return &st_types[i];
 }
 
 /* Strict UTF-8 (no overlong forms, surrogates or code points above U+10FFFF). */
@@ -181,6 +208,7 @@ void cg_safetensors_free(cg_safetensors *h) {
     free(st->by_name);
     free(st->meta_key);
     free(st->meta_value);
+    free(st->path);
     free(st->file);
     cg__handle_free(&safetensors_pool, h);
 }
@@ -220,12 +248,12 @@ static bool parse_entry(const cJSON *v, st_entry *e, char *err, size_t err_len) 
         snprintf(err, err_len, "\"dtype\" is missing or not a string");
         return false;
     }
-    size_t dsize = dtype_size(dt->valuestring);
-    if (!dsize) {
+    e->type = type_named(dt->valuestring);
+    if (!e->type) {
         snprintf(err, err_len, "unknown dtype \"%.32s\"", dt->valuestring);
         return false;
     }
-    snprintf(e->dtype, sizeof e->dtype, "%s", dt->valuestring);
+    size_t dsize = e->type->size;
     if (!cJSON_IsArray(sh)) {
         snprintf(err, err_len, "\"shape\" is missing or not an array");
         return false;
@@ -272,7 +300,7 @@ static bool parse_entry(const cJSON *v, st_entry *e, char *err, size_t err_len) 
     if ((uint64_t)numel > UINT64_MAX / dsize || (uint64_t)numel * dsize != e->end - e->begin) {
         char sb[200];
         snprintf(err, err_len, "data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64 " bytes, but %s %s needs %" PRId64
-                 " x %zu", e->begin, e->end, e->end - e->begin, e->dtype, dims_str(ndim, e->shape, sb, sizeof sb),
+                 " x %zu", e->begin, e->end, e->end - e->begin, e->type->name, dims_str(ndim, e->shape, sb, sizeof sb),
                  numel, dsize);
         return false;
     }
@@ -290,6 +318,10 @@ static cg_status parse_file(const char *fn, const char *path, uint8_t *file, siz
     st->file = file;
     cJSON *root = NULL;
     cg_status s = CG_OK;
+    if (!(st->path = dup_str(path))) {
+        cg_safetensors_free(h);
+        return cg__fail(CG_ERR_OOM, "%s: %s: out of host memory", fn, path);
+    }
 #define BAD(...)                                        \
     do {                                                \
         s = read_fail(fn, path, __VA_ARGS__);           \
@@ -456,7 +488,7 @@ cg_status cg_safetensors_info_at(const cg_safetensors *h, int i, cg_safetensors_
     const st_entry *e = &st->e[i];
     memset(out, 0, sizeof *out);
     out->name = e->name;
-    out->dtype = e->dtype;
+    out->dtype = e->type->name;
     out->ndim = e->ndim;
     memcpy(out->shape, e->shape, sizeof e->shape);
     out->numel = e->numel;
@@ -486,31 +518,137 @@ const char *cg_safetensors_metadata(const cg_safetensors *h, const char *key) {
     return NULL;
 }
 
-/* The F32 data of entry e as a new aligned host buffer in host byte order. */
-static float *entry_floats(const safetensors_impl *st, const st_entry *e) {
-    size_t n = (size_t)e->numel;
-    float *buf = malloc(n ? n * sizeof(float) : 1);
-    if (!buf) return CG_FAIL_NULL(CG_ERR_OOM, "safetensors: out of host memory for %zu floats", n);
-    if (n) memcpy(buf, st->data + e->begin, n * sizeof(float));
-    if (!host_is_little_endian()) swap32_inplace(buf, n);
-    return buf;
+/* Entry i of h, checked for fn; NULL (recorded) when h or i is bad. */
+static const st_entry *entry_at(const cg_safetensors *h, int i, const char *fn) {
+    if (check_st(h, fn) != CG_OK) return NULL;
+    const safetensors_impl *st = st_of(h);
+    if (i < 0 || i >= st->n) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: index %d is not in 0..%d", fn, i, st->n - 1);
+    return &st->e[i];
+}
+
+/* A tensor of e's own dtype (one cgrad has) on d, from the file's little-endian bytes. */
+static cg_tensor *native_tensor(const safetensors_impl *st, const st_entry *e, cg_device d, const char *fn) {
+    const uint8_t *bytes = st->data + e->begin;
+    size_t n = (size_t)e->numel, size = e->type->size;
+    if (e->type->dtype == CG_BOOL)
+        for (size_t k = 0; k < n; k++)
+            if (bytes[k] > 1)
+                return CG_FAIL_NULL(CG_ERR_IO, "%s: %s: tensor \"%.128s\" (BOOL): element %zu is the byte %u, not 0 or 1",
+                                    fn, st->path, e->name, k, bytes[k]);
+    uint8_t *swapped = NULL;
+    if (!host_is_little_endian() && size > 1) {
+        if (!(swapped = malloc(n * size + 1)))
+            return CG_FAIL_NULL(CG_ERR_OOM, "%s: %s: out of host memory for %zu bytes", fn, st->path, n * size);
+        memcpy(swapped, bytes, n * size);
+        swap_inplace(swapped, n, size);
+        bytes = swapped;
+    }
+    cg_tensor *t = cg_from_data_dtype(bytes, e->ndim, e->shape, e->type->dtype, d);
+    if (!t) cg__fail_context("%s: tensor \"%.128s\"", fn, e->name); /* e.g. out of memory on d */
+    free(swapped);
+    return t;
+}
+
+/* The size bytes at p as a little-endian unsigned integer. */
+static uint64_t le_bits(const uint8_t *p, size_t size) {
+    uint64_t u = 0;
+    for (size_t k = size; k-- > 0;) u = u << 8 | p[k];
+    return u;
+}
+
+/* An element of F64 (rounded to nearest even), F8_E5M2 or F8_E4M3 (exact) as a float32. */
+static float decode_float(const st_type *type, const uint8_t *p) {
+    if (type->size == 8) {
+        uint64_t u = le_bits(p, 8);
+        double v;
+        memcpy(&v, &u, sizeof v);
+        return (float)v;
+    }
+    if (strcmp(type->name, "F8_E5M2") == 0) return cg_f32_from_f16((uint16_t)(p[0] << 8)); /* float16's top byte */
+    /* F8_E4M3 (torch.float8_e4m3fn): exponent bias 7, 3 mantissa bits, no infinities, S.1111.111 is NaN */
+    unsigned e = (p[0] >> 3) & 15u, m = p[0] & 7u;
+    float mag = e == 15 && m == 7 ? NAN : e ? ldexpf((float)(8 + m), (int)e - 10) : ldexpf((float)m, -9);
+    return p[0] & 0x80 ? copysignf(mag, -1.0f) : mag;
+}
+
+/* An element of I8, I16 (sign-extended), U16, U32 or U64 as an int64; false for a U64 above INT64_MAX. */
+static bool decode_int(const st_type *type, const uint8_t *p, int64_t *out) {
+    uint64_t u = le_bits(p, type->size);
+    unsigned bits = 8u * (unsigned)type->size;
+    if (type->name[0] == 'I' && bits < 64 && (u >> (bits - 1)) & 1u) u |= ~UINT64_C(0) << bits;
+    else if (u > INT64_MAX) return false;
+    memcpy(out, &u, sizeof *out);
+    return true;
+}
+
+/* Entry e of a dtype cgrad has no tensors of, decoded to a tensor of type->dtype (float32 or int64) on d. */
+static cg_tensor *decoded_tensor(const safetensors_impl *st, const st_entry *e, cg_device d, const char *fn) {
+    const st_type *type = e->type;
+    size_t n = (size_t)e->numel, out_size = cg_dtype_size(type->dtype);
+    if (n > (SIZE_MAX - 1) / out_size)
+        return CG_FAIL_NULL(CG_ERR_OOM, "%s: %s: tensor \"%.128s\": %zu elements are too many to convert", fn, st->path,
+                            e->name, n);
+    void *buf = malloc(n * out_size + 1);
+    if (!buf) return CG_FAIL_NULL(CG_ERR_OOM, "%s: %s: out of host memory for %zu bytes", fn, st->path, n * out_size);
+    const uint8_t *at = st->data + e->begin;
+    for (size_t k = 0; k < n; k++, at += type->size) {
+        if (type->via == ST_VIA_FLOAT) {
+            ((float *)buf)[k] = decode_float(type, at);
+        } else if (!decode_int(type, at, (int64_t *)buf + k)) {
+            free(buf);
+            return CG_FAIL_NULL(CG_ERR_IO, "%s: %s: tensor \"%.128s\" (U64): element %zu is %" PRIu64 ", beyond int64",
+                                fn, st->path, e->name, k, le_bits(at, 8));
+        }
+    }
+    cg_tensor *t = cg_from_data_dtype(buf, e->ndim, e->shape, type->dtype, d);
+    if (!t) cg__fail_context("%s: tensor \"%.128s\"", fn, e->name);
+    free(buf);
+    return t;
 }
 
 cg_tensor *cg_safetensors_tensor(const cg_safetensors *h, int i, cg_device d) {
-    if (check_st(h, "cg_safetensors_tensor") != CG_OK) return NULL;
-    const safetensors_impl *st = st_of(h);
-    if (i < 0 || i >= st->n)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_safetensors_tensor: index %d is not in 0..%d", i, st->n - 1);
-    const st_entry *e = &st->e[i];
-    if (strcmp(e->dtype, "F32") != 0)
-        return CG_FAIL_NULL(CG_ERR_IO, "cg_safetensors_tensor: tensor \"%s\" has dtype %s; cgrad reads only F32",
-                            e->name, e->dtype);
-    float *buf = entry_floats(st, e);
-    if (!buf) return NULL;
-    cg_tensor *t = cg_from_data(buf, e->ndim, e->shape, d);
-    if (!t) cg__fail_context("cg_safetensors_tensor: tensor \"%.128s\"", e->name); /* e.g. out of memory on d */
-    free(buf);
-    return t;
+    const char *fn = "cg_safetensors_tensor";
+    const st_entry *e = entry_at(h, i, fn);
+    if (!e) return NULL;
+    if (e->type->via != ST_NATIVE)
+        return CG_FAIL_NULL(CG_ERR_IO, "%s: %s: tensor \"%.128s\" has dtype %s, which cgrad has no tensors of "
+                            "(cg_safetensors_tensor_as converts it)", fn, st_of(h)->path, e->name, e->type->name);
+    return native_tensor(st_of(h), e, d, fn);
+}
+
+cg_tensor *cg_safetensors_tensor_as(const cg_safetensors *h, int i, cg_dtype dt, cg_device d) {
+    const char *fn = "cg_safetensors_tensor_as";
+    const st_entry *e = entry_at(h, i, fn);
+    if (!e) return NULL;
+    if (!cg_dtype_size(dt)) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: %d is not a cg_dtype", fn, (int)dt);
+    /* through float32, F64 would lose what a direct conversion to an integer or bool keeps */
+    if (e->type->size == 8 && e->type->via == ST_VIA_FLOAT && !cg_dtype_is_floating(dt))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: %s: tensor \"%.128s\" has dtype F64, which converts only to a "
+                            "floating dtype (float32, bfloat16, float16), not to %s", fn, st_of(h)->path, e->name,
+                            cg_dtype_name(dt));
+    cg_tensor *t = e->type->via == ST_NATIVE ? native_tensor(st_of(h), e, d, fn) : decoded_tensor(st_of(h), e, d, fn);
+    if (!t) return NULL;
+    cg_tensor *out = cg_to_dtype(t, dt);
+    if (!out) cg__fail_context("%s: tensor \"%.128s\"", fn, e->name);
+    cg_tensor_free(t);
+    return out;
+}
+
+const char *cg__safetensors_load_fault(const cg_safetensors *h, int k, cg_dtype dt, bool convert, const char *hint,
+                                       char *why, size_t len) {
+    const st_entry *e = &st_of(h)->e[k];
+    bool floating = cg_dtype_is_floating(e->type->dtype); /* a decoded dtype is float32 or int64 by the same rule */
+    if (floating != cg_dtype_is_floating(dt)) {
+        snprintf(why, len, "tensor \"%.128s\" has dtype %s, which does not load into a %s parameter (only a %s "
+                 "dtype converts to it)", e->name, e->type->name, cg_dtype_name(dt), floating ? "non-floating" : "floating");
+        return why;
+    }
+    if (e->type->via != ST_NATIVE && !convert) {
+        snprintf(why, len, "tensor \"%.128s\" has dtype %s, which cgrad has no tensors of%s", e->name, e->type->name,
+                 hint);
+        return why;
+    }
+    return NULL;
 }
 
 /* ---- module loading --------------------------------------------------------------------------- */
@@ -518,8 +656,8 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
     const char *fn = "cg_load_safetensors";
     if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
     if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
-    if (flags & ~CG_SAFETENSORS_ALLOW_UNEXPECTED)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn, flags & ~CG_SAFETENSORS_ALLOW_UNEXPECTED);
+    const unsigned known = CG_SAFETENSORS_ALLOW_UNEXPECTED | CG_SAFETENSORS_CONVERT;
+    if (flags & ~known) return cg__fail(CG_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn, flags & ~known);
     cg_safetensors *st = NULL;
     int np = cg_module_num_parameters(m); /* -1: m is inside another module */
     if (np < 0) return cg__fail_context("%s", fn);
@@ -553,8 +691,10 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
             goto done;
         }
         const st_entry *e = &sti->e[k];
-        if (strcmp(e->dtype, "F32") != 0) {
-            s = read_fail(fn, path, "tensor \"%s\" has dtype %s; cgrad parameters are F32", name, e->dtype);
+        char why[400];
+        if (cg__safetensors_load_fault(st, k, cg_dtype_of(p), flags & CG_SAFETENSORS_CONVERT,
+                                       " (CG_SAFETENSORS_CONVERT converts it)", why, sizeof why)) {
+            s = read_fail(fn, path, "%s", why);
             goto done;
         }
         int nd = cg_ndim(p);
@@ -583,19 +723,12 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
         cg_tensor *p = cg_module_parameter(m, i, NULL);
         const st_entry *e = &sti->e[match[i]];
         if (e->numel == 0) continue;
-        float *buf = entry_floats(sti, e);
-        if (!buf) {
-            s = cg_last_status();
-            break;
-        }
-        if (cg_is_contiguous(p)) {
-            s = cg__copy_bytes(cg_device_of(p), cg__data(p), cg_cpu(), buf, (size_t)e->numel * sizeof(float));
-        } else {
-            cg_tensor *h = cg_from_data(buf, e->ndim, e->shape, cg_cpu());
-            s = h ? cg_copy_(p, h) : cg_last_status();
-            cg_tensor_free(h);
-        }
-        free(buf);
+        /* In its own dtype, which cg_copy_ converts to the parameter's as param.copy_(t) does; one that
+         * cgrad has no tensors of (CG_SAFETENSORS_CONVERT) converted on the way in. */
+        cg_tensor *h = e->type->via == ST_NATIVE ? native_tensor(sti, e, cg_cpu(), fn)
+                                                 : cg_safetensors_tensor_as(st, match[i], cg_dtype_of(p), cg_cpu());
+        s = h ? cg_copy_(p, h) : cg_last_status();
+        cg_tensor_free(h);
     }
 done:
     free(match);
@@ -637,7 +770,8 @@ static char *build_header(int n, const char *const *names, const cg_tensor *cons
         int nd = cg_ndim(t);
         uint64_t shape[CG_MAX_DIMS];
         for (int d = 0; d < nd; d++) shape[d] = (uint64_t)cg_size(t, d);
-        uint64_t bytes = (uint64_t)cg_numel(t) * sizeof(float);
+        const st_type *type = type_of(cg_dtype_of(t));
+        uint64_t bytes = (uint64_t)cg_numel(t) * type->size; /* checked by check_write_args */
         uint64_t off[2] = {at, at + bytes};
         at += bytes;
         cJSON *e = cJSON_CreateObject();
@@ -647,7 +781,7 @@ static char *build_header(int n, const char *const *names, const cg_tensor *cons
             break;
         }
         cJSON *sh = uint_array(nd, shape), *of = NULL;
-        ok = cJSON_AddStringToObject(e, "dtype", "F32") && sh && cJSON_AddItemToObject(e, "shape", sh);
+        ok = cJSON_AddStringToObject(e, "dtype", type->name) && sh && cJSON_AddItemToObject(e, "shape", sh);
         if (!ok) {
             cJSON_Delete(sh);
             break;
@@ -662,10 +796,10 @@ static char *build_header(int n, const char *const *names, const cg_tensor *cons
 }
 
 /* Checks everything the writer is given as the reader will check the file (field_fault, the
- * reader's limits), before the file is touched; *max_numel gets the largest tensor's. */
+ * reader's limits), before the file is touched; *max_bytes gets the largest tensor's size in bytes. */
 static cg_status check_write_args(const char *fn, const char *path, int n, const char *const *names,
                                   const cg_tensor *const *tensors, int n_meta, const char *const *meta_keys,
-                                  const char *const *meta_values, size_t *max_numel) {
+                                  const char *const *meta_values, size_t *max_bytes) {
     if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
     if (!path[0]) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is empty", fn);
     if (n < 0 || n_meta < 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: negative count", fn);
@@ -701,12 +835,12 @@ static cg_status check_write_args(const char *fn, const char *path, int n, const
         char what[32];
         snprintf(what, sizeof what, "tensors[%d]", i);
         CG_TRY(cg__check_tensor(tensors[i], fn, what));
-        uint64_t numel = (uint64_t)cg_numel(tensors[i]);
+        uint64_t numel = (uint64_t)cg_numel(tensors[i]), size = cg_dtype_size(cg_dtype_of(tensors[i]));
         /* The reader takes offsets as exact JSON integers, below 2^53. */
-        if (numel > ((uint64_t)ST_MAX_INT - data_bytes) / sizeof(float))
+        if (numel > ((uint64_t)ST_MAX_INT - data_bytes) / size)
             return cg__fail(CG_ERR_INVALID_ARG, "%s: the tensors hold more than 2^53 bytes, the reader's limit", fn);
-        data_bytes += numel * sizeof(float);
-        if (numel > *max_numel) *max_numel = (size_t)numel;
+        data_bytes += numel * size;
+        if (numel * size > *max_bytes) *max_bytes = (size_t)(numel * size);
         text += strlen(names[i]);
     }
     if (text > ST_MAX_HEADER) /* refused before the header is built: it would be larger still */
@@ -718,8 +852,8 @@ static cg_status check_write_args(const char *fn, const char *path, int n, const
 cg_status cg__safetensors_write(const char *fn, const char *path, int n, const char *const *names,
                                 const cg_tensor *const *tensors, int n_meta, const char *const *meta_keys,
                                 const char *const *meta_values) {
-    size_t max_numel = 0;
-    CG_TRY(check_write_args(fn, path, n, names, tensors, n_meta, meta_keys, meta_values, &max_numel));
+    size_t max_bytes = 0;
+    CG_TRY(check_write_args(fn, path, n, names, tensors, n_meta, meta_keys, meta_values, &max_bytes));
     char *json = build_header(n, names, tensors, n_meta, meta_keys, meta_values);
     if (!json) return cg__fail(CG_ERR_OOM, "%s: %s: out of host memory for the header", fn, path);
     size_t len = strlen(json), padded = (len + 7) & ~(size_t)7;
@@ -729,7 +863,7 @@ cg_status cg__safetensors_write(const char *fn, const char *path, int n, const c
                         "(the metadata or the names are too long)", fn, path, padded, ST_MAX_HEADER);
     }
     uint8_t *head = malloc(8 + padded);
-    float *buf = malloc(max_numel ? max_numel * sizeof(float) : 1);
+    uint8_t *buf = malloc(max_bytes + 1);
     if (!head || !buf) {
         free(json), free(head), free(buf);
         return cg__fail(CG_ERR_OOM, "%s: %s: out of host memory", fn, path);
@@ -743,14 +877,14 @@ cg_status cg__safetensors_write(const char *fn, const char *path, int n, const c
     cg_status s = cg__atomic_begin(&f, fn, path);
     if (s == CG_OK) s = cg__atomic_write(&f, head, 8 + padded);
     for (int i = 0; i < n && s == CG_OK; i++) {
-        size_t ne = (size_t)cg_numel(tensors[i]);
+        size_t ne = (size_t)cg_numel(tensors[i]), size = cg_dtype_size(cg_dtype_of(tensors[i]));
         if (!ne) continue;
-        if ((s = cg_to_host(tensors[i], buf, ne)) != CG_OK) {
+        if ((s = cg_to_host_bytes(tensors[i], buf, ne * size)) != CG_OK) {
             cg__atomic_abort(&f);
             break;
         }
-        if (!host_is_little_endian()) swap32_inplace(buf, ne);
-        s = cg__atomic_write(&f, buf, ne * sizeof(float));
+        if (!host_is_little_endian()) swap_inplace(buf, ne, size);
+        s = cg__atomic_write(&f, buf, ne * size);
     }
     if (s == CG_OK) s = cg__atomic_commit(&f);
     free(head);

@@ -11,7 +11,9 @@ Writes into tests/data/:
   st_mlp.safetensors         Sequential(Linear(32, 64), ReLU, Linear(64, 8)) (torch.manual_seed(1))
   st_mlp_io.safetensors      "input" (5, 32) and "output" (5, 8); every hidden pre-activation is at
                              least 1e-3 away from ReLU's kink
-  st_linear_f64.safetensors  the Linear's state_dict in float64 (cgrad must refuse it: not F32)
+  st_linear_f64.safetensors  the Linear's state_dict in float64 (cgrad loads it only when asked to
+                             convert: CG_SAFETENSORS_CONVERT)
+(tests/make_torch_dtype_fixtures.py writes the fixture of the other dtypes.)
 
 Then, when tests/data/st_mlp_cgrad.safetensors exists (a file cgrad wrote: test_safetensors loads
 st_mlp.safetensors into a cgrad model and checks that saving it gives exactly this file; to rewrite

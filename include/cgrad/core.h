@@ -108,6 +108,18 @@ CG_API cg_status cg_empty_cache(cg_device d); /* returns cached blocks to the sy
 CG_API const char *cg_dtype_name(cg_dtype dt);
 CG_API size_t cg_dtype_size(cg_dtype dt);         /* bytes per element (torch.dtype.itemsize); 0 if invalid */
 CG_API bool cg_dtype_is_floating(cg_dtype dt);    /* float32, bfloat16, float16 (torch.is_floating_point) */
+/* torch.promote_types(a, b): the dtype both convert to for a binary op. Categories rank bool <
+ * integer < floating, and the higher category wins (int64 with bfloat16 is bfloat16); within one,
+ * the wider (bool < uint8 < int32 < int64); bfloat16 with float16 is float32, neither holding the
+ * other. PyTorch refuses no pair of these dtypes; a value that is no cg_dtype is CG_ERR_INVALID_ARG
+ * naming both. */
+CG_API cg_status cg_promote_types(cg_dtype a, cg_dtype b, cg_dtype *out);
+/* torch.result_type(a, b) for two tensors: as cg_promote_types, except that a 0-dim tensor paired
+ * with a dimensioned one counts only when its category is higher (a bfloat16 matrix times a 0-dim
+ * float32 tensor is bfloat16; an int32 one plus a 0-dim int64 is int32; plus a 0-dim float16,
+ * float16). */
+struct cg_tensor; /* cg_tensor, typedef'ed below */
+CG_API cg_status cg_result_type(const struct cg_tensor *a, const struct cg_tensor *b, cg_dtype *out);
 
 /* ---- tensors ---------------------------------------------------------------------------- */
 typedef struct cg_tensor cg_tensor;

@@ -3,7 +3,7 @@
  * safetensors.torch.save_file(model.state_dict(), path) / load_file(path).
  *
  * Layout: an 8-byte little-endian header length N, N bytes of UTF-8 JSON
- *   {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
+ *   {"name": {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}, ...,
  *    "__metadata__": {"key": "value", ...}}
  * (offsets relative to the end of the header), then the tensors' bytes, row-major little-endian,
  * packed with no gaps. cgrad writes the header padded with spaces to a multiple of 8 and
@@ -16,9 +16,14 @@
  * data_offsets, more than CG_MAX_DIMS dims, a byte count that does not match dtype x shape,
  * offsets out of range, overlapping or leaving gaps (the data must be exactly the tensors packed
  * end to end), duplicate or empty names, a non-string __metadata__ value. Unknown keys inside a
- * tensor entry are ignored. Only F32 tensors can be turned into cgrad tensors; the other
- * safetensors dtypes (F16, BF16, I64, ...) are recognised and validated, so a file holding them
- * still parses.
+ * tensor entry are ignored.
+ *
+ * Dtypes: F32, BF16, F16, I64, I32, U8 and BOOL are cgrad's float32, bfloat16, float16, int64,
+ * int32, uint8 and bool, read and written with identical bits (a BOOL byte other than 0 or 1 is
+ * CG_ERR_IO naming the tensor and the file). The other safetensors dtypes (F64, F8_E4M3, F8_E5M2, I8,
+ * I16, U16, U32, U64) are validated like them, so a file holding them parses, but become tensors
+ * only through a conversion the caller asks for (cg_safetensors_tensor_as, CG_SAFETENSORS_CONVERT);
+ * otherwise loading one fails with CG_ERR_IO naming the tensor, its dtype and the file.
  *
  * Reading (every function here that takes a path, and cg_idx_load and the data set loaders of
  * cgrad/data.h) opens the file without blocking (O_NONBLOCK) and accepts only a regular file: a
@@ -65,22 +70,28 @@ extern "C" {
 
 /* ---- module checkpoints -------------------------------------------------------------------- */
 /* Saves every parameter of m (cg_module_parameter order and names, e.g. "0.weight", "0.bias")
- * as F32, from any device. */
+ * in its dtype (F32 for float32), from any device. */
 CG_API cg_status cg_save_safetensors(const cg_module *m, const char *path);
 
 /* Loads the parameters of m from path, strictly (load_state_dict(strict=True)): every parameter
- * must be present as F32 with exactly the parameter's shape, and the file may hold no other
- * tensors. The values are copied into m's existing parameters, on m's device. The whole file is
- * checked before any parameter is written, so a failed check leaves m unchanged. */
+ * must be present with exactly the parameter's shape, and the file may hold no other tensors. The
+ * values are copied into m's existing parameters, on m's device, converted to the parameter's dtype
+ * as load_state_dict's param.copy_(t) converts them: a float32 parameter takes F32, BF16 and F16
+ * (and F64, F8_E4M3, F8_E5M2 with CG_SAFETENSORS_CONVERT), never an integer or BOOL tensor (a
+ * mismatched file, which CG_ERR_IO names with both dtypes). The whole file is checked before any
+ * parameter is written, so a failed check leaves m unchanged. */
 CG_API cg_status cg_load_safetensors(cg_module *m, const char *path);
 
 /* Flags for cg_load_safetensors_flags. */
 #define CG_SAFETENSORS_ALLOW_UNEXPECTED 1u /* ignore tensors in the file that m does not have
                                             * (strict=False for extra keys; missing ones still fail) */
+#define CG_SAFETENSORS_CONVERT 2u          /* convert tensors of dtypes cgrad has no tensors of (F64, ...)
+                                            * as cg_safetensors_tensor_as does */
 CG_API cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned flags);
 
 /* ---- lower level: any named tensors ------------------------------------------------------------ */
-/* Writes n tensors (any devices, any layout; saved contiguous, F32) under the given names, which
+/* Writes n tensors (any devices, dtypes and layouts; saved contiguous, each in its dtype's
+ * safetensors name: F32, BF16, F16, I64, I32, U8, BOOL) under the given names, which
  * must be distinct, non-empty, UTF-8 and not "__metadata__". n_meta string pairs (distinct UTF-8
  * keys, UTF-8 values) go into "__metadata__" (n_meta 0: {"format": "pt"}). Atomic, as above. */
 CG_API cg_status cg_safetensors_write(const char *path, int n, const char *const *names,
@@ -107,8 +118,15 @@ CG_API int cg_safetensors_count(const cg_safetensors *st); /* tensors, in the or
 CG_API cg_status cg_safetensors_info_at(const cg_safetensors *st, int i, cg_safetensors_info *out);
 /* Index of the tensor called name, or -1. */
 CG_API int cg_safetensors_find(const cg_safetensors *st, const char *name);
-/* A new tensor on d holding F32 tensor i (CG_ERR_IO if its dtype is not F32). */
+/* A new tensor on d holding tensor i in its own dtype, bit for bit (CG_ERR_IO for a dtype cgrad has
+ * no tensors of, naming it: use cg_safetensors_tensor_as). */
 CG_API cg_tensor *cg_safetensors_tensor(const cg_safetensors *st, int i, cg_device d);
+/* Tensor i converted to dt, on d: from the dtypes cgrad has, as cg_to_dtype converts; F64 only to a
+ * floating dt, rounded to float32 first (as PyTorch's .to() rounds float64 to bfloat16 and float16,
+ * so a value can round twice); F8_E4M3 (torch.float8_e4m3fn) and F8_E5M2 exactly to float32, then
+ * as cg_to_dtype; I8, I16, U16, U32 and U64 exactly to int64 (a U64 above INT64_MAX is CG_ERR_IO),
+ * then as cg_to_dtype. A dtype that does not convert to dt is CG_ERR_INVALID_ARG. */
+CG_API cg_tensor *cg_safetensors_tensor_as(const cg_safetensors *st, int i, cg_dtype dt, cg_device d);
 /* A "__metadata__" value, or NULL when the key is absent. */
 CG_API const char *cg_safetensors_metadata(const cg_safetensors *st, const char *key);
 
@@ -139,7 +157,8 @@ CG_API cg_status cg_checkpoint_save(const char *path, const cg_module *model, co
 /* Restores model, the generators, and optimizer and loader unless NULL, from a checkpoint. The
  * optimizer's learning rate is restored (schedules change it); everything else must match, and
  * a mismatch fails with CG_ERR_IO and a message naming the file and what differs: a parameter
- * missing from the file or of another shape; a tensor that is neither a parameter nor (with an
+ * missing from the file, of another shape or of a dtype that is not F32, BF16 or F16 (BF16 and F16
+ * parameters and optimizer buffers are converted to float32, as load_state_dict converts them); a tensor that is neither a parameter nor (with an
  * optimizer) one of its buffers; no optimizer state, another kind (SGD / Adam / AdamW) or other
  * settings (momentum, betas, ...); a loader with another seed, batch size, shuffle, drop_last or
  * data set size; a file that is not a checkpoint or not valid safetensors. The whole file is read
