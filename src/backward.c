@@ -45,7 +45,7 @@ static cg_status accumulate_leaf(cg_tensor *leaf, cg_tensor *g) {
     }
     cg_tensor_impl *leafi = cg__t(leaf);
     if (!leafi->grad) {
-        leafi->grad = cg__tensor_new(leafi->ndim, leafi->shape, leafi->device);
+        leafi->grad = cg__tensor_like(leaf); /* the leaf's dtype, as PyTorch's .grad */
         if (!leafi->grad) {
             cg_tensor_free(g);
             return cg_last_status();

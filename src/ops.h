@@ -45,6 +45,11 @@ static inline int cg__float32_inputs(int n, const cg_tensor *const *in, cg_tenso
     return 0;
 }
 cg_tensor *cg__float32_result(cg_tensor *out, cg_dtype dt, int n, const cg_tensor *const *in, cg_tensor **f32);
+/* PyTorch's promotion for a binary op (cg_result_type): when a and b (live) differ from their result
+ * dtype, *a and *b become them converted to it (recorded: gradients flow back converted), made[0]
+ * and made[1] the conversions to free afterwards (NULL where none); CG_OK, or an error naming fn. */
+cg_status cg__promote_pair(const cg_tensor **a, const cg_tensor **b, cg_tensor *made[2], const char *fn);
+
 /* The front-end of an op computed in float32, after its checks: `return`s CALL's result (which
  * reads f32[k] for input k) run on the converted inputs when the inputs (the tensors after CALL,
  * live or NULL) are bfloat16 or float16. */

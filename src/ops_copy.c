@@ -297,6 +297,23 @@ cg_tensor *cg__float32_result(cg_tensor *out, cg_dtype dt, int n, const cg_tenso
     return r;
 }
 
+cg_status cg__promote_pair(const cg_tensor **a, const cg_tensor **b, cg_tensor *made[2], const char *fn) {
+    made[0] = made[1] = NULL;
+    cg_dtype dt;
+    if (cg_result_type(*a, *b, &dt) != CG_OK) return cg__fail_context("%s", fn);
+    const cg_tensor **in[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        if (cg__t(*in[k])->dtype == dt) continue;
+        if (!(made[k] = cg_to_dtype(*in[k], dt))) {
+            cg_tensor_free(made[0]);
+            made[0] = NULL;
+            return cg__fail_context("%s", fn);
+        }
+        *in[k] = made[k];
+    }
+    return CG_OK;
+}
+
 /* ---- read-back ------------------------------------------------------------------------------------ */
 /* The numel elements of t (live), row-major in its dtype, into dst (dst_bytes bytes) on the host. */
 static cg_status read_back(const cg_tensor *t, void *dst, size_t dst_bytes, const char *fn) {

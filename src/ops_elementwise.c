@@ -130,8 +130,16 @@ cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char 
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn) {
     int ndim;
     int64_t shape[CG_MAX_DIMS];
-    if (cg__check_same_device(a, b, fn) != CG_OK || cg__check_floating(a, fn, "a") != CG_OK ||
-        cg__check_floating(b, fn, "b") != CG_OK || cg__check_same_dtype(a, b, fn) != CG_OK ||
+    if (cg__check_same_device(a, b, fn) != CG_OK) return NULL;
+    if (cg__t(a)->dtype != cg__t(b)->dtype) { /* promoted as PyTorch, then the op on one dtype */
+        cg_tensor *made[2];
+        if (cg__promote_pair(&a, &b, made, fn) != CG_OK) return NULL;
+        cg_tensor *out = cg__binary_op(op, a, b, fn);
+        cg_tensor_free(made[0]), cg_tensor_free(made[1]);
+        return out;
+    }
+    if (cg__check_floating(a, fn, "a") != CG_OK ||
+        cg__check_floating(b, fn, "b") != CG_OK ||
         cg__broadcast_shape(a, b, fn, &ndim, shape) != CG_OK)
         return NULL;
     cg_tensor *out = cg__tensor_new_dtype(ndim, shape, cg__t(a)->dtype, cg__t(a)->device);
