@@ -265,13 +265,14 @@ typedef struct cg_argmax_args {
     float *out;
 } cg_argmax_args;
 
-/* dst (n, row_len) = src[rows[i]] for each i: rows of a device-resident data set (loader batches). */
+/* dst (n, row_bytes) = src[rows[i]] for each i: rows of a device-resident data set (loader batches),
+ * of any element type (rows of bytes). */
 typedef struct cg_gather_rows_args {
-    const float *src;
-    int64_t row_len;
+    const void *src;
+    int64_t row_bytes;
     const int32_t *rows;
     int64_t n;
-    float *dst;
+    void *dst;
 } cg_gather_rows_args;
 
 /* ---- convolution and pooling ----------------------------------------------------------------------------------- */

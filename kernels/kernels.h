@@ -134,9 +134,8 @@ cudaError_t cg_launch_cross_entropy_backward(const float *logp, const float *tar
                                              int64_t n, int64_t c, float *grad, cudaStream_t stream);
 cudaError_t cg_launch_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
                              cudaStream_t stream);
-/* gather.cu: dst (n, row_len) = src rows rows[0..n) (the data loader's batches). */
-cudaError_t cg_launch_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst,
-                                  cudaStream_t stream);
+/* gather.cu: dst (n, row_bytes) = src rows rows[0..n) (the data loader's batches). */
+cudaError_t cg_launch_gather_rows(const cg_gather_rows_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

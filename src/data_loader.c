@@ -309,10 +309,12 @@ cg_status cg_loader_next(cg_loader *h, cg_tensor **images, cg_tensor **labels) {
         y = x ? cg__tensor_new(1, &b, ds->device) : NULL;
         const int32_t *rows = l->perm_dev + l->position;
         if (!y) s = cg_last_status();
+        if (s == CG_OK) /* row * sizeof(float): the image's bytes, which exist on the device */
+            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->images), row * (int64_t)sizeof(float),
+                                                                       rows, b, cg__data(x)});
         if (s == CG_OK)
-            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->images), row, rows, b, cg__data(x)});
-        if (s == CG_OK)
-            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->labels), 1, rows, b, cg__data(y)});
+            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->labels), sizeof(float), rows, b,
+                                                                       cg__data(y)});
     }
     if (s != CG_OK) {
         cg_tensor_free(x), cg_tensor_free(y);
