@@ -83,10 +83,10 @@ static void bench_step(cg_device d, int64_t n, const char *where, int runs) {
     c.opt_classifier = cg_sgd_new(c.classifier, (cg_sgd_options){.lr = 0.01f});
     eu_expect(c.opt_features && c.opt_classifier, "creating the optimizers");
     c.x = CHECK(cg_randn(CG_SHAPE(n, 1, 28, 28), d));
-    float *labels = malloc((size_t)n * sizeof *labels);
+    int64_t *labels = malloc((size_t)n * sizeof *labels);
     eu_expect(labels != NULL, "host memory for the labels");
-    for (int64_t i = 0; i < n; i++) labels[i] = (float)((i * 7 + 3) % 10); /* class indices 0..9 */
-    c.targets = CHECK(cg_from_data(labels, 1, &n, d));
+    for (int64_t i = 0; i < n; i++) labels[i] = (i * 7 + 3) % 10; /* class indices 0..9 */
+    c.targets = CHECK(cg_from_data_dtype(labels, 1, &n, CG_INT64, d));
     free(labels);
     cnn_step(&c);
     float first = c.loss;

@@ -544,7 +544,7 @@ int main(int argc, char **argv) {
         prog.step = prog.seen = 0, prog.loss_sum = 0.0f, prog.seconds = 0.0;
         for (;;) {
             cg_scope *scope = cg_scope_begin(); /* the step's batch, activations and tape */
-            cg_tensor *x, *y;                   /* (B, 784) or (B, 1, 28, 28), (B) */
+            cg_tensor *x, *y;                   /* (B, 784) or (B, 1, 28, 28) float32, (B) int64 */
             CHECK_OK(cg_loader_next(loader, &x, &y));
             if (!x) {
                 cg_scope_end(scope);

@@ -40,9 +40,9 @@ void fx_state_new(fx_state *s, uint8_t selector) {
         CHECK(s->loader);
     }
     const float x[BATCH * IN] = {0.5f, -1.0f, 0.25f, 2.0f, -0.75f, 1.5f, 0.0f, -2.0f};
-    const float y[BATCH] = {2.0f, 0.0f};
+    const int64_t y[BATCH] = {2, 0}; /* class indices */
     CHECK((s->x = cg_from_data(x, CG_SHAPE(BATCH, IN), cg_cpu())));
-    CHECK((s->y = cg_from_data(y, CG_SHAPE(BATCH), cg_cpu())));
+    CHECK((s->y = cg_from_data_dtype(y, CG_SHAPE(BATCH), CG_INT64, cg_cpu())));
     if (selector & FX_STEPPED) CHECK(fx_step(s) == CG_OK);
     while ((selector & FX_ADVANCED) && s->loader && cg_loader_get_state(s->loader).position < N) {
         cg_tensor *bx, *by;

@@ -8,11 +8,9 @@
 
 #include "elementwise_ops.h"
 
-/* The class a float target names: t when it is an integer in [0, c), else -1 (an invalid target
- * makes its row's loss and gradient NaN). */
-CG_HD int64_t cg_class_index(float t, int64_t c) {
-    return (t >= 0.0f && t < (float)c && t == floorf(t)) ? (int64_t)t : -1;
-}
+/* The class a target names: t when it is in [0, c), else -1 (an invalid target makes its row's loss
+ * and gradient NaN). */
+CG_HD int64_t cg_class_index(int64_t t, int64_t c) { return t >= 0 && t < c ? t : -1; }
 
 /* A row's log_sum = log(sum exp(x - m)) over its logits, from its maximum m (taken NaN-ignoring, with
  * fmaxf). The logits equal to m each add exactly 1; they are counted in ties and the rest summed
@@ -39,6 +37,12 @@ CG_HD float cg_log_softmax(float x, float m, float log_sum) { return (x - m) - l
  * target exp(logp) - 1 as expm1, which keeps its precision when softmax is near 1. */
 CG_HD float cg_cross_entropy_grad(float logp, bool is_target, float gscale) {
     return (is_target ? expm1f(logp) : expf(logp)) * gscale;
+}
+
+/* d loss / d x for one logit with class-probability targets: the loss -sum_j p[j] * logp[j] has
+ * d/dx = softmax * sum_j p[j] - p (log_softmax's Jacobian), times g * scale. */
+CG_HD float cg_cross_entropy_prob_grad(float logp, float p, float prob_sum, float gscale) {
+    return (expf(logp) * prob_sum - p) * gscale;
 }
 
 /* argmax's order: v replaces the best so far when strictly greater (so the first maximum wins), and

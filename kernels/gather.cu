@@ -8,7 +8,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// T is float4 when rows are whole 16-byte vectors (28x28 images: 196 of them), else float.
+// Rows of row_len Ts, T the widest unit (16, 8, 4, 2 or 1 bytes) that the row's bytes and both
+// pointers are multiples of: 28x28 float images are 196 16-byte vectors, int64 labels one 8-byte unit.
 template <typename T>
 __global__ void gather_rows_kernel(const T *__restrict__ src, int64_t row_len, const int32_t *__restrict__ rows,
                                    int64_t n, T *__restrict__ dst) {
@@ -19,16 +20,21 @@ __global__ void gather_rows_kernel(const T *__restrict__ src, int64_t row_len, c
     }
 }
 
-bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+template <typename T>
+cudaError_t launch_as(const cg_gather_rows_args *a, cudaStream_t stream) {
+    const int64_t row_len = a->row_bytes / (int64_t)sizeof(T);
+    gather_rows_kernel<T><<<cg_launch_grid(a->n * row_len, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T *>(a->src), row_len, a->rows, a->n, static_cast<T *>(a->dst));
+    return cudaGetLastError();
+}
 
 }  // namespace
 
-extern "C" cudaError_t cg_launch_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n,
-                                             float *dst, cudaStream_t stream) {
-    if (row_len % 4 == 0 && aligned16(src) && aligned16(dst))
-        gather_rows_kernel<float4><<<cg_launch_grid(n * row_len / 4, kThreads), kThreads, 0, stream>>>(
-            reinterpret_cast<const float4 *>(src), row_len / 4, rows, n, reinterpret_cast<float4 *>(dst));
-    else
-        gather_rows_kernel<float><<<cg_launch_grid(n * row_len, kThreads), kThreads, 0, stream>>>(src, row_len, rows, n, dst);
-    return cudaGetLastError();
+extern "C" cudaError_t cg_launch_gather_rows(const cg_gather_rows_args *a, cudaStream_t stream) {
+    const uintptr_t any = (uintptr_t)a->src | (uintptr_t)a->dst | (uintptr_t)a->row_bytes;
+    if (any % 16 == 0) return launch_as<uint4>(a, stream);
+    if (any % 8 == 0) return launch_as<uint2>(a, stream);
+    if (any % 4 == 0) return launch_as<uint32_t>(a, stream);
+    if (any % 2 == 0) return launch_as<uint16_t>(a, stream);
+    return launch_as<uint8_t>(a, stream);
 }

@@ -238,40 +238,48 @@ typedef struct cg_adam_step_args {
 } cg_adam_step_args;
 
 /* ---- classification and data -------------------------------------------------------------------------------- */
-/* logits (n, c), targets (n) class indices as floats: logp (n, c) = log_softmax of each row, computed
- * as (x - max) - log(sum exp(x - max)); row_loss (n) = -logp[target], NaN for a target that is not an
- * integer in [0, c). */
+/* logits (n, c) with targets of one of two kinds (nn.CrossEntropyLoss's): class indices (n), or class
+ * probabilities (n, c). logp (n, c) = log_softmax of each row, computed as (x - max) - log(sum exp(x -
+ * max)); row_loss (n) = -logp[target], NaN for a target outside [0, c), or -sum_j probs[j] * logp[j]. */
 typedef struct cg_ce_forward_args {
-    const float *logits, *targets;
+    const float *logits;
+    const int64_t *targets; /* (n) class indices, or NULL with probs */
+    const float *probs;     /* (n, c) class probabilities, or NULL with targets */
     int64_t n, c;
     float *logp, *row_loss;
 } cg_ce_forward_args;
 
-/* grad (n, c) = (exp(logp) - onehot(targets)) * (g[0] * scale); g one float on the device. */
+/* With g one float on the device, gscale = g[0] * scale:
+ * class indices:       grad (n, c) = (exp(logp) - onehot(targets)) * gscale, NaN rows for a bad target;
+ * class probabilities: grad (n, c) = (exp(logp) * prob_sum - probs) * gscale, prob_sum (n) each row's
+ *                      sum of probs; and grad_probs (n, c) = -logp * gscale when not NULL. */
 typedef struct cg_ce_backward_args {
-    const float *logp, *targets, *g;
+    const float *logp;
+    const int64_t *targets;          /* or NULL */
+    const float *probs, *prob_sum;   /* or NULL */
+    const float *g;
     float scale;
     int64_t n, c;
     float *grad;
+    float *grad_probs;               /* or NULL */
 } cg_ce_backward_args;
 
-/* x (outer, n, inner): out (outer, inner) = the index (as a float) of the first maximum over n, NaN
- * counting as the maximum (torch.argmax); with targets (outer, inner), out = 1 where it equals the
- * target and 0 elsewhere. */
+/* x (outer, n, inner): out (outer, inner) = the index of the first maximum over n, NaN counting as
+ * the maximum (torch.argmax). */
 typedef struct cg_argmax_args {
     const float *x;
     int64_t outer, n, inner;
-    const float *targets; /* or NULL */
-    float *out;
+    int64_t *out;
 } cg_argmax_args;
 
-/* dst (n, row_len) = src[rows[i]] for each i: rows of a device-resident data set (loader batches). */
+/* dst (n, row_bytes) = src[rows[i]] for each i: rows of a device-resident data set (loader batches),
+ * of any element type (rows of bytes). */
 typedef struct cg_gather_rows_args {
-    const float *src;
-    int64_t row_len;
+    const void *src;
+    int64_t row_bytes;
     const int32_t *rows;
     int64_t n;
-    float *dst;
+    void *dst;
 } cg_gather_rows_args;
 
 /* ---- convolution and pooling ----------------------------------------------------------------------------------- */

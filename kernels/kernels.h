@@ -126,17 +126,13 @@ cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, 
 cudaError_t cg_launch_adam(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                            const cg_adam_args *args, cudaStream_t stream);
 
-/* classify.cu: softmax cross-entropy over logits (n, c) with class-index targets (n), and argmax (see
- * kernel_args.h for the contracts). Deterministic: no atomics. */
-cudaError_t cg_launch_cross_entropy_forward(const float *logits, const float *targets, int64_t n, int64_t c, float *logp,
-                                            float *row_loss, cudaStream_t stream);
-cudaError_t cg_launch_cross_entropy_backward(const float *logp, const float *targets, const float *g, float scale,
-                                             int64_t n, int64_t c, float *grad, cudaStream_t stream);
-cudaError_t cg_launch_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, const float *targets, float *out,
-                             cudaStream_t stream);
-/* gather.cu: dst (n, row_len) = src rows rows[0..n) (the data loader's batches). */
-cudaError_t cg_launch_gather_rows(const float *src, int64_t row_len, const int32_t *rows, int64_t n, float *dst,
-                                  cudaStream_t stream);
+/* classify.cu: softmax cross-entropy over logits (n, c) with class-index (n) or class-probability (n, c)
+ * targets, and argmax (see kernel_args.h for the contracts). Deterministic: no atomics. */
+cudaError_t cg_launch_cross_entropy_forward(const cg_ce_forward_args *a, cudaStream_t stream);
+cudaError_t cg_launch_cross_entropy_backward(const cg_ce_backward_args *a, cudaStream_t stream);
+cudaError_t cg_launch_argmax(const cg_argmax_args *a, cudaStream_t stream);
+/* gather.cu: dst (n, row_bytes) = src rows rows[0..n) (the data loader's batches). */
+cudaError_t cg_launch_gather_rows(const cg_gather_rows_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -21,7 +21,7 @@ typedef struct dataset_impl {
     int64_t n, height, width;
     int num_classes;
     cg_tensor *images; /* (N, H, W) normalised pixels, on device */
-    cg_tensor *labels; /* (N) class indices as floats, on device */
+    cg_tensor *labels; /* (N) int64 class indices, on device */
 } dataset_impl;
 
 /* What a loader handle (cg_loader *) names. */
@@ -83,12 +83,14 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
     int64_t n = images->dims[0];
     if (n > INT32_MAX) return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: %lld samples; the loader indexes at most 2^31 - 1", fn, (long long)n);
     cg_dataset *h = cg__handle_new(&dataset_pool);
-    size_t host_bytes; /* the pixels, then the labels (pixels >= n) */
+    size_t host_bytes; /* the pixels; the labels' n int64s (n < 2^31) */
     float *host = cg__bytes_of(pixels, sizeof(float), &host_bytes) ? malloc(host_bytes) : NULL;
-    if (!h || !host) {
+    int64_t *host_labels = malloc((size_t)n * sizeof(int64_t));
+    if (!h || !host || !host_labels) {
         if (h) cg__handle_free(&dataset_pool, h);
-        free(host);
-        return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory for %lld floats", fn, (long long)pixels);
+        free(host), free(host_labels);
+        return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory for %lld floats and %lld labels", fn, (long long)pixels,
+                            (long long)n);
     }
     dataset_impl *ds = ds_of(h);
     ds->device = d, ds->n = n, ds->height = images->dims[1], ds->width = images->dims[2];
@@ -101,12 +103,12 @@ cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mea
     if (!ds->images) s = cg_last_status();
     int max_label = 0;
     for (int64_t i = 0; i < n; i++) {
-        host[i] = (float)labels->data[i];
+        host_labels[i] = labels->data[i];
         if (labels->data[i] > max_label) max_label = labels->data[i];
     }
     ds->num_classes = max_label + 1;
-    if (s == CG_OK && !(ds->labels = cg_from_data(host, 1, &n, d))) s = cg_last_status();
-    free(host);
+    if (s == CG_OK && !(ds->labels = cg_from_data_dtype(host_labels, 1, &n, CG_INT64, d))) s = cg_last_status();
+    free(host), free(host_labels);
     if (s != CG_OK) {
         cg_dataset_free(h);
         return NULL;
@@ -306,13 +308,15 @@ cg_status cg_loader_next(cg_loader *h, cg_tensor **images, cg_tensor **labels) {
         if (!y) s = cg_last_status();
     } else if ((s = ensure_permutation(l)) == CG_OK) {
         x = cg__tensor_new(ndim, shape, ds->device);
-        y = x ? cg__tensor_new(1, &b, ds->device) : NULL;
+        y = x ? cg__tensor_new_dtype(1, &b, CG_INT64, ds->device) : NULL;
         const int32_t *rows = l->perm_dev + l->position;
         if (!y) s = cg_last_status();
+        if (s == CG_OK) /* row * sizeof(float): the image's bytes, which exist on the device */
+            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->images), row * (int64_t)sizeof(float),
+                                                                       rows, b, cg__data(x)});
         if (s == CG_OK)
-            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->images), row, rows, b, cg__data(x)});
-        if (s == CG_OK)
-            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->labels), 1, rows, b, cg__data(y)});
+            s = cg__run_gather_rows(ds->device, &(cg_gather_rows_args){cg__data(ds->labels), sizeof(int64_t), rows, b,
+                                                                       cg__data(y)});
     }
     if (s != CG_OK) {
         cg_tensor_free(x), cg_tensor_free(y);

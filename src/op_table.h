@@ -112,6 +112,7 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(linear_nobias) \
     X(mse_loss) \
     X(cross_entropy) \
+    X(cross_entropy_probs) \
     X(conv2d) \
     X(conv2d_nobias) \
     X(max_pool2d) \

@@ -1,5 +1,6 @@
-/* Classification front-end: softmax cross-entropy (nn.CrossEntropyLoss with class-index targets,
- * mean reduction), argmax along a dim and the accuracy count. The backends compute per row
+/* Classification front-end: softmax cross-entropy (nn.CrossEntropyLoss with int64 class-index or
+ * float32 class-probability targets, mean reduction), argmax along a dim (int64 indices) and the
+ * accuracy count (argmax == targets, summed as int64). The backends compute per row
  * (cross_entropy_forward/backward, argmax); the mean is the deterministic reduce_sum. */
 #include "cgrad/core.h"
 
@@ -11,82 +12,98 @@
 #include "ops.h"
 #include "tensor_impl.h"
 
-/* Class indices travel as floats (argmax's result, the targets): exact up to 2^24, so a dim of
- * more classes is refused until integer tensors come. */
-#define CG_FLOAT_INDEX_MAX ((int64_t)1 << 24)
-static cg_status check_float_indices(const cg_tensor *t, int dim, const char *fn, const char *what) {
-    int64_t n = cg__t(t)->shape[dim];
-    if (n <= CG_FLOAT_INDEX_MAX) return CG_OK;
-    char buf[160];
-    return cg__fail(CG_ERR_SHAPE, "%s: %s has %lld elements along dim %d (shape %s), more than 2^24 = %lld: indices are "
-                    "floats, exact only up to 2^24", fn, what, (long long)n, dim,
-                    cg__shape_str(t, buf, sizeof buf), (long long)CG_FLOAT_INDEX_MAX);
-}
-
-static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *targets, const char *fn) {
+/* Checks logits (N, C), C >= 1, float32, and targets on their device: int64 class indices (N), or,
+ * where probs_ok, float32 class probabilities (N, C) (*probs set then). */
+static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *targets, bool probs_ok, const char *fn,
+                                      bool *probs) {
     char sl[160], st[160];
     CG_TRY(cg__check_tensor(logits, fn, "logits"));
     CG_TRY(cg__check_tensor(targets, fn, "targets"));
     CG_TRY(cg__check_float32(logits, fn, "logits"));
-    CG_TRY(cg__check_float32(targets, fn, "targets"));
     if (!cg_device_equal(cg__t(logits)->device, cg__t(targets)->device)) {
         char dl[16], dt[16];
         return cg__fail(CG_ERR_DEVICE, "%s: expected all tensors on the same device, but found logits on %s and targets on %s",
                         fn, cg_device_str(cg__t(logits)->device, dl, sizeof dl), cg_device_str(cg__t(targets)->device, dt, sizeof dt));
     }
-    if (cg__t(logits)->ndim != 2 || cg__t(targets)->ndim != 1 || cg__t(targets)->shape[0] != cg__t(logits)->shape[0] || cg__t(logits)->shape[1] < 1)
-        return cg__fail(CG_ERR_SHAPE, "%s: expected logits (N, C) with C >= 1 and targets (N) of class indices, got logits %s and targets %s",
-                        fn, cg__shape_str(logits, sl, sizeof sl), cg__shape_str(targets, st, sizeof st));
-    return check_float_indices(logits, 1, fn, "logits");
+    const cg_tensor_impl *l = cg__t(logits), *t = cg__t(targets);
+    *probs = probs_ok && t->ndim == 2;
+    if (t->ndim == 1 && t->dtype != CG_INT64) /* as PyTorch's "expected scalar type Long" */
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: targets %s are %s, but class-index targets must be int64 (convert "
+                        "them with cg_to_dtype(targets, CG_INT64))%s", fn, cg__shape_str(targets, st, sizeof st),
+                        cg_dtype_name(t->dtype), probs_ok ? "; class probabilities are float32 of the logits' shape (N, C)" : "");
+    bool fits = l->ndim == 2 && l->shape[1] >= 1 && t->shape[0] == l->shape[0] &&
+                (t->ndim == 1 || (*probs && t->shape[1] == l->shape[1]));
+    if (!fits)
+        return cg__fail(CG_ERR_SHAPE, "%s: expected logits (N, C) with C >= 1 and targets (N) of class indices%s, got logits "
+                        "%s and targets %s", fn, probs_ok ? " or (N, C) of class probabilities" : "",
+                        cg__shape_str(logits, sl, sizeof sl), cg__shape_str(targets, st, sizeof st));
+    return *probs ? cg__check_float32(targets, fn, "targets") : CG_OK;
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------------------ */
-/* As PyTorch's log_softmax + nll_loss: saved are logp (N, C), the log_softmax of the logits, and the
- * targets (N); the node's params: the mean's 1/N. */
+/* As PyTorch's log_softmax + nll_loss (class indices) or -sum(targets * log_softmax) (class
+ * probabilities): saved are logp (N, C), the log_softmax of the logits, and the targets, (N) int64 or
+ * (N, C) float32; the node's params: the mean's 1/N. */
 typedef struct cg_cross_entropy_params {
     float scale;
 } cg_cross_entropy_params;
 
 static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *logp = node->saved[0], *targets = node->saved[1];
-    int64_t n = cg__t(logp)->shape[0], c = cg__t(logp)->shape[1];
-    cg_tensor *grad = cg__tensor_new(2, cg__t(logp)->shape, cg__t(logp)->device);
-    if (!grad) return cg_last_status();
-    cg_ce_backward_args args = {cg__data(logp), cg__data(targets), cg__data(g), CG_NODE_PARAMS(node, cg_cross_entropy_params)->scale, n, c,
-                                cg__data(grad)};
-    cg_status s = n == 0 ? CG_OK : cg__run_cross_entropy_backward(cg__t(logp)->device, &args);
+    const cg_tensor_impl *lp = cg__t(logp);
+    int64_t n = lp->shape[0], c = lp->shape[1];
+    bool probs = cg__t(targets)->ndim == 2;
+    cg_tensor *grad = cg__tensor_new(2, lp->shape, lp->device), *prob_sum = NULL, *grad_t = NULL;
+    cg_status s = grad ? CG_OK : cg_last_status();
+    if (s == CG_OK && probs) { /* prob_sum (N): each row's sum of targets */
+        prob_sum = cg__tensor_new(1, &n, lp->device);
+        grad_t = prob_sum && node->needs_grad[1] ? cg__tensor_new(2, lp->shape, lp->device) : NULL;
+        if (!prob_sum || (node->needs_grad[1] && !grad_t)) s = cg_last_status();
+        else if (n > 0)
+            s = cg__run_reduce_sum(lp->device, &(cg_reduce_sum_args){cg__data(targets), n, c, 1, 1.0f, cg__data(prob_sum)});
+    }
+    if (s == CG_OK && n > 0) {
+        cg_ce_backward_args args = {.logp = cg__data(logp), .g = cg__data(g), .n = n, .c = c, .grad = cg__data(grad),
+                                    .scale = CG_NODE_PARAMS(node, cg_cross_entropy_params)->scale};
+        if (probs) args.probs = cg__data(targets), args.prob_sum = cg__data(prob_sum);
+        else args.targets = cg__data(targets);
+        if (grad_t) args.grad_probs = cg__data(grad_t);
+        s = cg__run_cross_entropy_backward(lp->device, &args);
+    }
+    cg_tensor_free(prob_sum);
     if (s != CG_OK) {
-        cg_tensor_free(grad);
+        cg_tensor_free(grad), cg_tensor_free(grad_t);
         return s;
     }
-    grad_in[0] = grad;
+    grad_in[0] = grad, grad_in[1] = grad_t;
+    return CG_OK;
+}
+
+/* Names the first class index outside [0, c) in targets (n) of the host; the GPU's rows give NaN. */
+static cg_status check_class_indices(const int64_t *t, int64_t n, int64_t c, const char *fn) {
+    for (int64_t i = 0; i < n; i++)
+        if (cg_class_index(t[i], c) < 0)
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: target %lld at row %lld is not a class index in [0, %lld)", fn,
+                            (long long)t[i], (long long)i, (long long)c);
     return CG_OK;
 }
 
 cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
     const char *fn = "cg_cross_entropy";
-    if (check_logits_targets(logits, targets, fn) != CG_OK) return NULL;
-    if (cg__t(targets)->requires_grad)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: targets require grad, but class indices have no derivative", fn);
+    bool probs;
+    if (check_logits_targets(logits, targets, true, fn, &probs) != CG_OK) return NULL;
     int64_t n = cg__t(logits)->shape[0], c = cg__t(logits)->shape[1];
     cg_device d = cg__t(logits)->device;
     cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
-    cg_tensor *logp = tc ? cg__tensor_new(2, cg__t(logits)->shape, cg__t(logits)->device) : NULL;
-    cg_tensor *rows = logp ? cg__tensor_new(1, &n, cg__t(logits)->device) : NULL;
-    cg_tensor *out = rows ? cg__tensor_new(0, NULL, cg__t(logits)->device) : NULL;
+    cg_tensor *logp = tc ? cg__tensor_new(2, cg__t(logits)->shape, d) : NULL;
+    cg_tensor *rows = logp ? cg__tensor_new(1, &n, d) : NULL;
+    cg_tensor *out = rows ? cg__tensor_new(0, NULL, d) : NULL;
     cg_status s = out ? CG_OK : cg_last_status();
-    if (s == CG_OK && cg__t(logits)->device.type == CG_CPU) { /* host-readable: name a bad target (a GPU gives NaN) */
-        const float *t = cg__data(tc);
-        for (int64_t i = 0; i < n; i++)
-            if (cg_class_index(t[i], c) < 0) {
-                s = cg__fail(CG_ERR_INVALID_ARG, "%s: target %g at row %lld is not a class index in [0, %lld)", fn,
-                             (double)t[i], (long long)i, (long long)c);
-                break;
-            }
-    }
+    if (s == CG_OK && !probs && d.type == CG_CPU) s = check_class_indices(cg__data(tc), n, c, fn); /* host-readable */
     if (s == CG_OK && n == 0) s = cg__fill(out, NAN); /* as PyTorch: the mean of no rows */
     else if (s == CG_OK)
-        s = cg__run_cross_entropy_forward(d, &(cg_ce_forward_args){cg__data(lc), cg__data(tc), n, c, cg__data(logp),
+        s = cg__run_cross_entropy_forward(d, &(cg_ce_forward_args){cg__data(lc), probs ? NULL : cg__data(tc),
+                                                                  probs ? cg__data(tc) : NULL, n, c, cg__data(logp),
                                                                   cg__data(rows)});
     if (s == CG_OK && n > 0)
         s = cg__run_reduce_sum(d, &(cg_reduce_sum_args){cg__data(rows), 1, n, 1, 1.0f / (float)n, cg__data(out)});
@@ -102,12 +119,18 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
 }
 
 /* ---- cross-entropy's op-table entry (src/op_table.h) ------------------------------------------------- */
+/* Class indices come drawn as float32 integers (converted to int64 by the call, as a caller would). */
 static cg_tensor *cross_entropy_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
     (void)op, (void)c;
-    return cg_cross_entropy(in[0], in[1]);
+    if (cg_ndim(in[1]) != 1) return cg_cross_entropy(in[0], in[1]);
+    cg_tensor *targets = cg_to_dtype(in[1], CG_INT64);
+    cg_tensor *loss = targets ? cg_cross_entropy(in[0], targets) : NULL;
+    cg_tensor_free(targets);
+    return loss;
 }
 
-/* The mean over rows of logsumexp(row) - row[target], from the row maximum. */
+/* The mean over rows of logsumexp(row) - row[target] (class indices), or of -sum_j p[j] * (row[j] -
+ * logsumexp(row)) (class probabilities p, in[1] (N, C)), logsumexp taken from the row maximum. */
 static cg_status cross_entropy_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in,
                                          cg_ref_tensor *out) {
     (void)op, (void)c;
@@ -116,37 +139,54 @@ static cg_status cross_entropy_reference(const cg_op_info *op, const cg_op_case 
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++) {
         const double *row = in[0].data + i * classes, t = in[1].data[i];
-        if (!(t >= 0 && t < (double)classes && t == floor(t)))
-            return cg__fail(CG_ERR_INVALID_ARG, "cg_cross_entropy's reference: target %g at row %lld is not a class "
-                            "index in [0, %lld)", t, (long long)i, (long long)classes);
         double max = row[0], exps = 0.0;
         for (int64_t j = 1; j < classes; j++) max = fmax(max, row[j]);
         for (int64_t j = 0; j < classes; j++) exps += exp(row[j] - max);
-        sum += max + log(exps) - row[(int64_t)t];
+        double lse = max + log(exps);
+        if (in[1].ndim == 2) {
+            for (int64_t j = 0; j < classes; j++) sum -= in[1].data[i * classes + j] * (row[j] - lse);
+            continue;
+        }
+        if (!(t >= 0 && t < (double)classes && t == floor(t)))
+            return cg__fail(CG_ERR_INVALID_ARG, "cg_cross_entropy's reference: target %g at row %lld is not a class "
+                            "index in [0, %lld)", t, (long long)i, (long long)classes);
+        sum += lse - row[(int64_t)t];
     }
     out->data[0] = n ? sum / (double)n : NAN; /* no rows: NaN, as the op and PyTorch */
     return CG_OK;
 }
 
-/* logits (N, C), targets (N): class indices in [0, 3], so every case has C >= 4. Each row's loss is
- * positive and kept to a few ulps (kernels/classify_math.h), so their mean meets the test's rtol 1e-5
- * for logits of any spread. Targets are not differentiable (grad_inputs: logits only). */
+/* logits (N, C), targets (N): class indices in [0, 3], so every case has C >= 4. Each row's loss
+ * is positive and kept to a few ulps (kernels/classify_math.h), so their mean meets the test's rtol
+ * 1e-5 for logits of any spread. Targets are not differentiable (grad_inputs: logits only). */
 #define T true
 static const cg_op_domain cross_entropy_domain = {
-    .lo = {-3.0f, 0.0f}, .hi = {3.0f, 3.0f}, .integer = {false, T}, .ncases = 6,
-    .cases = {
-        {.ndim = {2, 1}, .shape = {{5, 4}, {5}}},
-        {.ndim = {2, 1}, .shape = {{6, 4}, {6}}, .transposed = {T}},
-        {.ndim = {2, 1}, .shape = {{3, 9}, {3}}},
-        {.ndim = {2, 1}, .shape = {{1, 4}, {1}}},
-        {.ndim = {2, 1}, .shape = {{33, 5}, {33}}, .transposed = {T}},
-        {.ndim = {2, 1}, .shape = {{0, 4}, {0}}}, /* N = 0: NaN */
-    }};
+    .lo = {-3.0f, 0.0f}, .hi = {3.0f, 3.0f}, .integer = {false, T},
+    CG_OP_CASES({.ndim = {2, 1}, .shape = {{5, 4}, {5}}},
+                {.ndim = {2, 1}, .shape = {{6, 4}, {6}}, .transposed = {T}},
+                {.ndim = {2, 1}, .shape = {{3, 9}, {3}}},
+                {.ndim = {2, 1}, .shape = {{1, 4}, {1}}},
+                {.ndim = {2, 1}, .shape = {{33, 5}, {33}}, .transposed = {T}},
+                {.ndim = {2, 1}, .shape = {{0, 4}, {0}}})}; /* N = 0: NaN */
+
+/* logits (N, C), targets (N, C) float32 class probabilities in [0, 1] (rows need not sum to 1, as in
+ * PyTorch); both differentiable. Every term p[j] * -logp[j] is >= 0, so the sums do not cancel. */
+static const cg_op_domain cross_entropy_probs_domain = {
+    .lo = {-3.0f, 0.0f}, .hi = {3.0f, 1.0f},
+    CG_OP_CASES({.ndim = {2, 2}, .shape = {{5, 4}, {5, 4}}},
+                {.ndim = {2, 2}, .shape = {{6, 4}, {6, 4}}, .transposed = {T}},
+                {.ndim = {2, 2}, .shape = {{3, 9}, {3, 9}}, .transposed = {false, T}},
+                {.ndim = {2, 2}, .shape = {{1, 1}, {1, 1}}},
+                {.ndim = {2, 2}, .shape = {{33, 40}, {33, 40}}},
+                {.ndim = {2, 2}, .shape = {{0, 4}, {0, 4}}})}; /* N = 0: NaN */
 #undef T
 
 CG_OP_DEFINE(cross_entropy) = {.name = "cg_cross_entropy", .ninputs = 2, .dtypes = CG_OP_FLOAT32, .grad_inputs = 1u,
-                                         .domain = &cross_entropy_domain, .call = cross_entropy_call,
-                                         .reference = cross_entropy_reference, .backward = cross_entropy_backward};
+                               .domain = &cross_entropy_domain, .call = cross_entropy_call,
+                               .reference = cross_entropy_reference, .backward = cross_entropy_backward};
+CG_OP_DEFINE(cross_entropy_probs) = {.name = "cg_cross_entropy", .ninputs = 2, .dtypes = CG_OP_FLOAT32, .grad_inputs = 3u,
+                                     .domain = &cross_entropy_probs_domain, .call = cross_entropy_call,
+                                     .reference = cross_entropy_reference, .backward = cross_entropy_backward};
 
 /* ---- argmax and accuracy ------------------------------------------------------------------------------ */
 cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
@@ -160,48 +200,39 @@ cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: cannot take the argmax over dim %d of size 0 (shape %s)", fn, dim,
                             cg__shape_str(t, buf, sizeof buf));
     }
-    if (check_float_indices(t, d, fn, "t") != CG_OK) return NULL;
     int64_t outer = cg__numel_of(d, cg__t(t)->shape), n = cg__t(t)->shape[d], inner = cg__numel_of(cg__t(t)->ndim - d - 1, cg__t(t)->shape + d + 1);
     int64_t shape[CG_MAX_DIMS];
     int ndim = 0;
     for (int i = 0; i < cg__t(t)->ndim; i++)
         if (i != d) shape[ndim++] = cg__t(t)->shape[i];
         else if (keepdim) shape[ndim++] = 1;
-    cg_tensor *out = cg__tensor_new(ndim, shape, cg__t(t)->device);
+    cg_tensor *out = cg__tensor_new_dtype(ndim, shape, CG_INT64, cg__t(t)->device);
     cg_tensor *c = out ? cg__raw_contiguous(t) : NULL;
     cg_status s = c ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(out)->numel > 0)
-        s = cg__run_argmax(cg__t(t)->device, &(cg_argmax_args){cg__data(c), outer, n, inner, NULL, cg__data(out)});
+        s = cg__run_argmax(cg__t(t)->device, &(cg_argmax_args){cg__data(c), outer, n, inner, cg__data(out)});
     cg_tensor_free(c);
     return cg__finish(out, s);
 }
 
+/* (argmax(logits, 1) == targets).sum(): an int64 sum, exact for any N. */
 cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct) {
     const char *fn = "cg_accuracy";
     if (!correct) return cg__fail(CG_ERR_INVALID_ARG, "%s: correct is NULL", fn);
     *correct = 0;
-    CG_TRY(check_logits_targets(logits, targets, fn));
-    int64_t n = cg__t(logits)->shape[0], c = cg__t(logits)->shape[1];
-    if (n == 0) return CG_OK;
-    if (n > (1 << 24))
-        return cg__fail(CG_ERR_SHAPE, "%s: %lld rows; count at most 2^24 at a time (float counts are exact up to there)", fn,
-                        (long long)n);
-    cg_device d = cg__t(logits)->device;
-    cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
-    cg_tensor *hits = tc ? cg__tensor_new(1, &n, cg__t(logits)->device) : NULL;
-    cg_tensor *count = hits ? cg__tensor_new(0, NULL, cg__t(logits)->device) : NULL;
-    cg_status s = count ? CG_OK : cg_last_status();
-    if (s == CG_OK) s = cg__run_argmax(d, &(cg_argmax_args){cg__data(lc), n, c, 1, cg__data(tc), cg__data(hits)});
-    if (s == CG_OK) s = cg__run_reduce_sum(d, &(cg_reduce_sum_args){cg__data(hits), 1, n, 1, 1.0f, cg__data(count)});
-    float value = 0.0f;
-    if (s == CG_OK) s = cg_item(count, &value);
-    if (s == CG_OK) *correct = (int64_t)value;
-    cg_tensor_free(count), cg_tensor_free(hits), cg_tensor_free(tc), cg_tensor_free(lc);
+    bool probs;
+    CG_TRY(check_logits_targets(logits, targets, false, fn, &probs));
+    cg_tensor *predicted = cg_argmax_dim(logits, 1, false);           /* (N) int64 */
+    cg_tensor *hits = predicted ? cg_eq(predicted, targets) : NULL;   /* (N) bool */
+    cg_tensor *count = hits ? cg_sum(hits) : NULL;                    /* 0-dim int64 */
+    cg_status s = count ? cg_item_int64(count, correct) : cg_last_status();
+    if (s != CG_OK) cg__fail_context("%s", fn); /* only out of memory, the arguments being checked */
+    cg_tensor_free(count), cg_tensor_free(hits), cg_tensor_free(predicted);
     return s;
 }
 
 /* ---- op-table entry (op_table.h) ------------------------------------------------------------------ */
-/* The index of the first maximum along dim, as a float; param[0]: dim, param[1]: keepdim. */
+/* The index of the first maximum along dim (int64); param[0]: dim, param[1]: keepdim. */
 static cg_status argmax_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
     (void)op;
     int64_t outer, n, inner;

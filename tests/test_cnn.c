@@ -72,9 +72,9 @@ static float *train_run(uint64_t seed, int steps, float *first_loss, float *last
     cg_optimizer *opt = cg_sgd_new(m, (cg_sgd_options){.lr = 0.05f, .momentum = 0.9f});
     assert_non_null(opt);
     cg_tensor *x = CG_TEST_OK(cg_randn(4, (int64_t[]){n, 1, 12, 12}, dev()));
-    float th[16];
-    for (int i = 0; i < n; i++) th[i] = (float)(i % 4);
-    cg_tensor *t = cg_test_tensor(th, 1, (int64_t[]){n});
+    int64_t th[16];
+    for (int i = 0; i < n; i++) th[i] = i % 4;
+    cg_tensor *t = cg_test_int64_tensor(th, 1, (int64_t[]){n});
     for (int s = 0; s < steps; s++) {
         cg_scope *scope = cg_scope_begin();
         CG_TEST_STATUS_OK(cg_optimizer_zero_grad(opt));
@@ -125,13 +125,14 @@ static void test_gpu_matches_cpu(void **state) {
     cg_module *gpu = cg_module_clone(cpu, dev());
     assert_non_null(gpu);
     const int64_t n = 32;
-    float *xh = cg_test_uniform_buf((size_t)(n * 784), -2.0, 2.0), th[32];
-    for (int i = 0; i < n; i++) th[i] = (float)(i % 10);
+    float *xh = cg_test_uniform_buf((size_t)(n * 784), -2.0, 2.0);
+    int64_t th[32];
+    for (int i = 0; i < n; i++) th[i] = i % 10;
     cg_module *models[2] = {cpu, gpu};
     cg_device devices[2] = {cg_cpu(), dev()};
     for (int k = 0; k < 2; k++) {
         cg_tensor *x = cg_test_tensor_at(xh, 4, (int64_t[]){n, 1, 28, 28}, devices[k], __FILE__, __LINE__);
-        cg_tensor *t = cg_test_tensor_at(th, 1, (int64_t[]){n}, devices[k], __FILE__, __LINE__);
+        cg_tensor *t = cg_test_int64_tensor_at(th, 1, (int64_t[]){n}, devices[k], __FILE__, __LINE__);
         cg_tensor *loss = CG_TEST_OK(cg_cross_entropy(CG_TEST_OK(cg_module_forward(models[k], x)), t));
         CG_TEST_STATUS_OK(cg_backward(loss));
         cg_tensor_free(loss), cg_tensor_free(t), cg_tensor_free(x);

@@ -1,6 +1,7 @@
 /* Softmax cross-entropy, argmax and accuracy on the device under test.
  *
- * cg_cross_entropy is nn.CrossEntropyLoss with class-index targets and mean reduction. The loss is
+ * cg_cross_entropy is nn.CrossEntropyLoss with mean reduction, with int64 class-index targets or
+ * float32 class-probability targets. With class indices the loss is
  * checked against a double-precision reference computed on the host from the same fp32 logits
  * (log-sum-exp from the row maximum), |loss - ref| <= 1e-5 |ref| plus the harness's atol; the
  * gradient against the analytic (softmax - onehot) / N in double per element at rtol 1e-5, and
@@ -8,7 +9,10 @@
  * ||grad - fd|| / ||fd|| <= 1e-4 (as tests/test_autograd.c). Shapes cover one row and one class,
  * rows wider than a warp (1000 and 40000 classes) and many rows (1023, 4099); logits of +-1e4 check
  * stability; repeated runs must agree bit for bit (no atomics); invalid targets are errors on the
- * CPU and NaN on a GPU; N = 0 gives NaN, as PyTorch. */
+ * CPU and NaN on a GPU; N = 0 gives NaN, as PyTorch; float (N) targets are refused. Class
+ * probabilities: loss and both gradients against a double reference at rtol 1e-5, one-hot
+ * probabilities give the class-index loss. argmax and accuracy: int64 results and targets, exact
+ * past 2^24 (a row of 2^24 + 3, 2^24 + 1 rows). */
 #include <math.h>
 #include <string.h>
 
@@ -21,7 +25,7 @@ static cg_device dev(void) { return cg_test_device(); }
 
 /* ---- double references ------------------------------------------------------------------------------- */
 /* mean over rows of logsumexp(x_i) - x_i[t_i]; grad (n, c) = (softmax - onehot) / n when wanted */
-static double ref_cross_entropy(const float *x, const float *t, int64_t n, int64_t c, double *grad) {
+static double ref_cross_entropy(const float *x, const int64_t *t, int64_t n, int64_t c, double *grad) {
     double total = 0.0;
     for (int64_t i = 0; i < n; i++) {
         const float *row = x + i * c;
@@ -30,7 +34,7 @@ static double ref_cross_entropy(const float *x, const float *t, int64_t n, int64
         double s = 0.0;
         for (int64_t j = 0; j < c; j++) s += exp((double)row[j] - m);
         double log_s = log(s);
-        int64_t k = (int64_t)t[i];
+        int64_t k = t[i];
         total += -(((double)row[k] - m) - log_s);
         if (grad)
             for (int64_t j = 0; j < c; j++)
@@ -40,7 +44,7 @@ static double ref_cross_entropy(const float *x, const float *t, int64_t n, int64
 }
 
 /* the same in double from double logits, for finite differences */
-static double ref_loss_d(const double *x, const float *t, int64_t n, int64_t c) {
+static double ref_loss_d(const double *x, const int64_t *t, int64_t n, int64_t c) {
     double total = 0.0;
     for (int64_t i = 0; i < n; i++) {
         const double *row = x + i * c;
@@ -48,22 +52,22 @@ static double ref_loss_d(const double *x, const float *t, int64_t n, int64_t c) 
         for (int64_t j = 0; j < c; j++) m = fmax(m, row[j]);
         double s = 0.0;
         for (int64_t j = 0; j < c; j++) s += exp(row[j] - m);
-        total += -((row[(int64_t)t[i]] - m) - log(s));
+        total += -((row[t[i]] - m) - log(s));
     }
     return total / (double)n;
 }
 
-static float *random_targets(int64_t n, int64_t c) {
-    float *t = cg_test_malloc((size_t)(n ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) t[i] = (float)cg_test_randint(0, c);
+static int64_t *random_targets(int64_t n, int64_t c) {
+    int64_t *t = cg_test_malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++) t[i] = cg_test_randint(0, c);
     return t;
 }
 
 /* Loss and gradient of logits x (n, c) with targets t on the device, checked against the references. */
-static void check_case(const float *x, const float *t, int64_t n, int64_t c, bool finite_differences) {
+static void check_case(const float *x, const int64_t *t, int64_t n, int64_t c, bool finite_differences) {
     cg_test_poison_cache(dev(), (size_t)(n * c));
     cg_tensor *logits = cg_test_tensor(x, 2, (int64_t[]){n, c});
-    cg_tensor *targets = cg_test_tensor(t, 1, (int64_t[]){n});
+    cg_tensor *targets = cg_test_int64_tensor(t, 1, (int64_t[]){n});
     CG_TEST_STATUS_OK(cg_set_requires_grad(logits, true));
     cg_tensor *loss = CG_TEST_OK(cg_cross_entropy(logits, targets));
     CG_TEST_ASSERT_SHAPE(loss);
@@ -100,7 +104,8 @@ static void test_against_reference(void **state) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t n = shapes[s][0], c = shapes[s][1];
         cg_test_context("cross_entropy (%lld, %lld) on %s", (long long)n, (long long)c, cg_test_device_str());
-        float *x = cg_test_uniform_buf((size_t)(n * c), -8.0, 8.0), *t = random_targets(n, c);
+        float *x = cg_test_uniform_buf((size_t)(n * c), -8.0, 8.0);
+        int64_t *t = random_targets(n, c);
         check_case(x, t, n, c, n * c <= 2000);
         free(x), free(t);
     }
@@ -114,7 +119,8 @@ static void test_tiny_loss(void **state) {
     (void)state;
     cg_test_context("confident row on %s", cg_test_device_str());
     enum { c = 10 };
-    float x[c] = {0.0f}, t[1] = {3.0f};
+    float x[c] = {0.0f};
+    int64_t t[1] = {3};
     x[3] = 12.0f;
     check_case(x, t, 1, c, false);
 }
@@ -133,17 +139,17 @@ static void test_extreme_logits(void **state) {
         3e4f,  -3e4f, 1.0f,  2.0f,  -1.0f,     /* exp(x) overflows float, exp(-x) underflows */
         0.5f,  -0.25f, 1.0f, 2.0f,  -1.0f,     /* an ordinary row alongside */
     };
-    float t[n] = {0, 3, 4, 1, 1, 2};
+    int64_t t[n] = {0, 3, 4, 1, 1, 2};
     check_case(x, t, n, c, false);
     /* the values themselves: row 1 alone is log 5, row 3 alone is about 2e4 */
     cg_tensor *logits = cg_test_tensor(x + 5, 2, (int64_t[]){1, 5});
-    cg_tensor *target = cg_test_tensor(t + 1, 1, (int64_t[]){1});
+    cg_tensor *target = cg_test_int64_tensor(t + 1, 1, (int64_t[]){1});
     cg_tensor *loss = CG_TEST_OK(cg_cross_entropy(logits, target));
     double ref = log(5.0);
     cg_test_assert_tensor_close(loss, &ref, 1, RTOL);
     cg_tensor_free(loss), cg_tensor_free(logits), cg_tensor_free(target);
     logits = cg_test_tensor(x + 15, 2, (int64_t[]){1, 5});
-    target = cg_test_tensor(t + 3, 1, (int64_t[]){1});
+    target = cg_test_int64_tensor(t + 3, 1, (int64_t[]){1});
     loss = CG_TEST_OK(cg_cross_entropy(logits, target));
     ref = 2e4 + log(1.0 + exp(-0.5));
     cg_test_assert_tensor_close(loss, &ref, 1, RTOL);
@@ -156,13 +162,14 @@ static void test_composition(void **state) {
     (void)state;
     cg_test_context("cross_entropy composed on %s", cg_test_device_str());
     enum { n = 9, c = 7 };
-    float *xt = cg_test_uniform_buf(n * c, -3.0, 3.0), *t = random_targets(n, c);
+    float *xt = cg_test_uniform_buf(n * c, -3.0, 3.0);
+    int64_t *t = random_targets(n, c);
     float x[n * c]; /* x (n, c) from its transpose (c, n) */
     for (int i = 0; i < n; i++)
         for (int j = 0; j < c; j++) x[i * c + j] = xt[j * n + i];
     cg_tensor *base = cg_test_tensor(xt, 2, (int64_t[]){c, n});
     CG_TEST_STATUS_OK(cg_set_requires_grad(base, true));
-    cg_tensor *targets = cg_test_tensor(t, 1, (int64_t[]){n});
+    cg_tensor *targets = cg_test_int64_tensor(t, 1, (int64_t[]){n});
     cg_tensor *view = CG_TEST_OK(cg_transpose(base, 0, 1));
     assert_false(cg_is_contiguous(view));
     cg_tensor *halved = CG_TEST_OK(cg_mul_scalar(view, 0.5f));
@@ -193,12 +200,13 @@ static void test_composition(void **state) {
 static void test_deterministic(void **state) {
     (void)state;
     const int64_t n = 4099, c = 37;
-    float *x = cg_test_uniform_buf((size_t)(n * c), -10.0, 10.0), *t = random_targets(n, c);
+    float *x = cg_test_uniform_buf((size_t)(n * c), -10.0, 10.0);
+    int64_t *t = random_targets(n, c);
     float loss_bits[2];
     float *grads[2];
     for (int run = 0; run < 2; run++) {
         cg_tensor *logits = cg_test_tensor(x, 2, (int64_t[]){n, c});
-        cg_tensor *targets = cg_test_tensor(t, 1, (int64_t[]){n});
+        cg_tensor *targets = cg_test_int64_tensor(t, 1, (int64_t[]){n});
         CG_TEST_STATUS_OK(cg_set_requires_grad(logits, true));
         cg_tensor *loss = CG_TEST_OK(cg_cross_entropy(logits, targets));
         CG_TEST_STATUS_OK(cg_item(loss, &loss_bits[run]));
@@ -219,38 +227,48 @@ static bool is_nan_loss(cg_tensor *loss) {
 
 static void test_special_values_and_errors(void **state) {
     (void)state;
-    float x[6] = {1, 2, 3, 4, 5, 6}, t[2] = {0, 2};
+    float x[6] = {1, 2, 3, 4, 5, 6}, tf[2] = {0, 2};
+    int64_t t[2] = {0, 2};
     cg_tensor *logits = cg_test_tensor(x, 2, (int64_t[]){2, 3});
-    cg_tensor *targets = cg_test_tensor(t, 1, (int64_t[]){2});
+    cg_tensor *targets = cg_test_int64_tensor(t, 1, (int64_t[]){2});
 
     /* shapes */
     cg_tensor *flat = cg_test_tensor(x, 1, (int64_t[]){6});
     assert_null(cg_cross_entropy(flat, targets));
     cg_test_assert_error(CG_ERR_SHAPE, "cg_cross_entropy", "(6,)", "(2,)");
-    cg_tensor *t3 = cg_test_tensor(x, 1, (int64_t[]){3});
+    cg_tensor *t3 = cg_test_int64_tensor(((int64_t[]){0, 1, 2}), 1, (int64_t[]){3});
     assert_null(cg_cross_entropy(logits, t3));
     cg_test_assert_error(CG_ERR_SHAPE, "cg_cross_entropy", "(2, 3)", "(3,)");
+    cg_tensor *probs_wrong = cg_test_tensor(x, 2, (int64_t[]){3, 2});
+    assert_null(cg_cross_entropy(logits, probs_wrong));
+    cg_test_assert_error(CG_ERR_SHAPE, "cg_cross_entropy", "(2, 3)", "(3, 2)", "class probabilities");
     assert_null(cg_cross_entropy(NULL, targets));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_cross_entropy", "logits");
 
-    /* targets that require grad */
-    cg_tensor *tg = cg_test_tensor(t, 1, (int64_t[]){2});
-    CG_TEST_STATUS_OK(cg_set_requires_grad(tg, true));
-    assert_null(cg_cross_entropy(logits, tg));
-    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_cross_entropy", "targets require grad");
+    /* float (N) targets: refused, as PyTorch's "expected scalar type Long"; int32 too; (N, C) int64 */
+    cg_tensor *float_targets = cg_test_tensor(tf, 1, (int64_t[]){2});
+    assert_null(cg_cross_entropy(logits, float_targets));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_cross_entropy", "targets (2,) are float32", "must be int64");
+    cg_tensor *int32_targets = CG_TEST_OK(cg_to_dtype(targets, CG_INT32));
+    assert_null(cg_cross_entropy(logits, int32_targets));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_cross_entropy", "int32", "must be int64");
+    cg_tensor *int_probs = CG_TEST_OK(cg_zeros_dtype(2, (int64_t[]){2, 3}, CG_INT64, dev()));
+    assert_null(cg_cross_entropy(logits, int_probs));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_cross_entropy", "targets", "int64");
 
     /* invalid class indices: an error on the CPU, NaN on a GPU */
-    const float bad_values[3] = {3.0f, -1.0f, 1.5f};
+    const int64_t bad_values[3] = {3, -1, INT64_MAX};
     for (int b = 0; b < 3; b++) {
-        float tb[2] = {0, bad_values[b]};
-        cg_tensor *bad = cg_test_tensor(tb, 1, (int64_t[]){2});
+        cg_tensor *bad = cg_test_int64_tensor(((int64_t[]){0, bad_values[b]}), 1, (int64_t[]){2});
         cg_tensor *loss = cg_cross_entropy(logits, bad);
         if (cg_test_is_cuda()) {
             assert_non_null(loss);
             assert_true(is_nan_loss(loss));
         } else {
+            char value[32];
+            snprintf(value, sizeof value, "target %lld ", (long long)bad_values[b]);
             assert_null(loss);
-            cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_cross_entropy", "at row 1", "[0, 3)");
+            cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_cross_entropy", value, "at row 1", "[0, 3)");
         }
         cg_tensor_free(loss), cg_tensor_free(bad);
     }
@@ -264,7 +282,7 @@ static void test_special_values_and_errors(void **state) {
 
     /* N = 0: NaN, and its backward gives an empty gradient */
     cg_tensor *empty = CG_TEST_OK(cg_zeros(2, (int64_t[]){0, 3}, dev()));
-    cg_tensor *no_targets = CG_TEST_OK(cg_zeros(1, (int64_t[]){0}, dev()));
+    cg_tensor *no_targets = CG_TEST_OK(cg_zeros_dtype(1, (int64_t[]){0}, CG_INT64, dev()));
     CG_TEST_STATUS_OK(cg_set_requires_grad(empty, true));
     loss = CG_TEST_OK(cg_cross_entropy(empty, no_targets));
     assert_true(is_nan_loss(loss));
@@ -274,12 +292,88 @@ static void test_special_values_and_errors(void **state) {
 
     /* devices */
     if (cg_test_is_cuda()) {
-        cg_tensor *cpu_targets = CG_TEST_OK(cg_from_data(t, 1, (int64_t[]){2}, cg_cpu()));
+        cg_tensor *cpu_targets = CG_TEST_OK(cg_from_data_dtype(t, 1, (int64_t[]){2}, CG_INT64, cg_cpu()));
         assert_null(cg_cross_entropy(logits, cpu_targets));
         cg_test_assert_error(CG_ERR_DEVICE, "cg_cross_entropy", "cuda:0", "cpu");
         cg_tensor_free(cpu_targets);
     }
-    cg_tensor_free(tg), cg_tensor_free(t3), cg_tensor_free(flat), cg_tensor_free(targets), cg_tensor_free(logits);
+    cg_tensor_free(int_probs), cg_tensor_free(int32_targets), cg_tensor_free(float_targets);
+    cg_tensor_free(probs_wrong), cg_tensor_free(t3), cg_tensor_free(flat), cg_tensor_free(targets), cg_tensor_free(logits);
+}
+
+/* ---- class-probability targets ---------------------------------------------------------------------------- */
+/* mean over rows of -sum_j p_ij logp_ij with logp = log_softmax(x) in double; grad_x (n, c) =
+ * (softmax * sum_j p_ij - p) / n, grad_p = -logp / n. */
+static double ref_soft_cross_entropy(const float *x, const float *p, int64_t n, int64_t c, double *grad_x,
+                                     double *grad_p) {
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = x + i * c;
+        double m = -INFINITY, s = 0.0, psum = 0.0;
+        for (int64_t j = 0; j < c; j++) m = fmax(m, (double)row[j]);
+        for (int64_t j = 0; j < c; j++) s += exp((double)row[j] - m), psum += p[i * c + j];
+        for (int64_t j = 0; j < c; j++) {
+            double logp = ((double)row[j] - m) - log(s);
+            total -= p[i * c + j] * logp;
+            grad_x[i * c + j] = (exp(logp) * psum - p[i * c + j]) / (double)n;
+            grad_p[i * c + j] = -logp / (double)n;
+        }
+    }
+    return total / (double)n;
+}
+
+/* Loss and both gradients against the reference: soft rows, rows not summing to 1, rows wider than a
+ * warp; targets that require grad get -log_softmax / N. */
+static void test_probability_targets(void **state) {
+    (void)state;
+    static const int64_t shapes[][2] = {{1, 1}, {7, 10}, {33, 1000}, {1023, 3}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int64_t n = shapes[k][0], c = shapes[k][1];
+        cg_test_context("cross_entropy with probabilities (%lld, %lld) on %s", (long long)n, (long long)c,
+                        cg_test_device_str());
+        float *x = cg_test_uniform_buf((size_t)(n * c), -8.0, 8.0), *p = cg_test_uniform_buf((size_t)(n * c), 0.0, 1.0);
+        cg_tensor *logits = cg_test_tensor(x, 2, (int64_t[]){n, c}), *targets = cg_test_tensor(p, 2, (int64_t[]){n, c});
+        CG_TEST_STATUS_OK(cg_set_requires_grad(logits, true));
+        CG_TEST_STATUS_OK(cg_set_requires_grad(targets, true));
+        cg_tensor *loss = CG_TEST_OK(cg_cross_entropy(logits, targets));
+        CG_TEST_ASSERT_SHAPE(loss);
+        double *gx = cg_test_doubles((size_t)(n * c)), *gp = cg_test_doubles((size_t)(n * c));
+        double ref = ref_soft_cross_entropy(x, p, n, c, gx, gp);
+        cg_test_assert_tensor_close(loss, &ref, 1, RTOL);
+        CG_TEST_STATUS_OK(cg_backward(loss));
+        cg_test_assert_tensor_close(CG_TEST_OK(cg_grad(logits)), gx, (size_t)(n * c), RTOL);
+        cg_test_assert_tensor_close(CG_TEST_OK(cg_grad(targets)), gp, (size_t)(n * c), RTOL);
+        free(gx), free(gp), free(x), free(p);
+        cg_tensor_free(loss), cg_tensor_free(targets), cg_tensor_free(logits);
+    }
+}
+
+/* One-hot probabilities give the class-index loss and logits gradient (as in PyTorch), and a
+ * transposed view of probabilities the same loss as its contiguous copy. */
+static void test_one_hot_probabilities(void **state) {
+    (void)state;
+    enum { n = 9, c = 7 };
+    float *x = cg_test_uniform_buf(n * c, -3.0, 3.0), p[n * c] = {0}, pt[c * n] = {0};
+    int64_t *t = random_targets(n, c);
+    for (int i = 0; i < n; i++) p[i * c + t[i]] = 1.0f, pt[t[i] * n + i] = 1.0f;
+    cg_tensor *logits = cg_test_tensor(x, 2, (int64_t[]){n, c}), *probs = cg_test_tensor(p, 2, (int64_t[]){n, c});
+    cg_tensor *indices = cg_test_int64_tensor(t, 1, (int64_t[]){n}), *base = cg_test_tensor(pt, 2, (int64_t[]){c, n});
+    cg_tensor *view = CG_TEST_OK(cg_transpose(base, 0, 1));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(logits, true));
+    cg_tensor *a = CG_TEST_OK(cg_cross_entropy(logits, indices)), *b = CG_TEST_OK(cg_cross_entropy(logits, probs));
+    cg_tensor *v = CG_TEST_OK(cg_cross_entropy(logits, view));
+    double g[n * c], ref = ref_cross_entropy(x, t, n, c, g);
+    cg_test_assert_tensor_close(a, &ref, 1, RTOL);
+    cg_test_assert_tensor_close(b, &ref, 1, RTOL);
+    float vb, vv;
+    CG_TEST_STATUS_OK(cg_item(b, &vb));
+    CG_TEST_STATUS_OK(cg_item(v, &vv));
+    assert_true(vb == vv);
+    CG_TEST_STATUS_OK(cg_backward(b));
+    cg_test_assert_tensor_close(CG_TEST_OK(cg_grad(logits)), g, n * c, RTOL);
+    cg_tensor_free(v), cg_tensor_free(b), cg_tensor_free(a), cg_tensor_free(view), cg_tensor_free(base);
+    cg_tensor_free(indices), cg_tensor_free(probs), cg_tensor_free(logits);
+    free(x), free(t);
 }
 
 /* ---- argmax and accuracy ------------------------------------------------------------------------------- */
@@ -292,6 +386,15 @@ static int64_t ref_argmax(const float *p, int64_t n, int64_t stride) {
     return best;
 }
 
+/* a's dtype is int64 and its values expect[0..n). */
+static void assert_indices(const cg_tensor *a, const int64_t *expect, size_t n) {
+    assert_int_equal(cg_dtype_of(a), CG_INT64);
+    int64_t *got = cg_test_read_int64(a);
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != expect[i]) fail_msg("index %zu: %lld, expected %lld", i, (long long)got[i], (long long)expect[i]);
+    free(got);
+}
+
 static void test_argmax(void **state) {
     (void)state;
     /* ties (the first wins) and NaN (wins) */
@@ -299,12 +402,12 @@ static void test_argmax(void **state) {
     cg_tensor *t = cg_test_tensor(x, 2, (int64_t[]){3, 4});
     cg_tensor *a = CG_TEST_OK(cg_argmax_dim(t, 1, false));
     CG_TEST_ASSERT_SHAPE(a, 3);
-    cg_test_assert_tensor_bits(a, ((float[]){1, 0, 1}), 3);
+    assert_indices(a, (int64_t[]){1, 0, 1}, 3);
     cg_tensor *k = CG_TEST_OK(cg_argmax_dim(t, -1, true));
     CG_TEST_ASSERT_SHAPE(k, 3, 1);
-    cg_test_assert_tensor_bits(k, ((float[]){1, 0, 1}), 3);
+    assert_indices(k, (int64_t[]){1, 0, 1}, 3);
     cg_tensor *d0 = CG_TEST_OK(cg_argmax_dim(t, 0, false));
-    cg_test_assert_tensor_bits(d0, ((float[]){1, 1, 1, 1}), 4);
+    assert_indices(d0, (int64_t[]){1, 1, 1, 1}, 4);
     cg_tensor_free(a), cg_tensor_free(k), cg_tensor_free(d0), cg_tensor_free(t);
 
     /* random 3-D, every dim */
@@ -318,11 +421,10 @@ static void test_argmax(void **state) {
         int64_t outer = 1, inner = 1;
         for (int i = 0; i < d; i++) outer *= shape[i];
         for (int i = d + 1; i < 3; i++) inner *= shape[i];
-        float *expect = cg_test_malloc((size_t)(outer * inner) * sizeof(float));
+        int64_t *expect = cg_test_malloc((size_t)(outer * inner) * sizeof(int64_t));
         for (int64_t o = 0; o < outer; o++)
-            for (int64_t j = 0; j < inner; j++)
-                expect[o * inner + j] = (float)ref_argmax(r + o * shape[d] * inner + j, shape[d], inner);
-        cg_test_assert_tensor_bits(a, expect, (size_t)(outer * inner));
+            for (int64_t j = 0; j < inner; j++) expect[o * inner + j] = ref_argmax(r + o * shape[d] * inner + j, shape[d], inner);
+        assert_indices(a, expect, (size_t)(outer * inner));
         free(expect);
         cg_tensor_free(a);
     }
@@ -334,6 +436,27 @@ static void test_argmax(void **state) {
     assert_null(cg_argmax_dim(empty, 1, false));
     cg_test_assert_error(CG_ERR_SHAPE, "cg_argmax_dim", "size 0");
     cg_tensor_free(empty);
+    /* an empty result along a dim of 2^24 + 1: int64, shape (0, 1) */
+    empty = CG_TEST_OK(cg_zeros(2, (int64_t[]){0, ((int64_t)1 << 24) + 1}, dev()));
+    a = CG_TEST_OK(cg_argmax_dim(empty, -1, true));
+    CG_TEST_ASSERT_SHAPE(a, 0, 1);
+    assert_int_equal(cg_dtype_of(a), CG_INT64);
+    cg_tensor_free(a), cg_tensor_free(empty);
+}
+
+/* A row of 2^24 + 3 whose maximum sits at 2^24 + 1 (no float holds it) and again at the last index:
+ * the first, 16777217, exactly. */
+static void test_argmax_beyond_2_24(void **state) {
+    (void)state;
+    int64_t n = ((int64_t)1 << 24) + 3;
+    float *h = calloc((size_t)n, sizeof *h);
+    assert_non_null(h);
+    h[n - 2] = h[n - 1] = 1.0f;
+    cg_tensor *t = cg_test_tensor(h, 2, (int64_t[]){1, n});
+    free(h);
+    cg_tensor *i = CG_TEST_OK(cg_argmax_dim(t, 1, false));
+    assert_indices(i, (int64_t[]){16777217}, 1);
+    cg_tensor_free(i), cg_tensor_free(t);
 }
 
 static void test_accuracy(void **state) {
@@ -342,28 +465,49 @@ static void test_accuracy(void **state) {
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         int64_t n = sizes[s][0], c = sizes[s][1];
         cg_test_context("accuracy (%lld, %lld) on %s", (long long)n, (long long)c, cg_test_device_str());
-        float *x = cg_test_uniform_buf((size_t)(n * c), -1.0, 1.0), *t = random_targets(n, c);
+        float *x = cg_test_uniform_buf((size_t)(n * c), -1.0, 1.0);
+        int64_t *t = random_targets(n, c);
         /* make about half the rows right */
-        for (int64_t i = 0; i < n; i += 2) x[i * c + (int64_t)t[i]] = 2.0f;
+        for (int64_t i = 0; i < n; i += 2) x[i * c + t[i]] = 2.0f;
         int64_t expect = 0;
-        for (int64_t i = 0; i < n; i++) expect += ref_argmax(x + i * c, c, 1) == (int64_t)t[i];
+        for (int64_t i = 0; i < n; i++) expect += ref_argmax(x + i * c, c, 1) == t[i];
         cg_tensor *logits = cg_test_tensor(x, 2, (int64_t[]){n, c});
-        cg_tensor *targets = cg_test_tensor(t, 1, (int64_t[]){n});
+        cg_tensor *targets = cg_test_int64_tensor(t, 1, (int64_t[]){n});
         int64_t correct = -1;
         CG_TEST_STATUS_OK(cg_accuracy(logits, targets, &correct));
         assert_int_equal(correct, expect);
         cg_tensor_free(logits), cg_tensor_free(targets);
         free(x), free(t);
     }
-    float x[4] = {0, 1, 1, 0}, t[2] = {1, 1};
+    float x[4] = {0, 1, 1, 0}, tf[2] = {1, 1};
     cg_tensor *logits = cg_test_tensor(x, 2, (int64_t[]){2, 2});
-    cg_tensor *targets = cg_test_tensor(t, 1, (int64_t[]){2});
+    cg_tensor *targets = cg_test_int64_tensor(((int64_t[]){1, 1}), 1, (int64_t[]){2});
     int64_t correct;
     CG_TEST_STATUS_OK(cg_accuracy(logits, targets, &correct));
     assert_int_equal(correct, 1);
     assert_int_equal(cg_accuracy(logits, targets, NULL), CG_ERR_INVALID_ARG);
-    assert_int_equal(cg_accuracy(targets, targets, &correct), CG_ERR_SHAPE);
-    cg_test_assert_error(CG_ERR_SHAPE, "cg_accuracy");
+    assert_int_equal(cg_accuracy(logits, logits, &correct), CG_ERR_SHAPE); /* no class probabilities */
+    cg_test_assert_error(CG_ERR_SHAPE, "cg_accuracy", "(2, 2)");
+    cg_tensor *float_targets = cg_test_tensor(tf, 1, (int64_t[]){2});
+    assert_int_equal(cg_accuracy(logits, float_targets, &correct), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_accuracy", "float32", "must be int64");
+    cg_tensor_free(float_targets), cg_tensor_free(logits), cg_tensor_free(targets);
+    /* no rows: none right */
+    logits = CG_TEST_OK(cg_zeros(2, (int64_t[]){0, 3}, dev()));
+    targets = CG_TEST_OK(cg_zeros_dtype(1, (int64_t[]){0}, CG_INT64, dev()));
+    CG_TEST_STATUS_OK(cg_accuracy(logits, targets, &correct));
+    assert_int_equal(correct, 0);
+    cg_tensor_free(logits), cg_tensor_free(targets);
+}
+
+/* 2^24 + 1 rows, every one right: a float count would stop at 2^24. */
+static void test_accuracy_beyond_2_24(void **state) {
+    (void)state;
+    int64_t n = ((int64_t)1 << 24) + 1, correct = -1;
+    cg_tensor *logits = CG_TEST_OK(cg_zeros(2, (int64_t[]){n, 1}, dev()));
+    cg_tensor *targets = CG_TEST_OK(cg_zeros_dtype(1, &n, CG_INT64, dev()));
+    CG_TEST_STATUS_OK(cg_accuracy(logits, targets, &correct));
+    assert_int_equal(correct, n);
     cg_tensor_free(logits), cg_tensor_free(targets);
 }
 
@@ -372,7 +516,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         CG_TEST(test_against_reference), CG_TEST(test_tiny_loss), CG_TEST(test_extreme_logits), CG_TEST(test_composition),
         CG_TEST(test_deterministic),     CG_TEST(test_special_values_and_errors), CG_TEST(test_argmax),
-        CG_TEST(test_accuracy),
+        CG_TEST(test_probability_targets), CG_TEST(test_one_hot_probabilities), CG_TEST(test_argmax_beyond_2_24),
+        CG_TEST(test_accuracy), CG_TEST(test_accuracy_beyond_2_24),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,8 @@
  * Normalize (bit for bit with the same float formula), batches in order (views) and shuffled
  * (gathered on the device), every row exactly once per epoch, the last partial batch kept or
  * dropped, a fresh permutation per epoch that depends only on (seed, epoch), resuming from a saved
- * state, the errors; and the real Fashion-MNIST where it is installed. */
+ * state, the errors; labels are int64 (the file's, gathered with their images); and the real
+ * Fashion-MNIST where it is installed. */
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -54,13 +55,14 @@ static void check_batch(const synthetic *s, cg_tensor *x, cg_tensor *y, int64_t 
     CG_TEST_ASSERT_SHAPE(y, b);
     assert_true(cg_device_equal(cg_device_of(x), dev()));
     assert_true(cg_device_equal(cg_device_of(y), dev()));
-    float *xs = cg_test_read(x), *ys = cg_test_read(y);
+    float *xs = cg_test_read(x);
+    int64_t *ys = cg_test_read_int64(y); /* int64 labels, as torchvision's */
     for (int64_t r = 0; r < b; r++) {
         int row = row_of(xs[r * H * W]);
         rows[r] = row;
         for (int j = 0; j < H * W; j++)
             assert_true(xs[r * H * W + j] == normalised(s->pixels[row * H * W + j], CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD));
-        assert_true(ys[r] == (float)(row % CLASSES));
+        assert_int_equal(ys[r], row % CLASSES);
     }
     free(xs), free(ys);
 }
@@ -108,11 +110,12 @@ static void test_dataset_normalisation(void **state) {
     const cg_tensor *images = cg_dataset_images(ds), *labels = cg_dataset_labels(ds);
     CG_TEST_ASSERT_SHAPE(images, N, H, W);
     CG_TEST_ASSERT_SHAPE(labels, N);
-    float expect[N * H * W], expect_labels[N];
+    float expect[N * H * W];
     for (int i = 0; i < N * H * W; i++) expect[i] = normalised(s.pixels[i], mean, std);
-    for (int i = 0; i < N; i++) expect_labels[i] = (float)(i % CLASSES);
     cg_test_assert_tensor_bits(images, expect, N * H * W);
-    cg_test_assert_tensor_bits(labels, expect_labels, N);
+    int64_t *got_labels = cg_test_read_int64(labels);
+    for (int i = 0; i < N; i++) assert_int_equal(got_labels[i], i % CLASSES);
+    free(got_labels);
     /* (x/255 - mean)/std against double: the float formula is within a few ulps */
     double ref[N * H * W];
     for (int i = 0; i < N * H * W; i++) ref[i] = ((double)s.pixels[i] / 255.0 - mean) / std;
@@ -319,9 +322,17 @@ static void test_fashion_mnist(void **state) {
     cg_tensor *x, *y;
     CG_TEST_STATUS_OK(cg_loader_next(l, &x, &y));
     CG_TEST_ASSERT_SHAPE(x, 128, 1, 28, 28);
-    float *labels = cg_test_read(y);
-    for (int i = 0; i < 128; i++) assert_true(labels[i] >= 0 && labels[i] <= 9 && labels[i] == floorf(labels[i]));
+    int64_t *labels = cg_test_read_int64(y);
+    for (int i = 0; i < 128; i++) assert_true(labels[i] >= 0 && labels[i] <= 9);
     free(labels);
+    /* the data set's labels are the file's */
+    cg_idx file_labels;
+    snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte.gz", dir && dir[0] ? dir : CG_FASHION_MNIST_DIR);
+    CG_TEST_STATUS_OK(cg_idx_load(path, 1, &file_labels));
+    labels = cg_test_read_int64(cg_dataset_labels(test));
+    for (int i = 0; i < 10000; i++) assert_int_equal(labels[i], file_labels.data[i]);
+    free(labels);
+    cg_idx_free(&file_labels);
     cg_tensor_free(x), cg_tensor_free(y);
     cg_loader_free(l);
     cg_dataset_free(test);

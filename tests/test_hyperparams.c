@@ -1,8 +1,7 @@
 /* Numbers out of range (issue #25, class 6). Every optimizer hyperparameter gets one check (the
  * constructors, cg_optimizer_set_lr, a checkpoint's lr: test_checkpoint.c): finite, in PyTorch's range,
  * and a float the update can use (at most FLT_MAX, for Adam lr / (1 - beta1) and lr * weight_decay
- * too; 0 or at least FLT_MIN). Indices that travel as floats (argmax, accuracy, cross-entropy's
- * classes) are refused along a dim of more than 2^24 elements.
+ * too; 0 or at least FLT_MIN). (Class indices are int64 and exact at any size: tests/test_cross_entropy.c.)
  *
  *  case                      what                                                  expected
  *  set_lr_refused            set_lr 1e300, +-inf, NaN, -1, 1e-40 (SGD and Adam);    INVALID naming the function, the
@@ -12,11 +11,7 @@
  *                            NaN / -0.5 / inf, dampening NaN / inf                 lr 0 and 1e-30 accepted
  *  adam_options_refused      lr 1e300 / inf, eps inf / NaN / 1e-300, beta1 NaN,     INVALID, cg_adam(w)_new, the value;
  *                            beta2 1, weight_decay inf / 1e300, lr 1e38 (beta1     eps 0 accepted (as PyTorch)
- *                            0.9), lr 1e30 with weight_decay 1e10
- *  argmax_beyond_2_24        argmax of 2^24 + 2 elements, the last the largest;    SHAPE naming 16777218 and 2^24;
- *                            of 2^24; of (0, 2^24 + 1) along dim -1                2^24 gives 16777215 exactly
- *  classes_beyond_2_24       cg_accuracy and cg_cross_entropy of logits            SHAPE naming 16777217
- *                            (0, 2^24 + 1)                                                                       */
+ *                            0.9), lr 1e30 with weight_decay 1e10 */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -166,52 +161,10 @@ static void test_adam_options_refused(void **state) {
     cg_module_free(m);
 }
 
-/* ---- indices as floats --------------------------------------------------------------------------------- */
-#define FLOAT_EXACT ((int64_t)1 << 24)
-
-static void test_argmax_beyond_2_24(void **state) {
-    (void)state;
-    int64_t n = FLOAT_EXACT + 2;
-    float *h = calloc((size_t)n, sizeof *h);
-    assert_non_null(h);
-    h[n - 1] = 1.0f; /* index 16777217: as a float, 16777216 */
-    cg_tensor *t = cg_test_tensor(h, 1, &n);
-    assert_null(cg_argmax_dim(t, 0, false));
-    cg_test_assert_error(CG_ERR_SHAPE, "cg_argmax_dim", "16777218", "2^24", "floats");
-    cg_tensor_free(t);
-    /* 2^24 elements, the last the largest: its index, 16777215, exactly */
-    int64_t m = FLOAT_EXACT;
-    t = cg_test_tensor(h + 2, 1, &m);
-    cg_tensor *i = CG_TEST_OK(cg_argmax_dim(t, 0, false));
-    float got;
-    CG_TEST_STATUS_OK(cg_item(i, &got));
-    assert_true(got == 16777215.0f);
-    cg_tensor_free(i), cg_tensor_free(t);
-    free(h);
-    /* the size along the dim counts, whatever the other dims hold */
-    t = CG_TEST_OK(cg_zeros(CG_SHAPE(0, FLOAT_EXACT + 1), dev()));
-    assert_null(cg_argmax_dim(t, -1, true));
-    cg_test_assert_error(CG_ERR_SHAPE, "cg_argmax_dim", "16777217", "(0, 16777217)");
-    cg_tensor_free(t);
-}
-
-static void test_classes_beyond_2_24(void **state) {
-    (void)state;
-    cg_tensor *logits = CG_TEST_OK(cg_zeros(CG_SHAPE(0, FLOAT_EXACT + 1), dev()));
-    cg_tensor *targets = CG_TEST_OK(cg_zeros(CG_SHAPE(0), dev()));
-    int64_t correct = -1;
-    assert_int_equal(cg_accuracy(logits, targets, &correct), CG_ERR_SHAPE);
-    cg_test_assert_error(CG_ERR_SHAPE, "cg_accuracy", "logits", "16777217", "2^24");
-    assert_null(cg_cross_entropy(logits, targets));
-    cg_test_assert_error(CG_ERR_SHAPE, "cg_cross_entropy", "logits", "16777217", "2^24");
-    cg_tensor_free(logits), cg_tensor_free(targets);
-}
-
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
         CG_TEST(test_set_lr_refused),     CG_TEST(test_sgd_options_refused), CG_TEST(test_adam_options_refused),
-        CG_TEST(test_argmax_beyond_2_24), CG_TEST(test_classes_beyond_2_24),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

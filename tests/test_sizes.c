@@ -201,7 +201,8 @@ static void test_loader_batch_size_max(void **state) {
         CG_TEST_STATUS_OK(cg_loader_next(l, &x, &y));
         assert_non_null(x);
         CG_TEST_ASSERT_SHAPE(x, N, 1, H, W);
-        float *labels = cg_test_read(y), *images = cg_test_read(x);
+        float *images = cg_test_read(x);
+        int64_t *labels = cg_test_read_int64(y);
         for (int i = 0; i < N; i++) { /* each row once, with its own label */
             int row = (int)labels[i];
             assert_true(row >= 0 && row < N);

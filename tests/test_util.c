@@ -152,6 +152,29 @@ float *cg_test_read_at(const cg_tensor *t, const char *file, int line) {
     return buf;
 }
 
+cg_tensor *cg_test_int64_tensor_at(const int64_t *data, int ndim, const int64_t *shape, cg_device d, const char *file,
+                                   int line) {
+    return cg_test_ok_at(cg_from_data_dtype(data, ndim, shape, CG_INT64, d), "cg_from_data_dtype", file, line);
+}
+
+int64_t *cg_test_read_int64_at(const cg_tensor *t, const char *file, int line) {
+    if (!t || cg_dtype_of(t) != CG_INT64) {
+        print_error("%s%scg_test_read_int64: %s tensor\n", g_context[0] ? g_context : "", g_context[0] ? ": " : "",
+                    t ? cg_dtype_name(cg_dtype_of(t)) : "NULL");
+        _fail(file, line);
+    }
+    int64_t n = cg_numel(t);
+    int64_t *buf = cg_test_malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    cg_status s = cg_to_host_bytes(t, buf, (size_t)n * sizeof(int64_t));
+    if (s != CG_OK) {
+        free(buf);
+        print_error("%s%scg_to_host_bytes failed: [%s] %s\n", g_context[0] ? g_context : "", g_context[0] ? ": " : "",
+                    cg_status_name(s), cg_last_error());
+        _fail(file, line);
+    }
+    return buf;
+}
+
 void cg_test_poison_cache(cg_device d, size_t numel) {
     /* The cache may hold several free blocks of this size: take NaN-filled blocks until the
      * allocator has to ask the system for one (the cache of that size is then exhausted), and

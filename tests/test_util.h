@@ -114,6 +114,15 @@ cg_tensor *cg_test_tensor_at(const float *data, int ndim, const int64_t *shape, 
 #define cg_test_tensor(data, ndim, ...) \
     cg_test_tensor_at((data), (ndim), (__VA_ARGS__), cg_test_device(), __FILE__, __LINE__)
 
+/* An int64 tensor (class indices, labels) on device d holding data (row-major). */
+cg_tensor *cg_test_int64_tensor_at(const int64_t *data, int ndim, const int64_t *shape, cg_device d, const char *file,
+                                   int line);
+#define cg_test_int64_tensor(data, ndim, ...) \
+    cg_test_int64_tensor_at((data), (ndim), (__VA_ARGS__), cg_test_device(), __FILE__, __LINE__)
+/* Reads an int64 tensor back into a new buffer; fails the test for another dtype. */
+int64_t *cg_test_read_int64_at(const cg_tensor *t, const char *file, int line);
+#define cg_test_read_int64(t) cg_test_read_int64_at((t), __FILE__, __LINE__)
+
 /* Reads t back into a new buffer that was filled with NaN first, so an element the op never
  * wrote stays NaN and fails any closeness check. */
 float *cg_test_read_at(const cg_tensor *t, const char *file, int line);

@@ -320,13 +320,18 @@ CG_API cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const c
 typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM } cg_reduction;
 /* MSELoss: mean (or sum) of (input - target)^2; shapes must match. */
 CG_API cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
-/* nn.CrossEntropyLoss (class-index targets, mean reduction): logits (N, C), targets (N) holding class
- * indices 0..C-1 as floats -> 0-dim mean over rows of logsumexp(logits[i]) - logits[i][targets[i]].
- * Log-sum-exp from the row maximum, so logits of any magnitude are safe; deterministic (no atomics).
- * Gradient: (softmax(logits) - onehot(targets)) / N. A target that is not an integer in [0, C) is an
- * error on the CPU and makes the loss NaN on a GPU (checking there would wait for the device).
- * N = 0 gives NaN, as PyTorch. Targets must not require grad. C <= 2^24 (indices as floats are exact
- * up to there; more is CG_ERR_SHAPE). */
+/* nn.CrossEntropyLoss (mean reduction): logits (N, C) float32 with targets of either kind
+ *   class indices:       targets (N) int64 in [0, C) -> the mean over rows of logsumexp(logits[i]) -
+ *                        logits[i][targets[i]]; gradient (softmax(logits) - onehot(targets)) / N;
+ *   class probabilities: targets (N, C) float32 (rows need not sum to 1) -> the mean over rows of
+ *                        -sum_c targets[i][c] * log_softmax(logits)[i][c]; gradient
+ *                        (softmax(logits) * sum_c targets[i][c] - targets) / N, and -log_softmax / N
+ *                        for targets that require grad;
+ * -> 0-dim. Float (N) targets are CG_ERR_INVALID_ARG, as PyTorch's "expected scalar type Long" (convert
+ * them with cg_to_dtype(targets, CG_INT64)). Log-sum-exp from the row maximum, so logits of any
+ * magnitude are safe; deterministic (no atomics). A class index outside [0, C) is an error on the CPU
+ * and makes the loss NaN on a GPU (checking there would wait for the device). N = 0 gives NaN, as
+ * PyTorch. */
 CG_API cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets);
 /* F.conv2d: x (N, C_in, H, W), weight (C_out, C_in, kh, kw), bias (C_out) or NULL, the same stride
  * and zero padding on both spatial dims -> (N, C_out, (H + 2p - kh) / s + 1, (W + 2p - kw) / s + 1).
@@ -342,12 +347,11 @@ CG_API cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride);
  * from the device's seeded generator (cg_manual_seed), so a seeded run repeats bit for bit;
  * otherwise (or p == 0) x itself is returned as a view. 0 <= p < 1. */
 CG_API cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training);
-/* torch.argmax(t, dim, keepdim): the index (as a float) of the first maximum along dim; NaN counts as
- * the maximum. Not recorded on the tape. The dim has at most 2^24 elements (a float holds every index
- * up to there exactly; more is CG_ERR_SHAPE). */
+/* torch.argmax(t, dim, keepdim): an int64 tensor of the index of the first maximum along dim (exact
+ * for any size); NaN counts as the maximum. t is float32. Not recorded on the tape. */
 CG_API cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim);
-/* The number of rows of logits (N, C) whose argmax equals the target (N), N <= 2^24, C <= 2^24. Waits
- * for the device (the count is a host value). */
+/* The number of rows of logits (N, C) float32 whose argmax equals the target, targets (N) int64 class
+ * indices. Waits for the device (the count is a host value). */
 CG_API cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct);
 
 #ifdef __cplusplus

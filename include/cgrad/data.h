@@ -55,7 +55,7 @@ typedef struct cg_dataset cg_dataset;
 
 /* images (N, H, W) and labels (N) -> a data set on device d holding
  *   images (N, H, W) float32 = ((float)pixel / 255 - mean) / std (torchvision ToTensor + Normalize)
- *   labels (N) float32 class indices 0..C-1 (exact: integers below 2^24),
+ *   labels (N) int64 class indices 0..C-1 (as torchvision's targets),
  * converted on the host and copied to d once. N >= 1; std must be > 0. */
 CG_API cg_dataset *cg_dataset_new(const cg_idx *images, const cg_idx *labels, float mean, float std, cg_device d);
 /* Loads an image file and a label file (cg_idx_load) and builds the data set. */
@@ -98,7 +98,8 @@ CG_API cg_loader *cg_loader_new(const cg_dataset *ds, cg_loader_options options)
 CG_API void cg_loader_free(cg_loader *l); /* NULL is ignored */
 
 /* The next batch of the current epoch:
- *   images (B, 1, H, W) or, with flatten, (B, H*W); labels (B) float class indices;
+ *   images (B, 1, H, W) float32 or, with flatten, (B, H*W); labels (B) int64 class indices, on the
+ *   data set's device (what cg_cross_entropy and cg_accuracy take);
  * B = batch_size except for a last partial batch (kept unless drop_last). With shuffle the rows are
  * gathered on the device through the epoch's permutation; without it the batch is a view of the
  * data set's rows, in order (no copy).

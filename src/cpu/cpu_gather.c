@@ -8,13 +8,12 @@
 #include <string.h>
 
 cg_status cg__cpu_gather_rows(const void *raw, int index) {
-    const cg_gather_rows_args *kargs = raw;
-    const float *src = kargs->src;
-    int64_t row_len = kargs->row_len;
-    const int32_t *rows = kargs->rows;
-    int64_t n = kargs->n;
-    float *dst = kargs->dst;
+    const cg_gather_rows_args *a = raw;
+    const char *src = a->src;
+    char *dst = a->dst;
+    int64_t row_bytes = a->row_bytes;
     CG_TRY(cg__cpu_enter());
-    CG_CPU_FOR(i, n, n * row_len, { memcpy(dst + i * row_len, src + (int64_t)rows[i] * row_len, (size_t)row_len * sizeof(float)); });
+    CG_CPU_FOR(i, a->n, a->n * row_bytes / 4,
+               { memcpy(dst + i * row_bytes, src + (int64_t)a->rows[i] * row_bytes, (size_t)row_bytes); });
     return CG_OK;
 }

@@ -6,14 +6,9 @@
 #include "error.h"
 
 cg_status cg__cuda_gather_rows(const void *raw, int index) {
-    const cg_gather_rows_args *kargs = raw;
-    const float *src = kargs->src;
-    int64_t row_len = kargs->row_len;
-    const int32_t *rows = kargs->rows;
-    int64_t n = kargs->n;
-    float *dst = kargs->dst;
+    const cg_gather_rows_args *a = raw;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    if (n > 0 && row_len > 0) CG_CUDA_CHECK(cg_launch_gather_rows(src, row_len, rows, n, dst, ctx->stream));
+    if (a->n > 0 && a->row_bytes > 0) CG_CUDA_CHECK(cg_launch_gather_rows(a, ctx->stream));
     return CG_OK;
 }
