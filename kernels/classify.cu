@@ -67,14 +67,10 @@ __global__ void cross_entropy_backward_kernel(cg_ce_backward_args a) {
 __global__ void argmax_kernel(cg_argmax_args a) {
     const int64_t total = a.outer * a.inner;
     for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total; o += (int64_t)gridDim.x * blockDim.x) {
-        const float *p = a.x + (o / a.inner) * a.n * a.inner + o % a.inner;
-        int64_t best = 0;
-        float best_v = p[0];
-        for (int64_t i = 1; i < a.n; i++) {
-            float v = p[i * a.inner];
-            if (cg_argmax_better(v, best_v)) best = i, best_v = v;
-        }
-        a.out[o] = best;
+        int64_t first = (o / a.inner) * a.n * a.inner + o % a.inner, best = first; // elements of x
+        for (int64_t i = 1; i < a.n; i++)
+            if (cg_argmax_better(a.dtype, a.min, a.x, first + i * a.inner, best)) best = first + i * a.inner;
+        a.out[o] = (best - first) / a.inner;
     }
 }
 

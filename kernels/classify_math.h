@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "dtype_math.h"
 #include "elementwise_ops.h"
 
 /* The class a target names: t when it is in [0, c), else -1 (an invalid target makes its row's loss
@@ -45,8 +46,16 @@ CG_HD float cg_cross_entropy_prob_grad(float logp, float p, float prob_sum, floa
     return (expf(logp) * prob_sum - p) * gscale;
 }
 
-/* argmax's order: v replaces the best so far when strictly greater (so the first maximum wins), and
- * the first NaN beats everything (torch.argmax propagates NaN). */
-CG_HD bool cg_argmax_better(float v, float best) { return v > best || (v != v && best == best); }
+/* argmax's order: element i of x (dtype dt) replaces the best so far when strictly greater (less,
+ * for argmin), so the first extreme wins, and the first NaN beats everything (torch.argmax and
+ * argmin propagate NaN). Integers compare exactly. */
+CG_HD bool cg_argmax_better(cg_dtype dt, bool min, const void *x, int64_t i, int64_t best) {
+    if (!cg_dtype_floating(dt)) {
+        int64_t v = cg_load_int(dt, x, i), b = cg_load_int(dt, x, best);
+        return min ? v < b : v > b;
+    }
+    float v = cg_load_float(dt, x, i), b = cg_load_float(dt, x, best);
+    return (min ? v < b : v > b) || (v != v && b == b);
+}
 
 #endif

@@ -264,10 +264,12 @@ typedef struct cg_ce_backward_args {
     float *grad_probs;               /* or NULL */
 } cg_ce_backward_args;
 
-/* x (outer, n, inner): out (outer, inner) = the index of the first maximum over n, NaN counting as
- * the maximum (torch.argmax). */
+/* x (outer, n, inner) of dtype (not bool): out (outer, inner) = the index of the first maximum over
+ * n (the first minimum with min), a NaN counting as both (torch.argmax, torch.argmin). */
 typedef struct cg_argmax_args {
-    const float *x;
+    const void *x;
+    cg_dtype dtype;
+    bool min;
     int64_t outer, n, inner;
     int64_t *out;
 } cg_argmax_args;

@@ -107,6 +107,7 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(to) \
     X(to_dtype) \
     X(argmax_dim) \
+    X(argmin_dim) \
     X(matmul) \
     X(linear) \
     X(linear_nobias) \

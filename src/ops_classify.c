@@ -12,14 +12,14 @@
 #include "ops.h"
 #include "tensor_impl.h"
 
-/* Checks logits (N, C), C >= 1, float32, and targets on their device: int64 class indices (N), or,
- * where probs_ok, float32 class probabilities (N, C) (*probs set then). */
+/* Checks logits (N, C), C >= 1, floating, and targets on their device: int64 class indices (N), or,
+ * where probs_ok, floating class probabilities (N, C) (*probs set then). */
 static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *targets, bool probs_ok, const char *fn,
                                       bool *probs) {
     char sl[160], st[160];
     CG_TRY(cg__check_tensor(logits, fn, "logits"));
     CG_TRY(cg__check_tensor(targets, fn, "targets"));
-    CG_TRY(cg__check_float32(logits, fn, "logits"));
+    CG_TRY(cg__check_floating(logits, fn, "logits"));
     if (!cg_device_equal(cg__t(logits)->device, cg__t(targets)->device)) {
         char dl[16], dt[16];
         return cg__fail(CG_ERR_DEVICE, "%s: expected all tensors on the same device, but found logits on %s and targets on %s",
@@ -30,14 +30,14 @@ static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *
     if (t->ndim == 1 && t->dtype != CG_INT64) /* as PyTorch's "expected scalar type Long" */
         return cg__fail(CG_ERR_INVALID_ARG, "%s: targets %s are %s, but class-index targets must be int64 (convert "
                         "them with cg_to_dtype(targets, CG_INT64))%s", fn, cg__shape_str(targets, st, sizeof st),
-                        cg_dtype_name(t->dtype), probs_ok ? "; class probabilities are float32 of the logits' shape (N, C)" : "");
+                        cg_dtype_name(t->dtype), probs_ok ? "; class probabilities are floats of the logits' shape (N, C)" : "");
     bool fits = l->ndim == 2 && l->shape[1] >= 1 && t->shape[0] == l->shape[0] &&
                 (t->ndim == 1 || (*probs && t->shape[1] == l->shape[1]));
     if (!fits)
         return cg__fail(CG_ERR_SHAPE, "%s: expected logits (N, C) with C >= 1 and targets (N) of class indices%s, got logits "
                         "%s and targets %s", fn, probs_ok ? " or (N, C) of class probabilities" : "",
                         cg__shape_str(logits, sl, sizeof sl), cg__shape_str(targets, st, sizeof st));
-    return *probs ? cg__check_float32(targets, fn, "targets") : CG_OK;
+    return *probs ? cg__check_floating(targets, fn, "targets") : CG_OK;
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------------------ */
@@ -92,6 +92,7 @@ cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
     const char *fn = "cg_cross_entropy";
     bool probs;
     if (check_logits_targets(logits, targets, true, fn, &probs) != CG_OK) return NULL;
+    CG_VIA_FLOAT32(fn, cg_cross_entropy(f32[0], f32[1]), logits, targets); /* 16-bit logits: the loss in their dtype */
     int64_t n = cg__t(logits)->shape[0], c = cg__t(logits)->shape[1];
     cg_device d = cg__t(logits)->device;
     cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
@@ -181,23 +182,25 @@ static const cg_op_domain cross_entropy_probs_domain = {
                 {.ndim = {2, 2}, .shape = {{0, 4}, {0, 4}}})}; /* N = 0: NaN */
 #undef T
 
-CG_OP_DEFINE(cross_entropy) = {.name = "cg_cross_entropy", .ninputs = 2, .dtypes = CG_OP_FLOAT32, .grad_inputs = 1u,
+CG_OP_DEFINE(cross_entropy) = {.name = "cg_cross_entropy", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
                                .domain = &cross_entropy_domain, .call = cross_entropy_call,
                                .reference = cross_entropy_reference, .backward = cross_entropy_backward};
-CG_OP_DEFINE(cross_entropy_probs) = {.name = "cg_cross_entropy", .ninputs = 2, .dtypes = CG_OP_FLOAT32, .grad_inputs = 3u,
+CG_OP_DEFINE(cross_entropy_probs) = {.name = "cg_cross_entropy", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u,
                                      .domain = &cross_entropy_probs_domain, .call = cross_entropy_call,
                                      .reference = cross_entropy_reference, .backward = cross_entropy_backward};
 
 /* ---- argmax and accuracy ------------------------------------------------------------------------------ */
-cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
-    const char *fn = "cg_argmax_dim";
-    if (cg__check_tensor(t, fn, "t") != CG_OK || cg__check_float32(t, fn, "t") != CG_OK) return NULL;
+/* argmax (or argmin, with min) of t along dim, any dtype but bool. */
+static cg_tensor *arg_extreme(const cg_tensor *t, int dim, bool keepdim, bool min, const char *fn) {
+    if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
+    if (cg__t(t)->dtype == CG_BOOL)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: t is bool, which has no order here (as in PyTorch); convert it", fn);
     int d = dim < 0 ? dim + cg__t(t)->ndim : dim;
     if (d < 0 || d >= cg__t(t)->ndim)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, cg__t(t)->ndim);
     if (cg__t(t)->shape[d] == 0) {
         char buf[160];
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: cannot take the argmax over dim %d of size 0 (shape %s)", fn, dim,
+        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: cannot take the %s over dim %d of size 0 (shape %s)", fn, min ? "argmin" : "argmax", dim,
                             cg__shape_str(t, buf, sizeof buf));
     }
     int64_t outer = cg__numel_of(d, cg__t(t)->shape), n = cg__t(t)->shape[d], inner = cg__numel_of(cg__t(t)->ndim - d - 1, cg__t(t)->shape + d + 1);
@@ -210,9 +213,17 @@ cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
     cg_tensor *c = out ? cg__raw_contiguous(t) : NULL;
     cg_status s = c ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(out)->numel > 0)
-        s = cg__run_argmax(cg__t(t)->device, &(cg_argmax_args){cg__data(c), outer, n, inner, cg__data(out)});
+        s = cg__run_argmax(cg__t(t)->device, &(cg_argmax_args){cg__data(c), cg__t(t)->dtype, min, outer, n, inner,
+                                                               cg__data(out)});
     cg_tensor_free(c);
     return cg__finish(out, s);
+}
+
+cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim) {
+    return arg_extreme(t, dim, keepdim, false, "cg_argmax_dim");
+}
+cg_tensor *cg_argmin_dim(const cg_tensor *t, int dim, bool keepdim) {
+    return arg_extreme(t, dim, keepdim, true, "cg_argmin_dim");
 }
 
 /* (argmax(logits, 1) == targets).sum(): an int64 sum, exact for any N. */
@@ -232,24 +243,23 @@ cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t
 }
 
 /* ---- op-table entry (op_table.h) ------------------------------------------------------------------ */
-/* The index of the first maximum along dim (int64); param[0]: dim, param[1]: keepdim. */
+/* The index of the first maximum (argmin: minimum) along dim (int64); param[0]: dim, param[1]: keepdim. */
 static cg_status argmax_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
-    (void)op;
+    double sign = op == &cg__op_argmin_dim ? -1 : 1;
     int64_t outer, n, inner;
     CG_TRY(cg__ref_reduce_alloc(&in[0], (int)c->param[0], c->param[1] != 0, out, &outer, &n, &inner));
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             int64_t best = 0;
             for (int64_t k = 1; k < n; k++)
-                if (in[0].data[(o * n + k) * inner + i] > in[0].data[(o * n + best) * inner + i]) best = k;
+                if (sign * in[0].data[(o * n + k) * inner + i] > sign * in[0].data[(o * n + best) * inner + i]) best = k;
             out->data[o * inner + i] = (double)best;
         }
     return CG_OK;
 }
 
 static cg_tensor *argmax_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
-    (void)op;
-    return cg_argmax_dim(in[0], (int)c->param[0], c->param[1] != 0);
+    return (op == &cg__op_argmin_dim ? cg_argmin_dim : cg_argmax_dim)(in[0], (int)c->param[0], c->param[1] != 0);
 }
 
 /* Integers in [-2, 2]: rows with ties, which only the first maximum's index answers ((2, 1000): rows of
@@ -265,5 +275,8 @@ static const cg_op_domain argmax_domain = {
                 {.ndim = {2}, .shape = {{0, 3}}, .param = {1, false}}, /* an empty result */
                 {.ndim = {2}, .shape = {{2, 1000}}, .param = {-1, false}})};
 
-CG_OP_DEFINE(argmax_dim) = {.name = "cg_argmax_dim", .ninputs = 1, .dtypes = CG_OP_FLOAT32, .grad_inputs = 0, .domain = &argmax_domain,
-                                      .call = argmax_call, .reference = argmax_reference};
+#define CG_OP_ARG_DTYPES (CG_OP_FLOATS | 1u << CG_INT64)
+CG_OP_DEFINE(argmax_dim) = {.name = "cg_argmax_dim", .ninputs = 1, .dtypes = CG_OP_ARG_DTYPES, .grad_inputs = 0,
+                            .domain = &argmax_domain, .call = argmax_call, .reference = argmax_reference};
+CG_OP_DEFINE(argmin_dim) = {.name = "cg_argmin_dim", .ninputs = 1, .dtypes = CG_OP_ARG_DTYPES, .grad_inputs = 0,
+                            .domain = &argmax_domain, .call = argmax_call, .reference = argmax_reference};

@@ -320,14 +320,14 @@ CG_API cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const c
 typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM } cg_reduction;
 /* MSELoss: mean (or sum) of (input - target)^2; shapes must match. */
 CG_API cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
-/* nn.CrossEntropyLoss (mean reduction): logits (N, C) float32 with targets of either kind
+/* nn.CrossEntropyLoss (mean reduction): logits (N, C) of a float dtype with targets of either kind
  *   class indices:       targets (N) int64 in [0, C) -> the mean over rows of logsumexp(logits[i]) -
  *                        logits[i][targets[i]]; gradient (softmax(logits) - onehot(targets)) / N;
- *   class probabilities: targets (N, C) float32 (rows need not sum to 1) -> the mean over rows of
+ *   class probabilities: targets (N, C) of the logits' dtype (rows need not sum to 1) -> the mean of
  *                        -sum_c targets[i][c] * log_softmax(logits)[i][c]; gradient
  *                        (softmax(logits) * sum_c targets[i][c] - targets) / N, and -log_softmax / N
  *                        for targets that require grad;
- * -> 0-dim. Float (N) targets are CG_ERR_INVALID_ARG, as PyTorch's "expected scalar type Long" (convert
+ * -> 0-dim, of the logits' dtype (computed in float32). Float (N) targets are CG_ERR_INVALID_ARG, as PyTorch's "expected scalar type Long" (convert
  * them with cg_to_dtype(targets, CG_INT64)). Log-sum-exp from the row maximum, so logits of any
  * magnitude are safe; deterministic (no atomics). A class index outside [0, C) is an error on the CPU
  * and makes the loss NaN on a GPU (checking there would wait for the device). N = 0 gives NaN, as
@@ -348,9 +348,11 @@ CG_API cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride);
  * otherwise (or p == 0) x itself is returned as a view. 0 <= p < 1. */
 CG_API cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training);
 /* torch.argmax(t, dim, keepdim): an int64 tensor of the index of the first maximum along dim (exact
- * for any size); NaN counts as the maximum. t is float32. Not recorded on the tape. */
+ * for any size); NaN counts as the maximum. t of any dtype but bool (integers compare exactly). Not
+ * recorded on the tape. cg_argmin_dim: the first minimum, NaN counting as the minimum. */
 CG_API cg_tensor *cg_argmax_dim(const cg_tensor *t, int dim, bool keepdim);
-/* The number of rows of logits (N, C) float32 whose argmax equals the target, targets (N) int64 class
+CG_API cg_tensor *cg_argmin_dim(const cg_tensor *t, int dim, bool keepdim);
+/* The number of rows of logits (N, C) (a float dtype) whose argmax equals the target, targets (N) int64 class
  * indices. Waits for the device (the count is a host value). */
 CG_API cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct);
 

@@ -59,12 +59,10 @@ cg_status cg__cpu_argmax(const void *raw, int index) {
     int64_t n = a->n, inner = a->inner;
     CG_TRY(cg__cpu_enter());
     CG_CPU_FOR(o, a->outer * inner, a->outer * n * inner, {
-        const float *p = a->x + (o / inner) * n * inner + o % inner;
-        int64_t best = 0;
-        float best_v = p[0];
+        int64_t first = (o / inner) * n * inner + o % inner, best = first; /* elements of x */
         for (int64_t i = 1; i < n; i++)
-            if (cg_argmax_better(p[i * inner], best_v)) best = i, best_v = p[i * inner];
-        a->out[o] = best;
+            if (cg_argmax_better(a->dtype, a->min, a->x, first + i * inner, best)) best = first + i * inner;
+        a->out[o] = (best - first) / inner;
     });
     return CG_OK;
 }
