@@ -333,7 +333,9 @@ static cg_status read_back(const cg_tensor *t, void *dst, size_t dst_bytes, cons
 
 cg_status cg_to_host(const cg_tensor *t, float *dst, size_t dst_len) {
     CG_TRY(cg__check_tensor(t, "cg_to_host", "t"));
-    CG_TRY(cg__check_float32(t, "cg_to_host", "t"));
+    if (cg__t(t)->dtype != CG_FLOAT32)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: the tensor is %s; cg_to_host reads float32 tensors "
+                        "(cg_to_host_bytes reads any dtype, cg_to_dtype converts)", cg_dtype_name(cg__t(t)->dtype));
     if (dst_len < (size_t)cg__t(t)->numel)
         return cg__fail(CG_ERR_INVALID_ARG, "cg_to_host: destination holds %zu floats, tensor has %lld",
                         dst_len, (long long)cg__t(t)->numel);

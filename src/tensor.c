@@ -346,11 +346,6 @@ const char *cg_dtype_name(cg_dtype dt) {
 size_t cg_dtype_size(cg_dtype dt) { return dtype_valid(dt) ? (size_t)cg_dtype_bytes(dt) : 0; }
 bool cg_dtype_is_floating(cg_dtype dt) { return dtype_valid(dt) && cg_dtype_floating(dt); }
 
-cg_status cg__check_float32_failed(const cg_tensor *t, const char *fn, const char *name) {
-    return cg__fail(CG_ERR_INVALID_ARG, "%s: argument '%s' is %s, but %s computes in float32 only so far (convert with cg_to_dtype)",
-                    fn, name, cg_dtype_name(cg__t(t)->dtype), fn);
-}
-
 cg_status cg__check_floating_failed(const cg_tensor *t, const char *fn, const char *name) {
     return cg__fail(CG_ERR_INVALID_ARG, "%s: argument '%s' is %s, but %s takes floating tensors (float32, bfloat16, float16)",
                     fn, name, cg_dtype_name(cg__t(t)->dtype), fn);

@@ -112,12 +112,6 @@ static inline cg_status cg__check_floating(const cg_tensor *t, const char *fn, c
 }
 /* Checks that a and b (live) have one dtype: CG_ERR_INVALID_ARG naming fn and both otherwise. */
 cg_status cg__check_same_dtype(const cg_tensor *a, const cg_tensor *b, const char *fn);
-/* Checks that t (live) has dtype float32, the one dtype fn computes in: otherwise CG_ERR_INVALID_ARG
- * naming fn, the argument and its dtype. */
-cg_status cg__check_float32_failed(const cg_tensor *t, const char *fn, const char *name);
-static inline cg_status cg__check_float32(const cg_tensor *t, const char *fn, const char *name) {
-    return cg__t(t)->dtype == CG_FLOAT32 ? CG_OK : cg__check_float32_failed(t, fn, name);
-}
 /* out when s is CG_OK; otherwise frees out and returns NULL (the failure is already recorded). */
 cg_tensor *cg__finish(cg_tensor *out, cg_status s);
 /* A new handle sharing t's storage with the given layout. */
