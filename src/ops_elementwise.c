@@ -138,6 +138,12 @@ cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b
         cg_tensor_free(made[0]), cg_tensor_free(made[1]);
         return out;
     }
+    if (op == CG_BINARY_DIV && !cg_dtype_floating(cg__t(a)->dtype)) { /* true division, as torch.div: in float32 */
+        cg_tensor *fa = cg_to_dtype(a, CG_FLOAT32), *fb = fa ? cg_to_dtype(b, CG_FLOAT32) : NULL;
+        cg_tensor *out = fb ? cg__binary_op(op, fa, fb, fn) : NULL;
+        cg_tensor_free(fa), cg_tensor_free(fb);
+        return out;
+    }
     if (cg__check_floating(a, fn, "a") != CG_OK ||
         cg__check_floating(b, fn, "b") != CG_OK ||
         cg__broadcast_shape(a, b, fn, &ndim, shape) != CG_OK)
@@ -177,8 +183,18 @@ cg_tensor *cg_pow(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op
 
 #define UNARY(name, op, alpha) \
     cg_tensor *name(const cg_tensor *a) { return cg__unary_op(op, alpha, a, #name); }
+/* x OP s with s a float, as PyTorch with a Python float: an integer or bool x gives float32, the
+ * default float dtype; a floating x keeps its dtype. */
+static cg_tensor *scalar_op(cg_unary_op op, float s, const cg_tensor *x, const char *fn) {
+    if (cg__check_tensor(x, fn, "a") != CG_OK) return NULL;
+    if (cg_dtype_floating(cg__t(x)->dtype)) return cg__unary_op(op, s, x, fn);
+    cg_tensor *f = cg_to_dtype(x, CG_FLOAT32);
+    cg_tensor *out = f ? cg__unary_op(op, s, f, fn) : NULL;
+    cg_tensor_free(f);
+    return out;
+}
 #define UNARY_SCALAR(name, op, alpha) \
-    cg_tensor *name(const cg_tensor *a, float s) { return cg__unary_op(op, alpha, a, #name); }
+    cg_tensor *name(const cg_tensor *a, float s) { return scalar_op(op, alpha, a, #name); }
 UNARY_SCALAR(cg_add_scalar, CG_UNARY_ADD_SCALAR, s)
 UNARY_SCALAR(cg_sub_scalar, CG_UNARY_ADD_SCALAR, -s)
 UNARY_SCALAR(cg_mul_scalar, CG_UNARY_MUL_SCALAR, s)

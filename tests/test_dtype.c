@@ -479,6 +479,15 @@ static void test_binary_ops_promote(void **state) {
     /* integer arithmetic itself is not there yet: named */
     assert_null(cg_add(l, l));
     assert_non_null(strstr(cg_last_error(), "cg_add: argument 'a' is int64"));
+    /* a float scalar (a Python float) and true division make float32 of integers, as in PyTorch */
+    cg_tensor *two = CG_TEST_OK(cg_full_dtype(CG_SHAPE(), 2, CG_INT64, d));
+    cg_tensor *scaled = CG_TEST_OK(cg_mul_scalar(l, 2.5f)), *halves = CG_TEST_OK(cg_div(l, two));
+    assert_int_equal(cg_dtype_of(scaled), CG_FLOAT32);
+    assert_int_equal(cg_dtype_of(halves), CG_FLOAT32);
+    float *rs = cg_test_read(scaled), *rh = cg_test_read(halves);
+    assert_true(rs[0] == 17.5f && rh[3] == 3.5f);
+    free(rs), free(rh);
+    cg_tensor_free(halves), cg_tensor_free(scaled), cg_tensor_free(two);
     /* comparisons and where promote too: 7 (int64) > 1.5 (bfloat16) */
     cg_tensor *gt = CG_TEST_OK(cg_gt(l, h));
     uint8_t *b = read_bytes(gt);
