@@ -28,15 +28,15 @@
 cg_status cg__cpu_fill(const void *args, int index);
 cg_status cg__cpu_arange(const void *args, int index);
 cg_status cg__cpu_random(const void *args, int index);
-/* elementwise (cpu_elementwise.c) */
+/* elementwise, and the passes of any dtype (cpu_elementwise.c) */
 cg_status cg__cpu_elementwise(const void *args, int index);
 cg_status cg__cpu_cast(const void *args, int index);
-/* index (cpu_index.c) */
-cg_status cg__cpu_index_select(const void *args, int index);
-cg_status cg__cpu_index_add(const void *args, int index);
 cg_status cg__cpu_compare(const void *args, int index);
 cg_status cg__cpu_where(const void *args, int index);
-/* reduce: the sum and MSE (cpu_reduce.c) */
+/* index: index_select and its gradient (cpu_index.c) */
+cg_status cg__cpu_index_select(const void *args, int index);
+cg_status cg__cpu_index_add(const void *args, int index);
+/* reduce: the sums (float, and exact int64) and MSE (cpu_reduce.c) */
 cg_status cg__cpu_reduce_sum(const void *args, int index);
 cg_status cg__cpu_reduce_sum_int64(const void *args, int index);
 cg_status cg__cpu_mse_forward(const void *args, int index);
@@ -46,7 +46,7 @@ cg_status cg__cpu_gemm(const void *args, int index);
 /* optim (cpu_optim.c) */
 cg_status cg__cpu_sgd_step(const void *args, int index);
 cg_status cg__cpu_adam_step(const void *args, int index);
-/* classify: cross-entropy and argmax (cpu_classify.c) */
+/* classify: cross-entropy, and argmax / argmin (cpu_classify.c) */
 cg_status cg__cpu_cross_entropy_forward(const void *args, int index);
 cg_status cg__cpu_cross_entropy_backward(const void *args, int index);
 cg_status cg__cpu_argmax(const void *args, int index);

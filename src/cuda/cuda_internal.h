@@ -100,16 +100,17 @@ cg_status cg__cuda_enter(int index, cg_cuda_context **ctx);
 cg_status cg__cuda_fill(const void *args, int index);
 cg_status cg__cuda_arange(const void *args, int index);
 cg_status cg__cuda_random(const void *args, int index);
-/* elementwise (cuda_elementwise.c) */
+/* elementwise, and the passes of any dtype (cuda_elementwise.c) */
 cg_status cg__cuda_elementwise(const void *args, int index);
 cg_status cg__cuda_cast(const void *args, int index);
-cg_status cg__cuda_index_select(const void *args, int index);
-cg_status cg__cuda_index_add(const void *args, int index);
 cg_status cg__cuda_compare(const void *args, int index);
 cg_status cg__cuda_where(const void *args, int index);
-cg_status cg__cuda_reduce_sum_int64(const void *args, int index);
-/* reduce: the sum and MSE (cuda_reduce.c) */
+/* index: index_select and its gradient (cuda_index.c) */
+cg_status cg__cuda_index_select(const void *args, int index);
+cg_status cg__cuda_index_add(const void *args, int index);
+/* reduce: the sums (float, and exact int64) and MSE (cuda_reduce.c) */
 cg_status cg__cuda_reduce_sum(const void *args, int index);
+cg_status cg__cuda_reduce_sum_int64(const void *args, int index);
 cg_status cg__cuda_mse_forward(const void *args, int index);
 cg_status cg__cuda_mse_backward(const void *args, int index);
 /* matmul (cuda_matmul.c) */
