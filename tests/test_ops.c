@@ -4,9 +4,10 @@
  * reference on the dtype-rounded inputs; and every differentiable op's backward against central
  * finite differences of that reference. float32 results are held to rtol 1e-5; a bfloat16 or
  * float16 result to one unit of its dtype (relative 2^-7, 2^-10) plus float32's accumulation
- * (1e-5 of the output's largest magnitude), and its gradients to twice that unit of the gradient
- * plus one unit of the largest gradient or of g, whichever is larger: the inputs, g and the values
- * the op saves are all rounded (tanh's 1 - y^2 from a rounded y loses more than a unit of itself). Inputs are drawn from each op's
+ * (1e-5 of the output's largest magnitude), and its gradients to twice that unit of the terms the
+ * backward adds up (a broadcast input's gradient sums several, each rounded, which may cancel) plus
+ * one unit of the largest gradient or of g, whichever is larger: the inputs, g and the values the
+ * op saves are all rounded (tanh's 1 - y^2 from a rounded y loses more than a unit of itself). Inputs are drawn from each op's
  * own domain: element-wise ops on a fixed set of shapes that includes 0-dim, empty, broadcast and
  * non-contiguous inputs, other ops on their domain's cases. An op without a domain fails the test.
  * Nothing here names an op: adding one to the table tests it. */
@@ -184,15 +185,31 @@ static void assert_output(const cg_tensor *out, double *ref, int64_t n, cg_dtype
     free(got);
 }
 
-/* sum(gout * reference(inputs)), in double. */
-static double weighted_output(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *refs, const double *gout) {
+/* The reference's output on refs, in double (malloc). */
+static double *reference_output(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *refs) {
     cg_ref_tensor out = {0};
     cg_status s = op->reference(op, c, refs, &out);
     if (s != CG_OK) fail_msg("%s: reference failed: %s", op->name, cg_last_error());
-    double sum = 0;
-    for (int64_t i = 0; i < numel_of(out.ndim, out.shape); i++) sum += gout[i] * out.data[i];
-    free(out.data);
-    return sum;
+    return out.data;
+}
+
+/* Central differences of the reference along element j of input k: *fd = d sum(gout * y) / dx, and
+ * *terms = the sum of |gout[i] dy[i] / dx| over the n outputs, the size of the terms a backward adds
+ * up (where they cancel, each term's rounding still counts). */
+static void finite_difference(const cg_op_info *op, const cg_op_case *c, cg_ref_tensor *refs, int k, int64_t j,
+                              const double *gout, int64_t n, double *fd, double *terms) {
+    double x = refs[k].data[j], h = 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
+    refs[k].data[j] = x + h;
+    double *up = reference_output(op, c, refs);
+    refs[k].data[j] = x - h;
+    double *down = reference_output(op, c, refs);
+    refs[k].data[j] = x;
+    *fd = *terms = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double term = gout[i] * (up[i] - down[i]) / (2 * h);
+        *fd += term, *terms += fabs(term);
+    }
+    free(up), free(down);
 }
 
 /* One op, one case, one dtype, one device: forward against the reference; backward against finite
@@ -230,24 +247,19 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_dtype dt, c
             if (!((op->grad_inputs >> k) & 1u)) continue;
             int64_t m = numel_of(refs[k].ndim, refs[k].shape);
             float *analytic = read_grad(&in[k]);
-            double *fd = cg_test_doubles((size_t)(m ? m : 1)), scale = 0;
+            double *fd = cg_test_doubles((size_t)(m ? m : 1)), *terms = cg_test_doubles((size_t)(m ? m : 1)), scale = 0;
             for (int64_t j = 0; j < m; j++) {
-                double x = refs[k].data[j], h = 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
-                refs[k].data[j] = x + h;
-                double up = weighted_output(op, c, refs, gout);
-                refs[k].data[j] = x - h;
-                double down = weighted_output(op, c, refs, gout);
-                refs[k].data[j] = x;
-                fd[j] = (up - down) / (2 * h);
+                finite_difference(op, c, refs, k, j, gout, n, &fd[j], &terms[j]);
                 if (fabs(fd[j]) > scale) scale = fabs(fd[j]);
             }
             double unit = unit_of(dt); /* float32: the finite differences' own error */
             if (unit && gscale > scale) scale = gscale;
             for (int64_t j = 0; j < m; j++)
-                if (!(fabs(analytic[j] - fd[j]) <= (unit ? 2 * unit : 1e-3) * fabs(fd[j]) + (unit ? unit : 1e-4) * scale + 1e-6))
+                if (!(fabs(analytic[j] - fd[j]) <= (unit ? 2 * unit * terms[j] : 1e-3 * fabs(fd[j])) +
+                                                       (unit ? unit : 1e-4) * scale + 1e-6))
                     fail_msg("%s: gradient of input %d, element %lld: %.8g, finite differences %.8g", label, k,
                              (long long)j, (double)analytic[j], fd[j]);
-            free(analytic), free(fd);
+            free(analytic), free(fd), free(terms);
         }
         cg_tensor_free(gt), free(gout), free(gout_f);
     }
