@@ -49,6 +49,17 @@ cg_tensor *cg__float32_result(cg_tensor *out, cg_dtype dt, int n, const cg_tenso
  * dtype, *a and *b become them converted to it (recorded: gradients flow back converted), made[0]
  * and made[1] the conversions to free afterwards (NULL where none); CG_OK, or an error naming fn. */
 cg_status cg__promote_pair(const cg_tensor **a, const cg_tensor **b, cg_tensor *made[2], const char *fn);
+/* The front-end of an op that promotes, after its checks of A and B (live, one device): when their
+ * dtypes differ, `return`s CALL's result with A and B rebound to the converted operands. */
+#define CG_PROMOTED(FN, CALL, A, B)                                                    \
+    do {                                                                               \
+        if (cg__t(A)->dtype == cg__t(B)->dtype) break;                                 \
+        cg_tensor *made_[2];                                                           \
+        if (cg__promote_pair(&(A), &(B), made_, FN) != CG_OK) return NULL;             \
+        cg_tensor *promoted_ = (CALL);                                                 \
+        cg_tensor_free(made_[0]), cg_tensor_free(made_[1]);                            \
+        return promoted_;                                                              \
+    } while (0)
 
 /* The front-end of an op computed in float32, after its checks: `return`s CALL's result (which
  * reads f32[k] for input k) run on the converted inputs when the inputs (the tensors after CALL,

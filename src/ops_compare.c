@@ -13,13 +13,7 @@ static cg_tensor *compare(cg_compare_op op, const cg_tensor *a, const cg_tensor 
     int ndim;
     int64_t shape[CG_MAX_DIMS];
     if (cg__check_same_device(a, b, fn) != CG_OK) return NULL;
-    if (cg__t(a)->dtype != cg__t(b)->dtype) { /* compared in their promoted dtype, as PyTorch */
-        cg_tensor *made[2];
-        if (cg__promote_pair(&a, &b, made, fn) != CG_OK) return NULL;
-        cg_tensor *out = compare(op, a, b, fn);
-        cg_tensor_free(made[0]), cg_tensor_free(made[1]);
-        return out;
-    }
+    CG_PROMOTED(fn, compare(op, a, b, fn), a, b); /* compared in their promoted dtype, as PyTorch */
     if (cg__broadcast_shape(a, b, fn, &ndim, shape) != CG_OK) return NULL;
     cg_tensor *out = cg__tensor_new_dtype(ndim, shape, CG_BOOL, cg__t(a)->device);
     if (!out || cg__t(out)->numel == 0) return out;
@@ -85,13 +79,7 @@ cg_tensor *cg_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *
     if (cg__check_tensor(cond, fn, "cond") != CG_OK || cg__check_same_device(a, b, fn) != CG_OK ||
         cg__check_same_device(cond, a, fn) != CG_OK)
         return NULL;
-    if (cg__t(a)->dtype != cg__t(b)->dtype) { /* a and b promoted, as PyTorch */
-        cg_tensor *made[2];
-        if (cg__promote_pair(&a, &b, made, fn) != CG_OK) return NULL;
-        cg_tensor *out = cg_where(cond, a, b);
-        cg_tensor_free(made[0]), cg_tensor_free(made[1]);
-        return out;
-    }
+    CG_PROMOTED(fn, cg_where(cond, a, b), a, b); /* a and b promoted, as PyTorch */
     if (cg__t(cond)->dtype != CG_BOOL)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: cond is %s; expected bool (a comparison's result, or cg_to_dtype)",
                             fn, cg_dtype_name(cg__t(cond)->dtype));

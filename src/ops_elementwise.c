@@ -131,13 +131,7 @@ cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b
     int ndim;
     int64_t shape[CG_MAX_DIMS];
     if (cg__check_same_device(a, b, fn) != CG_OK) return NULL;
-    if (cg__t(a)->dtype != cg__t(b)->dtype) { /* promoted as PyTorch, then the op on one dtype */
-        cg_tensor *made[2];
-        if (cg__promote_pair(&a, &b, made, fn) != CG_OK) return NULL;
-        cg_tensor *out = cg__binary_op(op, a, b, fn);
-        cg_tensor_free(made[0]), cg_tensor_free(made[1]);
-        return out;
-    }
+    CG_PROMOTED(fn, cg__binary_op(op, a, b, fn), a, b); /* as PyTorch, then the op on one dtype */
     if (op == CG_BINARY_DIV && !cg_dtype_floating(cg__t(a)->dtype)) { /* true division, as torch.div: in float32 */
         cg_tensor *fa = cg_to_dtype(a, CG_FLOAT32), *fb = fa ? cg_to_dtype(b, CG_FLOAT32) : NULL;
         cg_tensor *out = fb ? cg__binary_op(op, fa, fb, fn) : NULL;

@@ -371,20 +371,6 @@ static void test_read_back_and_copies(void **state) {
 }
 
 /* ---- printing --------------------------------------------------------------------------------------- */
-static char *printed(const cg_tensor *t) {
-    FILE *f = tmpfile();
-    assert_non_null(f);
-    CG_TEST_STATUS_OK(cg_fprint(f, t));
-    long len = ftell(f);
-    rewind(f);
-    char *s = cg_test_malloc((size_t)len + 1);
-    size_t got = fread(s, 1, (size_t)len, f);
-    fclose(f);
-    s[got] = '\0';
-    while (got > 0 && s[got - 1] == '\n') s[--got] = '\0';
-    return s;
-}
-
 /* PyTorch 2.11's repr of the same tensors, with the device added as it adds it. */
 static void expect_print(cg_tensor *t, const char *cpu_text) {
     char want[256];
@@ -395,7 +381,7 @@ static void expect_print(cg_tensor *t, const char *cpu_text) {
     } else {
         snprintf(want, sizeof want, "%s", cpu_text);
     }
-    char *got = printed(t);
+    char *got = cg_test_printed(t);
     assert_string_equal(got, want);
     free(got);
     cg_tensor_free(t);

@@ -46,24 +46,11 @@ static char *generate(void) {
     return md;
 }
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    rewind(f);
-    char *s = cg_test_malloc((size_t)len + 1);
-    size_t got = fread(s, 1, (size_t)len, f);
-    fclose(f);
-    s[got] = '\0';
-    return s;
-}
-
 static bool write_mode;
 
 static void test_docs_table_is_current(void **state) {
     (void)state;
-    char *docs = read_file(DOCS), *table = generate();
+    char *docs = cg_test_read_file(DOCS), *table = generate();
     char *begin = strstr(docs, BEGIN), *end = begin ? strstr(begin, END) : NULL;
     if (!begin || !end) fail_msg("%s has no table between %s and %s", DOCS, "<!-- op-dtype-table -->", END);
     begin += strlen(BEGIN);

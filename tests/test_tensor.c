@@ -498,24 +498,9 @@ static void test_item(void **state) {
 
 /* ---- print ------------------------------------------------------------------------------------- */
 /* What cg_fprint writes, without a trailing newline; caller frees. */
-static char *printed(const cg_tensor *t) {
-    FILE *f = tmpfile();
-    assert_non_null(f);
-    CG_TEST_STATUS_OK(cg_fprint(f, t));
-    long len = ftell(f);
-    assert_true(len > 0);
-    rewind(f);
-    char *s = cg_test_malloc((size_t)len + 1);
-    size_t got = fread(s, 1, (size_t)len, f);
-    fclose(f);
-    s[got] = '\0';
-    while (got > 0 && (s[got - 1] == '\n' || s[got - 1] == '\r')) s[--got] = '\0';
-    return s;
-}
-
 static void expect_print(const float *data, int ndim, const int64_t *shape, const char *want) {
     cg_tensor *t = cg_test_tensor(data, ndim, shape);
-    char *s = printed(t);
+    char *s = cg_test_printed(t);
     char full[512];
     if (cg_test_is_cuda()) {
         /* PyTorch appends the device before the closing parenthesis */
@@ -535,7 +520,7 @@ static void test_print(void **state) {
     float v[3] = {1, 2, 3};
     cg_tensor *x = cg_test_tensor(v, 1, (int64_t[]){3});
     cg_tensor *y = CG_TEST_OK(cg_mul_scalar(x, 2.0f));
-    char *s = printed(y);
+    char *s = cg_test_printed(y);
     if (cg_test_is_cuda())
         assert_string_equal(s, "tensor([2., 4., 6.], device='cuda:0')");
     else

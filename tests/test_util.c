@@ -64,6 +64,36 @@ void *cg_test_malloc(size_t bytes) {
     return p;
 }
 
+/* The rest of f from its start, NUL-terminated; closes f. */
+static char *read_stream(FILE *f) {
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    assert_true(len >= 0);
+    rewind(f);
+    char *s = cg_test_malloc((size_t)len + 1);
+    size_t got = fread(s, 1, (size_t)len, f);
+    fclose(f);
+    s[got] = '\0';
+    return s;
+}
+
+char *cg_test_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    return read_stream(f);
+}
+
+char *cg_test_printed(const cg_tensor *t) {
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    CG_TEST_STATUS_OK(cg_fprint(f, t));
+    char *s = read_stream(f);
+    size_t n = strlen(s);
+    assert_true(n > 0);
+    while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r')) s[--n] = '\0';
+    return s;
+}
+
 double *cg_test_doubles(size_t n) { return cg_test_malloc(n * sizeof(double)); }
 
 /* A float in [lo, hi): rounding to float may reach hi, so redraw then. */

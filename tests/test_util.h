@@ -86,6 +86,10 @@ double cg_test_uniform(double lo, double hi); /* [lo, hi) */
 int64_t cg_test_randint(int64_t lo, int64_t hi); /* [lo, hi) */
 
 void *cg_test_malloc(size_t bytes); /* never NULL: fails the test instead */
+/* A file's whole contents, NUL-terminated (malloc); fails the test when it cannot be read. */
+char *cg_test_read_file(const char *path);
+/* cg_fprint's text for t without its final newline (malloc); fails the test on an error. */
+char *cg_test_printed(const cg_tensor *t);
 double *cg_test_doubles(size_t n);  /* uninitialised, for references */
 
 /* A new buffer of n floats uniform in [lo, hi). */
