@@ -19,6 +19,7 @@
 
 static inline bool cg__mul_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
 static inline bool cg__add_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_add_overflow(a, b, out); }
+static inline bool cg__add_size(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
 
 /* count elements of elem_size bytes each, as a byte count; false for a negative count too. */
 static inline bool cg__bytes_of(int64_t count, size_t elem_size, size_t *out) {

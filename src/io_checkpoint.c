@@ -43,8 +43,9 @@ static cg_status check_args(const char *fn, const cg_module *model, const cg_opt
     if (opt) CG_TRY(cg__check_optimizer(opt, fn));
     if (loader) CG_TRY(cg__check_loader(loader, fn));
     if (cg__m(model)->parent)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, cg__m(model)->ops->type,
-                        cg__m(cg__m(model)->parent)->ops->type);
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, cg__m(model)->type->name,
+                        cg__m(cg__m(model)->parent)->type->name);
+    CG_TRY(cg__module_ready(model, fn));
     if (opt && cg__opt(opt)->module != model)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: the optimizer steps another module than the model given", fn);
     return CG_OK;

@@ -652,84 +652,106 @@ const char *cg__safetensors_load_fault(const cg_safetensors *h, int k, cg_dtype 
 }
 
 /* ---- module loading --------------------------------------------------------------------------- */
+/* The first state entry before i that holds the same tensor as entry i (a tied parameter), or -1. */
+static int tied_before(const cg_module *m, int i) {
+    const cg_tensor *t = cg_module_state_dict_entry(m, i, NULL);
+    for (int j = 0; j < i; j++)
+        if (cg_module_state_dict_entry(m, j, NULL) == t) return j;
+    return -1;
+}
+
+/* Checks file entry k against the module's tensor t (named name): dtype, shape. */
+static cg_status check_entry(const char *fn, const char *path, const cg_safetensors *st, int k, const cg_tensor *t,
+                             const char *name, unsigned flags) {
+    const st_entry *e = &st_of(st)->e[k];
+    char why[400];
+    if (cg__safetensors_load_fault(st, k, cg_dtype_of(t), flags & CG_SAFETENSORS_CONVERT,
+                                   " (CG_SAFETENSORS_CONVERT converts it)", why, sizeof why))
+        return read_fail(fn, path, "%s", why);
+    int nd = cg_ndim(t);
+    int64_t shape[CG_MAX_DIMS];
+    for (int d = 0; d < nd; d++) shape[d] = cg_size(t, d);
+    if (nd != e->ndim || memcmp(shape, e->shape, (size_t)nd * sizeof(int64_t)) != 0) {
+        char a[200], b[200];
+        return read_fail(fn, path, "tensor \"%s\" has shape %s in the file, but the module's has %s", name,
+                         dims_str(e->ndim, e->shape, a, sizeof a), dims_str(nd, shape, b, sizeof b));
+    }
+    return CG_OK;
+}
+
+/* File entry k as a CPU tensor of dt (its own dtype when cgrad has it, converted otherwise). */
+static cg_tensor *entry_tensor(const cg_safetensors *st, int k, cg_dtype dt, const char *fn) {
+    const st_entry *e = &st_of(st)->e[k];
+    return e->type->via == ST_NATIVE ? native_tensor(st_of(st), e, cg_cpu(), fn) : cg_safetensors_tensor_as(st, k, dt, cg_cpu());
+}
+
+/* Whether file entries j and k hold the same bytes (both checked against one tensor: same shape). */
+static bool same_bytes(const cg_safetensors *st, int j, int k) {
+    const safetensors_impl *sti = st_of(st);
+    const st_entry *a = &sti->e[j], *b = &sti->e[k];
+    return a->type == b->type && a->end - a->begin == b->end - b->begin &&
+           memcmp(sti->data + a->begin, sti->data + b->begin, (size_t)(a->end - a->begin)) == 0;
+}
+
 cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned flags) {
     const char *fn = "cg_load_safetensors";
     if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
     if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
     const unsigned known = CG_SAFETENSORS_ALLOW_UNEXPECTED | CG_SAFETENSORS_CONVERT;
     if (flags & ~known) return cg__fail(CG_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn, flags & ~known);
+    int ns = cg_module_state_dict_size(m);
+    if (ns < 0) return cg__fail_context("%s", fn);
     cg_safetensors *st = NULL;
-    int np = cg_module_num_parameters(m); /* -1: m is inside another module */
-    if (np < 0) return cg__fail_context("%s", fn);
     CG_TRY(read_file(fn, path, &st));
     const safetensors_impl *sti = st_of(st);
     cg_status s = CG_OK;
-    int *match = calloc((size_t)np + 1, sizeof(int));
+    int *match = malloc(((size_t)ns + 1) * sizeof(int));
     bool *used = calloc((size_t)sti->n + 1, sizeof(bool));
     if (!match || !used) {
         s = cg__fail(CG_ERR_OOM, "%s: %s: out of host memory", fn, path);
         goto done;
     }
-    /* Check everything before writing anything. */
-    for (int i = 0; i < np; i++) {
+    /* Check everything before writing anything. A tied parameter needs one of its names in the file
+     * (PyTorch's save_model keeps one); two of them must hold equal values. */
+    for (int i = 0; i < ns && s == CG_OK; i++) {
         const char *name = NULL;
-        cg_tensor *p = cg_module_parameter(m, i, &name);
-        if (!p || !name) {
-            s = cg__fail(CG_ERR_INVALID_ARG, "%s: parameter %d of the module is missing", fn, i);
-            goto done;
-        }
-        int k = cg_safetensors_find(st, name);
-        if (k < 0) {
-            int missing = 0;
-            for (int j = i; j < np; j++) {
-                const char *nj = NULL;
-                cg_module_parameter(m, j, &nj);
-                missing += nj && cg_safetensors_find(st, nj) < 0;
-            }
-            s = read_fail(fn, path, "missing tensor \"%s\" (%d of the module's %d parameters are missing)", name,
-                          missing, np);
-            goto done;
-        }
-        const st_entry *e = &sti->e[k];
-        char why[400];
-        if (cg__safetensors_load_fault(st, k, cg_dtype_of(p), flags & CG_SAFETENSORS_CONVERT,
-                                       " (CG_SAFETENSORS_CONVERT converts it)", why, sizeof why)) {
-            s = read_fail(fn, path, "%s", why);
-            goto done;
-        }
-        int nd = cg_ndim(p);
-        int64_t shape[CG_MAX_DIMS];
-        for (int d = 0; d < nd; d++) shape[d] = cg_size(p, d);
-        if (nd != e->ndim || memcmp(shape, e->shape, (size_t)nd * sizeof(int64_t)) != 0) {
-            char a[200], b[200];
-            s = read_fail(fn, path, "tensor \"%s\" has shape %s in the file, but the module's parameter has %s", name,
-                          dims_str(e->ndim, e->shape, a, sizeof a), dims_str(nd, shape, b, sizeof b));
-            goto done;
-        }
+        cg_tensor *t = cg_module_state_dict_entry(m, i, &name);
+        int k = cg_safetensors_find(st, name), first = tied_before(m, i);
         match[i] = k;
-        used[k] = true;
+        if (k >= 0) {
+            used[k] = true;
+            s = check_entry(fn, path, st, k, t, name, flags);
+        }
+        if (s != CG_OK || first < 0) continue;
+        int kept = match[first];
+        if (k >= 0 && kept >= 0 && !same_bytes(st, kept, k))
+            s = read_fail(fn, path, "tied parameters \"%s\" and \"%s\" have different values in the file", sti->e[kept].name,
+                          name);
+        if (kept < 0) match[first] = k; /* the first name was missing: this one loads it */
+        match[i] = -2;                  /* loaded through the first name */
     }
-    if (!(flags & CG_SAFETENSORS_ALLOW_UNEXPECTED)) {
-        for (int k = 0; k < sti->n; k++)
-            if (!used[k]) {
-                s = read_fail(fn, path,
-                              "unexpected tensor \"%.128s\": not a parameter of the module "
-                              "(CG_SAFETENSORS_ALLOW_UNEXPECTED ignores such tensors)",
-                              sti->e[k].name);
-                goto done;
-            }
+    for (int i = 0; i < ns && s == CG_OK; i++) {
+        if (match[i] != -1) continue;
+        const char *name = NULL;
+        cg_module_state_dict_entry(m, i, &name);
+        int missing = 0;
+        for (int j = i; j < ns; j++) missing += match[j] == -1;
+        s = read_fail(fn, path, "missing tensor \"%s\" (%d of the module's %d state entries are missing)", name, missing, ns);
     }
-    for (int i = 0; i < np && s == CG_OK; i++) {
-        cg_tensor *p = cg_module_parameter(m, i, NULL);
-        const st_entry *e = &sti->e[match[i]];
-        if (e->numel == 0) continue;
-        /* In its own dtype, which cg_copy_ converts to the parameter's as param.copy_(t) does; one that
-         * cgrad has no tensors of (CG_SAFETENSORS_CONVERT) converted on the way in. */
-        cg_tensor *h = e->type->via == ST_NATIVE ? native_tensor(sti, e, cg_cpu(), fn)
-                                                 : cg_safetensors_tensor_as(st, match[i], cg_dtype_of(p), cg_cpu());
-        s = h ? cg_copy_(p, h) : cg_last_status();
+    for (int k = 0; k < sti->n && s == CG_OK && !(flags & CG_SAFETENSORS_ALLOW_UNEXPECTED); k++)
+        if (!used[k])
+            s = read_fail(fn, path, "unexpected tensor \"%.128s\": not in the module's state dict "
+                          "(CG_SAFETENSORS_ALLOW_UNEXPECTED ignores such tensors)", sti->e[k].name);
+    bool grad = cg_set_grad_enabled(false);
+    for (int i = 0; i < ns && s == CG_OK; i++) {
+        if (match[i] < 0 || sti->e[match[i]].numel == 0) continue;
+        cg_tensor *t = cg_module_state_dict_entry(m, i, NULL);
+        /* In its own dtype, which cg_copy_ converts to the module's as param.copy_(t) does. */
+        cg_tensor *h = entry_tensor(st, match[i], cg_dtype_of(t), fn);
+        s = h ? cg_copy_(t, h) : cg_last_status();
         cg_tensor_free(h);
     }
+    cg_set_grad_enabled(grad);
 done:
     free(match);
     free(used);
@@ -897,21 +919,45 @@ cg_status cg_safetensors_write(const char *path, int n, const char *const *names
     return cg__safetensors_write("cg_safetensors_write", path, n, names, tensors, n_meta, meta_keys, meta_values);
 }
 
+/* The state dict with each tied parameter once, under the least of its names in byte order, and the
+ * metadata {other name: kept name} for the rest, as PyTorch's safetensors save_model writes it. */
 cg_status cg_save_safetensors(const cg_module *m, const char *path) {
     const char *fn = "cg_save_safetensors";
     if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
-    int np = cg_module_num_parameters(m); /* -1: m is inside another module */
-    if (np < 0) return cg__fail_context("%s", fn);
-    const char **names = malloc(((size_t)np + 1) * sizeof *names);
-    const cg_tensor **ts = malloc(((size_t)np + 1) * sizeof *ts);
+    int ns = cg_module_state_dict_size(m);
+    if (ns < 0) return cg__fail_context("%s", fn);
+    size_t cap = (size_t)ns + 1;
+    const char **names = malloc(cap * sizeof *names), **keys = malloc(cap * sizeof *keys), **values = malloc(cap * sizeof *values);
+    const cg_tensor **ts = malloc(cap * sizeof *ts);
     cg_status s = CG_OK;
-    if (!names || !ts) {
+    if (!names || !ts || !keys || !values) {
         s = cg__fail(CG_ERR_OOM, "%s: out of host memory", fn);
-    } else {
-        for (int i = 0; i < np; i++) ts[i] = cg_module_parameter(m, i, &names[i]);
-        s = cg__safetensors_write(fn, path, np, names, ts, 0, NULL, NULL);
+        goto done;
     }
-    free(names);
-    free(ts);
+    int n = 0, nmeta = 0;
+    for (int i = 0; i < ns; i++) {
+        const char *name;
+        const cg_tensor *t = cg_module_state_dict_entry(m, i, &name);
+        int j = 0;
+        while (j < n && ts[j] != t) j++;
+        if (j == n) {
+            names[n] = name, ts[n++] = t;
+            continue;
+        }
+        const char *removed = name; /* tied: keep the least name */
+        if (strcmp(name, names[j]) < 0) removed = names[j], names[j] = name;
+        keys[nmeta] = removed, values[nmeta++] = NULL;
+    }
+    for (int k = 0; k < nmeta; k++) /* each removed name points at its tensor's kept one */
+        for (int i = 0; i < ns && !values[k]; i++) {
+            const char *name;
+            const cg_tensor *t = cg_module_state_dict_entry(m, i, &name);
+            if (strcmp(name, keys[k]) == 0)
+                for (int j = 0; j < n; j++)
+                    if (ts[j] == t) values[k] = names[j];
+        }
+    s = cg__safetensors_write(fn, path, n, names, ts, nmeta, keys, values);
+done:
+    free(names), free(ts), free(keys), free(values);
     return s;
 }

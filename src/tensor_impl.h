@@ -47,6 +47,7 @@ typedef struct cg_tensor_impl {
     void *grad_hook_ctx;
     int grad_pending;              /* nodes of the current pass yet to send this hooked leaf a gradient */
     uint64_t grad_epoch;           /* the pass grad_pending counts for */
+    int module_refs;               /* modules holding it as a parameter or buffer (tying shares one) */
     cg_tensor *scope_next;         /* intrusive list of the scope's tensors */
     cg_tensor *scope_prev;
 } cg_tensor_impl;

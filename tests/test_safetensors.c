@@ -515,7 +515,7 @@ static void test_module_mismatch(void **state) {
     /* Missing: the bias is not in the file. */
     cg_test_tmp_path("weight_only.safetensors", path, sizeof path);
     write_st(path, "{\"weight\":{\"dtype\":\"F32\",\"shape\":[1,10],\"data_offsets\":[0,40]}}", 40);
-    expect_load_fails(lin, path, "missing tensor \"bias\"", "1 of the module's 2 parameters");
+    expect_load_fails(lin, path, "missing tensor \"bias\"", "1 of the module's 2 state entries");
     /* Unexpected: an extra tensor; accepted with CG_SAFETENSORS_ALLOW_UNEXPECTED. */
     cg_test_tmp_path("extra.safetensors", path, sizeof path);
     write_st(path,
@@ -533,14 +533,14 @@ static void test_module_mismatch(void **state) {
     /* Wrong shape: the bias [1] in the file against [2]; the weight in the file transposed. */
     cg_module *lin2 = cg_linear_new(10, 2, true, d);
     expect_load_fails(lin2, data_path("st_linear.safetensors", src, sizeof src), "tensor \"",
-                      "in the file, but the module's parameter has");
+                      "in the file, but the module's has");
     cg_test_tmp_path("transposed.safetensors", path, sizeof path);
     write_st(path,
              "{\"weight\":{\"dtype\":\"F32\",\"shape\":[10,1],\"data_offsets\":[0,40]},"
              "\"bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[40,44]}}",
              44);
     expect_load_fails(lin, path, "tensor \"weight\" has shape [10, 1] in the file",
-                      "the module's parameter has [1, 10]");
+                      "the module's has [1, 10]");
     /* An integer tensor for a float32 parameter (BF16 and F16 convert: test_load_converts). */
     cg_test_tmp_path("i64.safetensors", path, sizeof path);
     write_st(path,

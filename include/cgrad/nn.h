@@ -24,18 +24,106 @@ extern "C" {
 
 typedef struct cg_module cg_module;
 
+/* ---- defining a module (nn.Module) -------------------------------------------------------------
+ * A module type is a name, the size of its state (the fields of the user's struct: typically the
+ * handles of its children and parameters, and its settings) and its forward function:
+ *
+ *     typedef struct { cg_module *fc1, *fc2; } mlp;               // class MLP(nn.Module):
+ *     static cg_tensor *mlp_forward(cg_module *self, const cg_tensor *x) {
+ *         mlp *s = cg_module_state(self);                        //     def forward(self, x):
+ *         return cg_module_forward(s->fc2, cg_relu(cg_module_forward(s->fc1, x)));
+ *     }
+ *     static const cg_module_type mlp_type = {.name = "MLP", .state_size = sizeof(mlp), .forward = mlp_forward};
+ *     cg_module *m = cg_module_new(&mlp_type, device);           //     def __init__(self):
+ *     mlp *s = cg_module_state(m);
+ *     s->fc1 = cg_module_register_module(m, "fc1", cg_linear_new(784, 400, true, device));
+ *     s->fc2 = cg_module_register_module(m, "fc2", cg_linear_new(400, 10, true, device));
+ *     if (!s->fc1 || !s->fc2) { cg_module_free(m); ... }        // the first failure is cg_last_error()
+ *
+ * Names nest with dots as PyTorch's state_dict ("fc1.weight", "encoder.fc1.bias") at any depth. The
+ * tree's parameters live in one flat buffer per device (and their gradients in a second), whatever
+ * the nesting, so zero_grad is free and an optimizer step is one fused kernel; registering marks the
+ * tree, which repacks before its parameters are next used (handles stay valid). A module's device is
+ * where its parameters live: registered parameters, buffers and children with parameters must be on
+ * it (parameterless children follow their parent). Float32 parameters; any dtype for buffers. */
+typedef struct cg_module_type {
+    const char *name;   /* "VAE": the type's name in errors */
+    size_t state_size;  /* bytes of state, zeroed at creation, at cg_module_state(m); 0 for none */
+    /* Exactly one of the two. forward: one input, one new output tensor (NULL on failure, with the
+     * error recorded). forward_n: nin inputs, and nout new outputs written to out (cg_module_call). */
+    cg_tensor *(*forward)(cg_module *self, const cg_tensor *x);
+    cg_status (*forward_n)(cg_module *self, int nin, const cg_tensor *const *in, int nout, cg_tensor **out);
+    /* A module of the same type and configuration on device d (usually: call the constructor again);
+     * cg_module_clone and DataParallel copy the values over after checking the names and shapes
+     * match. NULL: the type cannot be cloned, and cloning it is an error. */
+    cg_module *(*clone)(const cg_module *self, cg_device d);
+    /* Frees what the state points to (not the state itself, not the registered tensors or children,
+     * which the module frees). May be NULL. */
+    void (*destroy)(cg_module *self);
+} cg_module_type;
+
+/* A module of the given type (which must outlive it) on device d, with no parameters yet. */
+CG_API cg_module *cg_module_new(const cg_module_type *type, cg_device d);
+CG_API void *cg_module_state(const cg_module *m);          /* the type's state (NULL when state_size is 0) */
+CG_API const char *cg_module_type_name(const cg_module *m);
+/* Registration (self.name = nn.Parameter(t), register_buffer, self.name = module). Each takes
+ * ownership of what it is given, also on failure (then it is freed, and NULL returned with the
+ * error recorded), and returns it borrowed: the module frees it. A NULL argument (a failed
+ * constructor) returns NULL and keeps that constructor's error, so a constructor may register
+ * everything and check once. Names: non-empty, no '.', unique within the module.
+ * - parameter: a float32 leaf on m's device; it is made to require grad. Registering a tensor that
+ *   is already a parameter of a module ties the two names to one parameter (weight tying): it is
+ *   listed once by cg_module_parameter, twice in the state dict, and its gradient accumulates.
+ * - buffer: state saved with the module but not trained (BatchNorm's running statistics): any dtype,
+ *   on m's device, not requiring grad.
+ * - module: a module that belongs to no other and has no optimizer; a child with parameters must be
+ *   on m's device. No registration is accepted once an optimizer was made over the tree. */
+CG_API cg_tensor *cg_module_register_parameter(cg_module *m, const char *name, cg_tensor *t);
+CG_API cg_tensor *cg_module_register_buffer(cg_module *m, const char *name, cg_tensor *t);
+CG_API cg_module *cg_module_register_module(cg_module *m, const char *name, cg_module *child);
+/* Replaces m's own parameter name by shared, a parameter registered elsewhere in the model, as
+ * PyTorch's `self.wte.weight = self.lm_head.weight`: same shape and device required. The replaced
+ * tensor is freed (unless tied elsewhere too): a type that keeps parameter handles in its state must
+ * read them again (cg_module_get_parameter); the built-in layers read theirs at every forward. */
+CG_API cg_status cg_module_tie_parameter(cg_module *m, const char *name, cg_tensor *shared);
+
+/* forward: one input, one output (a new tensor). call: any number of each, as the type declares
+ * (a forward-only type takes exactly one of each); on failure every out[i] is NULL. */
 CG_API cg_tensor *cg_module_forward(cg_module *m, const cg_tensor *x);
-CG_API void cg_module_free(cg_module *m);
-/* Moves the parameters to d (nn.Module.to). */
+CG_API cg_status cg_module_call(cg_module *m, int nin, const cg_tensor *const *in, int nout, cg_tensor **out);
+CG_API void cg_module_free(cg_module *m); /* a module inside another is freed by that one */
+/* Moves the parameters and buffers to d (nn.Module.to); the module at the top of its tree only. */
 CG_API cg_status cg_module_to(cg_module *m, cg_device d);
 CG_API cg_device cg_module_device(const cg_module *m);
-/* A deep copy of m (structure and parameter values) on device d. */
+/* A deep copy of m (structure, parameter and buffer values, train/eval mode) on device d, through
+ * the type's clone hook. */
 CG_API cg_module *cg_module_clone(const cg_module *m, cg_device d);
-/* Parameters in state_dict order; the handles are borrowed (owned by the module). */
+
+/* The tree, as PyTorch lists it; handles and names are borrowed (owned by the module). Any module
+ * of a tree answers for its own subtree, with names relative to it.
+ * parameters: named_parameters() order, a tied parameter once (under its first name).
+ * state dict: state_dict() order: each module's parameters, then its buffers, then its children's;
+ *   a tied parameter under each of its names. */
 CG_API int cg_module_num_parameters(const cg_module *m);
 CG_API cg_tensor *cg_module_parameter(const cg_module *m, int i, const char **name);
 CG_API int64_t cg_module_parameter_count(const cg_module *m); /* total number of scalars; -1 for a bad m */
-CG_API void cg_module_train(cg_module *m, bool training);    /* train/eval mode */
+CG_API int cg_module_state_dict_size(const cg_module *m);
+CG_API cg_tensor *cg_module_state_dict_entry(const cg_module *m, int i, const char **name);
+CG_API int cg_module_num_children(const cg_module *m);        /* direct children, in registration order */
+CG_API cg_module *cg_module_child(const cg_module *m, int i, const char **name);
+/* By dotted path ("encoder.fc1", "encoder.fc1.weight"), as get_submodule / get_parameter /
+ * get_buffer; an unknown name is an error naming the part that is missing. */
+CG_API cg_module *cg_module_get_submodule(const cg_module *m, const char *path);
+CG_API cg_tensor *cg_module_get_parameter(const cg_module *m, const char *path);
+CG_API cg_tensor *cg_module_get_buffer(const cg_module *m, const char *path);
+
+/* Module-wide: train/eval mode and zero_grad (set to none) over the subtree; apply calls fn on
+ * every module of the subtree, children before their parent (nn.Module.apply), stopping at the
+ * first status other than CG_OK, which it returns. */
+CG_API void cg_module_train(cg_module *m, bool training);
+CG_API bool cg_module_is_training(const cg_module *m);
+CG_API cg_status cg_module_zero_grad(cg_module *m);
+CG_API cg_status cg_module_apply(cg_module *m, cg_status (*fn)(cg_module *m, void *ctx), void *ctx);
 
 /* nn.Linear(in, out, bias): weight (out, in) and bias (out) ~ U(-1/sqrt(in), 1/sqrt(in)). */
 CG_API cg_module *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, cg_device d);
@@ -52,8 +140,9 @@ CG_API cg_module *cg_max_pool2d_new(int64_t kernel_size, int64_t stride);
 CG_API cg_module *cg_flatten_new(void);
 /* nn.Dropout(p): active in train mode only (cg_module_train); see cg_dropout. */
 CG_API cg_module *cg_dropout_new(float p);
-/* nn.Sequential: takes ownership of the n modules, which must be on one device. On failure
- * (NULL returned) the caller still owns them. */
+/* nn.Sequential: the n modules as children "0", "1", ..., applied in order. Takes ownership of
+ * them; those with parameters must be on one device. On failure (NULL returned) the caller still
+ * owns them. */
 CG_API cg_module *cg_sequential_new(int n, cg_module *const *modules);
 
 /* ---- optimizers ------------------------------------------------------------------------------- */

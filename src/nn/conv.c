@@ -7,34 +7,35 @@
 #include "error.h"
 #include "tensor_impl.h"
 
-/* Conv2d's config holds stride and padding; the channels and kernel size are the weight's shape. */
-enum { STRIDE, PADDING };
-enum { POOL_KERNEL, POOL_STRIDE };
+/* The parameters are read from the registry (own[0] weight (out, in, k, k), own[1] bias (out)), as
+ * Linear's. */
+typedef struct conv_state {
+    int64_t in_channels, out_channels, kernel_size, stride, padding;
+    bool bias;
+} conv_state;
 
 static cg_tensor *conv_forward(cg_module *m, const cg_tensor *x) {
     const cg_module_impl *mi = cg__m(m);
-    return cg_conv2d(x, mi->own[0], mi->nown == 2 ? mi->own[1] : NULL, (int)mi->config[STRIDE],
-                     (int)mi->config[PADDING]);
+    const conv_state *s = mi->state;
+    return cg_conv2d(x, mi->own[0].tensor, mi->nown > 1 ? mi->own[1].tensor : NULL, (int)s->stride, (int)s->padding);
 }
 
-static cg_module *conv_create(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t padding, bool bias,
-                              cg_device d);
+static cg_module *conv_create(const conv_state *config, cg_device d);
 
-static cg_module *conv_shell(const cg_module *m, cg_device d) {
-    const cg_module_impl *mi = cg__m(m);
-    const int64_t *w = cg__t(mi->own[0])->shape; /* (out, in, k, k) */
-    return conv_create(w[1], w[0], w[2], mi->config[STRIDE], mi->config[PADDING], mi->nown == 2, d);
-}
+static cg_module *conv_clone(const cg_module *m, cg_device d) { return conv_create(cg__m(m)->state, d); }
 
-static const cg_module_ops conv_ops = {.type = "Conv2d", .forward = conv_forward, .shell = conv_shell};
+static const cg_module_type conv_type = {
+    .name = "Conv2d", .state_size = sizeof(conv_state), .forward = conv_forward, .clone = conv_clone};
 
-static cg_module *conv_create(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t padding, bool bias,
-                              cg_device d) {
-    cg_module *m = cg__module_new(&conv_ops, d, 0);
+/* Parameters of the right shapes for config's sizes, values unspecified. */
+static cg_module *conv_create(const conv_state *config, cg_device d) {
+    cg_module *m = cg_module_new(&conv_type, d);
     if (!m) return NULL;
-    cg__m(m)->config[STRIDE] = stride, cg__m(m)->config[PADDING] = padding;
-    if (!cg__module_add_param(m, "weight", 4, (int64_t[]){out, in, k, k}) ||
-        (bias && !cg__module_add_param(m, "bias", 1, (int64_t[]){out})) || cg__module_pack(m, d) != CG_OK) {
+    conv_state *s = cg__m(m)->state;
+    *s = *config;
+    int64_t k = s->kernel_size;
+    if (!cg__module_new_parameter(m, "weight", 4, (int64_t[]){s->out_channels, s->in_channels, k, k}) ||
+        (s->bias && !cg__module_new_parameter(m, "bias", 1, (int64_t[]){s->out_channels}))) {
         cg_module_free(m);
         return NULL;
     }
@@ -55,9 +56,11 @@ cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kern
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: a weight (%lld, %lld, %lld, %lld) of out_channels x in_channels x kernel_size^2 is too large: its size overflows 64 bits",
                             fn, (long long)out_channels, (long long)in_channels, (long long)kernel_size, (long long)kernel_size);
     if (!cg__backend_for(d)) return (cg__fail_context("%s", fn), NULL);
-    cg_module *m = conv_create(in_channels, out_channels, kernel_size, stride, padding, bias, d);
+    const conv_state config = {in_channels, out_channels, kernel_size, stride, padding, bias};
+    cg_module *m = conv_create(&config, d);
     if (!m) return (cg__fail_context("%s", fn), NULL); /* e.g. out of memory */
-    if (cg__module_init_uniform(m, 1.0f / sqrtf((float)(in_channels * kernel_size * kernel_size))) != CG_OK) {
+    if (cg__module_init_uniform(m, 1.0f / sqrtf((float)(in_channels * kernel_size * kernel_size))) != CG_OK ||
+        cg__module_ready(m, fn) != CG_OK) { /* packed now, as a built-in is ready to use */
         cg_module_free(m);
         return NULL;
     }
@@ -65,17 +68,23 @@ cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kern
 }
 
 /* ---- MaxPool2d: no parameters, so it follows its input's device ---------------------------------------- */
+typedef struct pool_state {
+    int64_t kernel_size, stride;
+} pool_state;
+
 static cg_tensor *pool_forward(cg_module *m, const cg_tensor *x) {
-    return cg_max_pool2d(x, (int)cg__m(m)->config[POOL_KERNEL], (int)cg__m(m)->config[POOL_STRIDE]);
+    const pool_state *s = cg__m(m)->state;
+    return cg_max_pool2d(x, (int)s->kernel_size, (int)s->stride);
 }
 
-static const cg_module_ops pool_ops = {.type = "MaxPool2d", .forward = pool_forward, .shell = cg__module_plain_shell};
+static const cg_module_type pool_type = {
+    .name = "MaxPool2d", .state_size = sizeof(pool_state), .forward = pool_forward, .clone = cg__module_clone_plain};
 
 cg_module *cg_max_pool2d_new(int64_t kernel_size, int64_t stride) {
     if (kernel_size <= 0 || kernel_size > INT32_MAX || stride < 0 || stride > INT32_MAX)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_max_pool2d_new: kernel_size (%lld) must be positive and stride (%lld) non-negative (0: the kernel size)",
                             (long long)kernel_size, (long long)stride);
-    cg_module *m = cg__module_new(&pool_ops, cg_cpu(), 0);
-    if (m) cg__m(m)->config[POOL_KERNEL] = kernel_size, cg__m(m)->config[POOL_STRIDE] = stride ? stride : kernel_size;
+    cg_module *m = cg_module_new(&pool_type, cg_cpu());
+    if (m) *(pool_state *)cg__m(m)->state = (pool_state){kernel_size, stride ? stride : kernel_size};
     return m;
 }

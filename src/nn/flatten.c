@@ -11,6 +11,6 @@ static cg_tensor *flatten_forward(cg_module *m, const cg_tensor *x) {
     return cg_reshape(x, 2, shape);
 }
 
-static const cg_module_ops flatten_ops = {.type = "Flatten", .forward = flatten_forward, .shell = cg__module_plain_shell};
+static const cg_module_type flatten_type = {.name = "Flatten", .forward = flatten_forward, .clone = cg__module_clone_plain};
 
-cg_module *cg_flatten_new(void) { return cg__module_new(&flatten_ops, cg_cpu(), 0); }
+cg_module *cg_flatten_new(void) { return cg_module_new(&flatten_type, cg_cpu()); }

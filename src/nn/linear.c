@@ -5,29 +5,38 @@
 #include "checked.h"
 #include "error.h"
 
-enum { IN_FEATURES, OUT_FEATURES, HAS_BIAS };
+#include <math.h>
+
+/* The parameters are read from the registry at every forward (own[0] weight (out, in), own[1] bias
+ * (out)): a tied weight (cg_module_tie_parameter) replaces the registered tensor. */
+typedef struct linear_state {
+    int64_t in_features, out_features;
+    bool bias;
+} linear_state;
 
 static cg_tensor *linear_forward(cg_module *m, const cg_tensor *x) {
     const cg_module_impl *mi = cg__m(m);
-    return cg_linear(x, mi->own[0], mi->config[HAS_BIAS] ? mi->own[1] : NULL);
+    return cg_linear(x, mi->own[0].tensor, mi->nown > 1 ? mi->own[1].tensor : NULL);
 }
 
 static cg_module *linear_create(int64_t in, int64_t out, bool bias, cg_device d);
 
-static cg_module *linear_shell(const cg_module *m, cg_device d) {
-    const cg_module_impl *mi = cg__m(m);
-    return linear_create(mi->config[IN_FEATURES], mi->config[OUT_FEATURES], mi->config[HAS_BIAS], d);
+static cg_module *linear_clone(const cg_module *m, cg_device d) {
+    const linear_state *s = cg__m(m)->state;
+    return linear_create(s->in_features, s->out_features, s->bias, d);
 }
 
-static const cg_module_ops linear_ops = {.type = "Linear", .forward = linear_forward, .shell = linear_shell};
+static const cg_module_type linear_type = {
+    .name = "Linear", .state_size = sizeof(linear_state), .forward = linear_forward, .clone = linear_clone};
 
+/* Parameters of the right shapes, values unspecified. */
 static cg_module *linear_create(int64_t in, int64_t out, bool bias, cg_device d) {
-    cg_module *m = cg__module_new(&linear_ops, d, 0);
+    cg_module *m = cg_module_new(&linear_type, d);
     if (!m) return NULL;
-    cg_module_impl *mi = cg__m(m);
-    mi->config[IN_FEATURES] = in, mi->config[OUT_FEATURES] = out, mi->config[HAS_BIAS] = bias;
-    if (!cg__module_add_param(m, "weight", 2, (int64_t[]){out, in}) ||
-        (bias && !cg__module_add_param(m, "bias", 1, (int64_t[]){out})) || cg__module_pack(m, d) != CG_OK) {
+    linear_state *s = cg__m(m)->state;
+    *s = (linear_state){in, out, bias};
+    if (!cg__module_new_parameter(m, "weight", 2, (int64_t[]){out, in}) ||
+        (bias && !cg__module_new_parameter(m, "bias", 1, (int64_t[]){out}))) {
         cg_module_free(m);
         return NULL;
     }
@@ -45,7 +54,8 @@ cg_module *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
     if (!cg__backend_for(d)) return (cg__fail_context("cg_linear_new"), NULL);
     cg_module *m = linear_create(in_features, out_features, bias, d);
     if (!m) return (cg__fail_context("cg_linear_new"), NULL); /* e.g. out of memory */
-    if (cg__module_init_uniform(m, 1.0f / sqrtf((float)in_features)) != CG_OK) {
+    if (cg__module_init_uniform(m, 1.0f / sqrtf((float)in_features)) != CG_OK ||
+        cg__module_ready(m, "cg_linear_new") != CG_OK) { /* packed now, as a built-in is ready to use */
         cg_module_free(m);
         return NULL;
     }

@@ -14,8 +14,9 @@
 cg_status cg__optimizer_check_module(const cg_module *m, const char *fn) {
     CG_TRY(cg__check_module(m, fn));
     if (cg__m(m)->parent)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, cg__m(m)->ops->type,
-                        cg__m(cg__m(m)->parent)->ops->type);
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: this %s is part of a %s; pass the outer module", fn, cg__m(m)->type->name,
+                        cg__m(cg__m(m)->parent)->type->name);
+    CG_TRY(cg__module_ready(m, fn));
     if (cg__m(m)->nparams == 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: optimizer got an empty parameter list", fn);
     return CG_OK;
 }

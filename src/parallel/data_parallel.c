@@ -38,14 +38,14 @@ int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes) {
     return k;
 }
 
-static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x);
+static const cg_module_type dp_type;
 
 /* The state of a DataParallel module; NULL + fn's error for anything else. */
 static dp_state *dp_state_of(const cg_module *dp, const char *fn) {
     if (cg__check_module(dp, fn) != CG_OK) return NULL;
     const cg_module_impl *dpi = cg__m(dp);
-    if (dpi->ops->forward != dp_forward)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: a %s, not a DataParallel module", fn, dpi->ops->type);
+    if (dpi->type != &dp_type)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: a %s, not a DataParallel module", fn, dpi->type->name);
     return dpi->state;
 }
 
@@ -261,10 +261,10 @@ static void dp_destroy(cg_module *dp) {
     free(st);
 }
 
-static const cg_module_ops dp_ops = {.type = "DataParallel", .forward = dp_forward, .destroy = dp_destroy};
+static const cg_module_type dp_type = {.name = "DataParallel", .forward = dp_forward, .destroy = dp_destroy};
 
 bool cg_parallel_peer_allreduce(const cg_module *m) {
-    if (cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->ops == &dp_ops)
+    if (cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->type == &dp_type)
         return ((const dp_state *)cg__m(m)->state)->peer != NULL;
     return cg__ddp_peer_allreduce(m);
 }
@@ -295,26 +295,17 @@ static cg_status check_devices(const cg_module *m, int n, const int *ids, int ou
     return CG_OK;
 }
 
-/* The wrapper lists the first replica's parameters as "module.<name>", as PyTorch's state_dict. */
-static cg_status alias_params(cg_module *dp, const cg_module *m) {
-    cg_module_impl *dpi = cg__m(dp);
-    int n;
-    dpi->params = cg__param_list_new(m, "module.", &n); /* the same tensors, in the same order */
-    if (!dpi->params) return cg__fail_context("DataParallel");
-    for (int i = 0; i < n; i++) dpi->params[i].offset = cg__m(m)->params[i].offset;
-    dpi->nparams = n;
-    return CG_OK;
-}
-
 cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *device_ids, int output_device) {
-    if (cg__module_check_adoptable(module, "cg_data_parallel_new", "the module") != CG_OK) return NULL;
+    if (cg__module_check_adoptable(module, "cg_data_parallel_new", "the module") != CG_OK ||
+        cg__module_ready(module, "cg_data_parallel_new") != CG_OK)
+        return NULL;
     dp_state *st = calloc(1, sizeof *st);
     if (!st) return CG_FAIL_NULL(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
     if (check_devices(module, ndevices, device_ids, output_device, st) != CG_OK) {
         free(st);
         return (cg__fail_context("cg_data_parallel_new"), NULL);
     }
-    cg_module *dp = cg__module_new(&dp_ops, cg__m(module)->device, 0);
+    cg_module *dp = cg_module_new(&dp_type, cg__m(module)->device);
     if (!dp) {
         free(st);
         return NULL;
@@ -322,7 +313,8 @@ cg_module *cg_data_parallel_new(cg_module *module, int ndevices, const int *devi
     cg_module_impl *dpi = cg__m(dp);
     dpi->state = st;
     dpi->replicas = calloc((size_t)st->n, sizeof *dpi->replicas);
-    cg_status s = dpi->replicas ? alias_params(dp, module)
+    /* The wrapper lists the first replica's parameters as "module.<name>", as PyTorch's state_dict. */
+    cg_status s = dpi->replicas ? cg__module_wrap(dp, module, "module.", "cg_data_parallel_new")
                                 : cg__fail(CG_ERR_OOM, "cg_data_parallel_new: out of host memory");
     for (int r = 0; r < st->n && s == CG_OK; r++) {
         cg_module *replica = r == 0 ? module : cg_module_clone(module, cg_cuda(st->devices[r]));

@@ -221,10 +221,10 @@ static void ddp_destroy(cg_module *ddp) {
     ddpi->replicas = NULL, ddpi->nreplicas = 0;
 }
 
-static const cg_module_ops ddp_ops = {.type = "DistributedDataParallel", .forward = ddp_forward, .destroy = ddp_destroy};
+static const cg_module_type ddp_type = {.name = "DistributedDataParallel", .forward = ddp_forward, .destroy = ddp_destroy};
 
 bool cg__ddp_peer_allreduce(const cg_module *m) {
-    return cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->ops == &ddp_ops &&
+    return cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->type == &ddp_type &&
            ((const ddp_state *)cg__m(m)->state)->peer != NULL;
 }
 
@@ -275,14 +275,16 @@ static cg_status broadcast_parameters(ddp_state *st) {
 cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
     char a[16], b[16];
     if (check_dist(dist, "cg_ddp_new") != CG_OK) return NULL;
-    if (cg__module_check_adoptable(module, "cg_ddp_new", "the module") != CG_OK) return NULL;
+    if (cg__module_check_adoptable(module, "cg_ddp_new", "the module") != CG_OK ||
+        cg__module_ready(module, "cg_ddp_new") != CG_OK)
+        return NULL;
     cg_module_impl *modulei = cg__m(module);
     const dist_impl *disti = dist_of(dist);
     if (!modulei->flat_data) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_ddp_new: the module has no parameters");
     if (!cg_device_equal(modulei->device, disti->device))
         return CG_FAIL_NULL(CG_ERR_DEVICE, "cg_ddp_new: the module is on %s but this rank's device is %s",
                             cg_device_str(modulei->device, a, sizeof a), cg_device_str(disti->device, b, sizeof b));
-    cg_module *ddp = cg__module_new(&ddp_ops, modulei->device, 0);
+    cg_module *ddp = cg_module_new(&ddp_type, modulei->device);
     ddp_state *st = ddp ? calloc(1, sizeof *st) : NULL;
     if (!st) {
         cg_module_free(ddp);
@@ -299,18 +301,14 @@ cg_module *cg_ddp_new(cg_module *module, cg_dist *dist, size_t bucket_bytes) {
         s = cg__fail(CG_ERR_OOM, "cg_ddp_new: out of host memory");
     if (s == CG_OK) {
         ddpi->replicas[0] = module, ddpi->nreplicas = 1;
-        int n;
-        ddpi->params = cg__param_list_new(module, "module.", &n); /* the same tensors, in the same order */
-        if (!ddpi->params) s = cg__fail_context("cg_ddp_new");
+        s = cg__module_wrap(ddp, module, "module.", "cg_ddp_new"); /* the same tensors, in the same order */
     }
-    for (int i = 0; s == CG_OK && i < modulei->nparams; i++) ddpi->params[i].offset = modulei->params[i].offset;
     if (s != CG_OK) {
         cg__grad_buckets_free(st->buckets); /* unhooks the caller's module, which it keeps */
         st->buckets = NULL, st->module = NULL;
         cg_module_free(ddp);
         return NULL;
     }
-    ddpi->nparams = modulei->nparams;
     modulei->parent = ddp;
     return ddp;
 }

@@ -1,0 +1,472 @@
+/* User-defined modules (cg_module_type): registration of parameters, buffers and children by name,
+ * nesting, PyTorch's list orders, branches and several inputs and outputs, weight tying, cloning,
+ * moving, module-wide calls, and the errors of each. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static cg_device dev(void) { return cg_test_device(); }
+
+static void assert_name(const cg_module *m, int i, const char *expected) {
+    const char *name = NULL;
+    assert_non_null(cg_module_parameter(m, i, &name));
+    assert_string_equal(name, expected);
+}
+
+static void assert_state_name(const cg_module *m, int i, const char *expected) {
+    const char *name = NULL;
+    assert_non_null(cg_module_state_dict_entry(m, i, &name));
+    assert_string_equal(name, expected);
+}
+
+/* ---- an encoder with two heads (the VAE's): x -> h = relu(fc1 x) -> (mu, logvar) ---------------- */
+typedef struct encoder {
+    cg_module *fc1, *mu, *logvar;
+    cg_tensor *scale; /* a parameter of its own: (1) */
+    cg_tensor *seen;  /* a buffer: int64 (1), forwards run in train mode */
+} encoder;
+
+static cg_status encoder_forward(cg_module *self, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
+    encoder *e = cg_module_state(self);
+    if (nin != 1 || nout != 2) return cg_set_error(CG_ERR_INVALID_ARG, "Encoder: 1 input, 2 outputs");
+    cg_tensor *h = cg_relu(cg_module_forward(e->fc1, in[0]));
+    out[0] = cg_mul(cg_module_forward(e->mu, h), e->scale);
+    out[1] = cg_module_forward(e->logvar, h);
+    return out[0] && out[1] ? CG_OK : cg_last_status();
+}
+
+static cg_module *encoder_new(cg_device d);
+static cg_module *encoder_clone(const cg_module *self, cg_device d) { return encoder_new(d); }
+
+static const cg_module_type encoder_type = {
+    .name = "Encoder", .state_size = sizeof(encoder), .forward_n = encoder_forward, .clone = encoder_clone};
+
+static cg_module *encoder_new(cg_device d) {
+    cg_module *m = cg_module_new(&encoder_type, d);
+    if (!m) return NULL;
+    encoder *e = cg_module_state(m);
+    e->fc1 = cg_module_register_module(m, "fc1", cg_linear_new(3, 4, true, d));
+    e->scale = cg_module_register_parameter(m, "scale", cg_ones(1, (int64_t[]){1}, d));
+    e->mu = cg_module_register_module(m, "mu", cg_linear_new(4, 2, true, d));
+    e->logvar = cg_module_register_module(m, "logvar", cg_linear_new(4, 2, false, d));
+    e->seen = cg_module_register_buffer(m, "seen", cg_zeros_dtype(1, (int64_t[]){1}, CG_INT64, d));
+    if (!e->fc1 || !e->scale || !e->mu || !e->logvar || !e->seen) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Names in named_parameters and state_dict order; a child answers for its own; lookups by path. */
+static void test_names_and_orders(void **state) {
+    cg_module *m = encoder_new(dev());
+    assert_non_null(m);
+    assert_string_equal(cg_module_type_name(m), "Encoder");
+    assert_int_equal(cg_module_num_parameters(m), 6);
+    assert_name(m, 0, "scale"); /* own parameters first, then the children's in registration order */
+    assert_name(m, 1, "fc1.weight");
+    assert_name(m, 2, "fc1.bias");
+    assert_name(m, 3, "mu.weight");
+    assert_name(m, 4, "mu.bias");
+    assert_name(m, 5, "logvar.weight");
+    assert_int_equal(cg_module_parameter_count(m), 1 + 12 + 4 + 8 + 2 + 8);
+    assert_int_equal(cg_module_state_dict_size(m), 7);
+    assert_state_name(m, 0, "scale");
+    assert_state_name(m, 1, "seen"); /* a module's buffers follow its own parameters */
+    assert_state_name(m, 2, "fc1.weight");
+    assert_state_name(m, 6, "logvar.weight");
+    encoder *e = cg_module_state(m);
+    assert_int_equal(cg_module_num_parameters(e->fc1), 2);
+    assert_name(e->fc1, 0, "weight");
+    assert_ptr_equal(cg_module_parameter(e->fc1, 0, NULL), cg_module_parameter(m, 1, NULL));
+    assert_int_equal(cg_module_num_children(m), 3);
+    const char *name = NULL;
+    assert_ptr_equal(cg_module_child(m, 1, &name), e->mu);
+    assert_string_equal(name, "mu");
+    assert_ptr_equal(cg_module_get_submodule(m, "logvar"), e->logvar);
+    assert_ptr_equal(cg_module_get_submodule(m, ""), m);
+    assert_ptr_equal(cg_module_get_parameter(m, "mu.bias"), cg_module_parameter(m, 4, NULL));
+    assert_ptr_equal(cg_module_get_buffer(m, "seen"), e->seen);
+    assert_null(cg_module_get_parameter(m, "mu.gamma"));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_get_parameter", "\"mu.gamma\"", "Linear", "no parameter \"gamma\"");
+    assert_null(cg_module_get_submodule(m, "decoder.fc1"));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_get_submodule", "no module \"decoder\"");
+    assert_null(cg_module_get_buffer(m, "scale"));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "no buffer \"scale\"");
+    cg_module_free(m);
+}
+
+/* Two outputs through cg_module_call, and gradients reach every parameter of every child. */
+static void test_two_outputs_and_gradients(void **state) {
+    cg_module *m = encoder_new(dev());
+    assert_non_null(m);
+    cg_scope *scope = cg_scope_begin();
+    const cg_tensor *x = CG_TEST_OK(cg_randn(2, (int64_t[]){5, 3}, dev()));
+    cg_tensor *out[2];
+    CG_TEST_STATUS_OK(cg_module_call(m, 1, &x, 2, out));
+    cg_test_assert_shape(out[0], 2, (int64_t[]){5, 2});
+    cg_test_assert_shape(out[1], 2, (int64_t[]){5, 2});
+    CG_TEST_STATUS_OK(cg_backward(CG_TEST_OK(cg_add(cg_sum(out[0]), cg_sum(out[1])))));
+    for (int i = 0; i < cg_module_num_parameters(m); i++) assert_non_null(cg_grad(cg_module_parameter(m, i, NULL)));
+    /* zero_grad on a child clears only its subtree */
+    encoder *e = cg_module_state(m);
+    CG_TEST_STATUS_OK(cg_module_zero_grad(e->mu));
+    assert_null(cg_grad(cg_module_get_parameter(m, "mu.weight")));
+    assert_non_null(cg_grad(cg_module_get_parameter(m, "fc1.weight")));
+    CG_TEST_STATUS_OK(cg_module_zero_grad(m));
+    for (int i = 0; i < cg_module_num_parameters(m); i++) assert_null(cg_grad(cg_module_parameter(m, i, NULL)));
+    /* the call's shape: a forward_n type checks its own counts; a forward type takes 1 and 1 */
+    assert_int_equal(cg_module_call(m, 1, &x, 1, out), CG_ERR_INVALID_ARG);
+    assert_null(out[0]);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "Encoder: 1 input, 2 outputs");
+    assert_int_equal(cg_module_call(e->mu, 2, (const cg_tensor *[]){x, x}, 1, out), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_call", "a Linear takes 1 input and returns 1 output",
+                         "2 inputs and 1 output");
+    assert_null(cg_module_forward(m, x)); /* one output asked of a two-output module */
+    cg_scope_end(scope);
+    cg_module_free(m);
+}
+
+/* ---- a residual block that uses one child twice: y = x + f(f(x)), f = Linear(3, 3) -------------- */
+typedef struct twice {
+    cg_module *f;
+} twice;
+
+static cg_tensor *twice_forward(cg_module *self, const cg_tensor *x) {
+    twice *t = cg_module_state(self);
+    return cg_add(x, cg_module_forward(t->f, cg_module_forward(t->f, x)));
+}
+
+static const cg_module_type twice_type = {.name = "Twice", .state_size = sizeof(twice), .forward = twice_forward};
+
+/* The gradient of a child used twice accumulates both uses: for f(x) = W x (no bias),
+ * d sum(x + W W x) / dW = 1 (W x)^T + W^T 1 x^T summed over rows. */
+static void test_child_used_twice(void **state) {
+    cg_module *m = cg_module_new(&twice_type, dev());
+    assert_non_null(m);
+    twice *t = cg_module_state(m);
+    assert_non_null(t->f = cg_module_register_module(m, "f", cg_linear_new(3, 3, false, dev())));
+    const float w[9] = {0.5f, -1, 2, 0.25f, 1, -0.5f, 1.5f, 0, -2};
+    const float xv[6] = {1, 2, -1, 0.5f, -3, 2};
+    cg_tensor *wt = cg_module_get_parameter(m, "f.weight");
+    bool g = cg_set_grad_enabled(false);
+    CG_TEST_STATUS_OK(cg_copy_(wt, cg_test_tensor(w, 2, (int64_t[]){3, 3})));
+    cg_set_grad_enabled(g);
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *x = cg_test_tensor(xv, 2, (int64_t[]){2, 3});
+    CG_TEST_STATUS_OK(cg_backward(CG_TEST_OK(cg_sum(CG_TEST_OK(cg_module_forward(m, x))))));
+    double ref[9] = {0};
+    for (int r = 0; r < 2; r++) {
+        const float *xr = xv + 3 * r;
+        double wx[3] = {0}, wt1[3] = {0}; /* W x, and W^T 1 */
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) wx[i] += (double)w[3 * i + j] * xr[j], wt1[j] += (double)w[3 * i + j];
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) ref[3 * i + j] += wx[j] + wt1[i] * xr[j];
+    }
+    cg_test_assert_tensor_rel_l2(cg_grad(wt), ref, 9, 1e-6);
+    cg_scope_end(scope);
+    cg_module_free(m);
+}
+
+/* ---- nesting deeper than 40: Wrap(Wrap(...(Linear))) named "inner.inner...." --------------------- */
+typedef struct wrap {
+    cg_module *inner;
+} wrap;
+
+static cg_tensor *wrap_forward(cg_module *self, const cg_tensor *x) {
+    return cg_module_forward(((wrap *)cg_module_state(self))->inner, x);
+}
+
+static cg_module *wrap_clone(const cg_module *self, cg_device d);
+static const cg_module_type wrap_type = {.name = "Wrap", .state_size = sizeof(wrap), .forward = wrap_forward, .clone = wrap_clone};
+
+static cg_module *wrap_new(cg_module *inner, cg_device d) {
+    cg_module *m = cg_module_new(&wrap_type, d);
+    if (!m) {
+        cg_module_free(inner);
+        return NULL;
+    }
+    if (!(((wrap *)cg_module_state(m))->inner = cg_module_register_module(m, "inner", inner))) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The clone hook rebuilds the structure: a clone of the child (through its own hook) wrapped again. */
+static cg_module *wrap_clone(const cg_module *self, cg_device d) {
+    const cg_module *inner = ((const wrap *)cg_module_state(self))->inner;
+    if (cg_module_num_children(inner) == 0) return wrap_new(cg_linear_new(2, 2, true, d), d);
+    return wrap_new(wrap_clone(inner, d), d);
+}
+
+static void test_deep_nesting(void **state) {
+    enum { DEPTH = 60 };
+    cg_module *m = cg_linear_new(2, 2, true, dev());
+    for (int i = 0; i < DEPTH; i++) assert_non_null(m = wrap_new(m, dev()));
+    assert_int_equal(cg_module_num_parameters(m), 2);
+    const char *name = NULL;
+    assert_non_null(cg_module_parameter(m, 1, &name));
+    assert_int_equal(strlen(name), DEPTH * strlen("inner.") + strlen("bias"));
+    for (int i = 0; i < DEPTH; i++) assert_memory_equal(name + 6 * i, "inner.", 6);
+    assert_string_equal(name + 6 * DEPTH, "bias");
+    assert_ptr_equal(cg_module_get_parameter(m, name), cg_module_parameter(m, 1, NULL));
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *x = CG_TEST_OK(cg_randn(2, (int64_t[]){4, 2}, dev()));
+    cg_tensor *y = CG_TEST_OK(cg_module_forward(m, x));
+    cg_module *copy = cg_module_clone(m, dev());
+    assert_non_null(copy);
+    float *expected = cg_test_read(y);
+    cg_test_assert_tensor_bits(CG_TEST_OK(cg_module_forward(copy, x)), expected, 8);
+    free(expected);
+    cg_scope_end(scope);
+    cg_module_free(copy);
+    cg_module_free(m);
+}
+
+/* ---- weight tying: one tensor under two names ------------------------------------------------------- */
+/* y = head(wte(x)): both Linear(3, 3) without bias, head.weight tied to wte.weight. */
+typedef struct tied {
+    cg_module *wte, *head;
+} tied;
+
+static cg_tensor *tied_forward(cg_module *self, const cg_tensor *x) {
+    tied *t = cg_module_state(self);
+    return cg_module_forward(t->head, cg_module_forward(t->wte, x));
+}
+
+static const cg_module_type tied_type = {.name = "Tied", .state_size = sizeof(tied), .forward = tied_forward};
+
+static cg_module *tied_new(void) {
+    cg_module *m = cg_module_new(&tied_type, dev());
+    assert_non_null(m);
+    tied *t = cg_module_state(m);
+    assert_non_null(t->wte = cg_module_register_module(m, "wte", cg_linear_new(3, 3, false, dev())));
+    assert_non_null(t->head = cg_module_register_module(m, "head", cg_linear_new(3, 3, false, dev())));
+    CG_TEST_STATUS_OK(cg_module_tie_parameter(t->head, "weight", cg_module_get_parameter(m, "wte.weight")));
+    return m;
+}
+
+static void test_weight_tying(void **state) {
+    cg_module *m = tied_new();
+    /* one parameter, listed once (first name); the state dict has both names */
+    assert_int_equal(cg_module_num_parameters(m), 1);
+    assert_name(m, 0, "wte.weight");
+    assert_int_equal(cg_module_parameter_count(m), 9);
+    assert_int_equal(cg_module_state_dict_size(m), 2);
+    assert_state_name(m, 1, "head.weight");
+    cg_tensor *w = cg_module_get_parameter(m, "wte.weight");
+    assert_ptr_equal(cg_module_get_parameter(m, "head.weight"), w);
+    /* the gradient accumulates both uses: d sum(W W x) / dW = 1 (W x)^T + W^T 1 x^T */
+    const float wv[9] = {1, 2, 0, -1, 0.5f, 1, 0, 1, -2}, xv[3] = {1, -2, 0.5f};
+    bool g = cg_set_grad_enabled(false);
+    CG_TEST_STATUS_OK(cg_copy_(w, cg_test_tensor(wv, 2, (int64_t[]){3, 3})));
+    cg_set_grad_enabled(g);
+    cg_scope *scope = cg_scope_begin();
+    CG_TEST_STATUS_OK(cg_backward(cg_sum(cg_module_forward(m, cg_test_tensor(xv, 2, (int64_t[]){1, 3})))));
+    double wx[3] = {0}, wt1[3] = {0}, ref[9];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) wx[i] += (double)wv[3 * i + j] * xv[j], wt1[j] += wv[3 * i + j];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) ref[3 * i + j] = wx[j] + wt1[i] * xv[j];
+    cg_test_assert_tensor_rel_l2(cg_grad(w), ref, 9, 1e-6);
+    cg_scope_end(scope);
+
+    /* an optimizer steps the shared tensor once */
+    cg_optimizer *opt = cg_sgd_new(m, (cg_sgd_options){.lr = 0.5f});
+    assert_non_null(opt);
+    CG_TEST_STATUS_OK(cg_optimizer_step(opt));
+    double after[9];
+    for (int i = 0; i < 9; i++) after[i] = (double)wv[i] - 0.5 * ref[i];
+    cg_test_assert_tensor_close(w, after, 9, 1e-6);
+    cg_optimizer_free(opt);
+
+    /* tying errors: shape, not a parameter, unknown name */
+    tied *t = cg_module_state(m);
+    cg_module *other = cg_linear_new(3, 2, false, dev());
+    assert_int_equal(cg_module_tie_parameter(other, "weight", w), CG_ERR_SHAPE);
+    cg_test_assert_error(CG_ERR_SHAPE, "cg_module_tie_parameter", "\"weight\"", "(2, 3)", "(3, 3)");
+    cg_tensor *loose = cg_zeros(2, (int64_t[]){3, 3}, dev());
+    assert_int_equal(cg_module_tie_parameter(t->head, "weight", loose), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "not a registered parameter");
+    assert_int_equal(cg_module_tie_parameter(t->head, "bias", w), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "has no parameter \"bias\"");
+    cg_tensor_free(loose);
+    cg_module_free(other);
+    cg_module_free(m);
+}
+
+/* safetensors keep one name of a tied parameter (the least) and record the other in the metadata,
+ * as PyTorch's save_model; loading accepts that, or both names with equal values, never different. */
+static void test_tying_safetensors(void **state) {
+    char path[128], both[128];
+    cg_test_tmp_path("tied.safetensors", path, sizeof path);
+    cg_test_tmp_path("tied_both.safetensors", both, sizeof both);
+    cg_module *m = tied_new(), *n = tied_new();
+    CG_TEST_STATUS_OK(cg_save_safetensors(m, path));
+    cg_safetensors *st = NULL;
+    CG_TEST_STATUS_OK(cg_safetensors_read(path, &st));
+    assert_int_equal(cg_safetensors_count(st), 1);
+    assert_true(cg_safetensors_find(st, "head.weight") >= 0); /* "head.weight" < "wte.weight" */
+    assert_string_equal(cg_safetensors_metadata(st, "wte.weight"), "head.weight");
+    cg_safetensors_free(st);
+    CG_TEST_STATUS_OK(cg_load_safetensors(n, path));
+    float *a = cg_test_read(cg_module_parameter(m, 0, NULL));
+    cg_test_assert_tensor_bits(cg_module_parameter(n, 0, NULL), a, 9);
+
+    /* both names, equal values: loads; different: refused naming both, and nothing is written */
+    cg_tensor *w = cg_module_parameter(m, 0, NULL);
+    cg_tensor *w2 = cg_mul_scalar(w, 2.0f);
+    const char *names[2] = {"wte.weight", "head.weight"};
+    CG_TEST_STATUS_OK(cg_safetensors_write(both, 2, names, (const cg_tensor *[]){w, w}, 0, NULL, NULL));
+    CG_TEST_STATUS_OK(cg_load_safetensors(n, both));
+    CG_TEST_STATUS_OK(cg_safetensors_write(both, 2, names, (const cg_tensor *[]){w, w2}, 0, NULL, NULL));
+    assert_int_equal(cg_load_safetensors(n, both), CG_ERR_IO);
+    cg_test_assert_error(CG_ERR_IO, "tied parameters", "different values");
+    cg_test_assert_tensor_bits(cg_module_parameter(n, 0, NULL), a, 9);
+    free(a);
+    cg_tensor_free(w2);
+    cg_module_free(n);
+    cg_module_free(m);
+}
+
+/* ---- buffers, cloning, moving, modes, apply -------------------------------------------------------- */
+static void test_buffers_and_clone(void **state) {
+    char path[128];
+    cg_test_tmp_path("encoder.safetensors", path, sizeof path);
+    cg_module *m = encoder_new(dev());
+    assert_non_null(m);
+    encoder *e = cg_module_state(m);
+    bool g = cg_set_grad_enabled(false);
+    CG_TEST_STATUS_OK(cg_copy_(e->seen, CG_TEST_OK(cg_full_dtype(1, (int64_t[]){1}, 7, CG_INT64, dev()))));
+    cg_set_grad_enabled(g);
+    cg_module_train(m, false);
+    assert_false(cg_module_is_training(e->fc1)); /* eval propagates */
+    cg_module *copy = cg_module_clone(m, dev());
+    assert_non_null(copy);
+    encoder *c = cg_module_state(copy);
+    assert_false(cg_module_is_training(c->mu));
+    int64_t seen = 0;
+    CG_TEST_STATUS_OK(cg_item_int64(c->seen, &seen));
+    assert_int_equal(seen, 7);
+    for (int i = 0; i < cg_module_num_parameters(m); i++) {
+        float *v = cg_test_read(cg_module_parameter(m, i, NULL));
+        cg_test_assert_tensor_bits(cg_module_parameter(copy, i, NULL), v, (size_t)cg_numel(cg_module_parameter(m, i, NULL)));
+        free(v);
+    }
+    /* the state dict round trip through safetensors, buffers included */
+    CG_TEST_STATUS_OK(cg_save_safetensors(m, path));
+    cg_module *fresh = encoder_new(dev());
+    CG_TEST_STATUS_OK(cg_load_safetensors(fresh, path));
+    CG_TEST_STATUS_OK(cg_item_int64(((encoder *)cg_module_state(fresh))->seen, &seen));
+    assert_int_equal(seen, 7);
+    cg_module_free(fresh);
+    /* moving: parameters and buffers (handles kept) */
+    CG_TEST_STATUS_OK(cg_module_to(copy, cg_cpu()));
+    assert_true(cg_device_equal(cg_device_of(c->seen), cg_cpu()));
+    assert_true(cg_device_equal(cg_device_of(cg_module_get_parameter(copy, "fc1.weight")), cg_cpu()));
+    assert_int_equal(cg_module_to(c->fc1, cg_cpu()), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_to", "part of a Encoder");
+    cg_module_free(copy);
+    /* a type without a clone hook */
+    cg_module *tw = cg_module_new(&twice_type, dev());
+    assert_null(cg_module_clone(tw, dev()));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_clone", "a Twice has no clone hook");
+    cg_module_free(tw);
+    cg_module_free(m);
+}
+
+static cg_status count_module(cg_module *m, void *ctx) {
+    char *order = ctx;
+    strcat(order, cg_module_type_name(m));
+    strcat(order, " ");
+    return CG_OK;
+}
+
+static cg_status stop_at_linear(cg_module *m, void *ctx) {
+    (void)ctx;
+    return strcmp(cg_module_type_name(m), "Linear") ? CG_OK : cg_set_error(CG_ERR_INVALID_ARG, "stop");
+}
+
+static void test_apply(void **state) {
+    cg_module *m = encoder_new(dev());
+    char order[256] = "";
+    CG_TEST_STATUS_OK(cg_module_apply(m, count_module, order));
+    assert_string_equal(order, "Linear Linear Linear Encoder "); /* children first */
+    assert_int_equal(cg_module_apply(m, stop_at_linear, NULL), CG_ERR_INVALID_ARG);
+    assert_int_equal(cg_module_apply(m, NULL, NULL), CG_ERR_INVALID_ARG);
+    cg_module_free(m);
+}
+
+/* ---- registration errors ---------------------------------------------------------------------------- */
+static void test_registration_errors(void **state) {
+    cg_module *m = cg_module_new(&twice_type, dev());
+    assert_non_null(m);
+    assert_non_null(cg_module_register_parameter(m, "w", cg_zeros(1, (int64_t[]){2}, dev())));
+    /* names */
+    assert_null(cg_module_register_parameter(m, "w", cg_zeros(1, (int64_t[]){2}, dev())));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_register_parameter", "already has a parameter \"w\"");
+    assert_null(cg_module_register_buffer(m, "w", cg_zeros(1, (int64_t[]){2}, dev())));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "already has a parameter \"w\"");
+    assert_null(cg_module_register_module(m, "w", cg_relu_new()));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "already has a parameter \"w\"");
+    assert_null(cg_module_register_parameter(m, "a.b", cg_zeros(1, (int64_t[]){2}, dev())));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "\"a.b\" contains '.'");
+    assert_null(cg_module_register_parameter(m, "", cg_zeros(1, (int64_t[]){2}, dev())));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "the name is empty");
+    assert_null(cg_module_register_parameter(m, NULL, cg_zeros(1, (int64_t[]){2}, dev())));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "name is NULL");
+    /* what is registered */
+    assert_null(cg_module_register_parameter(m, "i", cg_zeros_dtype(1, (int64_t[]){2}, CG_INT64, dev())));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "parameter \"i\" is int64", "float32");
+    cg_tensor *leaf = cg_ones(1, (int64_t[]){2}, dev());
+    CG_TEST_STATUS_OK(cg_set_requires_grad(leaf, true));
+    cg_tensor *made = cg_mul_scalar(leaf, 2.0f);
+    assert_null(cg_module_register_parameter(m, "made", made));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "\"made\" is the result of an op");
+    assert_null(cg_module_register_buffer(m, "b", leaf));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "buffer \"b\" requires grad");
+    assert_null(cg_module_register_parameter(m, "failed", NULL)); /* a failed constructor: its error stays */
+    /* children: one place in a tree, no cycles */
+    cg_module *other = cg_module_new(&twice_type, dev());
+    cg_module *child = cg_module_register_module(other, "c", cg_relu_new());
+    assert_non_null(child);
+    assert_null(cg_module_register_module(m, "c", child));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_register_module", "already belongs to a Twice");
+    assert_null(cg_module_register_module(child, "up", other));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cannot contain itself");
+    cg_module_free(other);
+    /* after an optimizer, the tree is frozen */
+    cg_optimizer *opt = cg_sgd_new(m, (cg_sgd_options){.lr = 0.1f});
+    assert_non_null(opt);
+    assert_null(cg_module_register_parameter(m, "late", cg_zeros(1, (int64_t[]){2}, dev())));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "has an optimizer", "before creating the optimizer");
+    cg_optimizer_free(opt);
+    /* a type must set exactly one forward */
+    static const cg_module_type both = {.name = "Both", .forward = twice_forward, .forward_n = encoder_forward};
+    assert_null(cg_module_new(&both, dev()));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_new", "type Both must set exactly one of forward and forward_n");
+    assert_null(cg_module_new(NULL, dev()));
+    cg_module_free(m);
+#ifdef CG_TEST_DEVICE_cuda
+    cg_module *gpu = cg_module_new(&twice_type, dev());
+    assert_null(cg_module_register_module(gpu, "cpu_linear", cg_linear_new(2, 2, true, cg_cpu())));
+    cg_test_assert_error(CG_ERR_DEVICE, "has its parameters on cpu", "the Twice on cuda");
+    assert_null(cg_module_register_parameter(gpu, "p", cg_zeros(1, (int64_t[]){2}, cg_cpu())));
+    cg_test_assert_error(CG_ERR_DEVICE, "parameter \"p\" is on cpu");
+    cg_module_free(gpu);
+#endif
+}
+
+int main(void) {
+    cg_test_init();
+    const struct CMUnitTest tests[] = {
+        CG_TEST(test_names_and_orders),   CG_TEST(test_two_outputs_and_gradients), CG_TEST(test_child_used_twice),
+        CG_TEST(test_deep_nesting),       CG_TEST(test_weight_tying),              CG_TEST(test_tying_safetensors),
+        CG_TEST(test_buffers_and_clone),  CG_TEST(test_apply),                     CG_TEST(test_registration_errors),
+    };
+    return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
+}
