@@ -132,9 +132,15 @@ static cg_status add_meta_list(ck_out *o, const char *key, const uint64_t *v, in
     return st;
 }
 
+/* A state entry that is a buffer (parameters require grad). */
+static bool is_buffer(const cg_param_entry *e) { return !cg__t(e->tensor)->requires_grad; }
+
+/* The parameters (a tied one once), then the buffers. */
 static cg_status save_model(ck_out *o, const cg_module *model) {
-    for (int i = 0; i < cg__m(model)->nparams; i++)
-        CG_TRY(add_tensor(o, cg__m(model)->params[i].name, cg__m(model)->params[i].tensor, NULL));
+    const cg_module_impl *mi = cg__m(model);
+    for (int i = 0; i < mi->nparams; i++) CG_TRY(add_tensor(o, mi->params[i].name, mi->params[i].tensor, NULL));
+    for (int i = 0; i < mi->nstate; i++)
+        if (is_buffer(&mi->state_entries[i])) CG_TRY(add_tensor(o, mi->state_entries[i].name, mi->state_entries[i].tensor, NULL));
     return CG_OK;
 }
 
@@ -146,9 +152,20 @@ static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
     cg__opt(opt)->ops->describe(opt, &st, counts);
     char key[160];
     snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", st.count_name);
-    char lr[32];
-    cg_status s = add_meta(o, CK_RESERVED "optimizer", "%s", cg__opt(opt)->ops->name);
-    if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.lr", "%s", cg__shortest_str(cg__opt(opt)->lr, false, lr, sizeof lr));
+    /* every group's lr, separated by spaces (one group: the number alone) */
+    char lrs[32 * 64] = "";
+    size_t len = 0;
+    for (int g = 0; g < cg__opt(opt)->ngroups && len < sizeof lrs; g++) {
+        char lr[32];
+        len += (size_t)snprintf(lrs + len, sizeof lrs - len, "%s%s", g ? " " : "",
+                                cg__shortest_str(cg__opt(opt)->lr[g], false, lr, sizeof lr));
+    }
+    cg_status s = CG_OK;
+    if (len >= sizeof lrs || !st.settings[0])
+        s = cg__fail(CG_ERR_INVALID_ARG, "cg_checkpoint_save: the %s's %d parameter groups are too many to record (at "
+                     "most 64 with short settings)", cg__opt(opt)->ops->name, cg__opt(opt)->ngroups);
+    if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer", "%s", cg__opt(opt)->ops->name);
+    if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.lr", "%s", lrs);
     if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.settings", "%s", st.settings);
     if (s == CG_OK) s = add_meta_list(o, key, (const uint64_t *)counts, cg__m(m)->nparams); /* counts are >= 0 */
     free(counts);
@@ -244,10 +261,11 @@ typedef struct ck_plan {
     bool *used;              /* per tensor of the file: claimed by a parameter or a buffer */
     int64_t total;           /* elements of the flat buffers */
     float *params;           /* (total,) host, packed layout */
+    cg_tensor **buffers_host; /* per state entry: the buffer's value on the CPU, or NULL (a parameter) */
     cg_rng_state rng;
     /* optimizer */
     cg_optimizer_state ost;
-    double lr;
+    double *lr;              /* (ngroups) */
     int64_t *counts;         /* (nparams) */
     float *buffers[CG_OPTIM_MAX_BUFFERS]; /* (total,) host, or NULL: not in the file (zeros) */
     /* loader */
@@ -353,6 +371,24 @@ static cg_status plan_model(ck_plan *p, const cg_module *model) {
         if (k < 0) return load_fail(p, "missing parameter \"%s\" (the model has %d parameters)", e->name, cg__m(model)->nparams);
         CG_TRY(read_entry(p, k, e->tensor, p->params + e->offset));
     }
+    int ns = cg__m(model)->nstate;
+    if (!(p->buffers_host = calloc((size_t)ns + 1, sizeof *p->buffers_host))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
+    for (int i = 0; i < ns; i++) {
+        const cg_param_entry *e = &cg__m(model)->state_entries[i];
+        if (!is_buffer(e)) continue;
+        int k = cg_safetensors_find(p->st, e->name);
+        if (k < 0) return load_fail(p, "missing buffer \"%s\" of the model", e->name);
+        cg_safetensors_info info;
+        CG_TRY(cg_safetensors_info_at(p->st, k, &info));
+        if (info.ndim != cg__t(e->tensor)->ndim || memcmp(info.shape, cg__t(e->tensor)->shape, (size_t)info.ndim * sizeof(int64_t))) {
+            char a[160], b[160];
+            return load_fail(p, "buffer \"%s\" has shape %s in the file, but the model's has %s", info.name,
+                             cg__dims_str(info.ndim, info.shape, a, sizeof a), cg__shape_str(e->tensor, b, sizeof b));
+        }
+        p->used[k] = true;
+        if (!(p->buffers_host[i] = cg_safetensors_tensor_as(p->st, k, cg__t(e->tensor)->dtype, cg_cpu())))
+            return load_fail(p, "%s", cg_last_error());
+    }
     return CG_OK;
 }
 
@@ -405,15 +441,23 @@ static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
     if (strcmp(settings, p->ost.settings) != 0)
         return load_fail(p, "the checkpoint's %s has settings \"%.200s\", but this one has \"%s\"", kind, settings,
                          p->ost.settings);
-    /* The settings equal this optimizer's, which its constructor checked; lr gets the same check. */
+    /* The settings equal this optimizer's, which its constructor checked; each group's lr gets the same check. */
     const char *lr = meta_required(p, CK_RESERVED "optimizer.lr");
-    char *end;
     if (!lr) return cg_last_status();
-    p->lr = strtod(lr, &end);
-    if (*end || end == lr)
-        return load_fail(p, "metadata \"" CK_RESERVED "optimizer.lr\" = \"%.64s\" is not a learning rate", lr);
-    if (cg__lr_check("metadata \"" CK_RESERVED "optimizer.lr\"", p->lr, cg__opt(opt)->lr_scale) != CG_OK)
-        return load_fail(p, "%s", cg_last_error());
+    int ngroups = cg__opt(opt)->ngroups;
+    if (!(p->lr = calloc((size_t)ngroups, sizeof *p->lr))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
+    const char *at = lr;
+    for (int g = 0; g < ngroups; g++) {
+        char *end;
+        p->lr[g] = strtod(at, &end);
+        if (end == at || (*end && *end != ' ') || (g + 1 == ngroups && *end))
+            return ngroups == 1 ? load_fail(p, "metadata \"" CK_RESERVED "optimizer.lr\" = \"%.64s\" is not a learning rate", lr)
+                                : load_fail(p, "metadata \"" CK_RESERVED "optimizer.lr\" = \"%.64s\" is not %d learning rates (one "
+                                            "per group)", lr, ngroups);
+        if (cg__lr_check("metadata \"" CK_RESERVED "optimizer.lr\"", p->lr[g], cg__opt(opt)->lr_scale[g]) != CG_OK)
+            return load_fail(p, "%s", cg_last_error());
+        at = end;
+    }
     char key[160];
     snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", p->ost.count_name);
     /* int64 counts in [0, INT64_MAX], read through their unsigned type (which C lets alias them) */
@@ -465,7 +509,7 @@ static cg_status plan_leftovers(ck_plan *p, bool with_optimizer) {
         CG_TRY(cg_safetensors_info_at(p->st, k, &info));
         bool optimizer_entry = strncmp(info.name, CK_OPT_PREFIX, strlen(CK_OPT_PREFIX)) == 0;
         if (!p->used[k] && (with_optimizer || !optimizer_entry))
-            return load_fail(p, "unexpected tensor \"%.128s\": not a parameter of the model%s", info.name,
+            return load_fail(p, "unexpected tensor \"%.128s\": not a parameter or buffer of the model%s", info.name,
                              with_optimizer ? " nor a buffer of its optimizer" : "");
     }
     return CG_OK;
@@ -483,6 +527,11 @@ static cg_status apply(ck_plan *p, cg_module *model, cg_optimizer *opt, cg_loade
         cg_module *root = root_at(model, r);
         s = cg__copy_bytes(cg__m(root)->device, cg__data(cg__m(root)->flat_data), cg_cpu(), p->params, (size_t)p->total * sizeof(float));
     }
+    bool grad = cg_set_grad_enabled(false); /* every replica's buffers, whose state lists are the model's */
+    for (int r = 0; r < root_count(model) && s == CG_OK; r++)
+        for (int i = 0; i < cg__m(model)->nstate && s == CG_OK; i++)
+            if (p->buffers_host[i]) s = cg_copy_(cg__m(root_at(model, r))->state_entries[i].tensor, p->buffers_host[i]);
+    cg_set_grad_enabled(grad);
     if (s != CG_OK) {
         for (int k = 0; k < made; k++)
             for (int r = 0; r < cg__opt(opt)->nroots; r++) cg_tensor_free(fresh[k][r]);
@@ -491,7 +540,7 @@ static cg_status apply(ck_plan *p, cg_module *model, cg_optimizer *opt, cg_loade
     if (opt) {
         for (int k = 0; k < p->ost.nbuffers; k++) cg__optimizer_buffers_swap(opt, p->ost.buffers[k], fresh[k]);
         cg__opt(opt)->ops->set_counts(opt, p->counts);
-        cg__opt(opt)->lr = p->lr;
+        memcpy(cg__opt(opt)->lr, p->lr, (size_t)cg__opt(opt)->ngroups * sizeof *p->lr);
     }
     cg__rng_set_state(&p->rng);
     if (loader) s = cg_loader_set_state(loader, p->ls);
@@ -516,7 +565,8 @@ static cg_status restore(const char *fn, const char *src, const cg_safetensors *
     if (s == CG_OK && loader) s = plan_loader(&p, loader);
     if (s == CG_OK) s = plan_leftovers(&p, opt != NULL);
     if (s == CG_OK) s = apply(&p, model, opt, loader);
-    free(p.used), free(p.params), free(p.counts);
+    for (int i = 0; p.buffers_host && i < cg__m(model)->nstate; i++) cg_tensor_free(p.buffers_host[i]);
+    free(p.used), free(p.params), free(p.counts), free(p.lr), free(p.buffers_host);
     for (int k = 0; k < CG_OPTIM_MAX_BUFFERS; k++) free(p.buffers[k]);
     return s;
 }

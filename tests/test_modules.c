@@ -461,12 +461,169 @@ static void test_registration_errors(void **state) {
 #endif
 }
 
+/* ---- optimizer parameter groups: nanoGPT's decay / no-decay split ------------------------------------ */
+/* AdamW's first step from zero state is p (1 - lr wd) - lr g / (|g| + eps) (the moments' bias
+ * corrections cancel): weights decay with their group's 0.1, biases do not, all at lr 0.01. */
+static void test_param_groups(void **state) {
+    cg_module *m = encoder_new(dev());
+    assert_non_null(m);
+    int np = cg_module_num_parameters(m);
+    cg_tensor *decay[8], *no_decay[8];
+    int nd = 0, nn = 0;
+    for (int i = 0; i < np; i++) {
+        cg_tensor *p = cg_module_parameter(m, i, NULL);
+        if (cg_ndim(p) >= 2) decay[nd++] = p;
+        else no_decay[nn++] = p;
+    }
+    assert_int_equal(nd, 3);
+    cg_adam_options o = cg_adamw_defaults();
+    o.lr = 0.01;
+    o.weight_decay = 0.1;
+    cg_adam_group groups[2] = {{nd, decay, o}, {nn, no_decay, o}};
+    groups[1].options.weight_decay = 0.0;
+    cg_optimizer *opt = cg_adamw_new_groups(m, 2, groups);
+    assert_non_null(opt);
+    assert_int_equal(cg_optimizer_num_groups(opt), 2);
+    float *before[8];
+    for (int i = 0; i < np; i++) before[i] = cg_test_read(cg_module_parameter(m, i, NULL));
+    cg_tensor *x = CG_TEST_OK(cg_randn(2, (int64_t[]){4, 3}, dev())), *out[2];
+    cg_scope *scope = cg_scope_begin();
+    CG_TEST_STATUS_OK(cg_module_call(m, 1, (const cg_tensor *const *)&x, 2, out));
+    CG_TEST_STATUS_OK(cg_backward(CG_TEST_OK(cg_add(cg_sum(cg_mul(out[0], out[0])), cg_sum(out[1])))));
+    float *grads[8];
+    for (int i = 0; i < np; i++) grads[i] = cg_test_read(cg_grad(cg_module_parameter(m, i, NULL)));
+    CG_TEST_STATUS_OK(cg_optimizer_step(opt));
+    for (int i = 0; i < np; i++) {
+        cg_tensor *p = cg_module_parameter(m, i, NULL);
+        double wd = cg_ndim(p) >= 2 ? 0.1 : 0.0, ref[64];
+        for (int64_t k = 0; k < cg_numel(p); k++)
+            ref[k] = before[i][k] * (1.0 - 0.01 * wd) - 0.01 * grads[i][k] / (fabs(grads[i][k]) + 1e-8);
+        cg_test_assert_tensor_close_atol(p, ref, (size_t)cg_numel(p), 1e-5, 1e-7);
+        free(before[i]), free(grads[i]);
+    }
+    cg_scope_end(scope);
+    /* learning rates per group */
+    CG_TEST_STATUS_OK(cg_optimizer_set_group_lr(opt, 1, 0.5));
+    assert_true(cg_optimizer_get_group_lr(opt, 1) == 0.5 && cg_optimizer_get_group_lr(opt, 0) == 0.01);
+    assert_int_equal(cg_optimizer_set_group_lr(opt, 2, 0.5), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_optimizer_set_group_lr", "group 2 out of range (2 groups)");
+    CG_TEST_STATUS_OK(cg_optimizer_set_lr(opt, 0.02));
+    assert_true(cg_optimizer_get_group_lr(opt, 1) == 0.02);
+    cg_optimizer_free(opt);
+
+    /* a parameter in no group is not stepped; SGD groups with their own lr */
+    cg_tensor *w = cg_module_get_parameter(m, "fc1.weight"), *b = cg_module_get_parameter(m, "fc1.bias");
+    cg_sgd_group sg[2] = {{1, &w, {.lr = 0.1f}}, {1, &b, {.lr = 1.0f}}};
+    opt = cg_sgd_new_groups(m, 2, sg);
+    assert_non_null(opt);
+    float *w0 = cg_test_read(w), *b0 = cg_test_read(b), *s0 = cg_test_read(cg_module_get_parameter(m, "scale"));
+    scope = cg_scope_begin();
+    CG_TEST_STATUS_OK(cg_module_call(m, 1, (const cg_tensor *const *)&x, 2, out));
+    CG_TEST_STATUS_OK(cg_backward(CG_TEST_OK(cg_add(cg_sum(out[0]), cg_sum(out[1])))));
+    float *gw = cg_test_read(cg_grad(w)), *gb = cg_test_read(cg_grad(b));
+    CG_TEST_STATUS_OK(cg_optimizer_step(opt));
+    double rw[12], rb[4];
+    for (int k = 0; k < 12; k++) rw[k] = w0[k] - 0.1 * gw[k];
+    for (int k = 0; k < 4; k++) rb[k] = b0[k] - 1.0 * gb[k];
+    cg_test_assert_tensor_close_atol(w, rw, 12, 1e-6, 1e-7);
+    cg_test_assert_tensor_close_atol(b, rb, 4, 1e-6, 1e-7);
+    cg_test_assert_tensor_bits(cg_module_get_parameter(m, "scale"), s0, 1);
+    cg_scope_end(scope);
+    free(w0), free(b0), free(s0), free(gw), free(gb);
+    cg_optimizer_free(opt);
+
+    /* bad groups: a parameter twice, a tensor of another module, none at all */
+    cg_sgd_group twice_in[2] = {{1, &w, {.lr = 0.1f}}, {1, &w, {.lr = 0.1f}}};
+    assert_null(cg_sgd_new_groups(m, 2, twice_in));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_sgd_new_groups", "params[0] of group 1 is \"fc1.weight\", already in group 0");
+    cg_module *other = cg_linear_new(2, 2, true, dev());
+    cg_tensor *foreign = cg_module_parameter(other, 0, NULL);
+    cg_adam_group bad = {1, &foreign, cg_adam_defaults()};
+    assert_null(cg_adam_new_groups(m, 1, &bad));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_adam_new_groups", "params[0] of group 0 is not a parameter of the Encoder");
+    cg_sgd_group empty = {0, NULL, {.lr = 0.1f}};
+    assert_null(cg_sgd_new_groups(m, 1, &empty));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "empty parameter list");
+    assert_null(cg_sgd_new_groups(m, 0, sg));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "needs at least one group");
+    cg_sgd_group bad_lr = {1, &w, {.lr = -1.0f}};
+    assert_null(cg_sgd_new_groups(m, 1, &bad_lr));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "invalid learning rate -1");
+    cg_module_free(other);
+    cg_tensor_free(x);
+    cg_module_free(m);
+}
+
+/* A training checkpoint of a custom module with buffers and a two-group optimizer resumes exactly. */
+static void test_checkpoint_groups(void **state) {
+    char path[128];
+    cg_test_tmp_path("groups.ckpt", path, sizeof path);
+    cg_module *m = encoder_new(dev()), *n = cg_module_clone(m, dev());
+    assert_non_null(n);
+    cg_optimizer *opts[2];
+    for (int k = 0; k < 2; k++) {
+        cg_module *mk = k ? n : m;
+        cg_tensor *w = cg_module_get_parameter(mk, "mu.weight"), *rest[5];
+        int nr = 0;
+        for (int i = 0; i < cg_module_num_parameters(mk); i++)
+            if (cg_module_parameter(mk, i, NULL) != w) rest[nr++] = cg_module_parameter(mk, i, NULL);
+        cg_adam_group g[2] = {{1, &w, cg_adam_defaults()}, {nr, rest, cg_adam_defaults()}};
+        g[1].options.beta1 = 0.5;
+        assert_non_null(opts[k] = cg_adam_new_groups(mk, 2, g));
+    }
+    CG_TEST_STATUS_OK(cg_optimizer_set_group_lr(opts[0], 1, 0.003));
+    cg_tensor *xt = CG_TEST_OK(cg_randn(2, (int64_t[]){4, 3}, dev())), *out[2];
+    const cg_tensor *x = xt;
+    cg_scope *scope = cg_scope_begin();
+    CG_TEST_STATUS_OK(cg_module_call(m, 1, &x, 2, out));
+    CG_TEST_STATUS_OK(cg_backward(cg_add(cg_sum(out[0]), cg_sum(out[1]))));
+    CG_TEST_STATUS_OK(cg_optimizer_step(opts[0]));
+    bool g = cg_set_grad_enabled(false);
+    encoder *e = cg_module_state(m);
+    CG_TEST_STATUS_OK(cg_copy_(e->seen, CG_TEST_OK(cg_full_dtype(1, (int64_t[]){1}, 3, CG_INT64, dev()))));
+    cg_set_grad_enabled(g);
+    cg_scope_end(scope);
+    CG_TEST_STATUS_OK(cg_checkpoint_save(path, m, opts[0], NULL, 0, NULL, NULL));
+    CG_TEST_STATUS_OK(cg_checkpoint_load(path, n, opts[1], NULL));
+    assert_true(cg_optimizer_get_group_lr(opts[1], 1) == 0.003);
+    int64_t seen = 0;
+    CG_TEST_STATUS_OK(cg_item_int64(((encoder *)cg_module_state(n))->seen, &seen));
+    assert_int_equal(seen, 3);
+    /* the next step is the same on both */
+    for (int k = 0; k < 2; k++) {
+        cg_module *mk = k ? n : m;
+        scope = cg_scope_begin();
+        CG_TEST_STATUS_OK(cg_optimizer_zero_grad(opts[k]));
+        CG_TEST_STATUS_OK(cg_module_call(mk, 1, &x, 2, out));
+        CG_TEST_STATUS_OK(cg_backward(cg_add(cg_sum(out[0]), cg_sum(out[1]))));
+        CG_TEST_STATUS_OK(cg_optimizer_step(opts[k]));
+        cg_scope_end(scope);
+    }
+    for (int i = 0; i < cg_module_num_parameters(m); i++) {
+        float *v = cg_test_read(cg_module_parameter(m, i, NULL));
+        cg_test_assert_tensor_bits(cg_module_parameter(n, i, NULL), v, (size_t)cg_numel(cg_module_parameter(m, i, NULL)));
+        free(v);
+    }
+    /* an optimizer with other groups is refused, naming the settings */
+    cg_module *c = cg_module_clone(m, dev());
+    cg_optimizer *single = cg_adam_new(c, cg_adam_defaults());
+    assert_int_not_equal(cg_checkpoint_load(path, c, single, NULL), CG_OK);
+    cg_test_assert_contains(cg_last_error(), "settings", "beta1=0.9", "; beta1=0.5");
+    cg_optimizer_free(single);
+    cg_module_free(c);
+    for (int k = 0; k < 2; k++) cg_optimizer_free(opts[k]);
+    cg_tensor_free(xt);
+    cg_module_free(n);
+    cg_module_free(m);
+}
+
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
         CG_TEST(test_names_and_orders),   CG_TEST(test_two_outputs_and_gradients), CG_TEST(test_child_used_twice),
         CG_TEST(test_deep_nesting),       CG_TEST(test_weight_tying),              CG_TEST(test_tying_safetensors),
         CG_TEST(test_buffers_and_clone),  CG_TEST(test_apply),                     CG_TEST(test_registration_errors),
+        CG_TEST(test_param_groups),       CG_TEST(test_checkpoint_groups),
     };
     return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }

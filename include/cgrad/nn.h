@@ -187,10 +187,33 @@ CG_API cg_adam_options cg_adamw_defaults(void); /* the same with weight_decay 1e
 CG_API cg_optimizer *cg_adam_new(cg_module *m, cg_adam_options options);
 CG_API cg_optimizer *cg_adamw_new(cg_module *m, cg_adam_options options);
 
+/* Parameter groups (torch.optim's param_groups): each group a list of parameters of m (from
+ * cg_module_parameter or cg_module_get_parameter) with its own options, e.g. nanoGPT's
+ *     {decay params, weight_decay 0.1} and {biases and norms, weight_decay 0}.
+ * A parameter may be in one group only; parameters of m in no group are not stepped (nor cleared by
+ * zero_grad). Checkpoints record every group's settings and learning rate. */
+typedef struct cg_sgd_group {
+    int n;
+    cg_tensor *const *params;
+    cg_sgd_options options;
+} cg_sgd_group;
+typedef struct cg_adam_group {
+    int n;
+    cg_tensor *const *params;
+    cg_adam_options options;
+} cg_adam_group;
+CG_API cg_optimizer *cg_sgd_new_groups(cg_module *m, int ngroups, const cg_sgd_group *groups);
+CG_API cg_optimizer *cg_adam_new_groups(cg_module *m, int ngroups, const cg_adam_group *groups);
+CG_API cg_optimizer *cg_adamw_new_groups(cg_module *m, int ngroups, const cg_adam_group *groups);
+CG_API int cg_optimizer_num_groups(const cg_optimizer *opt); /* 1 for an optimizer made over a module */
+
 /* The learning rate of the next step(s), for schedules: set it before cg_optimizer_step. A step
- * captured in a CUDA graph replays the rate of its capture: capture again after a change. */
+ * captured in a CUDA graph replays the rate of its capture: capture again after a change.
+ * set_lr sets every group's; get_lr reads group 0's. */
 CG_API cg_status cg_optimizer_set_lr(cg_optimizer *opt, double lr);
 CG_API double cg_optimizer_get_lr(const cg_optimizer *opt); /* NaN for NULL */
+CG_API cg_status cg_optimizer_set_group_lr(cg_optimizer *opt, int group, double lr);
+CG_API double cg_optimizer_get_group_lr(const cg_optimizer *opt, int group); /* NaN for a bad opt or group */
 /* StepLR (closed form): base_lr * gamma^floor(epoch / step_size). */
 CG_API double cg_lr_step(double base_lr, int64_t epoch, int64_t step_size, double gamma);
 /* CosineAnnealingLR (closed form): eta_min + (base_lr - eta_min) * (1 + cos(pi * t / t_max)) / 2. */

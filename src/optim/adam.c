@@ -18,7 +18,7 @@
 
 typedef struct adam_optimizer {
     cg_optimizer_impl base;
-    cg_adam_options options;
+    cg_adam_options *options; /* per group */
     bool decoupled;           /* AdamW */
     cg_tensor **exp_avg;      /* per root: (total,) first moments, the flat parameters' layout */
     cg_tensor **exp_avg_sq;   /* per root: (total,) second moments */
@@ -47,32 +47,68 @@ cg_adam_options cg_adamw_defaults(void) {
     return o;
 }
 
-static cg_optimizer *adam_new(cg_module *m, cg_adam_options o, bool decoupled, const char *fn) {
-    /* PyTorch's checks, in its order; then lr against the factors the update applies to it */
-    if (cg__optimizer_check_module(m, fn) != CG_OK || cg__hyperparam_check(fn, CG_HP_LR, o.lr) != CG_OK ||
-        cg__hyperparam_check(fn, CG_HP_EPS, o.eps) != CG_OK || cg__hyperparam_check(fn, CG_HP_BETA1, o.beta1) != CG_OK ||
-        cg__hyperparam_check(fn, CG_HP_BETA2, o.beta2) != CG_OK ||
-        cg__hyperparam_check(fn, CG_HP_WEIGHT_DECAY, o.weight_decay) != CG_OK)
-        return NULL;
-    double lr_scale = fmax(1.0 / (1.0 - o.beta1), o.weight_decay); /* step_size at t = 1; decay_factor */
-    if (cg__lr_check(fn, o.lr, lr_scale) != CG_OK) return NULL;
-    cg_optimizer *h = cg__optimizer_new(decoupled ? &adamw_ops : &adam_ops, &adam_pool, m, o.lr, lr_scale, fn);
+/* PyTorch's checks, in its order; then lr against the factors the update applies to it. */
+static cg_status check_options(const cg_adam_options *o, double *lr_scale, const char *fn) {
+    CG_TRY(cg__hyperparam_check(fn, CG_HP_LR, o->lr));
+    CG_TRY(cg__hyperparam_check(fn, CG_HP_EPS, o->eps));
+    CG_TRY(cg__hyperparam_check(fn, CG_HP_BETA1, o->beta1));
+    CG_TRY(cg__hyperparam_check(fn, CG_HP_BETA2, o->beta2));
+    CG_TRY(cg__hyperparam_check(fn, CG_HP_WEIGHT_DECAY, o->weight_decay));
+    *lr_scale = fmax(1.0 / (1.0 - o->beta1), o->weight_decay); /* step_size at t = 1; decay_factor */
+    return cg__lr_check(fn, o->lr, *lr_scale);
+}
+
+static int group_size(const void *groups, int g) { return ((const cg_adam_group *)groups)[g].n; }
+
+/* groups NULL: one group of every parameter, with options *all. */
+static cg_optimizer *adam_new(cg_module *m, int ngroups, const cg_adam_group *groups, const cg_adam_options *all,
+                              bool decoupled, const char *fn) {
+    if (cg__optimizer_check_module(m, fn) != CG_OK) return NULL;
+    if (groups && cg__optimizer_check_groups(ngroups, groups, group_size, fn) != CG_OK) return NULL;
+    cg_group_spec *specs = calloc((size_t)ngroups, sizeof *specs);
+    if (!specs) return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
+    cg_status s = CG_OK;
+    for (int g = 0; g < ngroups && s == CG_OK; g++) {
+        const cg_adam_options *o = groups ? &groups[g].options : all;
+        double lr_scale = 1.0;
+        if ((s = check_options(o, &lr_scale, fn)) != CG_OK && groups) cg__fail_context("group %d", g);
+        specs[g] = (cg_group_spec){groups ? groups[g].n : -1, groups ? groups[g].params : NULL, o->lr, lr_scale};
+    }
+    cg_optimizer *h = s == CG_OK ? cg__optimizer_new(decoupled ? &adamw_ops : &adam_ops, &adam_pool, m, ngroups, specs, fn)
+                                 : NULL;
+    free(specs);
     if (!h) return NULL;
     adam_optimizer *opt = cg__handle_object(h);
     opt->exp_avg = calloc((size_t)opt->base.nroots, sizeof *opt->exp_avg);
     opt->exp_avg_sq = calloc((size_t)opt->base.nroots, sizeof *opt->exp_avg_sq);
-    opt->steps = calloc((size_t)cg__m(m)->nparams, sizeof *opt->steps);
-    if (!opt->exp_avg || !opt->exp_avg_sq || !opt->steps) {
+    opt->steps = calloc((size_t)cg__m(m)->nparams + 1, sizeof *opt->steps);
+    opt->options = calloc((size_t)ngroups, sizeof *opt->options);
+    if (!opt->exp_avg || !opt->exp_avg_sq || !opt->steps || !opt->options) {
         cg_optimizer_free(h);
         return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
     }
-    opt->options = o, opt->decoupled = decoupled;
+    for (int g = 0; g < ngroups; g++) opt->options[g] = groups ? groups[g].options : *all;
+    opt->decoupled = decoupled;
     return h;
 }
 
-cg_optimizer *cg_adam_new(cg_module *m, cg_adam_options o) { return adam_new(m, o, false, "cg_adam_new"); }
-cg_optimizer *cg_adamw_new(cg_module *m, cg_adam_options o) { return adam_new(m, o, true, "cg_adamw_new"); }
+cg_optimizer *cg_adam_new(cg_module *m, cg_adam_options o) { return adam_new(m, 1, NULL, &o, false, "cg_adam_new"); }
+cg_optimizer *cg_adamw_new(cg_module *m, cg_adam_options o) { return adam_new(m, 1, NULL, &o, true, "cg_adamw_new"); }
 
+cg_optimizer *cg_adam_new_groups(cg_module *m, int ngroups, const cg_adam_group *groups) {
+    if (!groups) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_adam_new_groups: groups is NULL");
+    return adam_new(m, ngroups, groups, NULL, false, "cg_adam_new_groups");
+}
+
+cg_optimizer *cg_adamw_new_groups(cg_module *m, int ngroups, const cg_adam_group *groups) {
+    if (!groups) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_adamw_new_groups: groups is NULL");
+    return adam_new(m, ngroups, groups, NULL, true, "cg_adamw_new_groups");
+}
+
+static void adam_destroy(cg_optimizer *base);
+static void adam_describe(const cg_optimizer *base, cg_optimizer_state *st, int64_t *counts);
+static cg_status adam_check_counts(const cg_optimizer *base, const int64_t *counts);
+static void adam_set_counts(cg_optimizer *base, const int64_t *counts);
 static void adam_destroy(cg_optimizer *base) {
     adam_optimizer *opt = cg__handle_object(base);
     for (int r = 0; r < cg__opt(base)->nroots; r++) {
@@ -82,6 +118,7 @@ static void adam_destroy(cg_optimizer *base) {
     free(opt->exp_avg);
     free(opt->exp_avg_sq);
     free(opt->steps);
+    free(opt->options);
 }
 
 /* A moment buffer of root m on m's device: made zeroed on first use, and moved along (values kept)
@@ -112,15 +149,16 @@ static cg_status step_root(adam_optimizer *opt, int r) {
     cg_module *m = opt->base.roots[r];
     CG_TRY(ensure_buffer(&opt->exp_avg[r], m));
     CG_TRY(ensure_buffer(&opt->exp_avg_sq[r], m));
-    const cg_adam_options *o = &opt->options;
-    double lr = opt->base.lr;
     float *exp_avg = cg__data(opt->exp_avg[r]), *exp_avg_sq = cg__data(opt->exp_avg_sq[r]);
     for (int i = 0; i < cg__m(m)->nparams;) {
-        if (!cg__t(cg__m(m)->params[i].tensor)->grad_defined) { /* no gradient since zero_grad: skipped, as PyTorch */
+        if (!cg__optimizer_steps(&opt->base, m, i)) { /* no gradient since zero_grad, or in no group: skipped */
             i++;
             continue;
         }
-        int j = cg__optimizer_run_end(m, i, opt->steps);
+        int g = opt->base.group_of[i];
+        const cg_adam_options *o = &opt->options[g];
+        double lr = opt->base.lr[g];
+        int j = cg__optimizer_run_end(&opt->base, m, i, opt->steps);
         int64_t begin, count;
         cg__optimizer_run_range(m, i, j, &begin, &count);
         double t = (double)(opt->steps[i] + 1);
@@ -156,25 +194,30 @@ static cg_status adam_step(cg_optimizer *base) {
     cg_module *m = cg__opt(base)->roots[0];
     for (int i = 0; i < cg__m(m)->nparams; i++) {
         int64_t next;
-        if (cg__t(cg__m(m)->params[i].tensor)->grad_defined && !cg__add_i64(opt->steps[i], 1, &next))
+        if (cg__optimizer_steps(&opt->base, m, i) && !cg__add_i64(opt->steps[i], 1, &next))
             return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: the %s step count of parameter %d (\"%s\") is "
                             "%lld, and one more step would overflow 64 bits", cg__opt(base)->ops->name, i, cg__m(m)->params[i].name,
                             (long long)opt->steps[i]);
     }
     for (int r = 0; r < cg__opt(base)->nroots; r++) CG_TRY(step_root(opt, r));
     for (int i = 0; i < cg__m(m)->nparams; i++)
-        if (cg__t(cg__m(m)->params[i].tensor)->grad_defined) opt->steps[i]++;
+        if (cg__optimizer_steps(&opt->base, m, i)) opt->steps[i]++;
     return CG_OK;
 }
 
 /* ---- checkpoints: the two moments and each parameter's step count --------------------------------- */
 static void adam_describe(const cg_optimizer *base, cg_optimizer_state *st, int64_t *counts) {
     const adam_optimizer *opt = cg__handle_object(base);
-    const cg_adam_options *o = &opt->options;
-    char b1[32], b2[32], eps[32], wd[32];
-    snprintf(st->settings, sizeof st->settings, "beta1=%s beta2=%s eps=%s weight_decay=%s",
-             cg__shortest_str(o->beta1, false, b1, sizeof b1), cg__shortest_str(o->beta2, false, b2, sizeof b2),
-             cg__shortest_str(o->eps, false, eps, sizeof eps), cg__shortest_str(o->weight_decay, false, wd, sizeof wd));
+    size_t len = 0;
+    for (int g = 0; g < opt->base.ngroups && len < sizeof st->settings; g++) {
+        const cg_adam_options *o = &opt->options[g];
+        char b1[32], b2[32], eps[32], wd[32];
+        len += (size_t)snprintf(st->settings + len, sizeof st->settings - len, "%sbeta1=%s beta2=%s eps=%s weight_decay=%s",
+                                g ? "; " : "", cg__shortest_str(o->beta1, false, b1, sizeof b1),
+                                cg__shortest_str(o->beta2, false, b2, sizeof b2), cg__shortest_str(o->eps, false, eps, sizeof eps),
+                                cg__shortest_str(o->weight_decay, false, wd, sizeof wd));
+    }
+    if (len >= sizeof st->settings) st->settings[0] = '\0';
     st->nbuffers = 2;
     st->buffer_names[0] = "exp_avg", st->buffer_names[1] = "exp_avg_sq";
     st->buffers[0] = opt->exp_avg, st->buffers[1] = opt->exp_avg_sq;

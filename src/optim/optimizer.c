@@ -21,22 +21,62 @@ cg_status cg__optimizer_check_module(const cg_module *m, const char *fn) {
     return CG_OK;
 }
 
-cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *pool, cg_module *m, double lr,
-                                double lr_scale, const char *fn) {
+/* Each group's tensors as indices of m's parameters (pointer search: optimizers are made once). */
+static cg_status assign_groups(cg_optimizer_impl *opt, const cg_module *m, int ngroups, const cg_group_spec *groups,
+                               const char *fn) {
+    const cg_module_impl *mi = cg__m(m);
+    for (int i = 0; i < mi->nparams; i++) opt->group_of[i] = groups[0].n < 0 ? 0 : -1;
+    for (int g = 0; g < ngroups; g++) {
+        opt->lr[g] = groups[g].lr, opt->lr_scale[g] = groups[g].lr_scale;
+        for (int k = 0; k < groups[g].n; k++) {
+            const cg_tensor *t = groups[g].params[k];
+            int i = 0;
+            while (i < mi->nparams && mi->params[i].tensor != t) i++;
+            if (i == mi->nparams)
+                return cg__fail(CG_ERR_INVALID_ARG, "%s: params[%d] of group %d is not a parameter of the %s (a tensor of "
+                                "another module, a buffer, or a freed handle)", fn, k, g, mi->type->name);
+            if (opt->group_of[i] >= 0)
+                return cg__fail(CG_ERR_INVALID_ARG, "%s: params[%d] of group %d is \"%s\", already in group %d: a "
+                                "parameter may be in one group only", fn, k, g, mi->params[i].name, opt->group_of[i]);
+            opt->group_of[i] = g;
+        }
+    }
+    return CG_OK;
+}
+
+cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *pool, cg_module *m, int ngroups,
+                                const cg_group_spec *groups, const char *fn) {
     cg_module_impl *mi = cg__m(m);
     int nroots = mi->replicas ? mi->nreplicas : 1;
     cg_optimizer *h = cg__handle_new(pool);
     if (!h) return (cg__fail_context("%s", fn), NULL);
     cg_optimizer_impl *opt = cg__opt(h);
-    if (!(opt->roots = calloc((size_t)nroots, sizeof *opt->roots))) {
+    opt->ops = ops, opt->pool = pool, opt->module = m, opt->nroots = nroots, opt->ngroups = ngroups;
+    opt->roots = calloc((size_t)nroots, sizeof *opt->roots);
+    opt->group_of = calloc((size_t)mi->nparams + 1, sizeof *opt->group_of);
+    opt->lr = calloc((size_t)ngroups, sizeof *opt->lr);
+    opt->lr_scale = calloc((size_t)ngroups, sizeof *opt->lr_scale);
+    cg_status s = opt->roots && opt->group_of && opt->lr && opt->lr_scale ? assign_groups(opt, m, ngroups, groups, fn)
+                                                                         : cg__fail(CG_ERR_OOM, "%s: out of host memory", fn);
+    if (s != CG_OK) {
+        free(opt->roots), free(opt->group_of), free(opt->lr), free(opt->lr_scale);
         cg__handle_free(pool, h);
-        return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
+        return NULL;
     }
-    opt->ops = ops, opt->pool = pool, opt->module = m, opt->nroots = nroots, opt->lr = lr;
-    opt->lr_scale = lr_scale;
     mi->has_optimizer = true;
     for (int r = 0; r < nroots; r++) opt->roots[r] = mi->replicas ? mi->replicas[r] : m;
     return h;
+}
+
+cg_status cg__optimizer_check_groups(int ngroups, const void *groups, int n_of(const void *groups, int g),
+                                     const char *fn) {
+    if (ngroups < 1 || !groups) return cg__fail(CG_ERR_INVALID_ARG, "%s: needs at least one group (ngroups = %d)", fn, ngroups);
+    int total = 0;
+    for (int g = 0; g < ngroups; g++) {
+        if (n_of(groups, g) < 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: group %d has %d parameters", fn, g, n_of(groups, g));
+        total += n_of(groups, g) > 0;
+    }
+    return total ? CG_OK : cg__fail(CG_ERR_INVALID_ARG, "%s: optimizer got an empty parameter list", fn);
 }
 
 cg_status cg__check_optimizer(const cg_optimizer *opt, const char *fn) {
@@ -51,7 +91,7 @@ void cg_optimizer_free(cg_optimizer *opt) {
     if (!opt || cg__handle_check(CG_HANDLE_OPTIMIZER, opt, "cg_optimizer_free", "optimizer") != CG_OK) return;
     cg_optimizer_impl *o = cg__opt(opt);
     if (o->ops->destroy) o->ops->destroy(opt);
-    free(o->roots);
+    free(o->roots), free(o->group_of), free(o->lr), free(o->lr_scale);
     cg__handle_free(o->pool, opt);
 }
 
@@ -61,7 +101,8 @@ cg_status cg_optimizer_zero_grad(cg_optimizer *opt) {
         cg_module *m = cg__opt(opt)->roots[r];
         /* No fill: an undefined gradient is never read (the next backward overwrites it, optimizers
          * skip it, and gradient buckets zero it when it gets none), as PyTorch's set_to_none. */
-        for (int i = 0; i < cg__m(m)->nparams; i++) cg__t(cg__m(m)->params[i].tensor)->grad_defined = false;
+        for (int i = 0; i < cg__m(m)->nparams; i++)
+            if (cg__opt(opt)->group_of[i] >= 0) cg__t(cg__m(m)->params[i].tensor)->grad_defined = false;
     }
     return CG_OK;
 }
@@ -106,9 +147,14 @@ void cg__optimizer_buffers_swap(const cg_optimizer *opt, cg_tensor **slots, cg_t
     }
 }
 
-int cg__optimizer_run_end(const cg_module *m, int i, const int64_t *key) {
+bool cg__optimizer_steps(const cg_optimizer_impl *opt, const cg_module *m, int i) {
+    return opt->group_of[i] >= 0 && cg__t(cg__m(m)->params[i].tensor)->grad_defined;
+}
+
+int cg__optimizer_run_end(const cg_optimizer_impl *opt, const cg_module *m, int i, const int64_t *key) {
+    const int *group = opt->group_of;
     int j = i + 1;
-    while (j < cg__m(m)->nparams && cg__t(cg__m(m)->params[j].tensor)->grad_defined && key[j] == key[i]) j++;
+    while (j < cg__m(m)->nparams && cg__optimizer_steps(opt, m, j) && group[j] == group[i] && (!key || key[j] == key[i])) j++;
     return j;
 }
 
@@ -160,14 +206,36 @@ cg_status cg__lr_check(const char *who, double lr, double lr_scale) {
 
 /* ---- learning rate ---------------------------------------------------------------------------------- */
 cg_status cg_optimizer_set_lr(cg_optimizer *opt, double lr) {
-    CG_TRY(cg__handle_check(CG_HANDLE_OPTIMIZER, opt, "cg_optimizer_set_lr", "optimizer"));
-    CG_TRY(cg__lr_check("cg_optimizer_set_lr", lr, cg__opt(opt)->lr_scale));
-    cg__opt(opt)->lr = lr;
+    const char *fn = "cg_optimizer_set_lr";
+    CG_TRY(cg__handle_check(CG_HANDLE_OPTIMIZER, opt, fn, "optimizer"));
+    for (int g = 0; g < cg__opt(opt)->ngroups; g++) CG_TRY(cg__lr_check(fn, lr, cg__opt(opt)->lr_scale[g]));
+    for (int g = 0; g < cg__opt(opt)->ngroups; g++) cg__opt(opt)->lr[g] = lr;
     return CG_OK;
 }
 
-double cg_optimizer_get_lr(const cg_optimizer *opt) {
-    return cg__handle_check(CG_HANDLE_OPTIMIZER, opt, "cg_optimizer_get_lr", "optimizer") == CG_OK ? cg__opt(opt)->lr : NAN;
+double cg_optimizer_get_lr(const cg_optimizer *opt) { return cg_optimizer_get_group_lr(opt, 0); }
+
+int cg_optimizer_num_groups(const cg_optimizer *opt) {
+    return cg__handle_check(CG_HANDLE_OPTIMIZER, opt, "cg_optimizer_num_groups", "optimizer") == CG_OK ? cg__opt(opt)->ngroups : -1;
+}
+
+static cg_status check_group(const cg_optimizer *opt, int group, const char *fn) {
+    CG_TRY(cg__handle_check(CG_HANDLE_OPTIMIZER, opt, fn, "optimizer"));
+    if (group < 0 || group >= cg__opt(opt)->ngroups)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: group %d out of range (%d groups)", fn, group, cg__opt(opt)->ngroups);
+    return CG_OK;
+}
+
+cg_status cg_optimizer_set_group_lr(cg_optimizer *opt, int group, double lr) {
+    const char *fn = "cg_optimizer_set_group_lr";
+    CG_TRY(check_group(opt, group, fn));
+    CG_TRY(cg__lr_check(fn, lr, cg__opt(opt)->lr_scale[group]));
+    cg__opt(opt)->lr[group] = lr;
+    return CG_OK;
+}
+
+double cg_optimizer_get_group_lr(const cg_optimizer *opt, int group) {
+    return check_group(opt, group, "cg_optimizer_get_group_lr") == CG_OK ? cg__opt(opt)->lr[group] : NAN;
 }
 
 double cg_lr_step(double base_lr, int64_t epoch, int64_t step_size, double gamma) {

@@ -12,7 +12,8 @@
  * share, buffers in the packed parameters' layout, and one count per parameter. */
 #define CG_OPTIM_MAX_BUFFERS 2
 typedef struct cg_optimizer_state {
-    char settings[256];                             /* hyperparameters other than lr, "name=value ..." */
+    char settings[1024];                            /* hyperparameters other than lr, "name=value ...", per
+                                                     * group ("; " between groups); "" if they do not fit */
     int nbuffers;
     const char *buffer_names[CG_OPTIM_MAX_BUFFERS]; /* PyTorch's state keys, e.g. "exp_avg" */
     cg_tensor **buffers[CG_OPTIM_MAX_BUFFERS];      /* the kind's per-root (total,) buffers; NULL until made */
@@ -37,9 +38,19 @@ typedef struct cg_optimizer_impl {
     cg_module *module;
     int nroots;               /* the packed parameter sets stepped: the module, or its replicas */
     cg_module **roots;
-    double lr;                /* cg_optimizer_set_lr changes it between steps */
-    double lr_scale;          /* the most the kind's float update multiplies lr by (see cg__lr_check) */
+    int ngroups;              /* torch.optim's param groups: at least one */
+    int *group_of;            /* per parameter of the module: its group, or -1 (not stepped) */
+    double *lr;               /* per group; cg_optimizer_set_lr changes them between steps */
+    double *lr_scale;         /* per group: the most the kind's float update multiplies lr by (cg__lr_check) */
 } cg_optimizer_impl;
+
+/* One group as a kind's constructor hands it to the core: the tensors (n < 0: every parameter of
+ * the module), its lr and lr_scale (checked by the kind). */
+typedef struct cg_group_spec {
+    int n;
+    cg_tensor *const *params;
+    double lr, lr_scale;
+} cg_group_spec;
 
 static inline cg_optimizer_impl *cg__opt(const cg_optimizer *opt) { return (cg_optimizer_impl *)cg__handle_object(opt); }
 
@@ -67,10 +78,14 @@ cg_status cg__lr_check(const char *who, double lr, double lr_scale);
 /* fn's errors for a module an optimizer cannot take: NULL, part of another module, no parameters. */
 cg_status cg__optimizer_check_module(const cg_module *m, const char *fn);
 /* A zeroed optimizer from pool (the kind's, whose objects start with cg_optimizer_impl) over m,
- * which cg__optimizer_check_module accepted, with lr and lr_scale that cg__lr_check accepted; NULL +
- * CG_ERR_OOM naming fn. */
-cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *pool, cg_module *m, double lr,
-                                double lr_scale, const char *fn);
+ * which cg__optimizer_check_module accepted, with ngroups groups (lr and lr_scale accepted by
+ * cg__lr_check); NULL + fn's error for a tensor that is no parameter of m or is in two groups, or on
+ * out-of-memory. */
+cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *pool, cg_module *m, int ngroups,
+                                const cg_group_spec *groups, const char *fn);
+/* fn's error unless the group list is usable: 1 <= ngroups, and each group's params given when n > 0. */
+cg_status cg__optimizer_check_groups(int ngroups, const void *groups, int n_of(const void *groups, int g),
+                                     const char *fn);
 /* fn's error unless opt is a live optimizer whose module is still alive. */
 cg_status cg__check_optimizer(const cg_optimizer *opt, const char *fn);
 
@@ -83,10 +98,12 @@ const char *cg__shortest_str(double v, bool single, char *buf, size_t len);
 cg_status cg__optimizer_buffers_new(const cg_optimizer *opt, const float *values, cg_tensor **fresh);
 void cg__optimizer_buffers_swap(const cg_optimizer *opt, cg_tensor **slots, cg_tensor **fresh);
 
-/* End of the run of parameters that starts at i (which has a gradient): i's successors while they
- * have a gradient and the same key (state that must match for one fused update). A run includes
- * the alignment padding between parameters, which is zero in every buffer and stays zero. */
-int cg__optimizer_run_end(const cg_module *m, int i, const int64_t *key);
+/* Whether parameter i of root m is stepped now: it is in a group and got a gradient since zero_grad. */
+bool cg__optimizer_steps(const cg_optimizer_impl *opt, const cg_module *m, int i);
+/* End of the run of parameters that starts at i (stepped now): i's successors while they are
+ * stepped, in i's group and have the same key (state that must match for one fused update). A run
+ * includes the alignment padding between parameters, which is zero in every buffer and stays zero. */
+int cg__optimizer_run_end(const cg_optimizer_impl *opt, const cg_module *m, int i, const int64_t *key);
 /* The flat (total,) range of parameters [i, j) of m. */
 void cg__optimizer_run_range(const cg_module *m, int i, int j, int64_t *begin, int64_t *count);
 
