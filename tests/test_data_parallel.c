@@ -351,6 +351,79 @@ static void run_case(const dp_case *c) {
     cg_module_free(ref);
 }
 
+/* ---- a custom module of two inputs and two outputs: (a, b) -> (fa(a) + fb(b), tanh(fb(b))) ------------- */
+typedef struct pair_model {
+    cg_module *fa, *fb;
+} pair_model;
+
+static cg_status pair_forward(cg_module *self, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
+    pair_model *p = cg_module_state(self);
+    if (nin != 2 || nout != 2) return cg_set_error(CG_ERR_INVALID_ARG, "Pair: 2 inputs, 2 outputs");
+    cg_tensor *fb = cg_module_forward(p->fb, in[1]);
+    out[0] = cg_add(cg_module_forward(p->fa, in[0]), fb);
+    out[1] = cg_tanh(fb);
+    return out[0] && out[1] ? CG_OK : cg_last_status();
+}
+
+static cg_module *pair_new(cg_device d);
+static cg_module *pair_clone(const cg_module *self, cg_device d) { return pair_new(d); }
+static const cg_module_type pair_type = {
+    .name = "Pair", .state_size = sizeof(pair_model), .forward_n = pair_forward, .clone = pair_clone};
+
+static cg_module *pair_new(cg_device d) {
+    cg_module *m = cg_module_new(&pair_type, d);
+    if (!m) return NULL;
+    pair_model *p = cg_module_state(m);
+    p->fa = cg_module_register_module(m, "fa", cg_linear_new(IN, OUT, true, d));
+    p->fb = cg_module_register_module(m, "fb", cg_linear_new(3, OUT, true, d));
+    if (!p->fa || !p->fb) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* DataParallel splits every input along the batch and gathers every output: the same outputs and
+ * gradients as the module on the whole batch (over every GPU there is, up to 2). */
+static void test_multi_input_module(void **state) {
+    (void)state;
+    int n = g_gpus < 2 ? g_gpus : 2;
+    cg_module *base = MODULE_OK(pair_new(cg_cuda(0))), *ref = MODULE_OK(cg_module_clone(base, cg_cuda(0)));
+    cg_module *dp = MODULE_OK(cg_data_parallel_new(base, n, (int[]){0, 1}, -1));
+    const int64_t batch = 7;
+    cg_tensor *a = cg_randn(2, (int64_t[]){batch, IN}, cg_cuda(0)), *b = cg_randn(2, (int64_t[]){batch, 3}, cg_cuda(0));
+    const cg_tensor *in[2] = {a, b};
+    cg_tensor *y[2], *yr[2];
+    CG_TEST_STATUS_OK(cg_module_call(dp, 2, in, 2, y));
+    CG_TEST_STATUS_OK(cg_module_call(ref, 2, in, 2, yr));
+    CG_TEST_STATUS_OK(cg_backward(cg_add(cg_sum(cg_mul(y[0], y[0])), cg_sum(y[1]))));
+    CG_TEST_STATUS_OK(cg_backward(cg_add(cg_sum(cg_mul(yr[0], yr[0])), cg_sum(yr[1]))));
+    for (int k = 0; k < 2; k++) {
+        float *hr = cg_test_read(yr[k]);
+        double ref_out[7 * OUT];
+        for (int i = 0; i < batch * OUT; i++) ref_out[i] = hr[i];
+        cg_test_assert_tensor_rel_l2(y[k], ref_out, (size_t)(batch * OUT), 1e-6);
+        free(hr);
+    }
+    for (int i = 0; i < cg_module_num_parameters(ref); i++) {
+        const cg_tensor *g = cg_grad(cg_module_parameter(dp, i, NULL)), *gr = cg_grad(cg_module_parameter(ref, i, NULL));
+        assert_non_null(g), assert_non_null(gr);
+        float *hr = cg_test_read(gr);
+        double *d = cg_test_doubles((size_t)cg_numel(gr));
+        for (int64_t k = 0; k < cg_numel(gr); k++) d[k] = hr[k];
+        cg_test_assert_tensor_rel_l2(g, d, (size_t)cg_numel(gr), 1e-5);
+        free(hr), free(d);
+    }
+    for (int k = 0; k < 2; k++) cg_tensor_free(y[k]), cg_tensor_free(yr[k]);
+    /* inputs of different batch sizes cannot be split together */
+    cg_tensor *short_b = cg_randn(2, (int64_t[]){batch - 1, 3}, cg_cuda(0));
+    assert_int_equal(cg_module_call(dp, 2, (const cg_tensor *[]){a, short_b}, 2, y), CG_ERR_SHAPE);
+    cg_test_assert_error(CG_ERR_SHAPE, "DataParallel", "input 1 has 6 rows and input 0 7");
+    cg_tensor_free(short_b), cg_tensor_free(a), cg_tensor_free(b);
+    cg_module_free(dp);
+    cg_module_free(ref);
+}
+
 /* ---- one GPU ------------------------------------------------------------------------------------------ */
 /* Over a single device DataParallel is the module itself: same outputs, gradients and steps. */
 static void test_one_gpu_equals_module(void **state) {
@@ -884,6 +957,7 @@ int main(int argc, char **argv) {
         CG_TEST(test_cpu_module_rejected),
         CG_TEST(test_forward_shards_not_dp),
         CG_TEST(test_one_gpu_equals_module),
+        CG_TEST(test_multi_input_module),
         CG_TEST(test_bad_device_lists),
         CG_TEST(test_bad_shards),
         CG_TEST(test_default_device_list),

@@ -353,6 +353,75 @@ static void run_case(const ddp_case *c) {
     agree();
 }
 
+/* ---- a custom module of two inputs and two outputs: (a, b) -> (fa(a) + fb(b), tanh(fb(b))) --------------- */
+typedef struct pair_model {
+    cg_module *fa, *fb;
+} pair_model;
+
+static cg_status pair_forward(cg_module *self, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
+    pair_model *p = cg_module_state(self);
+    if (nin != 2 || nout != 2) return cg_set_error(CG_ERR_INVALID_ARG, "Pair: 2 inputs, 2 outputs");
+    cg_tensor *fb = cg_module_forward(p->fb, in[1]);
+    out[0] = cg_add(cg_module_forward(p->fa, in[0]), fb);
+    out[1] = cg_tanh(fb);
+    return out[0] && out[1] ? CG_OK : cg_last_status();
+}
+
+static const cg_module_type pair_type = {.name = "Pair", .state_size = sizeof(pair_model), .forward_n = pair_forward};
+
+static cg_module *pair_from_seed(uint64_t seed) {
+    cg_manual_seed(seed);
+    cg_module *m = REQ(cg_module_new(&pair_type, cg_cpu()));
+    pair_model *p = cg_module_state(m);
+    p->fa = REQ(cg_module_register_module(m, "fa", cg_linear_new(IN, OUT, true, cg_cpu())));
+    p->fb = REQ(cg_module_register_module(m, "fb", cg_linear_new(IN / 2, OUT, true, cg_cpu())));
+    REQ_OK(cg_module_to(m, g_dev));
+    return m;
+}
+
+/* DDP of the two-input module on local rows trains to the parameters of one module on all rows. */
+static void test_multi_input_module(void **state) {
+    (void)state;
+    g_test = "two inputs, two outputs";
+    const int64_t local = 3, global = local * g_world, first = local * g_rank;
+    uint64_t init = g_seed + 7919u;
+    cg_module *ref = pair_from_seed(init), *ddp = REQ(cg_ddp_new(pair_from_seed(init + (uint64_t)g_rank), g_dist, 0));
+    cg_optimizer *opt_ref = REQ(cg_sgd_new(ref, kNesterov)), *opt_ddp = REQ(cg_sgd_new(ddp, kNesterov));
+    for (int step = 0; step < STEPS; step++) {
+        cg_scope *scope = cg_scope_begin();
+        REQ_OK(cg_optimizer_zero_grad(opt_ref));
+        REQ_OK(cg_optimizer_zero_grad(opt_ddp));
+        float *ha = cg_test_uniform_buf((size_t)(global * IN), -1, 1), *hb = cg_test_uniform_buf((size_t)(global * IN / 2), -1, 1);
+        const cg_tensor *full[2] = {REQ(cg_from_data(ha, 2, (int64_t[]){global, IN}, g_dev)),
+                                    REQ(cg_from_data(hb, 2, (int64_t[]){global, IN / 2}, g_dev))};
+        const cg_tensor *mine[2] = {REQ(cg_from_data(ha + first * IN, 2, (int64_t[]){local, IN}, g_dev)),
+                                    REQ(cg_from_data(hb + first * IN / 2, 2, (int64_t[]){local, IN / 2}, g_dev))};
+        cg_tensor *yr[2], *y[2];
+        REQ_OK(cg_module_call(ref, 2, full, 2, yr));
+        REQ_OK(cg_module_call(ddp, 2, mine, 2, y));
+        /* mean losses: the average over ranks of the local means is the global mean */
+        REQ_OK(cg_backward(REQ(cg_add(cg_mean(cg_mul(yr[0], yr[0])), cg_mean(yr[1])))));
+        REQ_OK(cg_backward(REQ(cg_add(cg_mean(cg_mul(y[0], y[0])), cg_mean(y[1])))));
+        for (int k = 0; k < 2; k++) {
+            double e = rel_l2(y[k], yr[k], first, local);
+            check(e <= RTOL, "step %d: output %d differs from the reference's rows: %.3g", step, k, e);
+        }
+        char when[64];
+        snprintf(when, sizeof when, "two inputs, step %d", step);
+        check_params(ddp, ref, true, when);
+        REQ_OK(cg_optimizer_step(opt_ref));
+        REQ_OK(cg_optimizer_step(opt_ddp));
+        free(ha), free(hb);
+        cg_scope_end(scope);
+    }
+    check_params(ddp, ref, false, "two inputs, after the steps");
+    cg_optimizer_free(opt_ddp);
+    cg_optimizer_free(opt_ref);
+    cg_module_free(ddp);
+    cg_module_free(ref);
+    agree();
+}
+
 static void test_sgd_buckets(void **state) {
     (void)state;
     /* 1 byte: every parameter its own bucket (6); 1 KB: several; 0: one 25 MB bucket */
@@ -775,6 +844,7 @@ int main(int argc, char **argv) {
         DDP_TEST(test_sgd_buckets),
         DDP_TEST(test_nesterov_buckets),
         DDP_TEST(test_accumulation),
+        DDP_TEST(test_multi_input_module),
         DDP_TEST(test_two_forwards),
         DDP_TEST(test_graph_replays),
         DDP_TEST(test_uneven_batch),

@@ -199,38 +199,60 @@ static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
 }
 
 /* ---- forward ---------------------------------------------------------------------------------------- */
-static cg_tensor *run_replicas(cg_module *dp, int k, const cg_tensor *const *shards) {
-    cg_tensor *ys[CG_NODE_MAX_INPUTS] = {0};
-    cg_tensor *out = NULL;
+/* Replica r gets shards[r * nin ...] and returns ys[r * nout ...]; output j is gathered from the
+ * replicas' j-th outputs onto the output device. */
+static cg_status run_replicas(cg_module *dp, int k, int nin, const cg_tensor *const *shards, int nout, cg_tensor **out) {
+    cg_tensor **ys = calloc((size_t)k * (size_t)nout, sizeof *ys), **column = calloc((size_t)k, sizeof *column);
+    cg_status s = ys && column ? CG_OK : cg__fail(CG_ERR_OOM, "DataParallel: out of host memory");
     int done = 0;
-    while (done < k && (ys[done] = cg_module_forward(cg__m(dp)->replicas[done], shards[done]))) done++;
-    if (done == k) out = dp_gather(dp, k, ys);
-    for (int i = 0; i < done; i++) cg_tensor_free(ys[i]); /* the tape keeps what backward needs */
-    return out;
+    while (s == CG_OK && done < k) {
+        s = cg_module_call(cg__m(dp)->replicas[done], nin, shards + (size_t)done * (size_t)nin, nout, ys + (size_t)done * (size_t)nout);
+        if (s == CG_OK) done++;
+    }
+    for (int j = 0; j < nout && s == CG_OK; j++) {
+        for (int r = 0; r < k; r++) column[r] = ys[(size_t)r * (size_t)nout + (size_t)j];
+        if (!(out[j] = dp_gather(dp, k, column))) s = cg_last_status();
+    }
+    for (int i = 0; i < done * nout; i++) cg_tensor_free(ys[i]); /* the tape keeps what backward needs */
+    free(ys), free(column);
+    return s;
 }
 
-static cg_tensor *dp_forward(cg_module *dp, const cg_tensor *x) {
+/* Every input is split along dim 0 as torch.chunk does (all inputs hold the same batch); replica i
+ * runs on the i-th chunks; each output is gathered. */
+static cg_status dp_forward(cg_module *dp, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
     dp_state *st = cg__m(dp)->state;
-    const cg_tensor_impl *xi = cg__t(x);
-    if (xi->ndim < 1 || xi->shape[0] == 0)
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "DataParallel: the input needs a non-empty batch dimension");
-    if (xi->requires_grad && cg_is_grad_enabled())
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "DataParallel: an input that requires grad is not supported "
-                                                "(detach it, or pass per-device shards)");
-    int64_t sizes[CG_NODE_MAX_INPUTS];
-    int k = cg_data_parallel_chunks(xi->shape[0], st->n, sizes);
-    cg_tensor *shards[CG_NODE_MAX_INPUTS] = {0};
-    int made = 0;
-    for (int64_t start = 0; made < k; start += sizes[made++]) {
-        cg_tensor *rows = rows_of(x, start, sizes[made]);
-        cg_device d = cg_cuda(st->devices[made]);
-        shards[made] = rows && !cg_device_equal(cg__t(rows)->device, d) ? cg_to(rows, d) : rows;
-        if (shards[made] != rows) cg_tensor_free(rows);
-        if (!shards[made]) break;
+    if (nin < 1) return cg__fail(CG_ERR_INVALID_ARG, "DataParallel: needs at least one input to split");
+    int64_t batch = cg__t(in[0])->ndim ? cg__t(in[0])->shape[0] : 0;
+    for (int i = 0; i < nin; i++) {
+        const cg_tensor_impl *xi = cg__t(in[i]);
+        if (xi->ndim < 1 || xi->shape[0] == 0)
+            return cg__fail(CG_ERR_SHAPE, "DataParallel: input %d needs a non-empty batch dimension", i);
+        if (xi->shape[0] != batch)
+            return cg__fail(CG_ERR_SHAPE, "DataParallel: input %d has %lld rows and input 0 %lld: the inputs are split "
+                            "along one batch", i, (long long)xi->shape[0], (long long)batch);
+        if (xi->requires_grad && cg_is_grad_enabled())
+            return cg__fail(CG_ERR_INVALID_ARG, "DataParallel: input %d requires grad, which is not supported (detach it, "
+                            "or pass per-device shards)", i);
     }
-    cg_tensor *out = made == k ? run_replicas(dp, k, (const cg_tensor *const *)shards) : NULL;
-    for (int i = 0; i < made; i++) cg_tensor_free(shards[i]);
-    return out;
+    int64_t sizes[CG_NODE_MAX_INPUTS];
+    int k = cg_data_parallel_chunks(batch, st->n, sizes);
+    cg_tensor **shards = calloc((size_t)k * (size_t)nin, sizeof *shards);
+    cg_status s = shards ? CG_OK : cg__fail(CG_ERR_OOM, "DataParallel: out of host memory");
+    int64_t start = 0;
+    for (int r = 0; r < k && s == CG_OK; start += sizes[r++]) {
+        cg_device d = cg_cuda(st->devices[r]);
+        for (int i = 0; i < nin && s == CG_OK; i++) {
+            cg_tensor *rows = rows_of(in[i], start, sizes[r]);
+            cg_tensor *shard = rows && !cg_device_equal(cg__t(rows)->device, d) ? cg_to(rows, d) : rows;
+            if (shard != rows) cg_tensor_free(rows);
+            if (!(shards[(size_t)r * (size_t)nin + (size_t)i] = shard)) s = cg_last_status();
+        }
+    }
+    if (s == CG_OK) s = run_replicas(dp, k, nin, (const cg_tensor *const *)shards, nout, out);
+    for (int i = 0; shards && i < k * nin; i++) cg_tensor_free(shards[i]);
+    free(shards);
+    return s;
 }
 
 cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor *const *shards) {
@@ -246,7 +268,8 @@ cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor
                                 cg_device_str(cg__t(shards[i])->device, a, sizeof a),
                                 cg_device_str(cg_cuda(st->devices[i]), b, sizeof b));
     }
-    return run_replicas(dp, n, shards);
+    cg_tensor *out = NULL;
+    return run_replicas(dp, n, 1, shards, 1, &out) == CG_OK ? out : NULL;
 }
 
 /* ---- construction -------------------------------------------------------------------------------------- */
@@ -261,7 +284,7 @@ static void dp_destroy(cg_module *dp) {
     free(st);
 }
 
-static const cg_module_type dp_type = {.name = "DataParallel", .forward = dp_forward, .destroy = dp_destroy};
+static const cg_module_type dp_type = {.name = "DataParallel", .forward_n = dp_forward, .destroy = dp_destroy};
 
 bool cg_parallel_peer_allreduce(const cg_module *m) {
     if (cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->type == &dp_type)

@@ -170,33 +170,39 @@ static cg_status ddp_output_backward(cg_node *node, const cg_tensor *g, cg_tenso
     return grad_in[0] ? CG_OK : cg_last_status();
 }
 
-static cg_tensor *ddp_forward(cg_module *ddp, const cg_tensor *x) {
+/* The module's outputs, each that requires grad behind a view whose backward arms the buckets. Every
+ * input is this rank's share of the batch; the first one's rows are checked equal across ranks. */
+static cg_status ddp_forward(cg_module *ddp, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
     ddp_state *st = cg__m(ddp)->state;
     if (!cg__handle_live(CG_HANDLE_DIST, st->dist))
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "DistributedDataParallel: its cg_dist was finalized (free the DDP module "
-                                                "before cg_dist_finalize)");
-    if (!cg_is_grad_enabled()) return cg_module_forward(st->module, x); /* evaluation: purely local */
-    /* Averaging assumes equal local batches: a different size would silently mis-weight a rank. */
-    const cg_tensor_impl *xi = cg__t(x);
-    int64_t sizes[2] = {xi->ndim ? xi->shape[0] : 1, xi->ndim ? -xi->shape[0] : -1};
-    int rc = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) return (mpi_error(rc, "DDP batch-size check"), NULL);
-    if (sizes[0] != -sizes[1])
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "DistributedDataParallel: local batch sizes differ across ranks (from %lld to "
+        return cg__fail(CG_ERR_INVALID_ARG, "DistributedDataParallel: its cg_dist was finalized (free the DDP module "
+                                            "before cg_dist_finalize)");
+    if (!cg_is_grad_enabled()) return cg_module_call(st->module, nin, in, nout, out); /* evaluation: purely local */
+    if (nin > 0) { /* averaging assumes equal local batches: a different size would silently mis-weight a rank */
+        const cg_tensor_impl *xi = cg__t(in[0]);
+        int64_t sizes[2] = {xi->ndim ? xi->shape[0] : 1, xi->ndim ? -xi->shape[0] : -1};
+        int rc = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_error(rc, "DDP batch-size check");
+        if (sizes[0] != -sizes[1])
+            return cg__fail(CG_ERR_SHAPE, "DistributedDataParallel: local batch sizes differ across ranks (from %lld to "
                                           "%lld rows; this rank has %lld): every rank needs the same batch size",
                             (long long)-sizes[1], (long long)sizes[0], (long long)(xi->ndim ? xi->shape[0] : 1));
-    cg_tensor *y = cg_module_forward(st->module, x);
-    if (!y || !cg__t(y)->requires_grad) return y;
-    cg_tensor *out = cg__alias(y);
-    const cg_tensor *inputs[1] = {y};
-    cg_node *node = out ? cg__record(out, "DistributedDataParallel", ddp_output_backward, 1, inputs, 0, NULL) : NULL;
-    cg_tensor_free(y);
-    if (!node) {
-        cg_tensor_free(out);
-        return NULL;
     }
-    node->ctx = st;
-    return out;
+    CG_TRY(cg_module_call(st->module, nin, in, nout, out));
+    cg_status s = CG_OK;
+    for (int i = 0; i < nout && s == CG_OK; i++) {
+        if (!cg__t(out[i])->requires_grad) continue;
+        cg_tensor *view = cg__alias(out[i]);
+        const cg_tensor *inputs[1] = {out[i]};
+        cg_node *node = view ? cg__record(view, "DistributedDataParallel", ddp_output_backward, 1, inputs, 0, NULL) : NULL;
+        if (node) node->ctx = st;
+        else s = cg_last_status(), cg_tensor_free(view), view = NULL;
+        cg_tensor_free(out[i]);
+        out[i] = view;
+    }
+    if (s != CG_OK)
+        for (int i = 0; i < nout; i++) cg_tensor_free(out[i]), out[i] = NULL;
+    return s;
 }
 
 /* Every rank unmaps the others' memory before any frees its own (the flags and the gradients); once
@@ -221,7 +227,7 @@ static void ddp_destroy(cg_module *ddp) {
     ddpi->replicas = NULL, ddpi->nreplicas = 0;
 }
 
-static const cg_module_type ddp_type = {.name = "DistributedDataParallel", .forward = ddp_forward, .destroy = ddp_destroy};
+static const cg_module_type ddp_type = {.name = "DistributedDataParallel", .forward_n = ddp_forward, .destroy = ddp_destroy};
 
 bool cg__ddp_peer_allreduce(const cg_module *m) {
     return cg__handle_live(CG_HANDLE_MODULE, m) && cg__m(m)->type == &ddp_type &&
