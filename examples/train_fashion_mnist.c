@@ -51,27 +51,6 @@
 #define TEST_BATCH 1000
 #define CNN_DROPOUT 0.5f /* before the CNN's last layer: +0.5 points of test accuracy at 15 epochs */
 
-/* ---- string flags (the flag helper parses numbers and devices only) ---------------------------- */
-/* Takes "--name X" or "--name=X" out of argv; *value keeps its default when the flag is absent. */
-static void take_string_flag(int *argc, char **argv, const char *name, const char **value) {
-    size_t len = strlen(name);
-    for (int i = 1; i < *argc; i++) {
-        const char *val = NULL;
-        int used = 1;
-        if (strcmp(argv[i], name) == 0) val = i + 1 < *argc ? argv[i + 1] : NULL, used = 2;
-        else if (strncmp(argv[i], name, len) == 0 && argv[i][len] == '=') val = argv[i] + len + 1;
-        else continue;
-        if (!val || !*val) {
-            fprintf(stderr, "%s: flag %s needs a value\n", argv[0], name);
-            exit(2);
-        }
-        *value = val;
-        memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof *argv);
-        *argc -= used;
-        i--;
-    }
-}
-
 /* ---- data ---------------------------------------------------------------------------------------- */
 /* "<dir>/<name>" when that uncompressed file exists, else "<dir>/<name>.gz". */
 static void idx_path(const char *dir, const char *name, char *buf, size_t len) {
@@ -389,13 +368,13 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *model_name = "mlp", *optimizer_name = "adam", *data_dir = NULL, *csv_path = NULL,
                *plot_path = NULL, *save_path = NULL, *resume_path = NULL;
-    take_string_flag(&argc, argv, "--model", &model_name);
-    take_string_flag(&argc, argv, "--optimizer", &optimizer_name);
-    take_string_flag(&argc, argv, "--data", &data_dir);
-    take_string_flag(&argc, argv, "--csv", &csv_path);
-    take_string_flag(&argc, argv, "--plot", &plot_path);
-    take_string_flag(&argc, argv, "--save", &save_path);
-    take_string_flag(&argc, argv, "--resume", &resume_path);
+    eu_take_string(&argc, argv, "--model", &model_name);
+    eu_take_string(&argc, argv, "--optimizer", &optimizer_name);
+    eu_take_string(&argc, argv, "--data", &data_dir);
+    eu_take_string(&argc, argv, "--csv", &csv_path);
+    eu_take_string(&argc, argv, "--plot", &plot_path);
+    eu_take_string(&argc, argv, "--save", &save_path);
+    eu_take_string(&argc, argv, "--resume", &resume_path);
     bool stop_on_nonfinite = eu_take_switch(&argc, argv, "--stop-on-nonfinite");
     cg_device device = cg_default_device();
     int epochs = 10, seed = 0, threads = 0;

@@ -62,6 +62,25 @@ bool eu_take_switch(int *argc, char **argv, const char *name) {
     return found;
 }
 
+void eu_take_string(int *argc, char **argv, const char *name, const char **value) {
+    size_t len = strlen(name);
+    for (int i = 1; i < *argc; i++) {
+        const char *val = NULL;
+        int used = 1;
+        if (strcmp(argv[i], name) == 0) val = i + 1 < *argc ? argv[i + 1] : NULL, used = 2;
+        else if (strncmp(argv[i], name, len) == 0 && argv[i][len] == '=') val = argv[i] + len + 1;
+        else continue;
+        if (!val || !*val) {
+            fprintf(stderr, "%s: flag %s needs a value\n", argv[0], name);
+            exit(2);
+        }
+        *value = val;
+        memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof *argv);
+        *argc -= used;
+        i--;
+    }
+}
+
 void eu_parse_flags(int argc, char **argv, const char *about, eu_flag *flags, int nflags) {
     const char *prog = argc > 0 ? argv[0] : "program";
     for (int i = 1; i < argc; i++) {
@@ -128,12 +147,16 @@ void eu_parse_flags(int argc, char **argv, const char *about, eu_flag *flags, in
 }
 
 /* ---- errors --------------------------------------------------------------------------------- */
-cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int line) {
-    if (!t) {
+void *eu_check_ptr(void *p, const char *expr, const char *file, int line) {
+    if (!p) {
         fprintf(stderr, "%s:%d: %s failed: %s\n", file, line, expr, cg_last_error());
         exit(1);
     }
-    return t;
+    return p;
+}
+
+cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int line) {
+    return eu_check_ptr(t, expr, file, line);
 }
 
 void eu_check_status(cg_status s, const char *expr, const char *file, int line) {

@@ -30,11 +30,18 @@ void eu_parse_flags(int argc, char **argv, const char *about, eu_flag *flags, in
 /* Takes every `name` (a switch, with no value, e.g. "--graph") out of argv before eu_parse_flags;
  * returns whether it was there. */
 bool eu_take_switch(int *argc, char **argv, const char *name);
+/* Takes "--name X" or "--name=X" (a string flag: the flag helper parses numbers and devices only)
+ * out of argv before eu_parse_flags; *value keeps its default when the flag is absent. A missing or
+ * empty value prints the error and exits 2. */
+void eu_take_string(int *argc, char **argv, const char *name, const char **value);
 
 /* ---- errors: any cgrad failure ends the program with cg_last_error() and exit code 1 ------- */
 cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int line);
+void *eu_check_ptr(void *p, const char *expr, const char *file, int line);
 void eu_check_status(cg_status s, const char *expr, const char *file, int line);
 #define CHECK(expr) eu_check_tensor((expr), #expr, __FILE__, __LINE__)
+/* Any other handle a constructor returns (module, optimizer, data set, loader). */
+#define CHECK_PTR(expr) eu_check_ptr((expr), #expr, __FILE__, __LINE__)
 #define CHECK_OK(expr) eu_check_status((expr), #expr, __FILE__, __LINE__)
 /* The value of a one-element tensor, read back (cg_item), or exit 1 with the error. */
 float eu_item(const cg_tensor *t);
