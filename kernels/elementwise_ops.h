@@ -52,7 +52,12 @@
     /* the tanh approximation x (1 + tanh u) / 2 = x sigmoid(2u), u = sqrt(2 / pi) (x + 0.044715 x^3) */          \
     X(GELU_TANH, "cg_gelu", CG_SAVES_X, x * cgm_gelu_sigmoid(x),                                                  \
       g * (cgm_gelu_sigmoid(x) + x * CGM_C(2) * cgm_gelu_sigmoid(x) * (CGM_C(1) - cgm_gelu_sigmoid(x)) *         \
-           CGM_C(0.79788456080286535588) * (CGM_C(1) + CGM_C(0.134145) * x * x)), -4, 4, 0)
+           CGM_C(0.79788456080286535588) * (CGM_C(1) + CGM_C(0.134145) * x * x)), -4, 4, 0)                     \
+    /* cg_clamp's two sides, a pass for each finite bound: max(x, s) and min(x, s), a NaN x staying NaN; the    \
+     * gradient passes at the bound itself, as PyTorch's. The s tested is no 16-bit value, so that no rounded   \
+     * input sits on the kink, where finite differences halve the gradient */                                   \
+    X(CLAMP_MIN, "cg_clamp", CG_SAVES_X, x < s ? s : x, x >= s ? g : CGM_C(0), -4, 4, -1.2345)                  \
+    X(CLAMP_MAX, "cg_clamp", CG_SAVES_X, x > s ? s : x, x <= s ? g : CGM_C(0), -4, 4, 1.7071)
 
 /* X(NAME, public name, saves, forward, backward for a, backward for b, lo a, hi a, lo b, hi b) */
 #define CG_BINARY_OPS(X)                                                                                        \

@@ -238,6 +238,13 @@ CG_API cg_tensor *cg_sigmoid(const cg_tensor *a);
  * CG_GELU_TANH x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as approximate='tanh'. */
 typedef enum cg_gelu_approximate { CG_GELU_NONE = 0, CG_GELU_TANH } cg_gelu_approximate;
 CG_API cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate);
+/* torch.clamp(x, min, max): min(max(x, min), max) element by element, so every element is max where
+ * min > max, as in PyTorch; -INFINITY or INFINITY leaves that side unbounded, and a NaN element stays
+ * NaN. A NaN bound is CG_ERR_INVALID_ARG: PyTorch leaves the values it would bound as they are, yet
+ * gives them a zero gradient, a trap rather than a meaning worth copying. The bounds are
+ * first rounded to x's dtype, as PyTorch converts them; an integer or bool x gives float32, as with a
+ * Python float. The gradient is g where min <= x <= max, the bounds included as in PyTorch, else 0. */
+CG_API cg_tensor *cg_clamp(const cg_tensor *x, float min, float max);
 
 /* ---- comparisons and selection ---------------------------------------------------------------- */
 /* a OP b element by element, broadcast (torch.eq, ne, lt, le, gt, ge): a bool tensor. a and b have
