@@ -66,7 +66,14 @@
     X(MUL, "cg_mul", CG_SAVES_AB, a * b, g * b, g * a, -4, 4, -4, 4)                                            \
     X(DIV, "cg_div", CG_SAVES_AB, a / b, g / b, -(a / (b * b) * g), -4, 4, 0.5, 4)                              \
     X(POW, "cg_pow", CG_SAVES_AB, cgm_pow(a, b), cgm_pow(a, b - CGM_C(1)) * b * g, cgm_pow(a, b) * cgm_log(a) * g, \
-      0.5, 3, -2, 2)
+      0.5, 3, -2, 2)                                                                                            \
+    /* F.binary_cross_entropy per element, a the probability and b the target, each log at least -100 as        \
+     * PyTorch's: a of exactly 0 or 1 costs at most 100. The gradients are PyTorch's: of a g (a - b) /          \
+     * max((1 - a) a, 1e-12), of b g (log(1 - a) - log a). An a outside [0, 1] gives NaN */                      \
+    X(BCE, "cg_binary_cross_entropy", CG_SAVES_AB,                                                              \
+      (b - CGM_C(1)) * cgm_atleast(cgm_log1p(-a), CGM_C(-100)) - b * cgm_atleast(cgm_log(a), CGM_C(-100)),      \
+      g * (a - b) / cgm_atleast((CGM_C(1) - a) * a, CGM_C(1e-12)), g * (cgm_log1p(-a) - cgm_log(a)), 0.02, 0.98, \
+      0, 1)
 
 /* What a backward reads. */
 typedef enum cg_saves { CG_NO_GRAD, CG_SAVES_NONE, CG_SAVES_X, CG_SAVES_Y, CG_SAVES_AB } cg_saves;
@@ -127,6 +134,7 @@ CGM_PAIR(cgm_cos, cgm_cosf, cos)
 CGM_PAIR(cgm_sqrt, sqrtf, sqrt)
 CGM_PAIR(cgm_tanh, tanhf, tanh)
 CGM_PAIR(cgm_erfc, erfcf, erfc)
+CGM_PAIR(cgm_log1p, log1pf, log1p)
 #undef CGM_PAIR
 CG_HD float cgm_pow(float v, float p) { return cgm_powf(v, p); }
 CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
@@ -138,6 +146,7 @@ CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
 #define cgm_sqrt(v) _Generic((v), float: sqrtf, default: sqrt)(v)
 #define cgm_tanh(v) _Generic((v), float: tanhf, default: tanh)(v)
 #define cgm_erfc(v) _Generic((v), float: erfcf, default: erfc)(v)
+#define cgm_log1p(v) _Generic((v), float: log1pf, default: log1p)(v)
 #define cgm_pow(v, p) _Generic((v), float: cgm_powf, default: pow)((v), (p))
 #endif
 #define CGM_C(v) ((CGM_T)(v))
@@ -154,6 +163,16 @@ CG_HD float cgm_gelu_sigmoid(float x) { return cgm_gelu_sigmoidf(x); }
 CG_HD double cgm_gelu_sigmoid(double x) { return cgm_gelu_sigmoid_d(x); }
 #else
 #define cgm_gelu_sigmoid(v) _Generic((v), float: cgm_gelu_sigmoidf, default: cgm_gelu_sigmoid_d)(v)
+#endif
+
+/* max(v, lo), a NaN v kept: std::max(v, lo), as PyTorch's losses bound their logs. */
+CG_HD float cgm_atleastf(float v, float lo) { return v < lo ? lo : v; }
+CG_HD double cgm_atleast_d(double v, double lo) { return v < lo ? lo : v; }
+#ifdef __CUDACC__
+CG_HD float cgm_atleast(float v, float lo) { return cgm_atleastf(v, lo); }
+CG_HD double cgm_atleast(double v, double lo) { return cgm_atleast_d(v, lo); }
+#else
+#define cgm_atleast(v, lo) _Generic((v), float: cgm_atleastf, default: cgm_atleast_d)((v), (lo))
 #endif
 
 /* The formulas as functions of one element type: forward, and the gradient of each input given g

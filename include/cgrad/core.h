@@ -324,9 +324,25 @@ CG_API cg_tensor *cg_detach(const cg_tensor *t); /* a view with no history */
 /* ---- functional NN ops ---------------------------------------------------------------------------- */
 /* y = x W^T + b: x (N, in), weight (out, in), bias (out) or NULL -> (N, out) (F.linear). */
 CG_API cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias);
-typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM } cg_reduction;
-/* MSELoss: mean (or sum) of (input - target)^2; shapes must match. */
+/* A loss's reduction (PyTorch's reduction='mean', 'sum', 'none'): the mean or sum of the per-element
+ * losses (0-dim), or the per-element losses themselves. */
+typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM, CG_REDUCTION_NONE } cg_reduction;
+/* MSELoss: mean (or sum) of (input - target)^2; shapes must match. CG_REDUCTION_NONE is not supported. */
 CG_API cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
+/* F.binary_cross_entropy: input (any shape) probabilities in [0, 1], target of its shape and dtype,
+ * weight broadcasting to its shape (its dtype) or NULL:
+ *   loss = -weight (target log(input) + (1 - target) log(1 - input)), reduced,
+ * each log bounded below by -100 as in PyTorch, so that an input of exactly 0 or 1 costs at most
+ * 100 weight. The mean of no elements is NaN. Gradients as PyTorch's: of input
+ * g weight (input - target) / max((1 - input) input, 1e-12), of target
+ * g weight (log(1 - input) - log(input)) (each divided by numel for the mean; at an input of 0 or 1
+ * these are +-1e12 and +-inf, as PyTorch's). weight has none, so it may not require grad under grad
+ * mode (refused here, where PyTorch refuses at backward). An input or target outside [0, 1] (or NaN) is
+ * CG_ERR_INVALID_ARG on the CPU, as PyTorch's "all elements of input should be between 0 and 1"; a
+ * GPU, not waited for, gives such an input a NaN loss and uses such a target as it is. bfloat16 and
+ * float16 are computed in float32. */
+CG_API cg_tensor *cg_binary_cross_entropy(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight,
+                                          cg_reduction reduction);
 /* nn.CrossEntropyLoss (mean reduction): logits (N, C) of a float dtype with targets of either kind
  *   class indices:       targets (N) int64 in [0, C) -> the mean over rows of logsumexp(logits[i]) -
  *                        logits[i][targets[i]]; gradient (softmax(logits) - onehot(targets)) / N;
