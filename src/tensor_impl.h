@@ -90,6 +90,10 @@ cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn);
 cg_status cg__check_result_shape(int ndim, const int64_t *shape, const char *fn, const char *name_a,
                                  const cg_tensor *a, const char *name_b, const cg_tensor *b);
 
+/* Whether value, a number for fn to write into dtype dt, converts as PyTorch's number would: any
+ * value for the float types; an integer the type holds otherwise (bool: 0 or 1). CG_ERR_INVALID_ARG
+ * naming fn, the value and the dtype otherwise. */
+cg_status cg__check_value(double value, cg_dtype dt, const char *fn);
 /* t (contiguous) = value converted to t's dtype (kernels/dtype_math.h's rules), on t's device. */
 cg_status cg__fill(cg_tensor *t, double value);
 /* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM or a shape that breaks

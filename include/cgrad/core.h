@@ -156,6 +156,15 @@ CG_API cg_tensor *cg_from_data_dtype(const void *data, int ndim, const int64_t *
 CG_API cg_tensor *cg_arange_dtype(double start, double end, double step, cg_dtype dt, cg_device d);
 CG_API cg_tensor *cg_rand_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
 CG_API cg_tensor *cg_randn_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
+/* torch.empty_like(t), zeros_like, ...: a new contiguous tensor with t's shape, dtype and device, whatever
+ * t's layout, a leaf that requires no grad, filled as the _dtype functions above fill it (cg_full_like's
+ * value converted as cg_full_dtype's; cg_rand_like and cg_randn_like for floating t only). */
+CG_API cg_tensor *cg_empty_like(const cg_tensor *t);
+CG_API cg_tensor *cg_zeros_like(const cg_tensor *t);
+CG_API cg_tensor *cg_ones_like(const cg_tensor *t);
+CG_API cg_tensor *cg_full_like(const cg_tensor *t, double value);
+CG_API cg_tensor *cg_rand_like(const cg_tensor *t);
+CG_API cg_tensor *cg_randn_like(const cg_tensor *t);
 
 CG_API void cg_tensor_free(cg_tensor *t); /* NULL is ignored */
 
