@@ -21,7 +21,7 @@ typedef struct cg_storage {
     void *data;      /* device or host pointer, from the caching allocator */
     size_t bytes;    /* size of the block as requested */
     int refcount;    /* tensors that share it; changed atomically (threads may share a read-only tensor) */
-    uint64_t version; /* in-place writes through the API (cg_copy_), so backward can refuse stale saves */
+    uint64_t version; /* in-place writes through the API (cg_copy_, cg_add_, ...), so backward can refuse stale saves */
     struct cg_storage *next_free;
 } cg_storage;
 

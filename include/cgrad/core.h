@@ -255,6 +255,45 @@ CG_API cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate);
  * Python float. The gradient is g where min <= x <= max, the bounds included as in PyTorch, else 0. */
 CG_API cg_tensor *cg_clamp(const cg_tensor *x, float min, float max);
 
+/* ---- in-place ops ----------------------------------------------------------------------------------
+ * PyTorch's t.add_(other), ...: the result is written into t's own elements, through whatever view t
+ * is (a transpose or reshape writes into the tensor it views; every view cgrad makes can be written);
+ * CG_OK, or an error with t unchanged.
+ * - other (on t's device) broadcasts to t's shape, which stays; it is read whole before t is written,
+ *   even where it shares t's storage (cg_add_(x, x^T)).
+ * - t keeps its dtype. The op computes as its out-of-place form (floating tensors; a float scalar makes
+ *   a floating result, as a Python float), in the dtype cg_result_type gives (floating for cg_div_), and
+ *   that result must convert to t's dtype by PyTorch's rule (no floating result into an integer or
+ *   bool tensor, no non-bool one into bool), else CG_ERR_INVALID_ARG "result type float32 can't be
+ *   cast to the desired output type int64". A 16-bit t with a float32 operand gets the float32 result
+ *   rounded once.
+ * - Nothing is recorded for backward. Under grad mode, t may not require grad (a leaf that does is
+ *   PyTorch's "a leaf Variable that requires grad is being used in an in-place operation"; for a tensor
+ *   produced by an op, PyTorch would rebase its history, which cgrad does not), nor may other. Under
+ *   cg_set_grad_enabled(false) any tensor can be written: that is how optimizers and initializers
+ *   update parameters, e.g. w.data.add_(-lr * w.grad) is
+ *       bool was = cg_set_grad_enabled(false);
+ *       cg_status s = cg_add_(w, cg_mul_scalar(cg_grad(w), -lr));  (inside a scope, which frees the step)
+ *       cg_set_grad_enabled(was);
+ *   A view made under no-grad (or by cg_detach) shares its base's storage without its history: writing
+ *   it writes the base, as in PyTorch, and nothing checks the base's autograd state.
+ * - Every write counts in the version of t's storage, which all its views share: a backward that
+ *   saved a value the write replaced fails, as PyTorch's "one of the variables needed for gradient
+ *   computation has been modified by an inplace operation". */
+CG_API cg_status cg_add_(cg_tensor *t, const cg_tensor *other);
+CG_API cg_status cg_sub_(cg_tensor *t, const cg_tensor *other);
+CG_API cg_status cg_mul_(cg_tensor *t, const cg_tensor *other);
+CG_API cg_status cg_div_(cg_tensor *t, const cg_tensor *other);
+CG_API cg_status cg_add_scalar_(cg_tensor *t, float s);
+CG_API cg_status cg_mul_scalar_(cg_tensor *t, float s);
+/* Every element = value, for any dtype, value converted as cg_full_dtype converts it: for an integer or
+ * bool t it must be an integer the dtype holds, else CG_ERR_INVALID_ARG (PyTorch refuses only values
+ * out of range, truncating 1.5 to 1 and making any nonzero bool true). cg_zero_: value 0. */
+CG_API cg_status cg_fill_(cg_tensor *t, double value);
+CG_API cg_status cg_zero_(cg_tensor *t);
+/* t = cg_clamp(t, min, max), floating t. */
+CG_API cg_status cg_clamp_(cg_tensor *t, float min, float max);
+
 /* ---- comparisons and selection ---------------------------------------------------------------- */
 /* a OP b element by element, broadcast (torch.eq, ne, lt, le, gt, ge): a bool tensor. a and b have
  * one dtype, any; integers compare exactly, floats as IEEE does (NaN is unequal to everything). Not
