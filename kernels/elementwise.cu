@@ -75,10 +75,10 @@ union Pack {
     typename E::bits e[16 / sizeof(typename E::bits)];
 };
 
-// Contiguous inputs and output, 16 bytes at a time.
+// Contiguous inputs and output, 16 bytes at a time. No __restrict__ here or in pass_strided: the output
+// may be an input itself (an in-place op, kernel_args.h), each element read by the thread that then writes it.
 template <class P, class E>
-__global__ void pass_contiguous(const void *__restrict__ in0, const void *__restrict__ in1,
-                                const void *__restrict__ in2, void *__restrict__ y, int64_t n, float s) {
+__global__ void pass_contiguous(const void *in0, const void *in1, const void *in2, void *y, int64_t n, float s) {
     using B = typename E::bits;
     constexpr int V = 16 / sizeof(B);
     const uint4 *a = static_cast<const uint4 *>(in0), *b = static_cast<const uint4 *>(in1),
@@ -102,8 +102,7 @@ __global__ void pass_contiguous(const void *__restrict__ in0, const void *__rest
 }
 
 template <class P, class E>
-__global__ void pass_strided(const void *__restrict__ in0, const void *__restrict__ in1,
-                             const void *__restrict__ in2, void *__restrict__ y, cg_ew_layout lay, float s) {
+__global__ void pass_strided(const void *in0, const void *in1, const void *in2, void *y, cg_ew_layout lay, float s) {
     using B = typename E::bits;
     const B *x0 = static_cast<const B *>(in0), *x1 = static_cast<const B *>(in1), *x2 = static_cast<const B *>(in2);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < lay.numel; i += (int64_t)gridDim.x * blockDim.x) {

@@ -52,7 +52,12 @@
     /* the tanh approximation x (1 + tanh u) / 2 = x sigmoid(2u), u = sqrt(2 / pi) (x + 0.044715 x^3) */          \
     X(GELU_TANH, "cg_gelu", CG_SAVES_X, x * cgm_gelu_sigmoid(x),                                                  \
       g * (cgm_gelu_sigmoid(x) + x * CGM_C(2) * cgm_gelu_sigmoid(x) * (CGM_C(1) - cgm_gelu_sigmoid(x)) *         \
-           CGM_C(0.79788456080286535588) * (CGM_C(1) + CGM_C(0.134145) * x * x)), -4, 4, 0)
+           CGM_C(0.79788456080286535588) * (CGM_C(1) + CGM_C(0.134145) * x * x)), -4, 4, 0)                     \
+    /* cg_clamp's two sides, a pass for each finite bound: max(x, s) and min(x, s), a NaN x staying NaN; the    \
+     * gradient passes at the bound itself, as PyTorch's. The s tested is no 16-bit value, so that no rounded   \
+     * input sits on the kink, where finite differences halve the gradient */                                   \
+    X(CLAMP_MIN, "cg_clamp", CG_SAVES_X, x < s ? s : x, x >= s ? g : CGM_C(0), -4, 4, -1.2345)                  \
+    X(CLAMP_MAX, "cg_clamp", CG_SAVES_X, x > s ? s : x, x <= s ? g : CGM_C(0), -4, 4, 1.7071)
 
 /* X(NAME, public name, saves, forward, backward for a, backward for b, lo a, hi a, lo b, hi b) */
 #define CG_BINARY_OPS(X)                                                                                        \
@@ -61,7 +66,14 @@
     X(MUL, "cg_mul", CG_SAVES_AB, a * b, g * b, g * a, -4, 4, -4, 4)                                            \
     X(DIV, "cg_div", CG_SAVES_AB, a / b, g / b, -(a / (b * b) * g), -4, 4, 0.5, 4)                              \
     X(POW, "cg_pow", CG_SAVES_AB, cgm_pow(a, b), cgm_pow(a, b - CGM_C(1)) * b * g, cgm_pow(a, b) * cgm_log(a) * g, \
-      0.5, 3, -2, 2)
+      0.5, 3, -2, 2)                                                                                            \
+    /* F.binary_cross_entropy per element, a the probability and b the target, each log at least -100 as        \
+     * PyTorch's: a of exactly 0 or 1 costs at most 100. The gradients are PyTorch's: of a g (a - b) /          \
+     * max((1 - a) a, 1e-12), of b g (log(1 - a) - log a). An a outside [0, 1] gives NaN */                      \
+    X(BCE, "cg_binary_cross_entropy", CG_SAVES_AB,                                                              \
+      (b - CGM_C(1)) * cgm_atleast(cgm_log1p(-a), CGM_C(-100)) - b * cgm_atleast(cgm_log(a), CGM_C(-100)),      \
+      g * (a - b) / cgm_atleast((CGM_C(1) - a) * a, CGM_C(1e-12)), g * (cgm_log1p(-a) - cgm_log(a)), 0.02, 0.98, \
+      0, 1)
 
 /* What a backward reads. */
 typedef enum cg_saves { CG_NO_GRAD, CG_SAVES_NONE, CG_SAVES_X, CG_SAVES_Y, CG_SAVES_AB } cg_saves;
@@ -122,6 +134,7 @@ CGM_PAIR(cgm_cos, cgm_cosf, cos)
 CGM_PAIR(cgm_sqrt, sqrtf, sqrt)
 CGM_PAIR(cgm_tanh, tanhf, tanh)
 CGM_PAIR(cgm_erfc, erfcf, erfc)
+CGM_PAIR(cgm_log1p, log1pf, log1p)
 #undef CGM_PAIR
 CG_HD float cgm_pow(float v, float p) { return cgm_powf(v, p); }
 CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
@@ -133,6 +146,7 @@ CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
 #define cgm_sqrt(v) _Generic((v), float: sqrtf, default: sqrt)(v)
 #define cgm_tanh(v) _Generic((v), float: tanhf, default: tanh)(v)
 #define cgm_erfc(v) _Generic((v), float: erfcf, default: erfc)(v)
+#define cgm_log1p(v) _Generic((v), float: log1pf, default: log1p)(v)
 #define cgm_pow(v, p) _Generic((v), float: cgm_powf, default: pow)((v), (p))
 #endif
 #define CGM_C(v) ((CGM_T)(v))
@@ -149,6 +163,16 @@ CG_HD float cgm_gelu_sigmoid(float x) { return cgm_gelu_sigmoidf(x); }
 CG_HD double cgm_gelu_sigmoid(double x) { return cgm_gelu_sigmoid_d(x); }
 #else
 #define cgm_gelu_sigmoid(v) _Generic((v), float: cgm_gelu_sigmoidf, default: cgm_gelu_sigmoid_d)(v)
+#endif
+
+/* max(v, lo), a NaN v kept: std::max(v, lo), as PyTorch's losses bound their logs. */
+CG_HD float cgm_atleastf(float v, float lo) { return v < lo ? lo : v; }
+CG_HD double cgm_atleast_d(double v, double lo) { return v < lo ? lo : v; }
+#ifdef __CUDACC__
+CG_HD float cgm_atleast(float v, float lo) { return cgm_atleastf(v, lo); }
+CG_HD double cgm_atleast(double v, double lo) { return cgm_atleast_d(v, lo); }
+#else
+#define cgm_atleast(v, lo) _Generic((v), float: cgm_atleastf, default: cgm_atleast_d)((v), (lo))
 #endif
 
 /* The formulas as functions of one element type: forward, and the gradient of each input given g

@@ -76,7 +76,9 @@ typedef struct cg_random_args {
 /* ---- element-wise passes (the ops of elementwise_ops.h) -------------------------------------------------- */
 #define CG_EW_MAX_INPUTS 3
 /* The output is contiguous with `shape`; input k is read at sum(index[i] * strides[k][i]).
- * Broadcast dims have stride 0. Dims are coalesced before a backend sees them. */
+ * Broadcast dims have stride 0. Dims are coalesced before a backend sees them. The output may be an
+ * input itself read with the output's own layout (in-place ops): each element is read before it is
+ * written, by whoever writes it; any other overlap of an input with the output is the caller's to avoid. */
 typedef struct cg_ew_layout {
     int ndim;
     int64_t numel;

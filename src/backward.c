@@ -185,8 +185,9 @@ static cg_status run_node(cg_node *n, uint64_t epoch) {
             s = cg__fail(CG_ERR_INVALID_ARG, "cg_backward: trying to backward through the graph a second time "
                                              "(%s's saved values were already freed by an earlier backward)", n->name);
         else if (saved_values_changed(n))
-            s = cg__fail(CG_ERR_INVALID_ARG, "cg_backward: a tensor that %s saved for backward was modified in place "
-                                             "(cg_copy_) after the forward pass", n->name);
+            s = cg__fail(CG_ERR_INVALID_ARG, "cg_backward: one of the variables needed for gradient computation has been "
+                                             "modified by an inplace operation: a tensor that %s saved for backward was "
+                                             "modified in place (cg_copy_, cg_add_, ...) after the forward pass", n->name);
         else
             s = n->backward(n, n->grad_accum, grad_in);
     }

@@ -112,6 +112,7 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(linear) \
     X(linear_nobias) \
     X(mse_loss) \
+    X(binary_cross_entropy) \
     X(cross_entropy) \
     X(cross_entropy_probs) \
     X(conv2d) \

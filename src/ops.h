@@ -21,6 +21,11 @@ cg_status cg__ew_into(cg_ew_kind kind, int op, int which, float s, const cg_tens
 /* The recorded (autograd-aware) element-wise ops behind the public functions; fn names the caller. */
 cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char *fn);
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn);
+/* cg_clamp's passes for a tensor of floating dtype dt: pass k is ops[k] (CG_UNARY_CLAMP_MIN, then
+ * CG_UNARY_CLAMP_MAX) with scalar s[k], the bound as dt holds it (PyTorch converts it to the tensor's
+ * dtype first). Returns their count: one for each finite bound, and with none, one that copies (a
+ * CLAMP_MIN at -inf); -1 with CG_ERR_INVALID_ARG naming fn for a NaN bound. */
+int cg__clamp_passes(float min, float max, cg_dtype dt, cg_unary_op *ops, float *s, const char *fn);
 /* out (contiguous, same shape as x) = op(x, s), on x's device; not recorded. */
 cg_status cg__unary_into(cg_unary_op op, float s, const cg_tensor *x, cg_tensor *out);
 /* dst += src in place (same shape, same device); not recorded. */

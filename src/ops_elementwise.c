@@ -1,6 +1,7 @@
 /* Element-wise ops front-end: argument checks, broadcasting, dispatch to the device backend. */
 #include "cgrad/core.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "autograd.h"
@@ -177,14 +178,20 @@ cg_tensor *cg_pow(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op
 
 #define UNARY(name, op, alpha) \
     cg_tensor *name(const cg_tensor *a) { return cg__unary_op(op, alpha, a, #name); }
-/* x OP s with s a float, as PyTorch with a Python float: an integer or bool x gives float32, the
- * default float dtype; a floating x keeps its dtype. */
+/* x (live) as an op with a float scalar takes it, as PyTorch with a Python float: a floating x itself;
+ * an integer or bool one converted to float32, the default float dtype (*made: that conversion, for
+ * the caller to free; NULL on failure, recorded). */
+static const cg_tensor *float_operand(const cg_tensor *x, cg_tensor **made) {
+    *made = NULL;
+    return cg_dtype_floating(cg__t(x)->dtype) ? x : (*made = cg_to_dtype(x, CG_FLOAT32));
+}
+/* x OP s with s a float: a floating x keeps its dtype. */
 static cg_tensor *scalar_op(cg_unary_op op, float s, const cg_tensor *x, const char *fn) {
     if (cg__check_tensor(x, fn, "a") != CG_OK) return NULL;
-    if (cg_dtype_floating(cg__t(x)->dtype)) return cg__unary_op(op, s, x, fn);
-    cg_tensor *f = cg_to_dtype(x, CG_FLOAT32);
+    cg_tensor *made;
+    const cg_tensor *f = float_operand(x, &made);
     cg_tensor *out = f ? cg__unary_op(op, s, f, fn) : NULL;
-    cg_tensor_free(f);
+    cg_tensor_free(made);
     return out;
 }
 #define UNARY_SCALAR(name, op, alpha) \
@@ -209,4 +216,35 @@ cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate) {
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_gelu: unknown approximate %d (CG_GELU_NONE or CG_GELU_TANH)",
                             (int)approximate);
     return cg__unary_op(approximate == CG_GELU_TANH ? CG_UNARY_GELU_TANH : CG_UNARY_GELU, 0.0f, x, "cg_gelu");
+}
+
+/* v as dtype dt (floating) holds it. */
+static float in_dtype(cg_dtype dt, float v) {
+    return dt == CG_BFLOAT16 ? cg_f32_from_bf16(cg_bf16_from_f32(v)) : dt == CG_FLOAT16 ? cg_f32_from_f16(cg_f16_from_f32(v)) : v;
+}
+
+int cg__clamp_passes(float min, float max, cg_dtype dt, cg_unary_op *ops, float *s, const char *fn) {
+    if (isnan(min) || isnan(max))
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: a bound is NaN (min %g, max %g); -INFINITY and INFINITY leave a side "
+                                            "unbounded", fn, (double)min, (double)max), -1;
+    int n = 0;
+    if (min > -INFINITY || max == INFINITY) ops[n] = CG_UNARY_CLAMP_MIN, s[n++] = in_dtype(dt, min);
+    if (max < INFINITY) ops[n] = CG_UNARY_CLAMP_MAX, s[n++] = in_dtype(dt, max);
+    return n;
+}
+
+cg_tensor *cg_clamp(const cg_tensor *x, float min, float max) {
+    if (cg__check_tensor(x, "cg_clamp", "x") != CG_OK) return NULL;
+    cg_tensor *made, *out = NULL;
+    const cg_tensor *f = float_operand(x, &made);
+    cg_unary_op ops[2];
+    float s[2];
+    int n = f ? cg__clamp_passes(min, max, cg__t(f)->dtype, ops, s, "cg_clamp") : -1;
+    for (int k = 0; k < n; k++) { /* the lower bound first: where min > max every element becomes max */
+        cg_tensor *next = cg__unary_op(ops[k], s[k], k ? out : f, "cg_clamp");
+        cg_tensor_free(out);
+        if (!(out = next)) break;
+    }
+    cg_tensor_free(made);
+    return out;
 }

@@ -1,6 +1,8 @@
 /* Loss functions. */
 #include "cgrad/core.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "autograd.h"
@@ -40,6 +42,9 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
     if (inputi->ndim != targeti->ndim || memcmp(inputi->shape, targeti->shape, (size_t)inputi->ndim * sizeof(int64_t)))
         return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_mse_loss: input shape %s and target shape %s differ",
                             cg__shape_str(input, si, sizeof si), cg__shape_str(target, st, sizeof st));
+    if (reduction == CG_REDUCTION_NONE)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_mse_loss: CG_REDUCTION_NONE is not supported (CG_REDUCTION_MEAN or "
+                                                "CG_REDUCTION_SUM)");
     if (reduction != CG_REDUCTION_MEAN && reduction != CG_REDUCTION_SUM)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_mse_loss: unknown reduction %d", (int)reduction);
     float scale = reduction == CG_REDUCTION_MEAN ? 1.0f / (float)inputi->numel : 1.0f;
@@ -102,3 +107,119 @@ static const cg_op_domain mse_domain = {
 
 CG_OP_DEFINE(mse_loss) = {.name = "cg_mse_loss", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &mse_domain,
                                     .call = mse_call, .reference = mse_reference, .backward = mse_backward};
+
+/* ---- binary cross-entropy ------------------------------------------------------------------------------ */
+#define BCE "cg_binary_cross_entropy"
+
+/* On the CPU, whose values cost nothing to read, every element of t (float32, named `name`) must lie in
+ * [0, 1], as PyTorch checks; a GPU is not waited for. */
+static cg_status check_probabilities(const cg_tensor *t, const char *name) {
+    if (cg__t(t)->device.type != CG_CPU || cg__t(t)->numel == 0) return CG_OK;
+    cg_tensor *c = cg__raw_contiguous(t);
+    if (!c) return cg_last_status();
+    const float *v = cg__f32(c);
+    int64_t n = cg__t(c)->numel, bad = 0;
+    while (bad < n && v[bad] >= 0.0f && v[bad] <= 1.0f) bad++;
+    double value = bad < n ? v[bad] : 0.0;
+    cg_tensor_free(c);
+    if (bad == n) return CG_OK;
+    return cg__fail(CG_ERR_INVALID_ARG, BCE ": all elements of %s should be between 0 and 1 (element %lld is %g)", name,
+                    (long long)bad, value);
+}
+
+/* The arguments' checks: live, one device, input floating with target (its shape) and weight (broadcasting
+ * to its shape) of its dtype, a known reduction, and no weight that would need a gradient. */
+static cg_status check_bce(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight, cg_reduction reduction) {
+    CG_TRY(cg__check_tensor(input, BCE, "input"));
+    CG_TRY(cg__check_tensor(target, BCE, "target"));
+    if (weight) CG_TRY(cg__check_tensor(weight, BCE, "weight"));
+    CG_TRY(cg__check_same_device(input, target, BCE));
+    if (weight) CG_TRY(cg__check_same_device(input, weight, BCE));
+    CG_TRY(cg__check_floating(input, BCE, "input"));
+    const cg_tensor_impl *ii = cg__t(input);
+    const cg_tensor *others[2] = {target, weight};
+    for (int k = 0; k < 2; k++)
+        if (others[k] && cg__t(others[k])->dtype != ii->dtype)
+            return cg__fail(CG_ERR_INVALID_ARG, BCE ": %s is %s but input is %s (convert it with cg_to_dtype)",
+                            k ? "weight" : "target", cg_dtype_name(cg__t(others[k])->dtype), cg_dtype_name(ii->dtype));
+    char si[160], so[160];
+    const cg_tensor_impl *ti = cg__t(target);
+    if (ti->ndim != ii->ndim || memcmp(ti->shape, ii->shape, (size_t)ii->ndim * sizeof(int64_t)) != 0)
+        return cg__fail(CG_ERR_SHAPE, BCE ": target shape %s differs from input shape %s",
+                        cg__shape_str(target, so, sizeof so), cg__shape_str(input, si, sizeof si));
+    int ndim;
+    int64_t shape[CG_MAX_DIMS];
+    if (weight && (cg__broadcast_shape(input, weight, BCE, &ndim, shape) != CG_OK || ndim != ii->ndim ||
+                   memcmp(shape, ii->shape, (size_t)ndim * sizeof(int64_t)) != 0))
+        return cg__fail(CG_ERR_SHAPE, BCE ": weight of shape %s does not broadcast to input shape %s",
+                        cg__shape_str(weight, so, sizeof so), cg__shape_str(input, si, sizeof si));
+    if (reduction != CG_REDUCTION_MEAN && reduction != CG_REDUCTION_SUM && reduction != CG_REDUCTION_NONE)
+        return cg__fail(CG_ERR_INVALID_ARG, BCE ": unknown reduction %d", (int)reduction);
+    if (weight && cg__t(weight)->requires_grad && cg_is_grad_enabled())
+        return cg__fail(CG_ERR_INVALID_ARG, BCE ": weight requires grad, but the loss has no derivative for its weight "
+                                            "(as in PyTorch)");
+    return CG_OK;
+}
+
+/* The per-element losses (an element-wise op of kernels/elementwise_ops.h), weighted, then reduced: each
+ * step recorded, so the gradient is PyTorch's product g / numel * weight * (x - t) / max((1 - x) x, eps). */
+cg_tensor *cg_binary_cross_entropy(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight,
+                                   cg_reduction reduction) {
+    if (check_bce(input, target, weight, reduction) != CG_OK) return NULL;
+    CG_VIA_FLOAT32(BCE, cg_binary_cross_entropy(f32[0], f32[1], f32[2], reduction), input, target, weight);
+    if (check_probabilities(input, "input") != CG_OK || check_probabilities(target, "target") != CG_OK) return NULL;
+    cg_tensor *loss = cg__binary_op(CG_BINARY_BCE, input, target, BCE);
+    if (loss && weight) {
+        cg_tensor *weighted = cg_mul(loss, weight);
+        cg_tensor_free(loss);
+        loss = weighted;
+    }
+    if (!loss || reduction == CG_REDUCTION_NONE) return loss;
+    cg_tensor *reduced = reduction == CG_REDUCTION_MEAN ? cg_mean(loss) : cg_sum(loss);
+    cg_tensor_free(loss);
+    return reduced;
+}
+
+/* ---- op-table entry: param[0] the reduction (cg_reduction), param[1] 1 with the weight (input 2), 0 without */
+static cg_tensor *bce_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op;
+    return cg_binary_cross_entropy(in[0], in[1], c->param[1] ? in[2] : NULL, (cg_reduction)c->param[0]);
+}
+
+static cg_status bce_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    (void)op;
+    cg_ref_tensor loss;
+    CG_TRY(cg__ref_alloc(&loss, in[0].ndim, in[0].shape));
+    int64_t n = cg__ref_numel(&loss);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = in[0].data[i], t = in[1].data[i], w = c->param[1] ? cg__ref_broadcast_at(&in[2], &loss, i) : 1.0;
+        loss.data[i] = -w * (t * fmax(log(x), -100.0) + (1.0 - t) * fmax(log1p(-x), -100.0));
+        sum += loss.data[i];
+    }
+    if (c->param[0] == CG_REDUCTION_NONE) {
+        *out = loss;
+        return CG_OK;
+    }
+    free(loss.data);
+    CG_TRY(cg__ref_alloc(out, 0, NULL));
+    out->data[0] = c->param[0] == CG_REDUCTION_SUM ? sum : n ? sum / (double)n : NAN;
+    return CG_OK;
+}
+
+/* Probabilities inside (0, 1), away from the bounds where the logs are clamped; positive weights. */
+#define T true
+static const cg_op_domain bce_domain = {
+    .lo = {0.02f, 0.0f, 0.25f}, .hi = {0.98f, 1.0f, 2.0f},
+    CG_OP_CASES({.ndim = {2, 2, 0}, .shape = {{3, 4}, {3, 4}}, .param = {CG_REDUCTION_MEAN, 0}},
+                {.ndim = {2, 2, 2}, .shape = {{3, 4}, {3, 4}, {3, 4}}, .param = {CG_REDUCTION_SUM, 1}},
+                {.ndim = {2, 2, 1}, .shape = {{3, 4}, {3, 4}, {4}}, .param = {CG_REDUCTION_NONE, 1}},
+                {.ndim = {2, 2, 2}, .shape = {{4, 5}, {4, 5}, {4, 1}}, .transposed = {T}, .param = {CG_REDUCTION_MEAN, 1}},
+                {.ndim = {3, 3, 0}, .shape = {{2, 3, 4}, {2, 3, 4}}, .transposed = {false, T}, .param = {CG_REDUCTION_NONE, 0}},
+                {.ndim = {0, 0, 0}, .param = {CG_REDUCTION_SUM, 1}},
+                {.ndim = {2, 2, 0}, .shape = {{0, 3}, {0, 3}}, .param = {CG_REDUCTION_MEAN, 0}}, /* NaN */
+                {.ndim = {2, 2, 1}, .shape = {{2, 0}, {2, 0}, {1}}, .param = {CG_REDUCTION_SUM, 1}})};
+#undef T
+
+CG_OP_DEFINE(binary_cross_entropy) = {.name = BCE, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u,
+                                      .domain = &bce_domain, .call = bce_call, .reference = bce_reference};

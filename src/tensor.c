@@ -384,9 +384,7 @@ static uint64_t element_bits(cg_dtype dt, double value) {
     }
 }
 
-/* Whether value, a number for fn to write into dtype dt, converts as PyTorch's number would: any
- * value for the float types; an integer the type holds otherwise (bool: 0 or 1). */
-static cg_status check_value(double value, cg_dtype dt, const char *fn) {
+cg_status cg__check_value(double value, cg_dtype dt, const char *fn) {
     if (cg_dtype_floating(dt)) return CG_OK;
     static const double lo[CG_DTYPE_COUNT] = {[CG_INT64] = -0x1p63, [CG_INT32] = -0x1p31};
     static const double end[CG_DTYPE_COUNT] = {[CG_INT64] = 0x1p63, [CG_INT32] = 0x1p31, [CG_UINT8] = 256, [CG_BOOL] = 2};
@@ -424,7 +422,7 @@ cg_tensor *cg_empty(int ndim, const int64_t *shape, cg_device d) {
 }
 
 static cg_tensor *filled(int ndim, const int64_t *shape, double value, cg_dtype dt, cg_device d, const char *fn) {
-    if (dtype_valid(dt) && check_value(value, dt, fn) != CG_OK) return NULL;
+    if (dtype_valid(dt) && cg__check_value(value, dt, fn) != CG_OK) return NULL;
     cg_tensor *t = created(ndim, shape, dt, d, fn);
     return t ? cg__finish(t, cg__fill(t, value)) : NULL;
 }
@@ -482,7 +480,7 @@ static cg_tensor *arange(double start, double end, double step, cg_dtype dt, cg_
     int64_t n = (int64_t)count;
     /* the last value, start + (n - 1) step, and the first must fit the dtype (the kernel converts them) */
     if (n > 0 && !cg_dtype_floating(dt) &&
-        (check_value(trunc(start), dt, fn) != CG_OK || check_value(trunc(start + (double)(n - 1) * step), dt, fn) != CG_OK))
+        (cg__check_value(trunc(start), dt, fn) != CG_OK || cg__check_value(trunc(start + (double)(n - 1) * step), dt, fn) != CG_OK))
         return NULL;
     cg_tensor *t = created(1, &n, dt, d, fn);
     return t ? cg__finish(t, cg__run_arange(d, &(cg_arange_args){cg__data(t), dt, n, start, step})) : NULL;
@@ -516,4 +514,34 @@ cg_tensor *cg_rand_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device 
 }
 cg_tensor *cg_randn_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d) {
     return random_tensor(ndim, shape, dt, d, true, "cg_randn_dtype");
+}
+
+/* ---- *_like: t's shape, dtype and device, contiguous, a leaf that requires no grad ------------------- */
+/* t for fn, checked (NULL otherwise, the failure recorded). */
+static const cg_tensor_impl *like(const cg_tensor *t, const char *fn) {
+    return cg__check_tensor(t, fn, "t") == CG_OK ? cg__t(t) : NULL;
+}
+cg_tensor *cg_empty_like(const cg_tensor *t) {
+    const cg_tensor_impl *ti = like(t, "cg_empty_like");
+    return ti ? created(ti->ndim, ti->shape, ti->dtype, ti->device, "cg_empty_like") : NULL;
+}
+cg_tensor *cg_full_like(const cg_tensor *t, double value) {
+    const cg_tensor_impl *ti = like(t, "cg_full_like");
+    return ti ? filled(ti->ndim, ti->shape, value, ti->dtype, ti->device, "cg_full_like") : NULL;
+}
+cg_tensor *cg_zeros_like(const cg_tensor *t) {
+    const cg_tensor_impl *ti = like(t, "cg_zeros_like");
+    return ti ? filled(ti->ndim, ti->shape, 0, ti->dtype, ti->device, "cg_zeros_like") : NULL;
+}
+cg_tensor *cg_ones_like(const cg_tensor *t) {
+    const cg_tensor_impl *ti = like(t, "cg_ones_like");
+    return ti ? filled(ti->ndim, ti->shape, 1, ti->dtype, ti->device, "cg_ones_like") : NULL;
+}
+cg_tensor *cg_rand_like(const cg_tensor *t) {
+    const cg_tensor_impl *ti = like(t, "cg_rand_like");
+    return ti ? random_tensor(ti->ndim, ti->shape, ti->dtype, ti->device, false, "cg_rand_like") : NULL;
+}
+cg_tensor *cg_randn_like(const cg_tensor *t) {
+    const cg_tensor_impl *ti = like(t, "cg_randn_like");
+    return ti ? random_tensor(ti->ndim, ti->shape, ti->dtype, ti->device, true, "cg_randn_like") : NULL;
 }

@@ -21,7 +21,7 @@ typedef struct cg_storage {
     void *data;      /* device or host pointer, from the caching allocator */
     size_t bytes;    /* size of the block as requested */
     int refcount;    /* tensors that share it; changed atomically (threads may share a read-only tensor) */
-    uint64_t version; /* in-place writes through the API (cg_copy_), so backward can refuse stale saves */
+    uint64_t version; /* in-place writes through the API (cg_copy_, cg_add_, ...), so backward can refuse stale saves */
     struct cg_storage *next_free;
 } cg_storage;
 
@@ -91,6 +91,10 @@ cg_status cg__check_shape(int ndim, const int64_t *shape, const char *fn);
 cg_status cg__check_result_shape(int ndim, const int64_t *shape, const char *fn, const char *name_a,
                                  const cg_tensor *a, const char *name_b, const cg_tensor *b);
 
+/* Whether value, a number for fn to write into dtype dt, converts as PyTorch's number would: any
+ * value for the float types; an integer the type holds otherwise (bool: 0 or 1). CG_ERR_INVALID_ARG
+ * naming fn, the value and the dtype otherwise. */
+cg_status cg__check_value(double value, cg_dtype dt, const char *fn);
 /* t (contiguous) = value converted to t's dtype (kernels/dtype_math.h's rules), on t's device. */
 cg_status cg__fill(cg_tensor *t, double value);
 /* A new contiguous tensor with fresh storage; NULL (error recorded) on OOM or a shape that breaks

@@ -31,6 +31,15 @@
  *  backward_released_graph         a second backward through a used cg_mul        INVALID  cg_backward, second time, cg_mul
  *  backward_freed_leaf             backward after freeing the leaf                INVALID  cg_backward, freed before backward
  *  copy_into_saved_tensor          cg_copy_ into w after y = x * w, then backward INVALID  cg_backward, cg_mul, modified in place
+ *  inplace_into_saved_tensor       cg_mul_scalar_ into w after y = x * w, then    INVALID  cg_backward, cg_mul, modified by an
+ *                                  backward                                                inplace operation
+ *  inplace_leaf_requires_grad      cg_add_scalar_ of a leaf requiring grad        INVALID  cg_add_scalar_, leaf ... requires grad
+ *  inplace_broadcast_shape         cg_add_ of t (3,) with other (2, 3)            SHAPE    cg_add_, (3,), (2, 3)
+ *  inplace_result_cast             cg_add_scalar_(int64 t, 0.5)                   INVALID  cg_add_scalar_, float32 can't be cast, int64
+ *  like_freed                      cg_zeros_like of a freed tensor                INVALID  cg_zeros_like, freed
+ *  clamp_nan_bound                 cg_clamp(x, NAN, 1)                            INVALID  cg_clamp, NaN
+ *  bce_target_shape                input (4, 1), target (4,)                      SHAPE    cg_binary_cross_entropy, (4,), (4, 1)
+ *  bce_null_arguments              cg_binary_cross_entropy(y, NULL), (NULL, t)    INVALID  cg_binary_cross_entropy, 'target' / 'input'
  *  requires_grad_non_leaf          cg_set_requires_grad on a cg_reshape output    INVALID  cg_set_requires_grad, leaf, cg_reshape
  *  use_after_scope_end             cg_item of a tensor its scope freed            INVALID  cg_item, freed
  *  scope_end_out_of_order          end the outer scope first; end one twice       INVALID  cg_scope_end, innermost / freed scope
@@ -269,6 +278,72 @@ static void copy_into_saved_tensor(cg_device d) {
     CG_TEST_STATUS_OK(cg_backward(loss2));
     assert_all(cg_grad(x), 0.0f);
     FREE_ALL(x, w, zero, y, loss, y2, loss2);
+}
+
+/* ---- in-place ops, *_like, clamp and binary cross-entropy ------------------------------------------------ */
+static void inplace_into_saved_tensor(cg_device d) {
+    cg_tensor *x = LEAF(d, 2), *w = CG_TEST_OK(cg_full(CG_SHAPE(2), 3.0f, d));
+    cg_tensor *y = CG_TEST_OK(cg_mul(x, w)), *loss = CG_TEST_OK(cg_sum(y));
+    CG_TEST_STATUS_OK(cg_mul_scalar_(w, 2.0f)); /* w requires no grad: writable under grad mode */
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_backward(loss), "cg_backward", "cg_mul", "modified by an inplace operation");
+    assert_null(cg_grad(x));
+    assert_all(w, 6.0f);
+    FREE_ALL(x, w, y, loss);
+}
+
+static void inplace_leaf_requires_grad(cg_device d) {
+    cg_tensor *w = LEAF(d, 3);
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_add_scalar_(w, 1.0f), "cg_add_scalar_",
+                  "a leaf tensor that requires grad is being used in an in-place operation");
+    assert_all(w, 0.5f);
+    bool was = cg_set_grad_enabled(false); /* what the message advises */
+    CG_TEST_STATUS_OK(cg_add_scalar_(w, 1.0f));
+    cg_set_grad_enabled(was);
+    assert_all(w, 1.5f);
+    cg_tensor_free(w);
+}
+
+static void inplace_broadcast_shape(cg_device d) {
+    cg_tensor *t = CG_TEST_OK(cg_zeros(CG_SHAPE(3), d)), *other = CG_TEST_OK(cg_ones(CG_SHAPE(2, 3), d));
+    EXPECT_STATUS(CG_ERR_SHAPE, cg_add_(t, other), "cg_add_", "(3,)", "(2, 3)");
+    assert_all(t, 0.0f);
+    FREE_ALL(t, other);
+}
+
+static void inplace_result_cast(cg_device d) {
+    cg_tensor *t = CG_TEST_OK(cg_zeros_dtype(CG_SHAPE(3), CG_INT64, d));
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_add_scalar_(t, 0.5f), "cg_add_scalar_",
+                  "result type float32 can't be cast to the desired output type int64");
+    cg_tensor_free(t);
+}
+
+static void like_freed(cg_device d) {
+    cg_tensor *t = LEAF(d, 3);
+    cg_tensor_free(t);
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_zeros_like(t), "cg_zeros_like", "freed");
+}
+
+static void clamp_nan_bound(cg_device d) {
+    cg_tensor *x = LEAF(d, 3);
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_clamp(x, NAN, 1.0f), "cg_clamp", "NaN");
+    cg_tensor_free(x);
+}
+
+static void bce_target_shape(cg_device d) { /* PyTorch refuses it too (a ValueError) */
+    cg_tensor *y = LEAF(d, 4, 1), *t = CG_TEST_OK(cg_zeros(CG_SHAPE(4), d));
+    EXPECT_NULL(CG_ERR_SHAPE, cg_binary_cross_entropy(y, t, NULL, CG_REDUCTION_MEAN), "cg_binary_cross_entropy", "(4,)",
+                "(4, 1)");
+    assert_null(cg_grad(y));
+    FREE_ALL(y, t);
+}
+
+static void bce_null_arguments(cg_device d) {
+    cg_tensor *y = LEAF(d, 4);
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_binary_cross_entropy(y, NULL, NULL, CG_REDUCTION_MEAN), "cg_binary_cross_entropy",
+                "'target' is NULL");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_binary_cross_entropy(NULL, y, NULL, CG_REDUCTION_SUM), "cg_binary_cross_entropy",
+                "'input' is NULL");
+    cg_tensor_free(y);
 }
 
 static void requires_grad_non_leaf(cg_device d) {
@@ -690,7 +765,10 @@ static const misuse_case kCases[] = {
     CASE(linear_freed_bias),             CASE(mse_shapes),                    CASE(mse_null_arguments),
     CASE(mse_bad_reduction),             CASE(cross_entropy_target_shape),    CASE(backward_non_scalar),
     CASE(backward_null),                 CASE(backward_released_graph),       CASE(backward_freed_leaf),
-    CASE(copy_into_saved_tensor),        CASE(requires_grad_non_leaf),        CASE(use_after_scope_end),
+    CASE(copy_into_saved_tensor),        CASE(inplace_into_saved_tensor),     CASE(inplace_leaf_requires_grad),
+    CASE(inplace_broadcast_shape),       CASE(inplace_result_cast),           CASE(like_freed),
+    CASE(clamp_nan_bound),               CASE(bce_target_shape),              CASE(bce_null_arguments),
+    CASE(requires_grad_non_leaf),        CASE(use_after_scope_end),
     CASE(scope_end_out_of_order),        CASE(keep_freed),                    CASE(view_non_contiguous),
     CASE(reshape_two_inferred),          CASE(reshape_wrong_numel),           CASE(transpose_bad_dim),
     CASE(sum_dim_bad_dim),               CASE(module_null_arguments),         CASE(module_wrong_features),

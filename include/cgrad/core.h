@@ -156,6 +156,15 @@ CG_API cg_tensor *cg_from_data_dtype(const void *data, int ndim, const int64_t *
 CG_API cg_tensor *cg_arange_dtype(double start, double end, double step, cg_dtype dt, cg_device d);
 CG_API cg_tensor *cg_rand_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
 CG_API cg_tensor *cg_randn_dtype(int ndim, const int64_t *shape, cg_dtype dt, cg_device d);
+/* torch.empty_like(t), zeros_like, ...: a new contiguous tensor with t's shape, dtype and device, whatever
+ * t's layout, a leaf that requires no grad, filled as the _dtype functions above fill it (cg_full_like's
+ * value converted as cg_full_dtype's; cg_rand_like and cg_randn_like for floating t only). */
+CG_API cg_tensor *cg_empty_like(const cg_tensor *t);
+CG_API cg_tensor *cg_zeros_like(const cg_tensor *t);
+CG_API cg_tensor *cg_ones_like(const cg_tensor *t);
+CG_API cg_tensor *cg_full_like(const cg_tensor *t, double value);
+CG_API cg_tensor *cg_rand_like(const cg_tensor *t);
+CG_API cg_tensor *cg_randn_like(const cg_tensor *t);
 
 CG_API void cg_tensor_free(cg_tensor *t); /* NULL is ignored */
 
@@ -238,6 +247,52 @@ CG_API cg_tensor *cg_sigmoid(const cg_tensor *a);
  * CG_GELU_TANH x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as approximate='tanh'. */
 typedef enum cg_gelu_approximate { CG_GELU_NONE = 0, CG_GELU_TANH } cg_gelu_approximate;
 CG_API cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate);
+/* torch.clamp(x, min, max): min(max(x, min), max) element by element, so every element is max where
+ * min > max, as in PyTorch; -INFINITY or INFINITY leaves that side unbounded, and a NaN element stays
+ * NaN. A NaN bound is CG_ERR_INVALID_ARG: PyTorch leaves the values it would bound as they are, yet
+ * gives them a zero gradient, a trap rather than a meaning worth copying. The bounds are
+ * first rounded to x's dtype, as PyTorch converts them; an integer or bool x gives float32, as with a
+ * Python float. The gradient is g where min <= x <= max, the bounds included as in PyTorch, else 0. */
+CG_API cg_tensor *cg_clamp(const cg_tensor *x, float min, float max);
+
+/* ---- in-place ops ----------------------------------------------------------------------------------
+ * PyTorch's t.add_(other), ...: the result is written into t's own elements, through whatever view t
+ * is (a transpose or reshape writes into the tensor it views; every view cgrad makes can be written);
+ * CG_OK, or an error with t unchanged.
+ * - other (on t's device) broadcasts to t's shape, which stays; it is read whole before t is written,
+ *   even where it shares t's storage (cg_add_(x, x^T)).
+ * - t keeps its dtype. The op computes as its out-of-place form (floating tensors; a float scalar makes
+ *   a floating result, as a Python float), in the dtype cg_result_type gives (floating for cg_div_), and
+ *   that result must convert to t's dtype by PyTorch's rule (no floating result into an integer or
+ *   bool tensor, no non-bool one into bool), else CG_ERR_INVALID_ARG "result type float32 can't be
+ *   cast to the desired output type int64". A 16-bit t with a float32 operand gets the float32 result
+ *   rounded once.
+ * - Nothing is recorded for backward. Under grad mode, t may not require grad (a leaf that does is
+ *   PyTorch's "a leaf Variable that requires grad is being used in an in-place operation"; for a tensor
+ *   produced by an op, PyTorch would rebase its history, which cgrad does not), nor may other. Under
+ *   cg_set_grad_enabled(false) any tensor can be written: that is how optimizers and initializers
+ *   update parameters, e.g. w.data.add_(-lr * w.grad) is
+ *       bool was = cg_set_grad_enabled(false);
+ *       cg_status s = cg_add_(w, cg_mul_scalar(cg_grad(w), -lr));  (inside a scope, which frees the step)
+ *       cg_set_grad_enabled(was);
+ *   A view made under no-grad (or by cg_detach) shares its base's storage without its history: writing
+ *   it writes the base, as in PyTorch, and nothing checks the base's autograd state.
+ * - Every write counts in the version of t's storage, which all its views share: a backward that
+ *   saved a value the write replaced fails, as PyTorch's "one of the variables needed for gradient
+ *   computation has been modified by an inplace operation". */
+CG_API cg_status cg_add_(cg_tensor *t, const cg_tensor *other);
+CG_API cg_status cg_sub_(cg_tensor *t, const cg_tensor *other);
+CG_API cg_status cg_mul_(cg_tensor *t, const cg_tensor *other);
+CG_API cg_status cg_div_(cg_tensor *t, const cg_tensor *other);
+CG_API cg_status cg_add_scalar_(cg_tensor *t, float s);
+CG_API cg_status cg_mul_scalar_(cg_tensor *t, float s);
+/* Every element = value, for any dtype, value converted as cg_full_dtype converts it: for an integer or
+ * bool t it must be an integer the dtype holds, else CG_ERR_INVALID_ARG (PyTorch refuses only values
+ * out of range, truncating 1.5 to 1 and making any nonzero bool true). cg_zero_: value 0. */
+CG_API cg_status cg_fill_(cg_tensor *t, double value);
+CG_API cg_status cg_zero_(cg_tensor *t);
+/* t = cg_clamp(t, min, max), floating t. */
+CG_API cg_status cg_clamp_(cg_tensor *t, float min, float max);
 
 /* ---- comparisons and selection ---------------------------------------------------------------- */
 /* a OP b element by element, broadcast (torch.eq, ne, lt, le, gt, ge): a bool tensor. a and b have
@@ -317,9 +372,25 @@ CG_API cg_tensor *cg_detach(const cg_tensor *t); /* a view with no history */
 /* ---- functional NN ops ---------------------------------------------------------------------------- */
 /* y = x W^T + b: x (N, in), weight (out, in), bias (out) or NULL -> (N, out) (F.linear). */
 CG_API cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias);
-typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM } cg_reduction;
-/* MSELoss: mean (or sum) of (input - target)^2; shapes must match. */
+/* A loss's reduction (PyTorch's reduction='mean', 'sum', 'none'): the mean or sum of the per-element
+ * losses (0-dim), or the per-element losses themselves. */
+typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM, CG_REDUCTION_NONE } cg_reduction;
+/* MSELoss: mean (or sum) of (input - target)^2; shapes must match. CG_REDUCTION_NONE is not supported. */
 CG_API cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
+/* F.binary_cross_entropy: input (any shape) probabilities in [0, 1], target of its shape and dtype,
+ * weight broadcasting to its shape (its dtype) or NULL:
+ *   loss = -weight (target log(input) + (1 - target) log(1 - input)), reduced,
+ * each log bounded below by -100 as in PyTorch, so that an input of exactly 0 or 1 costs at most
+ * 100 weight. The mean of no elements is NaN. Gradients as PyTorch's: of input
+ * g weight (input - target) / max((1 - input) input, 1e-12), of target
+ * g weight (log(1 - input) - log(input)) (each divided by numel for the mean; at an input of 0 or 1
+ * these are +-1e12 and +-inf, as PyTorch's). weight has none, so it may not require grad under grad
+ * mode (refused here, where PyTorch refuses at backward). An input or target outside [0, 1] (or NaN) is
+ * CG_ERR_INVALID_ARG on the CPU, as PyTorch's "all elements of input should be between 0 and 1"; a
+ * GPU, not waited for, gives such an input a NaN loss and uses such a target as it is. bfloat16 and
+ * float16 are computed in float32. */
+CG_API cg_tensor *cg_binary_cross_entropy(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight,
+                                          cg_reduction reduction);
 /* nn.CrossEntropyLoss (mean reduction): logits (N, C) of a float dtype with targets of either kind
  *   class indices:       targets (N) int64 in [0, C) -> the mean over rows of logsumexp(logits[i]) -
  *                        logits[i][targets[i]]; gradient (softmax(logits) - onehot(targets)) / N;
