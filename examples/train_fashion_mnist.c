@@ -52,34 +52,6 @@
 #define CNN_DROPOUT 0.5f /* before the CNN's last layer: +0.5 points of test accuracy at 15 epochs */
 
 /* ---- data ---------------------------------------------------------------------------------------- */
-/* "<dir>/<name>" when that uncompressed file exists, else "<dir>/<name>.gz". */
-static void idx_path(const char *dir, const char *name, char *buf, size_t len) {
-    snprintf(buf, len, "%s/%s", dir, name);
-    if (access(buf, R_OK) != 0) snprintf(buf, len, "%s/%s.gz", dir, name); /* errors name the .gz */
-}
-
-/* The training set on d, only its first `limit` images when limit > 0. */
-static cg_dataset *load_train(const char *dir, int64_t limit, cg_device d) {
-    if (limit <= 0) return cg_fashion_mnist_load(dir, true, d);
-    char images_path[4096], labels_path[4096];
-    idx_path(dir, "train-images-idx3-ubyte", images_path, sizeof images_path);
-    idx_path(dir, "train-labels-idx1-ubyte", labels_path, sizeof labels_path);
-    cg_idx images, labels;
-    CHECK_OK(cg_idx_load(images_path, 3, &images));
-    CHECK_OK(cg_idx_load(labels_path, 1, &labels));
-    eu_expect(images.dims[0] == labels.dims[0], "the training images and labels have one count");
-    if (limit < images.dims[0]) { /* keep the first `limit` rows: the buffers stay as they are */
-        images.count = limit * images.dims[1] * images.dims[2];
-        images.dims[0] = limit;
-        labels.count = limit;
-        labels.dims[0] = limit;
-    }
-    cg_dataset *ds = cg_dataset_new(&images, &labels, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, d);
-    cg_idx_free(&images);
-    cg_idx_free(&labels);
-    return ds;
-}
-
 /* ---- evaluation ---------------------------------------------------------------------------------- */
 /* Test accuracy in percent: grad mode off, eval mode, batches of TEST_BATCH in order. */
 static double test_accuracy(cg_module *model, cg_loader *test) {
@@ -443,7 +415,7 @@ int main(int argc, char **argv) {
 
     /* The data, on the device once */
     double t0 = eu_now();
-    cg_dataset *train = load_train(data_dir, limit, device);
+    cg_dataset *train = eu_fashion_mnist(data_dir, true, limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
     eu_expect(train != NULL, cg_last_error());
     cg_dataset *test = cg_fashion_mnist_load(data_dir, false, device);
     eu_expect(test != NULL, cg_last_error());

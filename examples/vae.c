@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cgrad.h"
 #include "example_util.h"
@@ -187,26 +186,13 @@ static double test_epoch(const run *r, cg_loader *test_loader, int64_t n) {
     return total;
 }
 
-static void data_path(const char *dir, const char *name, char *buf, size_t len) {
-    snprintf(buf, len, "%s/%s", dir, name);
-    if (access(buf, R_OK) != 0) snprintf(buf, len, "%s/%s.gz", dir, name);
-}
-
-/* Pixels in [0, 1], as transforms.ToTensor(): mean 0, std 1. */
-static cg_dataset *load(const char *dir, bool train, cg_device d) {
-    char images[512], labels[512];
-    data_path(dir, train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte", images, sizeof images);
-    data_path(dir, train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte", labels, sizeof labels);
-    return CHECK_PTR(cg_dataset_load_idx(images, labels, 0.0f, 1.0f, d));
-}
-
 int main(int argc, char **argv) {
     const char *data_dir = getenv("CGRAD_FASHION_MNIST_DIR") ? getenv("CGRAD_FASHION_MNIST_DIR") : CG_FASHION_MNIST_DIR;
     const char *init_path = NULL;
     eu_take_string(&argc, argv, "--data", &data_dir);
     eu_take_string(&argc, argv, "--init", &init_path);
     int epochs = 10, seed = 1, log_interval = 0;
-    int64_t batch = 128;
+    int64_t batch = 128, limit = 0;
     float lr = 1e-3f;
     cg_device device = cg_default_device();
     eu_flag flags[] = {
@@ -216,6 +202,7 @@ int main(int argc, char **argv) {
         {"--seed", EU_INT, &seed, 0, "random seed (default 1)"},
         {"--log-interval", EU_INT, &log_interval, 0, "batches between training status lines (0: none)"},
         {"--device", EU_DEVICE, &device, 0, "where the model and the data live (default: the best present)"},
+        {"--limit", EU_SIZE, &limit, 0, "use the first N training and test images only (0: all)"},
     };
     eu_parse_flags(argc, argv,
                    "trains pytorch/examples' VAE on Fashion-MNIST and prints the average training and test losses\n"
@@ -224,7 +211,9 @@ int main(int argc, char **argv) {
                    flags, (int)(sizeof flags / sizeof flags[0]));
     cg_manual_seed((uint64_t)seed);
 
-    cg_dataset *train = load(data_dir, true, device), *test = load(data_dir, false, device);
+    /* pixels in [0, 1], as transforms.ToTensor(): mean 0, std 1 */
+    cg_dataset *train = eu_fashion_mnist(data_dir, true, limit, 0.0f, 1.0f, device);
+    cg_dataset *test = eu_fashion_mnist(data_dir, false, limit, 0.0f, 1.0f, device);
     int64_t n_train = cg_dataset_size(train), n_test = cg_dataset_size(test);
     cg_loader_options train_options = {.batch_size = batch, .shuffle = true, .seed = (uint64_t)seed, .flatten = true};
     cg_loader_options test_options = {.batch_size = batch, .flatten = true};
@@ -248,17 +237,20 @@ int main(int argc, char **argv) {
     adam.lr = lr;
     run r = {model, CHECK_PTR(cg_adam_new(model, adam)), device, log_interval};
 
-    double test_loss = NAN, *rates = malloc((size_t)epochs * sizeof *rates);
+    double test_loss = NAN, first_loss = NAN, last_loss = NAN, *rates = malloc((size_t)epochs * sizeof *rates);
     eu_expect(rates != NULL, "host memory");
     for (int epoch = 1; epoch <= epochs; epoch++) {
         if (init) load_order(init, epoch - 1, &b);
         double seconds;
         double train_loss = train_epoch(&r, &b, epoch, n_train, &seconds);
         eu_expect(isfinite(train_loss), "the training loss is finite");
+        if (epoch == 1) first_loss = train_loss;
+        last_loss = train_loss;
         rates[epoch - 1] = (double)n_train / seconds;
         test_loss = test_epoch(&r, test_loader, n_test);
     }
     eu_expect(isfinite(test_loss), "the test loss is finite");
+    eu_expect(epochs < 2 || last_loss < first_loss, "the training loss fell from the first epoch to the last");
     printf("result work=vae_e%d impl=cgrad test_loss=%.4f images_per_s=%.0f\n", epochs, test_loss, eu_median(rates, epochs));
 
     free(rates), free(b.order);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- flags ---------------------------------------------------------------------------------- */
 static void usage(FILE *f, const char *prog, const char *about, const eu_flag *flags, int nflags) {
@@ -291,4 +292,31 @@ void eu_check_square_product(const cg_tensor *x, const cg_tensor *r, int64_t n) 
         }
     free(hx);
     free(hr);
+}
+
+/* ---- data ---------------------------------------------------------------------------------------------- */
+/* "<dir>/<name>" when that uncompressed file exists, else "<dir>/<name>.gz". */
+static void idx_path(const char *dir, const char *name, char *buf, size_t len) {
+    snprintf(buf, len, "%s/%s", dir, name);
+    if (access(buf, R_OK) != 0) snprintf(buf, len, "%s/%s.gz", dir, name); /* errors name the .gz */
+}
+
+cg_dataset *eu_fashion_mnist(const char *dir, bool train, int64_t limit, float mean, float std, cg_device d) {
+    char images_path[4096], labels_path[4096];
+    idx_path(dir, train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte", images_path, sizeof images_path);
+    idx_path(dir, train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte", labels_path, sizeof labels_path);
+    cg_idx images, labels;
+    CHECK_OK(cg_idx_load(images_path, 3, &images));
+    CHECK_OK(cg_idx_load(labels_path, 1, &labels));
+    eu_expect(images.dims[0] == labels.dims[0], "the images and labels have one count");
+    if (limit > 0 && limit < images.dims[0]) { /* keep the first `limit` rows: the buffers stay as they are */
+        images.count = limit * images.dims[1] * images.dims[2];
+        images.dims[0] = limit;
+        labels.count = limit;
+        labels.dims[0] = limit;
+    }
+    cg_dataset *ds = CHECK_PTR(cg_dataset_new(&images, &labels, mean, std, d));
+    cg_idx_free(&images);
+    cg_idx_free(&labels);
+    return ds;
 }

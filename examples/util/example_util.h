@@ -35,6 +35,11 @@ bool eu_take_switch(int *argc, char **argv, const char *name);
  * empty value prints the error and exits 2. */
 void eu_take_string(int *argc, char **argv, const char *name, const char **value);
 
+/* ---- data ------------------------------------------------------------------------------------ */
+/* Fashion-MNIST's training or test set from dir ("<name>" or "<name>.gz" IDX files) on d, pixels
+ * normalised as ((p / 255) - mean) / std, only the first `limit` images when 0 < limit < N. */
+cg_dataset *eu_fashion_mnist(const char *dir, bool train, int64_t limit, float mean, float std, cg_device d);
+
 /* ---- errors: any cgrad failure ends the program with cg_last_error() and exit code 1 ------- */
 cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int line);
 void *eu_check_ptr(void *p, const char *expr, const char *file, int line);
