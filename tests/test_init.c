@@ -82,6 +82,12 @@ static cg_tensor *filled(int ndim, const int64_t *shape, cg_dtype dt, float valu
     return CG_TEST_OK(cg_full_dtype(ndim, shape, value, dt, dev()));
 }
 
+static size_t bytes_in_use(void) {
+    cg_memory_stats stats;
+    CG_TEST_STATUS_OK(cg_memory_stats_get(dev(), &stats));
+    return stats.bytes_in_use;
+}
+
 /* ---- calculate_gain and the fans ---------------------------------------------------------------------- */
 static void test_gain_table(void **state) {
     (void)state;
@@ -230,6 +236,7 @@ static void test_trunc_normal(void **state) {
         {0, 1, 3, 3.5},          /* 0.1% of the normal's draws land here; the thinned uniform keeps >= 20% */
     };
     cg_tensor *t = filled(CG_SHAPE(N_LARGE), CG_FLOAT32, 0);
+    const size_t in_use = bytes_in_use();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char what[96];
         snprintf(what, sizeof what, "trunc_normal_(%g, %g, %g, %g)", cases[i].mean, cases[i].std, cases[i].a, cases[i].b);
@@ -242,6 +249,7 @@ static void test_trunc_normal(void **state) {
         double m, v;
         truncated_moments(cases[i].mean, cases[i].std, cases[i].a, cases[i].b, &m, &v);
         assert_moments(what, x, N_LARGE, m, v);
+        assert_int_equal(bytes_in_use(), in_use); /* every round's temporaries released */
         free(x);
     }
     cg_tensor_free(t);
@@ -400,7 +408,9 @@ static void test_views(void **state) {
     int64_t stride = 2;
     cg_tensor *gaps = cg__view_new(w, 1, (const int64_t[]){144}, &stride, 0);
     assert_non_null(gaps);
+    const size_t in_use = bytes_in_use();
     assert_int_equal(cg_init_normal_(gaps, 0, 1), CG_ERR_INVALID_ARG);
+    assert_int_equal(bytes_in_use(), in_use);
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_init_normal_", "(144,)", "strides (2,)", "gaps");
     assert_all(w, 3.0f);
     cg_tensor_free(gaps), cg_tensor_free(p), cg_tensor_free(w), cg_tensor_free(view), cg_tensor_free(base);
