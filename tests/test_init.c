@@ -10,15 +10,15 @@
  * error sqrt((m4 - var^2) / n), m4 the sample's fourth central moment; for a normal sample
  * var sqrt(2 / n), the chi-square law's spread, which at these n is a normal's to within its
  * skewness sqrt(8 / n)). A sample of the right law leaves those bounds with a chance below 1e-6 for
- * any seed, so a seed is no lucky pick. At n = 2^18 six standard errors of a normal sample's variance
- * are 1.7% of it, and 6.3% at the smallest n below (18432): a std off by 10% moves the variance by
- * 19-21%, and a mean off by 0.05 std is 25 standard errors away at n = 2^18.
+ * any seed, so a seed is no lucky pick. Six standard errors of a variance are 1.7% of it for a
+ * normal sample of n = 2^18, 6.3% at n = 18432 (a conv weight) and 9.7% for the smallest sample
+ * checked (a uniform one of 3072): a std off by 10% moves the variance by 19-21%, and a mean off by
+ * 0.05 std is 25 standard errors away at n = 2^18.
  *
  * Uniform bounds are checked both ways: no value outside [a, b] (exactly, for bounds the dtype holds)
  * and the extreme values near them: all n values stay further than t (b - a) from an end with
- * chance (1 - t)^n, below 1e-8 for the t used (20 / n, or 1e-3 at n >= 18432, 0.1 at n = 200), so a
- * bound scaled too small fails. */
-#include <float.h>
+ * chance (1 - t)^n, below 1e-8 for the t used (20 / n; 1e-3 at n >= 18432; 0.1 at n = 200 and 288),
+ * so a bound scaled too small fails. */
 #include <math.h>
 #include <string.h>
 
