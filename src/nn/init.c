@@ -294,7 +294,7 @@ static cg_status gain_of(cg_nonlinearity nonlinearity, double param, const char 
 }
 
 double cg_init_calculate_gain(cg_nonlinearity nonlinearity, double param) {
-    double gain;
+    double gain = 0;
     return gain_of(nonlinearity, param, "cg_init_calculate_gain", &gain) == CG_OK ? gain : NAN;
 }
 
@@ -327,7 +327,7 @@ static cg_status scaled_fill(cg_tensor *t, double std, bool normal, const char *
 }
 
 static cg_status xavier(cg_tensor *t, double gain, bool normal, const char *fn) {
-    int64_t fan_in, fan_out;
+    int64_t fan_in = 0, fan_out = 0;
     CG_TRY(check_target(t, fn));
     if (!(gain >= 0 && isfinite(gain)))
         return cg__fail(CG_ERR_INVALID_ARG, "%s: gain is %g; it must be finite and >= 0", fn, gain);
@@ -338,8 +338,8 @@ static cg_status xavier(cg_tensor *t, double gain, bool normal, const char *fn) 
 
 static cg_status kaiming(cg_tensor *t, double a, cg_fan_mode mode, cg_nonlinearity nonlinearity, bool normal,
                          const char *fn) {
-    double gain;
-    int64_t fan_in, fan_out;
+    double gain = 0;
+    int64_t fan_in = 0, fan_out = 0;
     CG_TRY(check_target(t, fn));
     if (mode != CG_FAN_IN && mode != CG_FAN_OUT)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: mode %d is neither CG_FAN_IN nor CG_FAN_OUT", fn, (int)mode);
