@@ -55,6 +55,7 @@
 
 #include "cgrad/core.h"     /* errors, devices, settings, tensors, ops, CUDA graphs, autograd */
 #include "cgrad/nn.h"       /* modules and optimizers */
+#include "cgrad/init.h"     /* parameter initialisation (torch.nn.init) */
 #include "cgrad/models.h"   /* ready-made models built on nn.h */
 #include "cgrad/parallel.h" /* data parallelism: several GPUs, several processes */
 #include "cgrad/data.h"     /* IDX files, data sets on a device, the loader */
