@@ -40,6 +40,7 @@ static void grown(cg_handle_pool *pool) {
     pool->next_grown = __atomic_load_n(&grown_pools, __ATOMIC_RELAXED);
     while (!__atomic_compare_exchange_n(&grown_pools, &pool->next_grown, pool, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
     }
+    if (!pool->next_grown) cg__leak_report_arm(); /* the first pool: the library's first object */
 }
 
 bool cg__handle_pool_grow(cg_handle_pool *pool) {

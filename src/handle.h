@@ -93,8 +93,8 @@ static inline bool cg__handle_live(cg_handle_kind kind, const void *handle) {
 /* The public function this thread runs, as its last argument check named it: a new tensor records it
  * as its creator (cg_tensor_impl.origin), which the leak report (src/leak_report.c) prints. One
  * store per check, so that knowing who made each tensor costs nothing measurable. It can be stale
- * for a tensor made by a call that checks no handle (a module constructor's parameters). Names are
- * string literals. */
+ * for a tensor made by a call that checks no handle (a module constructor's parameters: the report
+ * names their module instead). Names are string literals. */
 extern CG_THREAD_FAST const char *cg__current_fn;
 static inline void cg__note_fn(const char *fn) { cg__current_fn = fn; }
 #else
@@ -111,7 +111,8 @@ static inline cg_status cg__handle_check(cg_handle_kind kind, const void *handle
 }
 
 /* Adds a chunk of fresh slots to pool's free list; false when out of memory. Caller holds the lock.
- * A pool's first chunk puts it on the list cg__handle_walk reads. */
+ * A pool's first chunk puts it on the list cg__handle_walk reads, and the first pool's arms the
+ * leak report (cg__leak_report_arm). */
 bool cg__handle_pool_grow(cg_handle_pool *pool);
 static inline void cg__handle_lock(cg_handle_pool *pool) {
     while (__atomic_exchange_n(&pool->lock, 1, __ATOMIC_ACQUIRE)) {
@@ -163,6 +164,8 @@ static inline void cg__handle_free(cg_handle_pool *pool, const void *handle) {
 void cg__handle_walk(bool (*visit)(void *ctx, cg_handle_kind kind, void *handle), void *ctx);
 /* The noun of a kind, as errors and the leak report name it ("tensor", "data set", ...). */
 const char *cg__handle_noun(cg_handle_kind kind);
+/* When CGRAD_LEAK_REPORT is set (and not "0"), registers the report at exit (src/leak_report.c). */
+void cg__leak_report_arm(void);
 
 #ifdef __cplusplus
 }
