@@ -64,6 +64,11 @@ static bool count(void *ctx, cg_handle_kind kind, void *handle) {
     return true;
 }
 
+/* qsort, for a list that may be empty (and its base NULL, which qsort does not take). */
+static void sort(void *base, size_t n, size_t size, int (*compare)(const void *, const void *)) {
+    if (n > 1) qsort(base, n, size, compare);
+}
+
 /* ---- who holds what ----------------------------------------------------------------------------- */
 static int by_address(const void *a, const void *b) {
     uintptr_t x = (uintptr_t)cg__handle_object(((const object *)a)->handle);
@@ -174,7 +179,7 @@ static bool mark_tape(object_list *list) {
 
 /* Fills in what each object is and who holds it; false when out of memory. */
 static bool find_holders(object_list *list) {
-    qsort(list->at, list->n, sizeof *list->at, by_address);
+    sort(list->at, list->n, sizeof *list->at, by_address);
     for (size_t i = 0; i < list->n; i++) {
         object *o = &list->at[i];
         if (o->kind == CG_HANDLE_TENSOR) {
@@ -308,7 +313,7 @@ static bool storage_bytes(const object_list *list, size_t *bytes) {
     size_t n = 0;
     for (size_t i = 0; i < list->n; i++)
         if (list->at[i].kind == CG_HANDLE_TENSOR && cg__t(list->at[i].handle)->storage) at[n++] = cg__t(list->at[i].handle)->storage;
-    qsort(at, n, sizeof *at, by_pointer);
+    sort(at, n, sizeof *at, by_pointer);
     *bytes = 0;
     for (size_t i = 0; i < n; i++)
         if (i == 0 || at[i] != at[i - 1]) *bytes += at[i]->bytes;
@@ -320,7 +325,7 @@ static bool storage_bytes(const object_list *list, size_t *bytes) {
 static group *make_groups(object_list *list, size_t *ngroups) {
     group *groups = malloc((list->n ? list->n : 1) * sizeof *groups);
     if (!groups) return NULL;
-    qsort(list->at, list->n, sizeof *list->at, by_group);
+    sort(list->at, list->n, sizeof *list->at, by_group);
     size_t n = 0;
     for (size_t i = 0; i < list->n; i++) {
         const object *o = &list->at[i];
@@ -328,7 +333,7 @@ static group *make_groups(object_list *list, size_t *ngroups) {
         groups[n - 1].count++;
         if (o->kind == CG_HANDLE_TENSOR) groups[n - 1].bytes += tensor_bytes(cg__t(o->handle));
     }
-    qsort(groups, n, sizeof *groups, by_size);
+    sort(groups, n, sizeof *groups, by_size);
     *ngroups = n;
     return groups;
 }
