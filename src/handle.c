@@ -23,17 +23,35 @@ typedef struct chunk {
     alignas(16) unsigned char slots[]; /* header + object, slot_bytes(pool) each */
 } chunk;
 
+CG_THREAD_FAST const char *cg__current_fn;
+
 static size_t slot_bytes(const cg_handle_pool *pool) { return HEADER_BYTES + (pool->object_size + 15) / 16 * 16; }
+static size_t chunk_slots(const cg_handle_pool *pool) {
+    size_t n = (CHUNK_BYTES - sizeof(chunk)) / slot_bytes(pool);
+    return n ? n : 1;
+}
+
+/* Every pool that holds slots, newest first; pushed without a lock (see grown), never popped. */
+static cg_handle_pool *grown_pools;
+
+/* Puts a pool that gets its first chunk on grown_pools. Lock-free: its caller holds that pool's
+ * lock, and cg__handle_walk holds each pool's lock in turn, so a lock on the list could deadlock. */
+static void grown(cg_handle_pool *pool) {
+    pool->next_grown = __atomic_load_n(&grown_pools, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&grown_pools, &pool->next_grown, pool, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+    if (!pool->next_grown) cg__leak_report_arm(); /* the first pool: the library's first object */
+}
 
 bool cg__handle_pool_grow(cg_handle_pool *pool) {
-    size_t bytes = slot_bytes(pool), n = (CHUNK_BYTES - sizeof(chunk)) / bytes;
-    if (n == 0) n = 1;
+    size_t bytes = slot_bytes(pool), n = chunk_slots(pool);
     chunk *c = calloc(1, sizeof(chunk) + n * bytes);
     if (!c) return false;
     if ((uintptr_t)(c->slots + n * bytes) >> GENERATION_SHIFT) { /* no room for the generation */
         free(c);
         return false;
     }
+    if (!pool->chunks) grown(pool);
     c->next = pool->chunks;
     pool->chunks = c;
     for (size_t i = n; i-- > 0;) {
@@ -52,7 +70,23 @@ void *cg__handle_new(cg_handle_pool *pool) {
     return handle;
 }
 
-static const char *noun(cg_handle_kind kind) {
+void cg__handle_walk(bool (*visit)(void *ctx, cg_handle_kind kind, void *handle), void *ctx) {
+    bool more = true;
+    for (cg_handle_pool *pool = __atomic_load_n(&grown_pools, __ATOMIC_ACQUIRE); pool && more; pool = pool->next_grown) {
+        size_t bytes = slot_bytes(pool), n = chunk_slots(pool);
+        cg__handle_lock(pool);
+        for (chunk *c = pool->chunks; c && more; c = c->next)
+            for (size_t i = 0; i < n && more; i++) {
+                const slot_header *h = (const slot_header *)(c->slots + i * bytes);
+                if (!(h->state & CG_HANDLE_LIVE)) continue;
+                uintptr_t generation = (uintptr_t)(h->state >> 32 & 0xffff);
+                more = visit(ctx, pool->kind, (void *)((uintptr_t)((const char *)h + HEADER_BYTES) | generation << GENERATION_SHIFT));
+            }
+        cg__handle_unlock(pool);
+    }
+}
+
+const char *cg__handle_noun(cg_handle_kind kind) {
     switch (kind) {
     case CG_HANDLE_TENSOR: return "tensor";
     case CG_HANDLE_MODULE: return "module";
@@ -72,7 +106,7 @@ cg_status cg__handle_check_failed(cg_handle_kind kind, const void *handle, const
     uintptr_t address = (uintptr_t)cg__handle_object(handle);
     bool well_formed = cg__handle_generation(handle) != 0 && address >= HEADER_BYTES && address % 16 == 0;
     if (!well_formed || (uint32_t)cg__handle_header((const void *)address)->state != (uint32_t)kind)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s is not a cgrad %s", fn, what, noun(kind));
-    if (!cg__handle_live(kind, handle)) return cg__fail(CG_ERR_INVALID_ARG, "%s: %s is a freed %s", fn, what, noun(kind));
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s is not a cgrad %s", fn, what, cg__handle_noun(kind));
+    if (!cg__handle_live(kind, handle)) return cg__fail(CG_ERR_INVALID_ARG, "%s: %s is a freed %s", fn, what, cg__handle_noun(kind));
     return CG_OK;
 }

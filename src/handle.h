@@ -20,6 +20,9 @@
 #include <stdint.h>
 
 #include "cgrad/core.h"
+#ifndef __cplusplus
+#include "thread.h"
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,8 +50,9 @@ typedef struct cg_handle_pool {
     int lock;        /* a spin lock, held for a few instructions */
     void *chunks;    /* every chunk ever made, linked: nothing is returned to the system */
     void *free_list; /* slots ready for reuse (cg_handle_header), most recently freed first */
+    struct cg_handle_pool *next_grown; /* the list of pools that hold slots, for cg__handle_walk */
 } cg_handle_pool;
-#define CG_HANDLE_POOL(kind, type) {(kind), sizeof(type), 0, NULL, NULL}
+#define CG_HANDLE_POOL(kind, type) {(kind), sizeof(type), 0, NULL, NULL, NULL}
 
 #define CG_HANDLE_ADDRESS_BITS 48
 /* The object a handle names. No check: callers have checked the handle (or own it). */
@@ -85,15 +89,30 @@ static inline bool cg__handle_live(cg_handle_kind kind, const void *handle) {
     return state == ((uint64_t)(uint32_t)kind | generation << 32 | CG_HANDLE_LIVE);
 }
 
+#ifndef __cplusplus
+/* The public function this thread runs, as its last argument check named it: a new tensor records it
+ * as its creator (cg_tensor_impl.origin), which the leak report (src/leak_report.c) prints. One
+ * store per check, so that knowing who made each tensor costs nothing measurable. It can be stale
+ * for a tensor made by a call that checks no handle (a module constructor's parameters: the report
+ * names their module instead). Names are string literals. */
+extern CG_THREAD_FAST const char *cg__current_fn;
+static inline void cg__note_fn(const char *fn) { cg__current_fn = fn; }
+#else
+static inline void cg__note_fn(const char *fn) { (void)fn; }
+#endif
+
 /* CG_OK when handle is a live object of this kind; otherwise records "<fn>: <what> is NULL", "...
  * is a freed <noun>" or "... is not a cgrad <noun>" (what: e.g. "argument 'x'", "module") and
  * returns CG_ERR_INVALID_ARG. Only a failure makes a call. */
 cg_status cg__handle_check_failed(cg_handle_kind kind, const void *handle, const char *fn, const char *what);
 static inline cg_status cg__handle_check(cg_handle_kind kind, const void *handle, const char *fn, const char *what) {
+    cg__note_fn(fn);
     return cg__handle_live(kind, handle) ? CG_OK : cg__handle_check_failed(kind, handle, fn, what);
 }
 
-/* Adds a chunk of fresh slots to pool's free list; false when out of memory. Caller holds the lock. */
+/* Adds a chunk of fresh slots to pool's free list; false when out of memory. Caller holds the lock.
+ * A pool's first chunk puts it on the list cg__handle_walk reads, and the first pool's arms the
+ * leak report (cg__leak_report_arm). */
 bool cg__handle_pool_grow(cg_handle_pool *pool);
 static inline void cg__handle_lock(cg_handle_pool *pool) {
     while (__atomic_exchange_n(&pool->lock, 1, __ATOMIC_ACQUIRE)) {
@@ -138,6 +157,15 @@ static inline void cg__handle_free(cg_handle_pool *pool, const void *handle) {
     }
     cg__handle_unlock(pool);
 }
+
+/* Calls visit(ctx, kind, handle) with the handle of every live object of every pool, each pool under
+ * its lock: visit must not make or free handles. Stops early when visit returns false. Objects are
+ * read without their owners' synchronisation: only while no other thread makes or frees objects. */
+void cg__handle_walk(bool (*visit)(void *ctx, cg_handle_kind kind, void *handle), void *ctx);
+/* The noun of a kind, as errors and the leak report name it ("tensor", "data set", ...). */
+const char *cg__handle_noun(cg_handle_kind kind);
+/* When CGRAD_LEAK_REPORT is set (and not "0"), registers the report at exit (src/leak_report.c). */
+void cg__leak_report_arm(void);
 
 #ifdef __cplusplus
 }

@@ -85,6 +85,13 @@ cg_scope *cg_scope_begin(void) {
     return s;
 }
 
+/* cg__check_tensor of argument 't' without cg__note_fn, for the calls that make no tensor (queries,
+ * cg_keep, cg_tensor_free): the library makes them inside its ops too, and the tensors such an op
+ * makes after them must still record the op as their origin. */
+static cg_status check_quietly(const cg_tensor *t, const char *fn) {
+    return cg__handle_live(CG_HANDLE_TENSOR, t) ? CG_OK : cg__check_tensor_failed(t, fn, "t");
+}
+
 static void scope_unlink(cg_tensor *h) {
     cg_tensor_impl *t = cg__t(h);
     if (!t->scope) return;
@@ -118,7 +125,7 @@ void cg_scope_end(cg_scope *s) {
 }
 
 cg_tensor *cg_keep(cg_tensor *t) {
-    if (cg__check_tensor(t, "cg_keep", "t") != CG_OK) return NULL;
+    if (check_quietly(t, "cg_keep") != CG_OK) return NULL;
     scope_unlink(t);
     return t;
 }
@@ -204,6 +211,7 @@ static cg_tensor *handle_new(int ndim, const int64_t *shape, const int64_t *stri
     else cg__contiguous_strides(ndim, shape, t->strides);
     t->numel = cg__numel_of(ndim, shape);
     t->device = d;
+    t->origin = cg__current_fn;
     scope_adopt(h);
     return h;
 }
@@ -263,7 +271,7 @@ void cg__tensor_rebind(cg_tensor *t, const cg_tensor *base, int64_t offset) {
 void (*cg__grad_fn_release)(struct cg_node *n);
 
 void cg_tensor_free(cg_tensor *t) {
-    if (!t || cg__check_tensor(t, "cg_tensor_free", "t") != CG_OK) return;
+    if (!t || check_quietly(t, "cg_tensor_free") != CG_OK) return;
     const cg_tensor_impl *ti = cg__t(t);
     scope_unlink(t);
     /* relaxed: whoever hands this tensor over made its node's recording visible, and the hook with it */
@@ -274,10 +282,10 @@ void cg_tensor_free(cg_tensor *t) {
 }
 
 /* ---- queries ------------------------------------------------------------------------------------ */
-int cg_ndim(const cg_tensor *t) { return cg__check_tensor(t, "cg_ndim", "t") == CG_OK ? cg__t(t)->ndim : -1; }
+int cg_ndim(const cg_tensor *t) { return check_quietly(t, "cg_ndim") == CG_OK ? cg__t(t)->ndim : -1; }
 
 int64_t cg_size(const cg_tensor *t, int dim) {
-    if (cg__check_tensor(t, "cg_size", "t") != CG_OK) return -1;
+    if (check_quietly(t, "cg_size") != CG_OK) return -1;
     const cg_tensor_impl *ti = cg__t(t);
     int d = dim < 0 ? dim + ti->ndim : dim;
     if (d < 0 || d >= ti->ndim) {
@@ -287,16 +295,16 @@ int64_t cg_size(const cg_tensor *t, int dim) {
     return ti->shape[d];
 }
 
-int64_t cg_numel(const cg_tensor *t) { return cg__check_tensor(t, "cg_numel", "t") == CG_OK ? cg__t(t)->numel : -1; }
+int64_t cg_numel(const cg_tensor *t) { return check_quietly(t, "cg_numel") == CG_OK ? cg__t(t)->numel : -1; }
 cg_device cg_device_of(const cg_tensor *t) {
-    return cg__check_tensor(t, "cg_device_of", "t") == CG_OK ? cg__t(t)->device : cg_cpu();
+    return check_quietly(t, "cg_device_of") == CG_OK ? cg__t(t)->device : cg_cpu();
 }
 cg_dtype cg_dtype_of(const cg_tensor *t) {
-    return cg__check_tensor(t, "cg_dtype_of", "t") == CG_OK ? cg__t(t)->dtype : CG_FLOAT32;
+    return check_quietly(t, "cg_dtype_of") == CG_OK ? cg__t(t)->dtype : CG_FLOAT32;
 }
 
 bool cg_is_contiguous(const cg_tensor *t) {
-    return cg__check_tensor(t, "cg_is_contiguous", "t") == CG_OK && cg__is_contiguous(cg__t(t));
+    return check_quietly(t, "cg_is_contiguous") == CG_OK && cg__is_contiguous(cg__t(t));
 }
 
 /* The elements t reaches, [*lo, *hi] counted from its storage's start (t not empty); false when
@@ -395,6 +403,7 @@ cg_status cg__check_value(double value, cg_dtype dt, const char *fn) {
 
 /* ---- creation ------------------------------------------------------------------------------------ */
 static cg_tensor *created(int ndim, const int64_t *shape, cg_dtype dt, cg_device d, const char *fn) {
+    cg__note_fn(fn); /* the creation functions check no handle */
     if (cg__check_shape(ndim, shape, fn) != CG_OK || check_dtype(dt, false, fn) != CG_OK) return NULL;
     cg_tensor *t = cg__backend_for(d) ? cg__tensor_new_dtype(ndim, shape, dt, d) : NULL;
     if (!t) cg__fail_context("%s", fn); /* a missing device or out of memory */

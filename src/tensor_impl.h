@@ -36,6 +36,7 @@ typedef struct cg_tensor_impl {
     cg_device device;
     cg_storage *storage;
     cg_scope *scope;               /* owning scope, or NULL when the user owns it */
+    const char *origin;            /* the public function that made it (cg__current_fn), for the leak report */
     /* autograd */
     bool requires_grad;
     bool grad_defined;             /* grad holds a value produced since the last zero_grad */
@@ -77,6 +78,7 @@ static inline bool cg__is_contiguous(const cg_tensor_impl *ti) {
  * call makes this check, so its common case compiles inline and only a failure makes a call. */
 cg_status cg__check_tensor_failed(const cg_tensor *t, const char *fn, const char *name);
 static inline cg_status cg__check_tensor(const cg_tensor *t, const char *fn, const char *name) {
+    cg__note_fn(fn);
     return cg__handle_live(CG_HANDLE_TENSOR, t) ? CG_OK : cg__check_tensor_failed(t, fn, name);
 }
 /* Checks both are live and on one device (error names both devices). */

@@ -427,6 +427,24 @@ CG_API cg_tensor *cg_argmin_dim(const cg_tensor *t, int dim, bool keepdim);
  * indices. Waits for the device (the count is a host value). */
 CG_API cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct);
 
+/* ---- seeing leaks ------------------------------------------------------------------------------- */
+/* Writes to f a report of every object alive now, of every kind (tensors, modules, optimizers, data
+ * sets, loaders, graphs, scopes, safetensors files, cg_dist), and stores their number in *live_out.
+ * Objects that print alike form one line with their count and bytes (a tensor's numel * element
+ * size), the 20 largest first, e.g.
+ *       2000          8000  tensor () float32 cpu, made by cg_sum (has grad_fn), root
+ * A tensor line names the public function that made it and who holds it: "root" (nothing the
+ * report sees: yours to free, or a data set's, loader's or graph's own), "in an open scope", "Linear's
+ * parameter" / "flat parameters" / "flat gradients", "SGD's momentum_buffer", "a tensor's grad" or
+ * "saved by cg_matmul for backward" (alive as long as the tape of a live tensor). A module line
+ * gives its type. f NULL: only counts (no allocation); live_out may be NULL; not both.
+ * CG_ERR_OOM when the report cannot be built, CG_ERR_IO when it cannot be written.
+ * With CGRAD_LEAK_REPORT=1 in the environment the library prints this report to stderr at exit
+ * (from atexit, registered when the first object is made), with a one-line hint when objects are
+ * left; unset, it costs nothing. It reads objects without their owners' synchronisation: call it
+ * (and exit) while no other thread makes or frees cgrad objects. */
+CG_API cg_status cg_leak_report(FILE *f, size_t *live_out);
+
 #ifdef __cplusplus
 }
 #endif
