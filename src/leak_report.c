@@ -88,9 +88,10 @@ static void mark(object_list *list, const cg_tensor *t, holder held, const char 
 
 static void mark_module(object_list *list, const cg_module *m) {
     const cg_module_impl *mi = cg__m(m);
-    for (int i = 0; i < mi->nown; i++) mark(list, mi->own[i], HELD_MODULE, mi->ops->type, "parameter");
-    mark(list, mi->flat_data, HELD_MODULE, mi->ops->type, "flat parameters");
-    mark(list, mi->flat_grad, HELD_MODULE, mi->ops->type, "flat gradients");
+    for (int i = 0; i < mi->nown; i++) mark(list, mi->own[i].tensor, HELD_MODULE, mi->type->name, "parameter");
+    for (int i = 0; i < mi->nbuffers; i++) mark(list, mi->buffers[i].tensor, HELD_MODULE, mi->type->name, "buffer");
+    mark(list, mi->flat_data, HELD_MODULE, mi->type->name, "flat parameters");
+    mark(list, mi->flat_grad, HELD_MODULE, mi->type->name, "flat gradients");
 }
 
 /* The optimizer's state buffers, as its checkpoint sees them (describe); only while its module lives,
@@ -187,8 +188,8 @@ static bool find_holders(object_list *list) {
             o->held = cg__t(o->handle)->scope ? HELD_SCOPE : HELD_ROOT;
         } else if (o->kind == CG_HANDLE_MODULE) {
             const cg_module_impl *mi = cg__m(o->handle);
-            o->what = mi->ops->type;
-            if (mi->parent) o->held = HELD_MODULE, o->owner = cg__m(mi->parent)->ops->type, o->part = "child";
+            o->what = mi->type->name;
+            if (mi->parent) o->held = HELD_MODULE, o->owner = cg__m(mi->parent)->type->name, o->part = "child";
         } else if (o->kind == CG_HANDLE_OPTIMIZER) {
             o->what = cg__opt(o->handle)->ops->name;
         }
