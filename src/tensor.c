@@ -273,6 +273,10 @@ void (*cg__grad_fn_release)(struct cg_node *n);
 void cg_tensor_free(cg_tensor *t) {
     if (!t || check_quietly(t, "cg_tensor_free") != CG_OK) return;
     const cg_tensor_impl *ti = cg__t(t);
+    if (ti->module_refs > 0) { /* freeing it would pull it from under its module */
+        cg__fail(CG_ERR_INVALID_ARG, "cg_tensor_free: this tensor is a parameter or buffer of a module, which frees it");
+        return;
+    }
     scope_unlink(t);
     /* relaxed: whoever hands this tensor over made its node's recording visible, and the hook with it */
     if (ti->grad_fn) __atomic_load_n(&cg__grad_fn_release, __ATOMIC_RELAXED)(ti->grad_fn);

@@ -430,6 +430,18 @@ static void test_registration_errors(void **state) {
     assert_null(cg_module_register_buffer(m, "b", leaf));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "buffer \"b\" requires grad");
     assert_null(cg_module_register_parameter(m, "failed", NULL)); /* a failed constructor: its error stays */
+    /* a registered tensor belongs to the module: freeing it is refused, and it stays usable */
+    cg_tensor *w = cg_module_get_parameter(m, "w");
+    cg_tensor_free(w);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_tensor_free", "parameter or buffer of a module");
+    assert_int_equal(cg_numel(w), 2);
+    /* a transposed tensor is registered with its values (packing copies contiguous runs) */
+    const float tv[6] = {1, 2, 3, 4, 5, 6};
+    cg_tensor *t = cg_transpose(cg_test_tensor(tv, 2, (int64_t[]){2, 3}), 0, 1); /* (3, 2) */
+    assert_non_null(cg_module_register_parameter(m, "t", t));
+    assert_int_equal(cg_module_num_parameters(m), 2);
+    const float expect_t[6] = {1, 4, 2, 5, 3, 6};
+    cg_test_assert_tensor_bits(cg_module_get_parameter(m, "t"), expect_t, 6);
     /* children: one place in a tree, no cycles */
     cg_module *other = cg_module_new(&twice_type, dev());
     cg_module *child = cg_module_register_module(other, "c", cg_relu_new());

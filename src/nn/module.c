@@ -190,6 +190,12 @@ cg_tensor *cg_module_register_parameter(cg_module *m, const char *name, cg_tenso
         cg_keep(t);
         cg__t(t)->requires_grad = true;
     }
+    if (!cg_is_contiguous(t)) { /* packing copies a parameter's elements as one run */
+        cg_tensor *c = cg_contiguous(t);
+        if (!c) return (cg__fail_context("%s: \"%s\"", fn, name), NULL); /* registered: the module frees it */
+        cg__tensor_rebind(t, c, cg__t(c)->offset);
+        cg_tensor_free(c);
+    }
     mark_changed(m);
     return t;
 }
