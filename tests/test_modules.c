@@ -450,7 +450,10 @@ static void test_registration_errors(void **state) {
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_module_register_module", "already belongs to a Twice");
     assert_null(cg_module_register_module(child, "up", other));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cannot contain itself");
+    assert_int_equal(cg_module_num_children(other), 1); /* refused, not taken: both still live */
+    cg_clear_error();
     cg_module_free(other);
+    assert_int_equal(cg_last_status(), CG_OK);
     /* after an optimizer, the tree is frozen */
     cg_optimizer *opt = cg_sgd_new(m, (cg_sgd_options){.lr = 0.1f});
     assert_non_null(opt);

@@ -262,9 +262,6 @@ cg_status cg__module_adopt(cg_module *m, const char *name, cg_module *child, con
     snprintf(what, sizeof what, "module \"%.40s\"", name ? name : "(null)");
     CG_TRY(cg__module_check_adoptable(child, fn, what));
     CG_TRY(check_registration(m, name, fn));
-    if (cg__module_root(m) == child)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s is the %s itself or holds it: a module cannot contain itself", fn, what,
-                        type_name(m));
     char a[16], b[16];
     if (has_params(child) && !cg_device_equal(cg__m(child)->device, cg__m(m)->device))
         return cg__fail(CG_ERR_DEVICE, "%s: %s (%s) has its parameters on %s, the %s on %s", fn, what, type_name(child),
@@ -297,7 +294,11 @@ void cg__module_release_children(cg_module *m) {
 cg_module *cg_module_register_module(cg_module *m, const char *name, cg_module *child) {
     const char *fn = "cg_module_register_module";
     if (!child) return (cg__fail_context("%s: \"%s\"", fn, name ? name : "(null)"), NULL);
-    if (cg__module_check_adoptable(child, fn, "the child") != CG_OK) return NULL; /* it may belong to someone else */
+    /* Not handed over when it belongs to someone else, or holds m (freeing it would free m). */
+    if (cg__module_check_adoptable(child, fn, "the child") != CG_OK) return NULL;
+    if (cg__check_module(m, fn) == CG_OK && cg__module_root(m) == child)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: the child is the %s itself or holds it: a module cannot contain itself",
+                            fn, type_name(m));
     if (cg__module_adopt(m, name, child, fn) != CG_OK) {
         cg_module_free(child);
         return NULL;

@@ -77,7 +77,8 @@ cg_status cg__module_ready(const cg_module *m, const char *fn);
  * inside another module already, no optimizer made over it (repacking would move the parameters
  * from under it; PyTorch users make the optimizer after the model, too). */
 cg_status cg__module_check_adoptable(const cg_module *m, const char *fn, const char *what);
-/* Registers child under name (cg_module_register_module without taking ownership on failure). */
+/* Registers child under name (cg_module_register_module without taking ownership on failure); child
+ * must not hold m (the public call checks). */
 cg_status cg__module_adopt(cg_module *m, const char *name, cg_module *child, const char *fn);
 /* Gives m's children back (no parent, no longer listed): a container undoing a failed assembly. */
 void cg__module_release_children(cg_module *m);
