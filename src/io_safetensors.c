@@ -693,8 +693,29 @@ static bool same_bytes(const cg_safetensors *st, int j, int k) {
            memcmp(sti->data + a->begin, sti->data + b->begin, (size_t)(a->end - a->begin)) == 0;
 }
 
-cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned flags) {
-    const char *fn = "cg_load_safetensors";
+/* Appends a copy of name to a report list. */
+static cg_status report_add(char ***list, int *n, const char *name, const char *fn) {
+    char **grown = realloc(*list, ((size_t)*n + 1) * sizeof *grown);
+    size_t len = strlen(name) + 1;
+    char *copy = grown ? malloc(len) : NULL;
+    if (grown) *list = grown;
+    if (!copy) return cg__fail(CG_ERR_OOM, "%s: out of host memory for the report", fn);
+    memcpy(copy, name, len);
+    (*list)[(*n)++] = copy;
+    return CG_OK;
+}
+
+void cg_load_report_free(cg_load_report *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_missing; i++) free(r->missing[i]);
+    for (int i = 0; i < r->n_unexpected; i++) free(r->unexpected[i]);
+    free(r->missing), free(r->unexpected);
+    memset(r, 0, sizeof *r);
+}
+
+/* report NULL: strict (a missing entry fails; an unexpected tensor fails unless ALLOW_UNEXPECTED);
+ * else both are listed in *report. */
+static cg_status load_module(cg_module *m, const char *path, unsigned flags, cg_load_report *report, const char *fn) {
     if (!m) return cg__fail(CG_ERR_INVALID_ARG, "%s: module is NULL", fn);
     if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
     const unsigned known = CG_SAFETENSORS_ALLOW_UNEXPECTED | CG_SAFETENSORS_CONVERT;
@@ -734,11 +755,17 @@ cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned fla
         if (match[i] != -1) continue;
         const char *name = NULL;
         cg_module_state_dict_entry(m, i, &name);
+        if (report) {
+            s = report_add(&report->missing, &report->n_missing, name, fn);
+            continue;
+        }
         int missing = 0;
         for (int j = i; j < ns; j++) missing += match[j] == -1;
         s = read_fail(fn, path, "missing tensor \"%s\" (%d of the module's %d state entries are missing)", name, missing, ns);
     }
-    for (int k = 0; k < sti->n && s == CG_OK && !(flags & CG_SAFETENSORS_ALLOW_UNEXPECTED); k++)
+    for (int k = 0; k < sti->n && s == CG_OK && report; k++)
+        if (!used[k]) s = report_add(&report->unexpected, &report->n_unexpected, sti->e[k].name, fn);
+    for (int k = 0; k < sti->n && s == CG_OK && !report && !(flags & CG_SAFETENSORS_ALLOW_UNEXPECTED); k++)
         if (!used[k])
             s = read_fail(fn, path, "unexpected tensor \"%.128s\": not in the module's state dict "
                           "(CG_SAFETENSORS_ALLOW_UNEXPECTED ignores such tensors)", sti->e[k].name);
@@ -759,7 +786,20 @@ done:
     return s;
 }
 
+cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned flags) {
+    return load_module(m, path, flags, NULL, "cg_load_safetensors");
+}
+
 cg_status cg_load_safetensors(cg_module *m, const char *path) { return cg_load_safetensors_flags(m, path, 0); }
+
+cg_status cg_load_safetensors_nonstrict(cg_module *m, const char *path, unsigned flags, cg_load_report *report) {
+    const char *fn = "cg_load_safetensors_nonstrict";
+    if (!report) return cg__fail(CG_ERR_INVALID_ARG, "%s: report is NULL", fn);
+    memset(report, 0, sizeof *report);
+    cg_status s = load_module(m, path, flags, report, fn);
+    if (s != CG_OK) cg_load_report_free(report);
+    return s;
+}
 
 /* ---- writing ---------------------------------------------------------------------------------- */
 static cJSON *uint_array(int n, const uint64_t *v) {

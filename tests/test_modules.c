@@ -333,6 +333,43 @@ static void test_tying_safetensors(void **state) {
     cg_module_free(m);
 }
 
+/* Non-strict loading (load_state_dict(strict=False)): shared names load, the rest are listed. */
+static void test_nonstrict_load(void **state) {
+    char path[128];
+    cg_test_tmp_path("partial.safetensors", path, sizeof path);
+    cg_module *m = encoder_new(dev());
+    cg_tensor *w = CG_TEST_OK(cg_randn(2, (int64_t[]){4, 3}, dev())), *extra = CG_TEST_OK(cg_zeros(1, (int64_t[]){2}, dev()));
+    const char *names[2] = {"fc1.weight", "extra"};
+    CG_TEST_STATUS_OK(cg_safetensors_write(path, 2, names, (const cg_tensor *[]){w, extra}, 0, NULL, NULL));
+    float *mu_before = cg_test_read(cg_module_get_parameter(m, "mu.weight"));
+    cg_load_report r;
+    CG_TEST_STATUS_OK(cg_load_safetensors_nonstrict(m, path, 0, &r));
+    assert_int_equal(r.n_missing, 6);
+    assert_string_equal(r.missing[0], "scale");
+    assert_string_equal(r.missing[1], "seen");
+    assert_string_equal(r.missing[2], "fc1.bias");
+    assert_int_equal(r.n_unexpected, 1);
+    assert_string_equal(r.unexpected[0], "extra");
+    cg_load_report_free(&r);
+    assert_int_equal(r.n_missing, 0);
+    float *wv = cg_test_read(w);
+    cg_test_assert_tensor_bits(cg_module_get_parameter(m, "fc1.weight"), wv, 12);
+    cg_test_assert_tensor_bits(cg_module_get_parameter(m, "mu.weight"), mu_before, 8);
+    /* strict, the same file fails naming the first missing entry */
+    assert_int_equal(cg_load_safetensors(m, path), CG_ERR_IO);
+    cg_test_assert_error(CG_ERR_IO, "missing tensor \"scale\"", "6 of the module's 7 state entries");
+    /* a shared name of another shape still fails, writing nothing */
+    cg_tensor *bad = CG_TEST_OK(cg_zeros(2, (int64_t[]){3, 4}, dev()));
+    CG_TEST_STATUS_OK(cg_safetensors_write(path, 1, names, (const cg_tensor *[]){bad}, 0, NULL, NULL));
+    assert_int_equal(cg_load_safetensors_nonstrict(m, path, 0, &r), CG_ERR_IO);
+    cg_test_assert_error(CG_ERR_IO, "\"fc1.weight\" has shape [3, 4] in the file");
+    assert_int_equal(r.n_missing + r.n_unexpected, 0);
+    assert_int_equal(cg_load_safetensors_nonstrict(m, path, 0, NULL), CG_ERR_INVALID_ARG);
+    free(wv), free(mu_before);
+    cg_tensor_free(bad), cg_tensor_free(w), cg_tensor_free(extra);
+    cg_module_free(m);
+}
+
 /* ---- buffers, cloning, moving, modes, apply -------------------------------------------------------- */
 static void test_buffers_and_clone(void **state) {
     char path[128];
@@ -638,7 +675,7 @@ int main(void) {
         CG_TEST(test_names_and_orders),   CG_TEST(test_two_outputs_and_gradients), CG_TEST(test_child_used_twice),
         CG_TEST(test_deep_nesting),       CG_TEST(test_weight_tying),              CG_TEST(test_tying_safetensors),
         CG_TEST(test_buffers_and_clone),  CG_TEST(test_apply),                     CG_TEST(test_registration_errors),
-        CG_TEST(test_param_groups),       CG_TEST(test_checkpoint_groups),
+        CG_TEST(test_param_groups),       CG_TEST(test_checkpoint_groups),         CG_TEST(test_nonstrict_load),
     };
     return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }

@@ -88,6 +88,18 @@ CG_API cg_status cg_load_safetensors(cg_module *m, const char *path);
 #define CG_SAFETENSORS_CONVERT 2u          /* convert tensors of dtypes cgrad has no tensors of (F64, ...)
                                             * as cg_safetensors_tensor_as does */
 CG_API cg_status cg_load_safetensors_flags(cg_module *m, const char *path, unsigned flags);
+/* PyTorch's load_state_dict(strict=False): loads the entries the file and the module share, keeps
+ * the module's others as they are, ignores the file's others, and lists both kinds (names
+ * malloc'ed, freed with cg_load_report_free). A shared name whose shape or dtype does not fit, or
+ * tied names with different values, still fail before anything is written. */
+typedef struct cg_load_report {
+    int n_missing;     /* the module's state entries the file lacks */
+    char **missing;
+    int n_unexpected;  /* the file's tensors the module lacks */
+    char **unexpected;
+} cg_load_report;
+CG_API cg_status cg_load_safetensors_nonstrict(cg_module *m, const char *path, unsigned flags, cg_load_report *report);
+CG_API void cg_load_report_free(cg_load_report *report); /* zeroes it; NULL is ignored */
 
 /* ---- lower level: any named tensors ------------------------------------------------------------ */
 /* Writes n tensors (any devices, dtypes and layouts; saved contiguous, each in its dtype's
