@@ -7,6 +7,7 @@ Models (PyTorch's default init, torch.manual_seed(seed) first):
   mlp: Sequential(Linear(784, 256), ReLU, Linear(256, 128), ReLU, Linear(128, 10))
   cnn: Sequential(Conv2d(1, 32, 3, padding=1), ReLU, MaxPool2d(2), Conv2d(32, 64, 3, padding=1), ReLU,
        MaxPool2d(2), Flatten, Linear(3136, 128), ReLU, [Dropout(p) with --dropout p,] Linear(128, 10))
+  residual: ResidualNet below (models/residual.c): blocks relu(x + conv2(relu(conv1(x)))), 32 channels
 Adam(lr) or SGD(lr, momentum), CrossEntropyLoss, the last partial batch kept. The whole data set
 sits on the device as float32, normalised as cgrad does ((pixel / 255 - 0.2860) / 0.3530,
 torchvision's ToTensor + Normalize); each epoch's batches are gathered on the device through a
@@ -21,7 +22,7 @@ the test accuracy over the 10000 test images in batches of 1000 under torch.no_g
 seeds a `mean` line. Convolutions and matmuls run in true fp32 (cuDNN's TF32 default switched off)
 unless --tf32 is given.
 
-Usage: bench/bench_fashion_mnist.py [--model mlp|cnn] [--optimizer adam|sgd] [--lr LR]
+Usage: bench/bench_fashion_mnist.py [--model mlp|cnn|residual] [--optimizer adam|sgd] [--lr LR]
        [--momentum M] [--epochs 10] [--seeds 0,1,2] [--device cuda|cpu] [--limit N] [--threads N]
        [--dropout P] [--tf32] [--data DIR]"""
 import argparse
@@ -88,8 +89,38 @@ def test_accuracy(model, x, y):
     return 100.0 * float(correct) / len(x)
 
 
+class Block(torch.nn.Module):
+    """y = relu(x + conv2(relu(conv1(x)))), as models/residual.c's Block."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(x + self.conv2(torch.relu(self.conv1(x))))
+
+
+class ResidualNet(torch.nn.Module):
+    """models/residual.c's cg_residual_net_new(1, 28, 28, 10, 32)."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(1, c, 3, padding=1)
+        self.block1 = Block(c)
+        self.block2 = Block(c)
+        self.fc = torch.nn.Linear(c * 7 * 7, 10)
+
+    def forward(self, x):
+        h = torch.max_pool2d(self.block1(torch.relu(self.stem(x))), 2)
+        h = torch.max_pool2d(self.block2(h), 2)
+        return self.fc(h.flatten(1))
+
+
 def make_model(name, dropout):
     nn = torch.nn
+    if name == "residual":
+        return ResidualNet()
     if name == "mlp":
         return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
                              nn.Linear(128, 10))
@@ -148,7 +179,7 @@ def optimizer_desc(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--model", choices=["mlp", "cnn", "residual"], default="mlp")
     p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum")
     p.add_argument("--dropout", type=float, default=0.0, help="CNN: Dropout(p) before the last Linear")

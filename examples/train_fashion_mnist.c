@@ -9,6 +9,7 @@
  *   model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # --model cnn
  *                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
  *                         nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, 10)).to(device)
+ *   model = ResidualNet().to(device)  # --model residual: blocks relu(x + conv(relu(conv(x)))), models/residual.c
  *   optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)  # or SGD(lr=0.05, momentum=0.9)
  *   loss_fn = nn.CrossEntropyLoss()
  *   for epoch in range(epochs):
@@ -366,7 +367,7 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv,
                    "trains a classifier on Fashion-MNIST and prints the test accuracy after each epoch\n"
-                   "  --model mlp|cnn           mlp: 784-256-128-10 with ReLU (default mlp); cnn: conv 32 and 64\n"
+                   "  --model mlp|cnn|residual  mlp: 784-256-128-10 with ReLU (default mlp); cnn: conv 32 and 64\n"
                    "                            (3x3, ReLU, 2x2 max-pool), then 128 hidden, 10 out\n"
                    "  --optimizer adam|adamw|sgd  (default adam)\n"
                    "  --data DIR                the IDX files (default $CGRAD_FASHION_MNIST_DIR, else "
@@ -378,9 +379,10 @@ int main(int argc, char **argv) {
                    "  --stop-on-nonfinite       stop at the first NaN/Inf loss, naming its epoch and step\n"
                    "                            (reads the loss back every step: one device sync per step)",
                    flags, (int)(sizeof flags / sizeof flags[0]));
-    bool cnn = strcmp(model_name, "cnn") == 0;
-    if (!cnn && strcmp(model_name, "mlp") != 0) {
-        fprintf(stderr, "%s: bad value '%s' for --model: expected mlp or cnn\n", argv[0], model_name);
+    bool cnn = strcmp(model_name, "cnn") == 0, residual = strcmp(model_name, "residual") == 0;
+    bool images = cnn || residual; /* (B, 1, 28, 28) batches, not (B, 784) */
+    if (!images && strcmp(model_name, "mlp") != 0) {
+        fprintf(stderr, "%s: bad value '%s' for --model: expected mlp, cnn or residual\n", argv[0], model_name);
         return 2;
     }
     if (strcmp(optimizer_name, "adam") != 0 && strcmp(optimizer_name, "adamw") != 0 &&
@@ -429,18 +431,19 @@ int main(int argc, char **argv) {
     if (limit > n_train) printf("--limit %lld: the training set has %lld images; using all\n",
                                 (long long)limit, (long long)n_train);
     cg_loader *loader = cg_loader_new(train, (cg_loader_options){
-        .batch_size = batch, .shuffle = true, .seed = (uint64_t)seed, .drop_last = false, .flatten = !cnn});
+        .batch_size = batch, .shuffle = true, .seed = (uint64_t)seed, .drop_last = false, .flatten = !images});
     eu_expect(loader != NULL, cg_last_error());
     cg_loader *test_loader = cg_loader_new(test, (cg_loader_options){
-        .batch_size = TEST_BATCH, .shuffle = false, .drop_last = false, .flatten = !cnn});
+        .batch_size = TEST_BATCH, .shuffle = false, .drop_last = false, .flatten = !images});
     eu_expect(test_loader != NULL, cg_last_error());
     int64_t nbatches = cg_loader_num_batches(loader);
 
     /* The model and the optimizer */
     cg_manual_seed((uint64_t)seed);
     const int64_t sizes[] = {IMAGE_SIZE, 256, 128, NUM_CLASSES};
-    cg_module *model = cnn ? cg_cnn_new(1, IMAGE_SIDE, IMAGE_SIDE, NUM_CLASSES, dropout, device)
-                           : cg_mlp_new(4, sizes, CG_ACT_RELU, device);
+    cg_module *model = cnn        ? cg_cnn_new(1, IMAGE_SIDE, IMAGE_SIDE, NUM_CLASSES, dropout, device)
+                       : residual ? cg_residual_net_new(1, IMAGE_SIDE, IMAGE_SIDE, NUM_CLASSES, 32, device)
+                                  : cg_mlp_new(4, sizes, CG_ACT_RELU, device);
     eu_expect(model != NULL, cg_last_error());
     cg_optimizer *optimizer = NULL;
     char opt_desc[96];
@@ -466,6 +469,8 @@ int main(int argc, char **argv) {
     if (cnn)
         snprintf(model_desc, sizeof model_desc, "CNN conv32-pool-conv64-pool-128-10 (ReLU, dropout %g)",
                  (double)dropout);
+    else if (residual)
+        snprintf(model_desc, sizeof model_desc, "ResidualNet stem32-block-pool-block-pool-10 (custom modules)");
     else
         snprintf(model_desc, sizeof model_desc, "MLP 784-256-128-10 (ReLU)");
     printf("model: %s, %lld parameters; %s, cross-entropy, %d epochs, seed %d\n", model_desc,

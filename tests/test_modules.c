@@ -370,6 +370,32 @@ static void test_nonstrict_load(void **state) {
     cg_module_free(m);
 }
 
+/* models/residual.c: blocks as custom modules inside a custom module, PyTorch's names, clone. */
+static void test_residual_net(void **state) {
+    cg_module *m = cg_residual_net_new(1, 8, 8, 3, 4, dev());
+    assert_non_null(m);
+    assert_int_equal(cg_module_num_parameters(m), 12);
+    assert_name(m, 0, "stem.weight");
+    assert_name(m, 2, "block1.conv1.weight");
+    assert_name(m, 9, "block2.conv2.bias");
+    assert_name(m, 11, "fc.bias");
+    cg_test_assert_shape(cg_module_get_parameter(m, "fc.weight"), 2, (int64_t[]){3, 4 * 2 * 2});
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *x = CG_TEST_OK(cg_randn(4, (int64_t[]){2, 1, 8, 8}, dev()));
+    cg_tensor *y = CG_TEST_OK(cg_module_forward(m, x));
+    cg_test_assert_shape(y, 2, (int64_t[]){2, 3});
+    cg_module *copy = cg_module_clone(m, dev());
+    assert_non_null(copy);
+    float *expected = cg_test_read(y);
+    cg_test_assert_tensor_bits(CG_TEST_OK(cg_module_forward(copy, x)), expected, 6);
+    free(expected);
+    cg_scope_end(scope);
+    cg_module_free(copy);
+    assert_null(cg_residual_net_new(1, 6, 8, 3, 4, dev()));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_residual_net_new", "multiples of 4");
+    cg_module_free(m);
+}
+
 /* ---- buffers, cloning, moving, modes, apply -------------------------------------------------------- */
 static void test_buffers_and_clone(void **state) {
     char path[128];
@@ -676,6 +702,7 @@ int main(void) {
         CG_TEST(test_deep_nesting),       CG_TEST(test_weight_tying),              CG_TEST(test_tying_safetensors),
         CG_TEST(test_buffers_and_clone),  CG_TEST(test_apply),                     CG_TEST(test_registration_errors),
         CG_TEST(test_param_groups),       CG_TEST(test_checkpoint_groups),         CG_TEST(test_nonstrict_load),
+        CG_TEST(test_residual_net),
     };
     return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }

@@ -38,6 +38,14 @@ CG_API cg_module *cg_mlp_new(int n_sizes, const int64_t *sizes, cg_activation ac
  * dropout) or "10.*", as the same nn.Sequential in PyTorch. For Fashion-MNIST: (1, 28, 28, 10). */
 CG_API cg_module *cg_cnn_new(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes, float dropout,
                       cg_device d);
+/* A small residual network for (N, in_channels, H, W) images, H and W divisible by 4, built from
+ * custom modules: stem Conv2d(in_channels, C, 3, padding=1) + ReLU; block1; MaxPool2d(2); block2;
+ * MaxPool2d(2); Flatten; fc Linear(C * H/4 * W/4, num_classes), where a block is
+ * y = relu(x + conv2(relu(conv1(x)))) with two Conv2d(C, C, 3, padding=1). Parameters
+ * "stem.weight", "block1.conv1.weight", ..., "fc.bias", as the same nn.Module in PyTorch
+ * (bench/bench_fashion_mnist.py --model residual). For Fashion-MNIST: (1, 28, 28, 10, 32). */
+CG_API cg_module *cg_residual_net_new(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes,
+                                      int64_t channels, cg_device d);
 
 #ifdef __cplusplus
 }
