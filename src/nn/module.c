@@ -93,16 +93,22 @@ static void mark_changed(cg_module *m) {
     cg__m(root)->stale = true;
 }
 
-/* fn's error unless m may take a registration: a live module whose tree has no optimizer and that is
- * not a wrapper; and name is a valid new name in it (PyTorch's rules: a non-empty string without '.'). */
-static cg_status check_registration(const cg_module *m, const char *name, const char *fn) {
+/* fn's error unless m's tree may change: a live module, not a wrapper, and no optimizer over the tree. */
+static cg_status check_mutable(const cg_module *m, const char *fn) {
     CG_TRY(cg__check_module(m, fn));
-    const cg_module_impl *mi = cg__m(m);
-    if (mi->wrapper) return cg__fail(CG_ERR_INVALID_ARG, "%s: a %s takes no registrations; register on its module", fn, type_name(m));
+    if (cg__m(m)->wrapper) return cg__fail(CG_ERR_INVALID_ARG, "%s: a %s takes no registrations; register on its module", fn, type_name(m));
     const cg_module *root = cg__module_root(m);
     if (cg__m(root)->has_optimizer)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: the %s%s has an optimizer, which holds its parameter list: register "
                         "everything before creating the optimizer", fn, type_name(root), root == m ? "" : " this module belongs to");
+    return CG_OK;
+}
+
+/* fn's error unless m may take a registration (check_mutable) under name, a valid new name in it
+ * (PyTorch's rules: a non-empty string without '.'). */
+static cg_status check_registration(const cg_module *m, const char *name, const char *fn) {
+    CG_TRY(check_mutable(m, fn));
+    const cg_module_impl *mi = cg__m(m);
     if (!name) return cg__fail(CG_ERR_INVALID_ARG, "%s: name is NULL", fn);
     if (!*name) return cg__fail(CG_ERR_INVALID_ARG, "%s: the name is empty", fn);
     if (strchr(name, '.'))
@@ -186,6 +192,7 @@ cg_tensor *cg_module_register_parameter(cg_module *m, const char *name, cg_tenso
         if (!shared) cg_tensor_free(t); /* it was handed over */
         return NULL;
     }
+    mark_changed(m);
     if (!shared) {
         cg_keep(t);
         cg__t(t)->requires_grad = true;
@@ -196,7 +203,6 @@ cg_tensor *cg_module_register_parameter(cg_module *m, const char *name, cg_tenso
         cg__tensor_rebind(t, c, cg__t(c)->offset);
         cg_tensor_free(c);
     }
-    mark_changed(m);
     return t;
 }
 
@@ -336,7 +342,7 @@ cg_status cg_module_tie_parameter(cg_module *m, const char *name, cg_tensor *sha
     if (!cg_device_equal(oi->device, si->device))
         return cg__fail(CG_ERR_DEVICE, "%s: \"%s\" is on %s, the tensor to tie it to on %s", fn, name,
                         cg_device_str(oi->device, a, sizeof a), cg_device_str(si->device, b, sizeof b));
-    CG_TRY(check_registration(m, "x", fn)); /* the tree may still change (any valid name will do) */
+    CG_TRY(check_mutable(m, fn));
     mi->own[i].tensor = shared;
     cg__t(shared)->module_refs++;
     release_tensor(old);
