@@ -89,33 +89,6 @@ static double full_loss(cg_module *model, const dataset *ds, int64_t n) {
     return sum / ((double)n * (double)cg_size(ds->y[0], 1));
 }
 
-/* Takes "--lr X" or "--lr=X" out of argv (the flag helper parses integers and devices only). */
-static void take_float_flag(int *argc, char **argv, const char *name, float *value) {
-    size_t len = strlen(name);
-    for (int i = 1; i < *argc; i++) {
-        const char *val = NULL;
-        int used = 1;
-        if (strcmp(argv[i], name) == 0) val = i + 1 < *argc ? argv[i + 1] : NULL, used = 2;
-        else if (strncmp(argv[i], name, len) == 0 && argv[i][len] == '=') val = argv[i] + len + 1;
-        else continue;
-        if (!val) {
-            fprintf(stderr, "%s: flag %s needs a value\n", argv[0], name);
-            exit(2);
-        }
-        char *end = NULL;
-        double v = strtod(val, &end);
-        if (end == val || *end != '\0' || !(v > 0.0) || !isfinite(v)) {
-            fprintf(stderr, "%s: bad value '%s' for %s: expected a positive number\n", argv[0], val,
-                    name);
-            exit(2);
-        }
-        *value = (float)v;
-        memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof *argv);
-        *argc -= used;
-        i--;
-    }
-}
-
 static void print_row(const char *label, const float *v, int64_t n) {
     printf("  %-9s [", label);
     int64_t shown = n < 8 ? n : 8;
@@ -128,8 +101,8 @@ int main(int argc, char **argv) {
     int64_t in = 8, out = 2, n = 1024, batch = 64;
     int epochs = 20;
     float lr = 0.1f;
-    take_float_flag(&argc, argv, "--lr", &lr);
     eu_flag flags[] = {
+        {"--lr", EU_FLOAT, &lr, 0, "SGD learning rate (> 0)"},
         {"--device", EU_DEVICE, &device, 0, "where the model and the data live"},
         {"--epochs", EU_INT, &epochs, 1, "passes over the data"},
         {"--in", EU_SIZE, &in, 1, "input features"},
@@ -139,7 +112,7 @@ int main(int argc, char **argv) {
     };
     eu_parse_flags(argc, argv,
                    "fits Linear(in, out) with SGD + MSELoss to y = x W_true^T + b_true + noise and "
-                   "checks that W_true and b_true come back\n  --lr X  learning rate (default 0.1)",
+                   "checks that W_true and b_true come back",
                    flags, (int)(sizeof flags / sizeof flags[0]));
     if (device.type == CG_CPU && !cg_cuda_is_available())
         printf("no GPU: %s. Running on the CPU.\n", cg_cuda_unavailable_reason());

@@ -351,44 +351,12 @@ static void run_case(const dp_case *c) {
     cg_module_free(ref);
 }
 
-/* ---- a custom module of two inputs and two outputs: (a, b) -> (fa(a) + fb(b), tanh(fb(b))) ------------- */
-typedef struct pair_model {
-    cg_module *fa, *fb;
-} pair_model;
-
-static cg_status pair_forward(cg_module *self, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
-    pair_model *p = cg_module_state(self);
-    if (nin != 2 || nout != 2) return cg_set_error(CG_ERR_INVALID_ARG, "Pair: 2 inputs, 2 outputs");
-    cg_tensor *fb = cg_module_forward(p->fb, in[1]);
-    out[0] = cg_add(cg_module_forward(p->fa, in[0]), fb);
-    out[1] = cg_tanh(fb);
-    return out[0] && out[1] ? CG_OK : cg_last_status();
-}
-
-static cg_module *pair_new(cg_device d);
-static cg_module *pair_clone(const cg_module *self, cg_device d) { return pair_new(d); }
-static const cg_module_type pair_type = {
-    .name = "Pair", .state_size = sizeof(pair_model), .forward_n = pair_forward, .clone = pair_clone};
-
-static cg_module *pair_new(cg_device d) {
-    cg_module *m = cg_module_new(&pair_type, d);
-    if (!m) return NULL;
-    pair_model *p = cg_module_state(m);
-    p->fa = cg_module_register_module(m, "fa", cg_linear_new(IN, OUT, true, d));
-    p->fb = cg_module_register_module(m, "fb", cg_linear_new(3, OUT, true, d));
-    if (!p->fa || !p->fb) {
-        cg_module_free(m);
-        return NULL;
-    }
-    return m;
-}
-
 /* DataParallel splits every input along the batch and gathers every output: the same outputs and
  * gradients as the module on the whole batch (over every GPU there is, up to 2). */
 static void test_multi_input_module(void **state) {
     (void)state;
     int n = g_gpus < 2 ? g_gpus : 2;
-    cg_module *base = MODULE_OK(pair_new(cg_cuda(0))), *ref = MODULE_OK(cg_module_clone(base, cg_cuda(0)));
+    cg_module *base = MODULE_OK(cg_test_pair_new(IN, 3, OUT, cg_cuda(0))), *ref = MODULE_OK(cg_module_clone(base, cg_cuda(0)));
     cg_module *dp = MODULE_OK(cg_data_parallel_new(base, n, (int[]){0, 1}, -1));
     const int64_t batch = 7;
     cg_tensor *a = cg_randn(2, (int64_t[]){batch, IN}, cg_cuda(0)), *b = cg_randn(2, (int64_t[]){batch, 3}, cg_cuda(0));

@@ -353,28 +353,10 @@ static void run_case(const ddp_case *c) {
     agree();
 }
 
-/* ---- a custom module of two inputs and two outputs: (a, b) -> (fa(a) + fb(b), tanh(fb(b))) --------------- */
-typedef struct pair_model {
-    cg_module *fa, *fb;
-} pair_model;
-
-static cg_status pair_forward(cg_module *self, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
-    pair_model *p = cg_module_state(self);
-    if (nin != 2 || nout != 2) return cg_set_error(CG_ERR_INVALID_ARG, "Pair: 2 inputs, 2 outputs");
-    cg_tensor *fb = cg_module_forward(p->fb, in[1]);
-    out[0] = cg_add(cg_module_forward(p->fa, in[0]), fb);
-    out[1] = cg_tanh(fb);
-    return out[0] && out[1] ? CG_OK : cg_last_status();
-}
-
-static const cg_module_type pair_type = {.name = "Pair", .state_size = sizeof(pair_model), .forward_n = pair_forward};
-
+/* ---- a custom module of two inputs and two outputs (cg_test_pair_new) ---------------------------------- */
 static cg_module *pair_from_seed(uint64_t seed) {
     cg_manual_seed(seed);
-    cg_module *m = REQ(cg_module_new(&pair_type, cg_cpu()));
-    pair_model *p = cg_module_state(m);
-    p->fa = REQ(cg_module_register_module(m, "fa", cg_linear_new(IN, OUT, true, cg_cpu())));
-    p->fb = REQ(cg_module_register_module(m, "fb", cg_linear_new(IN / 2, OUT, true, cg_cpu())));
+    cg_module *m = REQ(cg_test_pair_new(IN, IN / 2, OUT, cg_cpu()));
     REQ_OK(cg_module_to(m, g_dev));
     return m;
 }

@@ -12,23 +12,6 @@
 
 #define DEV cg_test_device()
 
-/* expr must return `status` with a message holding every fragment given. */
-#define EXPECT_STATUS(status, expr, ...)                                                                     \
-    do {                                                                                                     \
-        cg_clear_error();                                                                                    \
-        cg_status s_ = (expr);                                                                               \
-        if (s_ != (status))                                                                                  \
-            fail_msg("%s returned %s; expected %s (%s)", #expr, cg_status_name(s_), cg_status_name(status),  \
-                     cg_last_error());                                                                       \
-        cg_test_assert_error((status), __VA_ARGS__);                                                         \
-    } while (0)
-#define EXPECT_NULL(status, expr, ...)                                                                       \
-    do {                                                                                                     \
-        cg_clear_error();                                                                                    \
-        if ((expr) != NULL) fail_msg("%s succeeded; expected %s", #expr, cg_status_name(status));            \
-        cg_test_assert_error((status), __VA_ARGS__);                                                         \
-    } while (0)
-
 static cg_tensor *from(const float *v, int ndim, const int64_t *shape) { return CG_TEST_OK(cg_from_data(v, ndim, shape, DEV)); }
 #define FROM(v, ...) from((v), CG_SHAPE(__VA_ARGS__))
 

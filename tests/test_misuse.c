@@ -103,23 +103,7 @@
 #include "test_util.h"
 
 /* ---- checking one misuse --------------------------------------------------------------------- */
-/* expr must give NULL with `status` recorded and a message holding every fragment. */
-#define EXPECT_NULL(status, expr, ...)                                                                  \
-    do {                                                                                                \
-        cg_clear_error();                                                                               \
-        if ((expr) != NULL) fail_msg("%s succeeded; expected %s", #expr, cg_status_name(status));       \
-        cg_test_assert_error((status), __VA_ARGS__);                                                    \
-    } while (0)
-/* expr must return `status` (for a void function: (call, cg_last_status())), as above. */
-#define EXPECT_STATUS(status, expr, ...)                                                                \
-    do {                                                                                                \
-        cg_clear_error();                                                                               \
-        cg_status s_ = (expr);                                                                          \
-        if (s_ != (status))                                                                             \
-            fail_msg("%s returned %s; expected %s (%s)", #expr, cg_status_name(s_), cg_status_name(status), \
-                     cg_last_error());                                                                  \
-        cg_test_assert_error((status), __VA_ARGS__);                                                    \
-    } while (0)
+/* EXPECT_NULL and EXPECT_STATUS (test_util.h) check each misuse. */
 
 /* A leaf of the given shape filled with 0.5, requiring grad. */
 static cg_tensor *leaf_at(cg_device d, int ndim, const int64_t *shape) {

@@ -557,3 +557,40 @@ void cg_test_rewrite_checkpoint(const char *src, const char *dst, const char *ke
     free(names), free(ts);
     cg_safetensors_free(st);
 }
+
+/* ---- a custom module of two inputs and two outputs ------------------------------------------------ */
+typedef struct pair_model {
+    cg_module *fa, *fb;
+    int64_t in_a, in_b, out;
+} pair_model;
+
+static cg_status pair_forward(cg_module *self, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
+    pair_model *p = cg_module_state(self);
+    if (nin != 2 || nout != 2) return cg_set_error(CG_ERR_INVALID_ARG, "Pair: 2 inputs, 2 outputs");
+    cg_tensor *fb = cg_module_forward(p->fb, in[1]);
+    out[0] = cg_add(cg_module_forward(p->fa, in[0]), fb);
+    out[1] = cg_tanh(fb);
+    return out[0] && out[1] ? CG_OK : cg_last_status();
+}
+
+static cg_module *pair_clone(const cg_module *self, cg_device d) {
+    const pair_model *p = cg_module_state(self);
+    return cg_test_pair_new(p->in_a, p->in_b, p->out, d);
+}
+
+static const cg_module_type pair_type = {
+    .name = "Pair", .state_size = sizeof(pair_model), .forward_n = pair_forward, .clone = pair_clone};
+
+cg_module *cg_test_pair_new(int64_t in_a, int64_t in_b, int64_t out, cg_device d) {
+    cg_module *m = cg_module_new(&pair_type, d);
+    if (!m) return NULL;
+    pair_model *p = cg_module_state(m);
+    p->in_a = in_a, p->in_b = in_b, p->out = out;
+    p->fa = cg_module_register_module(m, "fa", cg_linear_new(in_a, out, true, d));
+    p->fb = cg_module_register_module(m, "fb", cg_linear_new(in_b, out, true, d));
+    if (!p->fa || !p->fb) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}

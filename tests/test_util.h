@@ -196,6 +196,23 @@ void cg_test_assert_tensor_bits_at(const cg_tensor *t, const float *expected, si
 void cg_test_assert_error_at(const char *file, int line, cg_status expected, ...);
 #define cg_test_assert_error(expected, ...) \
     cg_test_assert_error_at(__FILE__, __LINE__, (expected), __VA_ARGS__, (const char *)NULL)
+/* expr must give NULL with `status` recorded and a message holding every fragment. */
+#define EXPECT_NULL(status, expr, ...)                                                                  \
+    do {                                                                                                \
+        cg_clear_error();                                                                               \
+        if ((expr) != NULL) fail_msg("%s succeeded; expected %s", #expr, cg_status_name(status));       \
+        cg_test_assert_error((status), __VA_ARGS__);                                                    \
+    } while (0)
+/* expr must return `status` (for a void function: (call, cg_last_status())), as above. */
+#define EXPECT_STATUS(status, expr, ...)                                                                \
+    do {                                                                                                \
+        cg_clear_error();                                                                               \
+        cg_status s_ = (expr);                                                                          \
+        if (s_ != (status))                                                                             \
+            fail_msg("%s returned %s; expected %s (%s)", #expr, cg_status_name(s_), cg_status_name(status), \
+                     cg_last_error());                                                                  \
+        cg_test_assert_error((status), __VA_ARGS__);                                                    \
+    } while (0)
 /* Fails unless the NULL-terminated strings all occur in hay. */
 void cg_test_assert_contains_at(const char *file, int line, const char *hay, ...);
 #define cg_test_assert_contains(hay, ...) \
@@ -215,6 +232,11 @@ void cg_test_assert_tensor_rel_l2_at(const cg_tensor *t, const double *ref, size
                                      const char *file, int line);
 #define cg_test_assert_tensor_rel_l2(t, ref, n, tol) \
     cg_test_assert_tensor_rel_l2_at((t), (ref), (n), (tol), __FILE__, __LINE__)
+
+/* ---- a custom module of two inputs and two outputs (the data-parallel tests) ------------------ */
+/* (a (N, in_a), b (N, in_b)) -> (fa(a) + fb(b), tanh(fb(b))), fa and fb Linear layers to `out`
+ * features with biases; its clone hook makes the same sizes on the given device. */
+cg_module *cg_test_pair_new(int64_t in_a, int64_t in_b, int64_t out, cg_device d);
 
 /* A scratch directory for tests that write files: cmocka group setup and teardown (mkdtemp, then
  * rm -rf), its path, and the path of a file in it. */

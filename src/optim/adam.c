@@ -63,10 +63,8 @@ static int group_size(const void *groups, int g) { return ((const cg_adam_group 
 /* groups NULL: one group of every parameter, with options *all. */
 static cg_optimizer *adam_new(cg_module *m, int ngroups, const cg_adam_group *groups, const cg_adam_options *all,
                               bool decoupled, const char *fn) {
-    if (cg__optimizer_check_module(m, fn) != CG_OK) return NULL;
-    if (groups && cg__optimizer_check_groups(ngroups, groups, group_size, fn) != CG_OK) return NULL;
-    cg_group_spec *specs = calloc((size_t)ngroups, sizeof *specs);
-    if (!specs) return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
+    cg_group_spec *specs = cg__optimizer_specs_new(m, ngroups, groups, group_size, fn);
+    if (!specs) return NULL;
     cg_status s = CG_OK;
     for (int g = 0; g < ngroups && s == CG_OK; g++) {
         const cg_adam_options *o = groups ? &groups[g].options : all;

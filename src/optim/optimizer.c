@@ -68,15 +68,21 @@ cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *poo
     return h;
 }
 
-cg_status cg__optimizer_check_groups(int ngroups, const void *groups, int n_of(const void *groups, int g),
-                                     const char *fn) {
-    if (ngroups < 1 || !groups) return cg__fail(CG_ERR_INVALID_ARG, "%s: needs at least one group (ngroups = %d)", fn, ngroups);
-    int total = 0;
-    for (int g = 0; g < ngroups; g++) {
-        if (n_of(groups, g) < 0) return cg__fail(CG_ERR_INVALID_ARG, "%s: group %d has %d parameters", fn, g, n_of(groups, g));
-        total += n_of(groups, g) > 0;
+cg_group_spec *cg__optimizer_specs_new(const cg_module *m, int ngroups, const void *groups,
+                                       int n_of(const void *groups, int g), const char *fn) {
+    if (cg__optimizer_check_module(m, fn) != CG_OK) return NULL;
+    if (groups) {
+        if (ngroups < 1) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: needs at least one group (ngroups = %d)", fn, ngroups);
+        int total = 0;
+        for (int g = 0; g < ngroups; g++) {
+            if (n_of(groups, g) < 0)
+                return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: group %d has %d parameters", fn, g, n_of(groups, g));
+            total += n_of(groups, g) > 0;
+        }
+        if (!total) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: optimizer got an empty parameter list", fn);
     }
-    return total ? CG_OK : cg__fail(CG_ERR_INVALID_ARG, "%s: optimizer got an empty parameter list", fn);
+    cg_group_spec *specs = calloc((size_t)ngroups, sizeof *specs);
+    return specs ? specs : CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
 }
 
 cg_status cg__check_optimizer(const cg_optimizer *opt, const char *fn) {

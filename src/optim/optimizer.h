@@ -83,9 +83,11 @@ cg_status cg__optimizer_check_module(const cg_module *m, const char *fn);
  * out-of-memory. */
 cg_optimizer *cg__optimizer_new(const cg_optimizer_ops *ops, cg_handle_pool *pool, cg_module *m, int ngroups,
                                 const cg_group_spec *groups, const char *fn);
-/* fn's error unless the group list is usable: 1 <= ngroups, and each group's params given when n > 0. */
-cg_status cg__optimizer_check_groups(int ngroups, const void *groups, int n_of(const void *groups, int g),
-                                     const char *fn);
+/* The zeroed specs of a kind's constructor (calloc'ed, freed by the caller) once m and the group list
+ * pass the checks: cg__optimizer_check_module, and for a group list (groups not NULL; n_of gives a
+ * group's size) 1 <= ngroups with some parameter. NULL + fn's error otherwise. */
+cg_group_spec *cg__optimizer_specs_new(const cg_module *m, int ngroups, const void *groups,
+                                       int n_of(const void *groups, int g), const char *fn);
 /* fn's error unless opt is a live optimizer whose module is still alive. */
 cg_status cg__check_optimizer(const cg_optimizer *opt, const char *fn);
 
