@@ -425,7 +425,7 @@ static cg_param_entry *build_list(const cg_module *m, const char *prefix, bool s
     size_t entries = (size_t)b.n * sizeof *b.e, total;
     cg_param_entry *out = !b.failed && cg__add_size(entries, b.len, &total) ? malloc(total ? total : 1) : NULL;
     if (out) {
-        memcpy(out, b.e, entries);
+        if (entries) memcpy(out, b.e, entries); /* b.e is NULL for a tree without entries */
         if (b.len) memcpy((char *)out + entries, b.text, b.len);
         for (int i = 0; i < b.n; i++) out[i].name = (char *)out + entries + (uintptr_t)out[i].name;
         *n = b.n;
