@@ -26,6 +26,7 @@
 #define CK_VERSION "1"
 #define CK_RESERVED "cgrad."
 #define CK_OPT_PREFIX "optimizer." /* tensors "optimizer.<parameter>.<state key>" */
+#define CK_USER_PREFIX "user."     /* the caller's tensors, "user.<name>" */
 
 /* ---- helpers shared by save and load ------------------------------------------------------------ */
 /* The packed parameter sets of m: its data-parallel replicas (at most one per GPU), or m itself. */
@@ -71,7 +72,8 @@ typedef struct ck_out {
     const cg_tensor **tensors;
     cg_tensor **views;       /* the optimizer buffers' per-parameter views, owned (NULL for parameters) */
     char **meta_keys, **meta_values;
-    int cap, meta_cap;
+    size_t cap;              /* of names, tensors and views */
+    int meta_cap;
 } ck_out;
 
 static void out_free(ck_out *o) {
@@ -81,7 +83,7 @@ static void out_free(ck_out *o) {
 }
 
 static cg_status add_tensor(ck_out *o, const char *name, const cg_tensor *t, cg_tensor *view) {
-    char *copy = strdup(name);
+    char *copy = (size_t)o->n < o->cap ? strdup(name) : NULL; /* the capacity counts every tensor saved */
     if (!copy) {
         cg_tensor_free(view);
         return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
@@ -210,6 +212,33 @@ static cg_status save_loader(ck_out *o, const cg_loader *l) {
     return add_meta(o, CK_RESERVED "loader.samples", "%" PRId64, cg_dataset_size(cg_loader_dataset(l)));
 }
 
+/* fn's error unless extra (NULL: none) lists n live tensors under distinct non-empty names. */
+static cg_status check_extra(const cg_checkpoint_extra *extra, const char *fn) {
+    if (!extra) return CG_OK;
+    if (extra->n < 0 || (extra->n > 0 && (!extra->names || !extra->tensors)))
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: extra->n = %d needs that many names and tensors", fn, extra->n);
+    for (int i = 0; i < extra->n; i++) {
+        if (!extra->names[i] || !extra->names[i][0])
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: extra tensor %d has a NULL or empty name", fn, i);
+        char what[48];
+        snprintf(what, sizeof what, "extra->tensors[%d]", i);
+        CG_TRY(cg__check_tensor(extra->tensors[i], fn, what));
+        for (int j = 0; j < i; j++)
+            if (strcmp(extra->names[i], extra->names[j]) == 0)
+                return cg__fail(CG_ERR_INVALID_ARG, "%s: extra name \"%s\" is given twice", fn, extra->names[i]);
+    }
+    return CG_OK;
+}
+
+/* "user.<name>", malloc'ed; NULL on out-of-memory, recorded for fn. */
+static char *user_entry_name(const char *fn, const char *name) {
+    size_t len = sizeof CK_USER_PREFIX + strlen(name);
+    char *full = malloc(len);
+    if (!full) return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory", fn);
+    snprintf(full, len, CK_USER_PREFIX "%s", name);
+    return full;
+}
+
 static cg_status check_user_meta(int n_meta, const char *const *keys, const char *const *values) {
     const char *fn = "cg_checkpoint_save";
     if (n_meta < 0 || (n_meta > 0 && (!keys || !values)))
@@ -229,15 +258,26 @@ static cg_status check_user_meta(int n_meta, const char *const *keys, const char
 
 cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_optimizer *optimizer,
                              const cg_loader *loader, int n_meta, const char *const *keys, const char *const *values) {
+    return cg_checkpoint_save_extra(path, model, optimizer, loader, n_meta, keys, values, NULL);
+}
+
+cg_status cg_checkpoint_save_extra(const char *path, const cg_module *model, const cg_optimizer *optimizer,
+                                   const cg_loader *loader, int n_meta, const char *const *keys,
+                                   const char *const *values, const cg_checkpoint_extra *extra) {
     const char *fn = "cg_checkpoint_save";
     if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
     CG_TRY(check_args(fn, model, optimizer, loader));
     CG_TRY(check_user_meta(n_meta, keys, values));
+    CG_TRY(check_extra(extra, fn));
     ck_out o = {0};
-    o.cap = cg__m(model)->nparams * (1 + CG_OPTIM_MAX_BUFFERS) + 1;
-    o.names = calloc((size_t)o.cap, sizeof *o.names);
-    o.tensors = calloc((size_t)o.cap, sizeof *o.tensors);
-    o.views = calloc((size_t)o.cap, sizeof *o.views);
+    /* the parameters with an optimizer's buffers each, the buffers (at most the state entries), the
+     * caller's tensors: counts of ints, so the sum fits a size_t */
+    size_t cap = (size_t)cg__m(model)->nparams * (1 + CG_OPTIM_MAX_BUFFERS) + (size_t)cg__m(model)->nstate +
+                 (size_t)(extra ? extra->n : 0) + 1;
+    o.cap = cap;
+    o.names = calloc(cap, sizeof *o.names);
+    o.tensors = calloc(cap, sizeof *o.tensors);
+    o.views = calloc(cap, sizeof *o.views);
     cg_status s = o.names && o.tensors && o.views ? CG_OK : cg__fail(CG_ERR_OOM, "%s: out of host memory", fn);
     if (s == CG_OK) s = add_meta(&o, "format", "pt");
     if (s == CG_OK) s = add_meta(&o, CK_RESERVED "checkpoint", CK_VERSION);
@@ -245,6 +285,11 @@ cg_status cg_checkpoint_save(const char *path, const cg_module *model, const cg_
     if (s == CG_OK && optimizer) s = save_optimizer(&o, optimizer);
     if (s == CG_OK) s = save_rng(&o);
     if (s == CG_OK && loader) s = save_loader(&o, loader);
+    for (int i = 0; extra && i < extra->n && s == CG_OK; i++) {
+        char *name = user_entry_name(fn, extra->names[i]);
+        s = name ? add_tensor(&o, name, extra->tensors[i], NULL) : cg_last_status();
+        free(name);
+    }
     for (int i = 0; i < n_meta && s == CG_OK; i++) s = add_meta(&o, keys[i], "%s", values[i]);
     if (s == CG_OK) /* checks every name and value as the reader will, before it touches the file */
         s = cg__safetensors_write(fn, path, o.n, (const char *const *)o.names, o.tensors, o.n_meta,
@@ -262,6 +307,8 @@ typedef struct ck_plan {
     int64_t total;           /* elements of the flat buffers */
     float *params;           /* (total,) host, packed layout */
     cg_tensor **buffers_host; /* per state entry: the buffer's value on the CPU, or NULL (a parameter) */
+    const cg_checkpoint_extra *extra; /* the caller's tensors, or NULL */
+    cg_tensor **extra_host;   /* per caller's tensor: its value on the CPU */
     cg_rng_state rng;
     /* optimizer */
     cg_optimizer_state ost;
@@ -503,14 +550,41 @@ static cg_status plan_loader(ck_plan *p, const cg_loader *l) {
 }
 
 /* Every tensor of the file must be a parameter or, when an optimizer is restored, one of its buffers. */
+/* Each of the caller's tensors from "user.<name>", of its shape, read in its dtype. */
+static cg_status plan_extra(ck_plan *p, const cg_checkpoint_extra *extra) {
+    if (!(p->extra_host = calloc((size_t)extra->n + 1, sizeof *p->extra_host)))
+        return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
+    for (int i = 0; i < extra->n; i++) {
+        const cg_tensor *t = extra->tensors[i];
+        char *name = user_entry_name(p->fn, extra->names[i]);
+        if (!name) return cg_last_status();
+        int k = cg_safetensors_find(p->st, name);
+        free(name);
+        if (k < 0) return load_fail(p, "missing tensor \"" CK_USER_PREFIX "%.128s\" (extra tensor %d)", extra->names[i], i);
+        cg_safetensors_info info;
+        CG_TRY(cg_safetensors_info_at(p->st, k, &info));
+        if (info.ndim != cg__t(t)->ndim || memcmp(info.shape, cg__t(t)->shape, (size_t)info.ndim * sizeof(int64_t))) {
+            char a[160], b[160];
+            return load_fail(p, "tensor \"%s\" has shape %s in the file, but the extra tensor has %s", info.name,
+                             cg__dims_str(info.ndim, info.shape, a, sizeof a), cg__shape_str(t, b, sizeof b));
+        }
+        p->used[k] = true;
+        if (!(p->extra_host[i] = cg_safetensors_tensor_as(p->st, k, cg__t(t)->dtype, cg_cpu())))
+            return load_fail(p, "%s", cg_last_error());
+    }
+    return CG_OK;
+}
+
 static cg_status plan_leftovers(ck_plan *p, bool with_optimizer) {
     for (int k = 0; k < cg_safetensors_count(p->st); k++) {
         cg_safetensors_info info;
         CG_TRY(cg_safetensors_info_at(p->st, k, &info));
         bool optimizer_entry = strncmp(info.name, CK_OPT_PREFIX, strlen(CK_OPT_PREFIX)) == 0;
         if (!p->used[k] && (with_optimizer || !optimizer_entry))
-            return load_fail(p, "unexpected tensor \"%.128s\": not a parameter or buffer of the model%s", info.name,
-                             with_optimizer ? " nor a buffer of its optimizer" : "");
+            return load_fail(p, "unexpected tensor \"%.128s\": not a parameter or buffer of the model%s%s", info.name,
+                             with_optimizer ? " nor a buffer of its optimizer" : "",
+                             strncmp(info.name, CK_USER_PREFIX, strlen(CK_USER_PREFIX)) == 0
+                                 ? " (a caller's tensor: cg_checkpoint_load_extra takes it)" : "");
     }
     return CG_OK;
 }
@@ -527,7 +601,8 @@ static cg_status apply(ck_plan *p, cg_module *model, cg_optimizer *opt, cg_loade
         cg_module *root = root_at(model, r);
         s = cg__copy_bytes(cg__m(root)->device, cg__data(cg__m(root)->flat_data), cg_cpu(), p->params, (size_t)p->total * sizeof(float));
     }
-    bool grad = cg_set_grad_enabled(false); /* every replica's buffers, whose state lists are the model's */
+    bool grad = cg_set_grad_enabled(false); /* the caller's tensors; every replica's buffers, whose state lists are the model's */
+    for (int i = 0; p->extra && i < p->extra->n && s == CG_OK; i++) s = cg_copy_(p->extra->tensors[i], p->extra_host[i]);
     for (int r = 0; r < root_count(model) && s == CG_OK; r++)
         for (int i = 0; i < cg__m(model)->nstate && s == CG_OK; i++)
             if (p->buffers_host[i]) s = cg_copy_(cg__m(root_at(model, r))->state_entries[i].tensor, p->buffers_host[i]);
@@ -548,8 +623,8 @@ static cg_status apply(ck_plan *p, cg_module *model, cg_optimizer *opt, cg_loade
 }
 
 static cg_status restore(const char *fn, const char *src, const cg_safetensors *st, cg_module *model, cg_optimizer *opt,
-                         cg_loader *loader) {
-    ck_plan p = {.fn = fn, .src = src, .st = st};
+                         cg_loader *loader, const cg_checkpoint_extra *extra) {
+    ck_plan p = {.fn = fn, .src = src, .st = st, .extra = extra};
     const char *version = cg_safetensors_metadata(st, CK_RESERVED "checkpoint");
     if (!version)
         return load_fail(&p, "not a cgrad checkpoint (no \"" CK_RESERVED "checkpoint\" in the metadata; "
@@ -563,9 +638,12 @@ static cg_status restore(const char *fn, const char *src, const cg_safetensors *
     if (s == CG_OK) s = plan_rng(&p);
     if (s == CG_OK && opt) s = plan_optimizer(&p, opt);
     if (s == CG_OK && loader) s = plan_loader(&p, loader);
+    if (s == CG_OK && extra) s = plan_extra(&p, extra);
     if (s == CG_OK) s = plan_leftovers(&p, opt != NULL);
     if (s == CG_OK) s = apply(&p, model, opt, loader);
     for (int i = 0; p.buffers_host && i < cg__m(model)->nstate; i++) cg_tensor_free(p.buffers_host[i]);
+    for (int i = 0; p.extra_host && i < extra->n; i++) cg_tensor_free(p.extra_host[i]);
+    free(p.extra_host);
     free(p.used), free(p.params), free(p.counts), free(p.lr), free(p.buffers_host);
     for (int k = 0; k < CG_OPTIM_MAX_BUFFERS; k++) free(p.buffers[k]);
     return s;
@@ -575,16 +653,22 @@ cg_status cg_checkpoint_restore(const cg_safetensors *st, cg_module *model, cg_o
     const char *fn = "cg_checkpoint_restore";
     if (!st) return cg__fail(CG_ERR_INVALID_ARG, "%s: st is NULL", fn);
     CG_TRY(check_args(fn, model, optimizer, loader));
-    return restore(fn, NULL, st, model, optimizer, loader);
+    return restore(fn, NULL, st, model, optimizer, loader, NULL);
 }
 
 cg_status cg_checkpoint_load(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader) {
+    return cg_checkpoint_load_extra(path, model, optimizer, loader, NULL);
+}
+
+cg_status cg_checkpoint_load_extra(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader,
+                                   const cg_checkpoint_extra *extra) {
     const char *fn = "cg_checkpoint_load";
     if (!path) return cg__fail(CG_ERR_INVALID_ARG, "%s: path is NULL", fn);
     CG_TRY(check_args(fn, model, optimizer, loader));
+    CG_TRY(check_extra(extra, fn));
     cg_safetensors *st = NULL;
     CG_TRY(cg_safetensors_read(path, &st));
-    cg_status s = restore(fn, path, st, model, optimizer, loader);
+    cg_status s = restore(fn, path, st, model, optimizer, loader, extra);
     cg_safetensors_free(st);
     return s;
 }

@@ -333,6 +333,72 @@ static void test_tying_safetensors(void **state) {
     cg_module_free(m);
 }
 
+/* A hand-written optimizer's state (any tensors of the caller's) travels with a checkpoint by name. */
+static void test_checkpoint_user_state(void **state) {
+    char path[128];
+    cg_test_tmp_path("user.ckpt", path, sizeof path);
+    cg_module *m = encoder_new(dev());
+    cg_tensor *ema = CG_TEST_OK(cg_randn(2, (int64_t[]){4, 3}, dev()));
+    cg_tensor *count = CG_TEST_OK(cg_full_dtype(1, (int64_t[]){1}, 41, CG_INT64, dev()));
+    const char *names[2] = {"ema.fc1.weight", "steps"};
+    cg_checkpoint_extra saved = {2, names, (cg_tensor *[]){ema, count}};
+    CG_TEST_STATUS_OK(cg_checkpoint_save_extra(path, m, NULL, NULL, 0, NULL, NULL, &saved));
+    cg_tensor *ema2 = CG_TEST_OK(cg_zeros(2, (int64_t[]){4, 3}, dev()));
+    cg_tensor *count2 = CG_TEST_OK(cg_zeros_dtype(1, (int64_t[]){1}, CG_INT64, dev()));
+    cg_checkpoint_extra loaded = {2, names, (cg_tensor *[]){ema2, count2}};
+    CG_TEST_STATUS_OK(cg_checkpoint_load_extra(path, m, NULL, NULL, &loaded));
+    float *v = cg_test_read(ema);
+    cg_test_assert_tensor_bits(ema2, v, 12);
+    int64_t steps = 0;
+    CG_TEST_STATUS_OK(cg_item_int64(count2, &steps));
+    assert_int_equal(steps, 41);
+    /* without the extras the file is refused, pointing at the call that takes them */
+    assert_int_equal(cg_checkpoint_load(path, m, NULL, NULL), CG_ERR_IO);
+    cg_test_assert_error(CG_ERR_IO, "unexpected tensor \"user.ema.fc1.weight\"", "cg_checkpoint_load_extra");
+    /* a missing one, or one of another shape, is refused before anything is written */
+    const char *other[1] = {"momentum"};
+    cg_checkpoint_extra missing = {1, other, (cg_tensor *[]){ema2}};
+    assert_int_equal(cg_checkpoint_load_extra(path, m, NULL, NULL, &missing), CG_ERR_IO);
+    cg_test_assert_error(CG_ERR_IO, "missing tensor \"user.momentum\"");
+    cg_tensor *wrong = CG_TEST_OK(cg_zeros(1, (int64_t[]){12}, dev()));
+    cg_checkpoint_extra shaped = {2, names, (cg_tensor *[]){wrong, count2}};
+    assert_int_equal(cg_checkpoint_load_extra(path, m, NULL, NULL, &shaped), CG_ERR_IO);
+    cg_test_assert_error(CG_ERR_IO, "\"user.ema.fc1.weight\" has shape (4, 3) in the file");
+    const char *same[2] = {"steps", "steps"};
+    cg_checkpoint_extra dup = {2, same, (cg_tensor *[]){count, count}};
+    assert_int_equal(cg_checkpoint_save_extra(path, m, NULL, NULL, 0, NULL, NULL, &dup), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "extra name \"steps\" is given twice");
+    free(v);
+    cg_tensor_free(wrong), cg_tensor_free(ema), cg_tensor_free(count), cg_tensor_free(ema2), cg_tensor_free(count2);
+    cg_module_free(m);
+}
+
+/* More buffers than parameters: every one is saved and restored (the file's tensor count covers them). */
+static void test_checkpoint_many_buffers(void **state) {
+    char path[128];
+    cg_test_tmp_path("buffers.ckpt", path, sizeof path);
+    cg_module *m = cg_module_new(&twice_type, dev()), *n = cg_module_new(&twice_type, dev());
+    for (int k = 0; k < 2; k++) {
+        cg_module *mk = k ? n : m;
+        assert_non_null(cg_module_register_parameter(mk, "w", cg_ones(1, (int64_t[]){3}, dev())));
+        for (int b = 0; b < 6; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "b%d", b);
+            assert_non_null(cg_module_register_buffer(mk, name, cg_full(1, (int64_t[]){2}, k ? 0.0f : (float)b, dev())));
+        }
+    }
+    CG_TEST_STATUS_OK(cg_checkpoint_save(path, m, NULL, NULL, 0, NULL, NULL));
+    CG_TEST_STATUS_OK(cg_checkpoint_load(path, n, NULL, NULL));
+    for (int b = 0; b < 6; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "b%d", b);
+        const float expected[2] = {(float)b, (float)b};
+        cg_test_assert_tensor_bits(cg_module_get_buffer(n, name), expected, 2);
+    }
+    cg_module_free(n);
+    cg_module_free(m);
+}
+
 /* Non-strict loading (load_state_dict(strict=False)): shared names load, the rest are listed. */
 static void test_nonstrict_load(void **state) {
     char path[128];
@@ -701,7 +767,8 @@ int main(void) {
         CG_TEST(test_names_and_orders),   CG_TEST(test_two_outputs_and_gradients), CG_TEST(test_child_used_twice),
         CG_TEST(test_deep_nesting),       CG_TEST(test_weight_tying),              CG_TEST(test_tying_safetensors),
         CG_TEST(test_buffers_and_clone),  CG_TEST(test_apply),                     CG_TEST(test_registration_errors),
-        CG_TEST(test_param_groups),       CG_TEST(test_checkpoint_groups),         CG_TEST(test_nonstrict_load),
+        CG_TEST(test_param_groups),       CG_TEST(test_checkpoint_groups),         CG_TEST(test_nonstrict_load),           CG_TEST(test_checkpoint_user_state),
+        CG_TEST(test_checkpoint_many_buffers),
         CG_TEST(test_residual_net),
     };
     return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);

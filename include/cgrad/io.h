@@ -177,6 +177,21 @@ CG_API cg_status cg_checkpoint_save(const char *path, const cg_module *model, co
  * and checked before anything is written, so a failed load leaves model, optimizer, loader and the
  * generators as they were. */
 CG_API cg_status cg_checkpoint_load(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader);
+/* Tensors of the caller's own that a training checkpoint carries with the rest (a hand-written
+ * optimizer's state, an average of the weights): saved as "user.<name>"; the load writes each back
+ * into the tensor given under its name (same shape; its dtype, as cg_copy_ converts), checked with
+ * everything else before anything is written. A checkpoint that holds such tensors loads only
+ * through cg_checkpoint_load_extra with every one of them. */
+typedef struct cg_checkpoint_extra {
+    int n;
+    const char *const *names;
+    cg_tensor *const *tensors;
+} cg_checkpoint_extra;
+CG_API cg_status cg_checkpoint_save_extra(const char *path, const cg_module *model, const cg_optimizer *optimizer,
+                                          const cg_loader *loader, int n_meta, const char *const *keys,
+                                          const char *const *values, const cg_checkpoint_extra *extra);
+CG_API cg_status cg_checkpoint_load_extra(const char *path, cg_module *model, cg_optimizer *optimizer, cg_loader *loader,
+                                          const cg_checkpoint_extra *extra);
 /* The same from a file already read with cg_safetensors_read, whose metadata (the caller's
  * key/values, e.g. a global step) cg_safetensors_metadata then reads without a second read. */
 CG_API cg_status cg_checkpoint_restore(const cg_safetensors *st, cg_module *model, cg_optimizer *optimizer,
