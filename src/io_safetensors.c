@@ -696,11 +696,9 @@ static bool same_bytes(const cg_safetensors *st, int j, int k) {
 /* Appends a copy of name to a report list. */
 static cg_status report_add(char ***list, int *n, const char *name, const char *fn) {
     char **grown = realloc(*list, ((size_t)*n + 1) * sizeof *grown);
-    size_t len = strlen(name) + 1;
-    char *copy = grown ? malloc(len) : NULL;
+    char *copy = grown ? strdup(name) : NULL;
     if (grown) *list = grown;
     if (!copy) return cg__fail(CG_ERR_OOM, "%s: out of host memory for the report", fn);
-    memcpy(copy, name, len);
     (*list)[(*n)++] = copy;
     return CG_OK;
 }

@@ -1,6 +1,7 @@
 /* The module interface: user-defined types, registration of parameters, buffers and children by
  * name, the tree's lists in PyTorch's orders, packing the parameters into one buffer per device (plus
  * a gradient buffer of the same layout), forward, moving and cloning. */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include "nn/module.h"
 #include "backend.h"
 #include "checked.h"
@@ -125,12 +126,6 @@ static cg_status check_registration(const cg_module *m, const char *name, const 
     return CG_OK;
 }
 
-static char *dup_name(const char *name) {
-    size_t len = strlen(name) + 1;
-    char *copy = malloc(len);
-    return copy ? memcpy(copy, name, len) : NULL;
-}
-
 /* Room for one more entry in a growing array of `size`-byte entries. */
 static bool grow(void **items, int *cap, int n, size_t size) {
     if (n < *cap) return true;
@@ -151,7 +146,7 @@ static void release_tensor(cg_tensor *t) {
 
 /* Appends (name, t) to a module's array; t gains a reference. */
 static cg_status add_named(cg_named_tensor **items, int *n, int *cap, const char *name, cg_tensor *t, const char *fn) {
-    char *copy = dup_name(name);
+    char *copy = strdup(name);
     if (!copy || !grow((void **)items, cap, *n, sizeof **items)) {
         free(copy);
         return cg__fail(CG_ERR_OOM, "%s: out of host memory", fn);
@@ -235,12 +230,11 @@ cg_tensor *cg_module_register_buffer(cg_module *m, const char *name, cg_tensor *
     return t;
 }
 
-/* Whether m holds parameters anywhere in its tree (parameterless modules follow their input). */
-static bool has_params(const cg_module *m) {
+bool cg__module_has_params(const cg_module *m) {
     const cg_module_impl *mi = cg__m(m);
     if (mi->nown) return true;
     for (int c = 0; c < mi->nchildren; c++)
-        if (has_params(mi->children[c].module)) return true;
+        if (cg__module_has_params(mi->children[c].module)) return true;
     return false;
 }
 
@@ -269,12 +263,12 @@ cg_status cg__module_adopt(cg_module *m, const char *name, cg_module *child, con
     CG_TRY(cg__module_check_adoptable(child, fn, what));
     CG_TRY(check_registration(m, name, fn));
     char a[16], b[16];
-    if (has_params(child) && !cg_device_equal(cg__m(child)->device, cg__m(m)->device))
+    if (cg__module_has_params(child) && !cg_device_equal(cg__m(child)->device, cg__m(m)->device))
         return cg__fail(CG_ERR_DEVICE, "%s: %s (%s) has its parameters on %s, the %s on %s", fn, what, type_name(child),
                         cg_device_str(cg__m(child)->device, a, sizeof a), type_name(m),
                         cg_device_str(cg__m(m)->device, b, sizeof b));
     cg_module_impl *mi = cg__m(m);
-    char *copy = dup_name(name);
+    char *copy = strdup(name);
     if (!copy || !grow((void **)&mi->children, &mi->children_cap, mi->nchildren, sizeof *mi->children)) {
         free(copy);
         return cg__fail(CG_ERR_OOM, "%s: out of host memory", fn);

@@ -77,6 +77,8 @@ cg_status cg__module_ready(const cg_module *m, const char *fn);
  * inside another module already, no optimizer made over it (repacking would move the parameters
  * from under it; PyTorch users make the optimizer after the model, too). */
 cg_status cg__module_check_adoptable(const cg_module *m, const char *fn, const char *what);
+/* Whether m holds parameters anywhere in its tree (parameterless modules follow their input). */
+bool cg__module_has_params(const cg_module *m);
 /* Registers child under name (cg_module_register_module without taking ownership on failure); child
  * must not hold m (the public call checks). */
 cg_status cg__module_adopt(cg_module *m, const char *name, cg_module *child, const char *fn);

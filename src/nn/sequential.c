@@ -66,7 +66,7 @@ cg_module *cg_sequential_new(int n, cg_module *const *modules) {
             if (modules[j] == modules[c])
                 return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: module %d is module %d again (a module has one place in a "
                                     "tree; share a parameter by tying it instead)", fn, c, j);
-        if (cg_module_num_parameters(modules[c]) <= 0) continue;
+        if (!cg__module_has_params(modules[c])) continue; /* follows its input; not packed twice */
         char a[16], b[16];
         cg_device dc = cg_module_device(modules[c]);
         if (found && !cg_device_equal(d, dc))

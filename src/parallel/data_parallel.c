@@ -25,7 +25,20 @@ typedef struct dp_state {
     cg_grad_buckets *buckets;               /* NULL for a single device */
     float *grad_bufs[CG_NODE_MAX_INPUTS];   /* each replica's flat gradient buffer */
     bool in_backward;                       /* begun by the first gather of a backward pass */
+    cg_tensor **scratch;                    /* a forward's shards, outputs and gather lists: grown, kept */
+    size_t scratch_cap;
 } dp_state;
+
+/* n zeroed tensor slots, grown once and reused, so a steady-state forward allocates no host memory. */
+static cg_tensor **scratch(dp_state *st, size_t n) {
+    if (n > st->scratch_cap) {
+        cg_tensor **grown = realloc(st->scratch, n * sizeof *grown);
+        if (!grown) return CG_FAIL_NULL(CG_ERR_OOM, "DataParallel: out of host memory");
+        st->scratch = grown, st->scratch_cap = n;
+    }
+    memset(st->scratch, 0, n * sizeof *st->scratch);
+    return st->scratch;
+}
 
 int cg_data_parallel_chunks(int64_t batch, int n, int64_t *sizes) {
     if (batch <= 0 || n <= 0 || !sizes) return 0;
@@ -200,10 +213,10 @@ static cg_tensor *dp_gather(cg_module *dp, int k, cg_tensor *const *ys) {
 
 /* ---- forward ---------------------------------------------------------------------------------------- */
 /* Replica r gets shards[r * nin ...] and returns ys[r * nout ...]; output j is gathered from the
- * replicas' j-th outputs onto the output device. */
-static cg_status run_replicas(cg_module *dp, int k, int nin, const cg_tensor *const *shards, int nout, cg_tensor **out) {
-    cg_tensor **ys = calloc((size_t)k * (size_t)nout, sizeof *ys), **column = calloc((size_t)k, sizeof *column);
-    cg_status s = ys && column ? CG_OK : cg__fail(CG_ERR_OOM, "DataParallel: out of host memory");
+ * replicas' j-th outputs (column, k slots) onto the output device. */
+static cg_status run_replicas(cg_module *dp, int k, int nin, const cg_tensor *const *shards, int nout, cg_tensor **out,
+                              cg_tensor **ys, cg_tensor **column) {
+    cg_status s = CG_OK;
     int done = 0;
     while (s == CG_OK && done < k) {
         s = cg_module_call(cg__m(dp)->replicas[done], nin, shards + (size_t)done * (size_t)nin, nout, ys + (size_t)done * (size_t)nout);
@@ -214,7 +227,6 @@ static cg_status run_replicas(cg_module *dp, int k, int nin, const cg_tensor *co
         if (!(out[j] = dp_gather(dp, k, column))) s = cg_last_status();
     }
     for (int i = 0; i < done * nout; i++) cg_tensor_free(ys[i]); /* the tape keeps what backward needs */
-    free(ys), free(column);
     return s;
 }
 
@@ -237,8 +249,10 @@ static cg_status dp_forward(cg_module *dp, int nin, const cg_tensor *const *in, 
     }
     int64_t sizes[CG_NODE_MAX_INPUTS];
     int k = cg_data_parallel_chunks(batch, st->n, sizes);
-    cg_tensor **shards = calloc((size_t)k * (size_t)nin, sizeof *shards);
-    cg_status s = shards ? CG_OK : cg__fail(CG_ERR_OOM, "DataParallel: out of host memory");
+    size_t nshards = (size_t)k * (size_t)nin, nys = (size_t)k * (size_t)nout; /* k <= 64, counts of ints */
+    cg_tensor **shards = scratch(st, nshards + nys + (size_t)k);
+    if (!shards) return cg_last_status();
+    cg_status s = CG_OK;
     int64_t start = 0;
     for (int r = 0; r < k && s == CG_OK; start += sizes[r++]) {
         cg_device d = cg_cuda(st->devices[r]);
@@ -249,9 +263,9 @@ static cg_status dp_forward(cg_module *dp, int nin, const cg_tensor *const *in, 
             if (!(shards[(size_t)r * (size_t)nin + (size_t)i] = shard)) s = cg_last_status();
         }
     }
-    if (s == CG_OK) s = run_replicas(dp, k, nin, (const cg_tensor *const *)shards, nout, out);
-    for (int i = 0; shards && i < k * nin; i++) cg_tensor_free(shards[i]);
-    free(shards);
+    if (s == CG_OK)
+        s = run_replicas(dp, k, nin, (const cg_tensor *const *)shards, nout, out, shards + nshards, shards + nshards + nys);
+    for (size_t i = 0; i < nshards; i++) cg_tensor_free(shards[i]);
     return s;
 }
 
@@ -268,8 +282,8 @@ cg_tensor *cg_data_parallel_forward_shards(cg_module *dp, int n, const cg_tensor
                                 cg_device_str(cg__t(shards[i])->device, a, sizeof a),
                                 cg_device_str(cg_cuda(st->devices[i]), b, sizeof b));
     }
-    cg_tensor *out = NULL;
-    return run_replicas(dp, n, 1, shards, 1, &out) == CG_OK ? out : NULL;
+    cg_tensor *out = NULL, **slots = scratch(st, 2 * (size_t)n); /* outputs, then the gather list */
+    return slots && run_replicas(dp, n, 1, shards, 1, &out, slots, slots + n) == CG_OK ? out : NULL;
 }
 
 /* ---- construction -------------------------------------------------------------------------------------- */
@@ -280,7 +294,7 @@ static void dp_destroy(cg_module *dp) {
     for (int r = 0; r < dpi->nreplicas; r++) cg__module_free_owned(dpi->replicas[r]);
     free(dpi->replicas);
     dpi->replicas = NULL, dpi->nreplicas = 0;
-    if (st) cg__nccl_free(st->nccl);
+    if (st) cg__nccl_free(st->nccl), free(st->scratch);
     free(st);
 }
 
