@@ -333,6 +333,68 @@ static void test_tying_safetensors(void **state) {
     cg_module_free(m);
 }
 
+/* ---- a PyTorch-written file loaded by nested names ------------------------------------------------ */
+/* Net of tests/make_module_fixtures.py: x (5, 3) -> (mu, logvar) = encoder(x), y = lm(x). */
+typedef struct net {
+    cg_module *encoder, *lm;
+} net;
+
+static cg_status net_forward(cg_module *self, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
+    net *n = cg_module_state(self);
+    if (nin != 1 || nout != 3) return cg_set_error(CG_ERR_INVALID_ARG, "Net: 1 input, 3 outputs");
+    cg_status s = cg_module_call(n->encoder, 1, in, 2, out);
+    out[2] = cg_module_forward(n->lm, in[0]);
+    return s != CG_OK ? s : out[2] ? CG_OK : cg_last_status();
+}
+
+static const cg_module_type net_type = {.name = "Net", .state_size = sizeof(net), .forward_n = net_forward};
+
+/* save_model keeps "lm.head.weight" of the tied pair and records "lm.wte.weight" as its alias; the
+ * buffer and the encoder's own parameter load by their dotted names; the outputs are PyTorch's. */
+static void test_pytorch_nested_safetensors(void **state) {
+    char path[512], io_path[512];
+    snprintf(path, sizeof path, "%s/st_nested.safetensors", CG_TEST_DATA_DIR);
+    snprintf(io_path, sizeof io_path, "%s/st_nested_io.safetensors", CG_TEST_DATA_DIR);
+    cg_module *m = cg_module_new(&net_type, dev());
+    assert_non_null(m);
+    net *n = cg_module_state(m);
+    assert_non_null(n->encoder = cg_module_register_module(m, "encoder", encoder_new(dev())));
+    assert_non_null(n->lm = cg_module_register_module(m, "lm", tied_new()));
+    cg_safetensors *st = NULL;
+    CG_TEST_STATUS_OK(cg_safetensors_read(path, &st));
+    assert_int_equal(cg_safetensors_find(st, "lm.wte.weight"), -1);
+    assert_string_equal(cg_safetensors_metadata(st, "lm.wte.weight"), "lm.head.weight");
+    cg_safetensors_free(st);
+    CG_TEST_STATUS_OK(cg_load_safetensors(m, path));
+    int64_t seen = 0;
+    CG_TEST_STATUS_OK(cg_item_int64(cg_module_get_buffer(m, "encoder.seen"), &seen));
+    assert_int_equal(seen, 11);
+    float scale = 0;
+    CG_TEST_STATUS_OK(cg_item(cg_module_get_parameter(m, "encoder.scale"), &scale));
+    assert_true(scale == 1.5f);
+
+    CG_TEST_STATUS_OK(cg_safetensors_read(io_path, &st));
+    cg_scope *scope = cg_scope_begin();
+    const cg_tensor *x = CG_TEST_OK(cg_safetensors_tensor(st, cg_safetensors_find(st, "input"), dev()));
+    cg_tensor *out[3] = {NULL};
+    CG_TEST_STATUS_OK(cg_module_call(m, 1, &x, 3, out));
+    const char *names[3] = {"mu", "logvar", "y"};
+    for (int k = 0; k < 3; k++) {
+        cg_tensor *ref = CG_TEST_OK(cg_safetensors_tensor(st, cg_safetensors_find(st, names[k]), cg_cpu()));
+        size_t count = (size_t)cg_numel(ref);
+        float *r = cg_test_read(ref);
+        double *d = cg_test_doubles(count);
+        for (size_t i = 0; i < count; i++) d[i] = r[i];
+        cg_test_context("output %s", names[k]);
+        cg_test_assert_tensor_close(out[k], d, count, 1e-5);
+        free(d);
+        free(r);
+    }
+    cg_scope_end(scope);
+    cg_safetensors_free(st);
+    cg_module_free(m);
+}
+
 /* A hand-written optimizer's state (any tensors of the caller's) travels with a checkpoint by name. */
 static void test_checkpoint_user_state(void **state) {
     char path[128];
@@ -769,7 +831,7 @@ int main(void) {
         CG_TEST(test_buffers_and_clone),  CG_TEST(test_apply),                     CG_TEST(test_registration_errors),
         CG_TEST(test_param_groups),       CG_TEST(test_checkpoint_groups),         CG_TEST(test_nonstrict_load),           CG_TEST(test_checkpoint_user_state),
         CG_TEST(test_checkpoint_many_buffers),
-        CG_TEST(test_residual_net),
+        CG_TEST(test_residual_net),                CG_TEST(test_pytorch_nested_safetensors),
     };
     return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }
