@@ -27,31 +27,33 @@ typedef struct cg_storage {
 
 /* What a tensor handle (cg_tensor *, see handle.h) names; read it through cg__t(handle). */
 typedef struct cg_tensor_impl {
-    int ndim;
+    /* ordered so that no padding is left: 256 bytes, a handle slot's object */
     int64_t shape[CG_MAX_DIMS];
     int64_t strides[CG_MAX_DIMS];  /* in elements; views may be non-contiguous */
     int64_t numel;
     int64_t offset;                /* first element, in elements from storage->data */
+    int ndim;
     cg_dtype dtype;                /* of every element; a view has its base's */
     cg_device device;
     cg_storage *storage;
     cg_scope *scope;               /* owning scope, or NULL when the user owns it */
     const char *origin;            /* the public function that made it (cg__current_fn), for the leak report */
+    int module_refs;               /* modules holding it as a parameter or buffer (tying shares one) */
     /* autograd */
     bool requires_grad;
     bool grad_defined;             /* grad holds a value produced since the last zero_grad */
+    int grad_pending;              /* nodes of the current pass yet to send this hooked leaf a gradient */
+    uint64_t grad_epoch;           /* the pass grad_pending counts for */
     cg_tensor *grad;               /* owned; for parameters a view into the gradient buffer */
     struct cg_node *grad_fn;       /* the op that produced this tensor (one reference), or NULL */
     /* called once per backward pass, when the pass will add nothing more to grad (data
      * parallelism's bucket readiness): after the last node that sends this leaf a gradient ran */
     void (*grad_hook)(void *ctx, cg_tensor *t);
     void *grad_hook_ctx;
-    int grad_pending;              /* nodes of the current pass yet to send this hooked leaf a gradient */
-    uint64_t grad_epoch;           /* the pass grad_pending counts for */
-    int module_refs;               /* modules holding it as a parameter or buffer (tying shares one) */
     cg_tensor *scope_next;         /* intrusive list of the scope's tensors */
     cg_tensor *scope_prev;
 } cg_tensor_impl;
+_Static_assert(sizeof(cg_tensor_impl) <= 256, "a new field goes into padding, or costs every tensor a larger slot");
 
 /* The tensor a handle names (no check: see handle.h). */
 static inline cg_tensor_impl *cg__t(const cg_tensor *t) { return (cg_tensor_impl *)cg__handle_object(t); }
