@@ -1,7 +1,8 @@
 // The index family's CUDA kernels (kernel_args.h: INDEX_SELECT, INDEX_ADD), serving
 // src/cuda/cuda_index.c and mirroring src/cpu/cpu_index.c: a gather along a dim, element by element
 // in units of the element's width, and its gradient, one thread per output element summing its
-// positions in their fixed order (deterministic, no atomics).
+// positions in their fixed order (deterministic, no atomics). An index out of range is written as
+// nothing and recorded in the device's error slot (kernels/index_error.h).
 #include "kernels.h"
 #include "kernels/dtype_math.h"
 
@@ -11,19 +12,21 @@ constexpr int kThreads = 256;
 
 template <typename T>
 __global__ void index_select_kernel(const T *__restrict__ x, int64_t outer, int64_t n, int64_t inner,
-                                    const int64_t *__restrict__ index, int64_t nidx, T *__restrict__ out) {
+                                    const int64_t *__restrict__ index, int64_t nidx, T *__restrict__ out,
+                                    cg_index_error *err) {
     const int64_t total = outer * nidx * inner;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t k = e % inner, r = e / inner, i = r % nidx, o = r / nidx;
-        out[e] = x[(o * n + index[i]) * inner + k];
+        int64_t k = e % inner, r = e / inner, i = r % nidx, o = r / nidx, j = index[i];
+        if (j >= 0 && j < n) out[e] = x[(o * n + j) * inner + k];
+        else cg_index_error_raise(err, CG_INDEX_OP_INDEX_SELECT, i, j, n);
     }
 }
 
 template <typename T>
-cudaError_t launch_select(const cg_index_select_args *a, cudaStream_t stream) {
+cudaError_t launch_select(const cg_index_select_args *a, cg_index_error *err, cudaStream_t stream) {
     int64_t total = a->outer * a->nidx * a->inner;
     index_select_kernel<T><<<cg_launch_grid(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T *>(a->x), a->outer, a->n, a->inner, a->index, a->nidx, static_cast<T *>(a->out));
+        static_cast<const T *>(a->x), a->outer, a->n, a->inner, a->index, a->nidx, static_cast<T *>(a->out), err);
     return cudaGetLastError();
 }
 
@@ -40,12 +43,12 @@ __global__ void index_add_kernel(cg_index_add_args a) {
 
 }  // namespace
 
-extern "C" cudaError_t cg_launch_index_select(const cg_index_select_args *a, cudaStream_t stream) {
+extern "C" cudaError_t cg_launch_index_select(const cg_index_select_args *a, cg_index_error *err, cudaStream_t stream) {
     switch (a->bytes) {
-    case 1: return launch_select<uint8_t>(a, stream);
-    case 2: return launch_select<uint16_t>(a, stream);
-    case 4: return launch_select<uint32_t>(a, stream);
-    default: return launch_select<uint64_t>(a, stream);
+    case 1: return launch_select<uint8_t>(a, err, stream);
+    case 2: return launch_select<uint16_t>(a, err, stream);
+    case 4: return launch_select<uint32_t>(a, err, stream);
+    default: return launch_select<uint64_t>(a, err, stream);
     }
 }
 

@@ -318,8 +318,9 @@ typedef struct cg_pool_args {
 } cg_pool_args;
 
 /* ---- indexing ----------------------------------------------------------------------------------------------- */
-/* out (outer, nidx, inner) = x (outer, n, inner) taken along the middle axis at index (nidx int64, each
- * in [0, n): the front-end checked), elements of `bytes` bytes: torch.index_select. */
+/* out (outer, nidx, inner) = x (outer, n, inner) taken along the middle axis at index (nidx int64,
+ * each in [0, n): the CPU's front-end checked; a GPU records a bad one, kernels/index_error.h),
+ * elements of `bytes` bytes: torch.index_select. */
 typedef struct cg_index_select_args {
     const void *x;
     int bytes;

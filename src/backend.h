@@ -20,8 +20,12 @@ typedef struct cg_backend {
     void *(*raw_alloc)(int index, size_t bytes); /* NULL on out-of-memory, no error recorded */
     void (*raw_free)(int index, void *ptr);
     cg_status (*memcpy_from_host)(cg_device d, void *dst, const void *src, size_t bytes);
-    cg_status (*memcpy_to_host)(cg_device d, void *dst, const void *src, size_t bytes);
+    cg_status (*memcpy_to_host)(cg_device d, void *dst, const void *src, size_t bytes); /* then check_errors */
     cg_status (*synchronize)(int index);
+    /* reports a bad index a kernel met (kernels/index_error.h) and clears it, without waiting for
+     * the device: an error of work still queued is reported by a later check; NULL on the CPU,
+     * whose kernels fail their own call */
+    cg_status (*check_errors)(int index);
     /* graph capture of the device's stream (NULL on the CPU); capture_end always ends the
      * capture and instantiates it only when keep is true */
     cg_status (*capture_begin)(int index);
@@ -44,6 +48,12 @@ const cg_backend *cg__backend_lookup(cg_device d);
  * CPU's found without a call: every op dispatches through it. */
 static inline const cg_backend *cg__backend_for(cg_device d) {
     return d.type == CG_CPU ? &cg__cpu_backend : cg__backend_lookup(d);
+}
+/* d's check_errors, where it has one: at the host's points of contact with a device (cg_synchronize,
+ * the end of a backward pass, an optimizer step) beyond the read backs, which check anyway. */
+static inline cg_status cg__check_device_errors(cg_device d) {
+    const cg_backend *be = d.type == CG_CPU ? NULL : cg__backend_for(d);
+    return be && be->check_errors ? be->check_errors(d.index) : CG_OK;
 }
 /* cg__run's failure: d has no backend, or its backend lacks kernel k (CG_ERR_DEVICE naming both). */
 cg_status cg__run_failed(cg_device d, cg_kernel_id k);

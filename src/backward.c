@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "backend.h"
 #include "backward.h"
 #include "error.h"
 #include "handle.h"
@@ -273,7 +274,7 @@ cg_status cg_backward_with(cg_tensor *output, const cg_tensor *grad_output) {
     }
     cg_status s = grad ? backward_from(output, grad) : cg_last_status();
     cg_set_grad_enabled(previous);
-    return s;
+    return s == CG_OK ? cg__check_device_errors(outputi->device) : s;
 }
 
 cg_status cg_backward(cg_tensor *loss) { return cg_backward_with(loss, NULL); }

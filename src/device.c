@@ -131,7 +131,8 @@ const char *cg_device_name(cg_device d, char *buf, size_t len) {
 cg_status cg_synchronize(cg_device d) {
     const cg_backend *be = cg__backend_for(d);
     if (!be) return cg__fail_context("cg_synchronize");
-    return be->synchronize(d.index);
+    CG_TRY(be->synchronize(d.index));
+    return cg__check_device_errors(d);
 }
 
 cg_status cg_set_num_threads(int n) {

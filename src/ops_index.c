@@ -25,6 +25,15 @@ static int64_t *index_values(const cg_tensor *index, int64_t *n, const char *fn)
     return v;
 }
 
+/* Checks the n positions v (on the host) against the dim's size. */
+static cg_status check_positions(const int64_t *v, int64_t n, int64_t size, int dim, const char *fn) {
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] < 0 || v[i] >= size)
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: index[%lld] = %lld is out of range for dim %d of size %lld", fn,
+                            (long long)i, (long long)v[i], dim, (long long)size);
+    return CG_OK;
+}
+
 /* t viewed as (outer, size, inner) around dim d. */
 static void around(const cg_tensor_impl *ti, int d, int64_t *outer, int64_t *inner) {
     *outer = cg__numel_of(d, ti->shape);
@@ -44,6 +53,10 @@ static cg_status index_select_backward(cg_node *node, const cg_tensor *g, cg_ten
     int d = CG_NODE_PARAMS(node, cg_index_select_params)->dim;
     int64_t nidx, size = node->in_shape[0][d];
     int64_t *idx = index_values(index, &nidx, fn);
+    if (idx && check_positions(idx, nidx, size, d, fn) != CG_OK) { /* a GPU's forward wrote nothing for it */
+        free(idx);
+        return cg_last_status();
+    }
     int64_t *offsets = idx ? calloc((size_t)size + 2, sizeof *offsets) : NULL, *order = NULL;
     if (idx && offsets) order = malloc((size_t)(nidx ? nidx : 1) * sizeof *order);
     if (!order) {
@@ -75,19 +88,6 @@ static cg_status index_select_backward(cg_node *node, const cg_tensor *g, cg_ten
     return CG_OK;
 }
 
-/* Checks every position of index against the dim's size: read back to the host (a wait on a GPU). */
-static cg_status check_positions(const cg_tensor *index, int64_t size, int dim, const char *fn) {
-    int64_t n, *v = index_values(index, &n, fn);
-    if (!v) return cg_last_status();
-    cg_status s = CG_OK;
-    for (int64_t i = 0; i < n && s == CG_OK; i++)
-        if (v[i] < 0 || v[i] >= size)
-            s = cg__fail(CG_ERR_INVALID_ARG, "%s: index[%lld] = %lld is out of range for dim %d of size %lld", fn,
-                         (long long)i, (long long)v[i], dim, (long long)size);
-    free(v);
-    return s;
-}
-
 cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index) {
     const char *fn = "cg_index_select";
     if (cg__check_tensor(t, fn, "t") != CG_OK || cg__check_tensor(index, fn, "index") != CG_OK) return NULL;
@@ -105,25 +105,28 @@ cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index) 
     if (d < 0 || d >= ti->ndim)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for t of shape %s", fn, dim,
                             cg__shape_str(t, sh, sizeof sh));
-    if (check_positions(index, ti->shape[d], dim, fn) != CG_OK) return NULL;
     int64_t shape[CG_MAX_DIMS];
     memcpy(shape, ti->shape, sizeof shape);
     shape[d] = ii->numel;
     cg_tensor *out = cg__tensor_new_dtype(ti->ndim, shape, ti->dtype, ti->device);
-    cg_tensor *c = out ? cg__raw_contiguous(t) : NULL;
+    cg_tensor *ic = out ? cg__raw_contiguous(index) : NULL, *c = ic ? cg__raw_contiguous(t) : NULL;
     cg_status s = c ? CG_OK : cg_last_status();
+    /* on a GPU the kernel checks, so that no call waits for the device (kernels/index_error.h) */
+    if (s == CG_OK && ti->device.type == CG_CPU) s = check_positions(cg__data(ic), ii->numel, ti->shape[d], dim, fn);
     if (s == CG_OK && cg__t(out)->numel > 0) {
         cg_index_select_args a = {.x = cg__data(c), .bytes = cg_dtype_bytes(ti->dtype), .n = ti->shape[d],
-                                  .index = cg__data(index), .nidx = ii->numel, .out = cg__data(out)};
+                                  .index = cg__data(ic), .nidx = ii->numel, .out = cg__data(out)};
         around(ti, d, &a.outer, &a.inner);
         s = cg__run_index_select(ti->device, &a);
     }
     cg_tensor_free(c);
     if (s == CG_OK && cg__should_record(1, &t)) {
-        cg_node *node = cg__record_op(out, &cg__op_index_select, 1, &t, 1, &index);
+        const cg_tensor *saved = ic;
+        cg_node *node = cg__record_op(out, &cg__op_index_select, 1, &t, 1, &saved);
         if (node) CG_NODE_PARAMS(node, cg_index_select_params)->dim = d;
         else s = cg_last_status();
     }
+    cg_tensor_free(ic);
     return cg__finish(out, s);
 }
 

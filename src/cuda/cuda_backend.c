@@ -33,7 +33,7 @@ static cg_status cuda_to_host(cg_device d, void *dst, const void *src, size_t by
     CG_TRY(cg__cuda_enter(d.index, &ctx));
     CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
     CG_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
-    return CG_OK;
+    return cg__cuda_check_errors(d.index); /* every read back is a point where the host meets the device */
 }
 
 static cg_status cuda_synchronize(int index) {
@@ -50,6 +50,7 @@ static const cg_backend cuda_backend = {
     .memcpy_from_host = cuda_from_host,
     .memcpy_to_host = cuda_to_host,
     .synchronize = cuda_synchronize,
+    .check_errors = cg__cuda_check_errors,
     .capture_begin = cg__cuda_capture_begin,
     .stream_wait = cg__cuda_stream_wait,
     .capture_end = cg__cuda_capture_end,

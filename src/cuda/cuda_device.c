@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int device_count;
 static char no_gpu_reason[256];
@@ -105,6 +106,9 @@ static cg_status context_create(int index, cg_cuda_context **out) {
     CG_CUDA_CHECK(cudaMalloc((void **)&ctx->tickets, CG_TICKETS * sizeof *ctx->tickets));
     CG_CUDA_CHECK(cudaMemset(ctx->tickets, 0, CG_TICKETS * sizeof *ctx->tickets));
     CG_CUDA_CHECK(cudaEventCreateWithFlags(&ctx->marker, cudaEventDisableTiming));
+    CG_CUDA_CHECK(cudaHostAlloc((void **)&ctx->index_error, sizeof *ctx->index_error, cudaHostAllocMapped));
+    memset(ctx->index_error, 0, sizeof *ctx->index_error);
+    CG_CUDA_CHECK(cudaHostGetDevicePointer((void **)&ctx->index_error_dev, ctx->index_error, 0));
 #ifdef CGRAD_HAVE_CUDNN
     CG_CUDNN_CHECK(cudnnCreate(&ctx->cudnn));
     CG_CUDNN_CHECK(cudnnSetStream(ctx->cudnn, ctx->stream));
@@ -133,6 +137,34 @@ cg_status cg__cuda_enter(int index, cg_cuda_context **ctx) {
     pthread_mutex_unlock(&context_lock);
     *ctx = contexts[index];
     return s;
+}
+
+cg_status cg__cuda_check_errors(int index) {
+    static const char *const names[] = {
+#define CG_INDEX_OP_NAME(NAME, PUB, WHAT) [CG_INDEX_OP_##NAME] = PUB,
+        CG_INDEX_OPS(CG_INDEX_OP_NAME)
+#undef CG_INDEX_OP_NAME
+    };
+    static const cg_index_what whats[] = {
+#define CG_INDEX_OP_WHAT(NAME, PUB, WHAT) [CG_INDEX_OP_##NAME] = WHAT,
+        CG_INDEX_OPS(CG_INDEX_OP_WHAT)
+#undef CG_INDEX_OP_WHAT
+    };
+    cg_cuda_context *ctx = index >= 0 && index < CG_MAX_CUDA ? __atomic_load_n(&contexts[index], __ATOMIC_ACQUIRE) : NULL;
+    int op = ctx ? ctx->index_error->op : CG_INDEX_OP_NONE;
+    if (op <= CG_INDEX_OP_NONE || op >= CG_INDEX_OP_COUNT) return CG_OK;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the details were written before op */
+    cg_index_error e = {.position = ctx->index_error->position, .value = ctx->index_error->value,
+                        .size = ctx->index_error->size};
+    ctx->index_error->op = CG_INDEX_OP_NONE;
+    __atomic_store_n(&ctx->index_error->claimed, 0, __ATOMIC_RELEASE); /* the next error is reported again */
+    if (whats[op] == CG_BAD_DISTRIBUTION)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s on cuda:%d: row %lld of the probabilities has a negative, infinite or "
+                        "NaN value, or sums to zero (found by the GPU, reported at this synchronisation)", names[op],
+                        index, (long long)e.position);
+    return cg__fail(CG_ERR_INVALID_ARG, "%s on cuda:%d: index %lld at position %lld is out of range [0, %lld) (found by "
+                    "the GPU, reported at this synchronisation; nothing was written for it)", names[op], index,
+                    (long long)e.value, (long long)e.position, (long long)e.size);
 }
 
 bool cg_cuda_can_access_peer(int device, int peer) {

@@ -8,7 +8,7 @@ cg_status cg__cuda_index_select(const void *raw, int index) {
     const cg_index_select_args *a = raw;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_index_select(a, ctx->stream));
+    CG_CUDA_CHECK(cg_launch_index_select(a, ctx->index_error_dev, ctx->stream));
     return CG_OK;
 }
 

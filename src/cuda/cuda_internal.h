@@ -14,6 +14,7 @@
 #include "cgrad/core.h"
 #include "collective.h"
 #include "error.h"
+#include "kernels/index_error.h"
 #include "kernels/kernels.h"
 
 /* Each check records "<call> failed at file:line: <library's message>" and returns its status. */
@@ -69,6 +70,8 @@ typedef struct cg_cuda_context {
                                   blocks here and put them back (one stream, so never shared) */
     cudaEvent_t marker;        /* "the stream got here", for other streams to wait on; reused, since a
                                   wait takes the event's state when it is enqueued */
+    cg_index_error *index_error;     /* the slot of kernels/index_error.h, mapped pinned host memory... */
+    cg_index_error *index_error_dev; /* ...and the address the device writes it through */
 #ifdef CGRAD_HAVE_CUDNN
     cudnnHandle_t cudnn;
     struct cg_conv_cache *conv_cache; /* cuda_conv.c's descriptors and algorithms per convolution shape,
@@ -92,6 +95,9 @@ cg_status cg__peer_allreduce(cg_peer *p, int local, float *buf, int64_t count, f
 
 /* Makes `index` the current device and returns its context, created on first use. */
 cg_status cg__cuda_enter(int index, cg_cuda_context **ctx);
+/* Reports the bad index a kernel of device `index` recorded (kernels/index_error.h), if any, and
+ * clears it: CG_ERR_INVALID_ARG naming the op. Reads host memory only: no wait. */
+cg_status cg__cuda_check_errors(int index);
 
 /* Kernels of the backend table (kernels/kernel_args.h: each takes its argument struct), by op family,
  * each family in cuda_<family>.c as its kernels are in kernels/<family>.cu and its CPU side in

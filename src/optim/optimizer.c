@@ -115,7 +115,9 @@ cg_status cg_optimizer_zero_grad(cg_optimizer *opt) {
 
 cg_status cg_optimizer_step(cg_optimizer *opt) {
     CG_TRY(cg__check_optimizer(opt, "cg_optimizer_step"));
-    return cg__opt(opt)->ops->step(opt);
+    const cg_optimizer_impl *o = cg__opt(opt);
+    for (int r = 0; r < o->nroots; r++) CG_TRY(cg__check_device_errors(cg__m(o->roots[r])->device));
+    return o->ops->step(opt);
 }
 
 const char *cg__shortest_str(double v, bool single, char *buf, size_t len) {
