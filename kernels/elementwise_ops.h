@@ -57,7 +57,30 @@
      * gradient passes at the bound itself, as PyTorch's. The s tested is no 16-bit value, so that no rounded   \
      * input sits on the kink, where finite differences halve the gradient */                                   \
     X(CLAMP_MIN, "cg_clamp", CG_SAVES_X, x < s ? s : x, x >= s ? g : CGM_C(0), -4, 4, -1.2345)                  \
-    X(CLAMP_MAX, "cg_clamp", CG_SAVES_X, x > s ? s : x, x <= s ? g : CGM_C(0), -4, 4, 1.7071)
+    X(CLAMP_MAX, "cg_clamp", CG_SAVES_X, x > s ? s : x, x <= s ? g : CGM_C(0), -4, 4, 1.7071)                  \
+    /* F.hardtanh's two sides: clamp's forward, but no gradient at the bounds themselves, as PyTorch's */       \
+    X(HARDTANH_MIN, "cg_hardtanh", CG_SAVES_X, x < s ? s : x, x > s ? g : CGM_C(0), -4, 4, -1.2345)            \
+    X(HARDTANH_MAX, "cg_hardtanh", CG_SAVES_X, x > s ? s : x, x < s ? g : CGM_C(0), -4, 4, 1.7071)             \
+    /* |x| and its gradient g sign(x), 0 at 0 */                                                                \
+    X(ABS, "cg_abs", CG_SAVES_X, cgm_fabs(x), x > CGM_C(0) ? g : (x < CGM_C(0) ? -g : CGM_C(0)), -4, 4, 0)     \
+    /* -1, 0 or 1; a NaN gives 0, as torch.sign's comparisons do. No gradient flows (PyTorch's is zero) */      \
+    X(SIGN, "cg_sign", CG_SAVES_NONE, (CGM_T)(x > CGM_C(0)) - (CGM_T)(x < CGM_C(0)), CGM_C(0), -4, 4, 0)       \
+    X(LOG1P, "cg_log1p", CG_SAVES_X, cgm_log1p(x), g / (CGM_C(1) + x), -0.9, 4, 0)                              \
+    X(EXPM1, "cg_expm1", CG_SAVES_Y, cgm_expm1(x), g * (y + CGM_C(1)), -4, 4, 0)                                \
+    X(RSQRT, "cg_rsqrt", CG_SAVES_Y, CGM_C(1) / cgm_sqrt(x), CGM_C(-0.5) * g * y * y * y, 0.1, 8, 0)          \
+    X(RECIPROCAL, "cg_reciprocal", CG_SAVES_Y, CGM_C(1) / x, -(g * y * y), 0.25, 4, 0)                         \
+    X(ERF, "cg_erf", CG_SAVES_X, cgm_erf(x), g * CGM_C(1.12837916709551257390) * cgm_exp(-x * x), -3, 3, 0)    \
+    /* s the negative slope; NaN stays NaN */                                                                   \
+    X(LEAKY_RELU, "cg_leaky_relu", CG_SAVES_X, x > CGM_C(0) ? x : x * s, x > CGM_C(0) ? g : g * s, -4, 4, 0.2) \
+    /* s is alpha: s (e^x - 1) below 0; the gradient s e^x there, as PyTorch's from the input */                \
+    X(ELU, "cg_elu", CG_SAVES_X, x > CGM_C(0) ? x : s * cgm_expm1(x), x > CGM_C(0) ? g : g * s * cgm_exp(x),   \
+      -4, 4, 1.3)                                                                                               \
+    X(SILU, "cg_silu", CG_SAVES_X, x * cgm_sigmoid(x),                                                          \
+      g * cgm_sigmoid(x) * (CGM_C(1) + x * (CGM_C(1) - cgm_sigmoid(x))), -6, 6, 0)                              \
+    /* F.softplus with beta 1 and threshold s: x above it, else log(1 + e^x) (written so that it cannot         \
+     * overflow); cg_softplus scales by beta around it */                                                       \
+    X(SOFTPLUS, "cg_softplus", CG_SAVES_X, x > s ? x : cgm_log1p(cgm_exp(-cgm_fabs(x))) + (x > CGM_C(0) ? x : CGM_C(0)), \
+      x > s ? g : g * cgm_sigmoid(x), -6, 6, 2.3456)
 
 /* X(NAME, public name, saves, forward, backward for a, backward for b, lo a, hi a, lo b, hi b) */
 #define CG_BINARY_OPS(X)                                                                                        \
@@ -70,6 +93,11 @@
     /* F.binary_cross_entropy per element, a the probability and b the target, each log at least -100 as        \
      * PyTorch's: a of exactly 0 or 1 costs at most 100. The gradients are PyTorch's: of a g (a - b) /          \
      * max((1 - a) a, 1e-12), of b g (log(1 - a) - log a). An a outside [0, 1] gives NaN */                      \
+    /* torch.maximum / minimum: a NaN on either side wins; at a tie each side gets half the gradient */          \
+    X(MAXIMUM, "cg_maximum", CG_SAVES_AB, (a > b || a != a) ? a : b,                                            \
+      a > b ? g : (a == b ? g * CGM_C(0.5) : CGM_C(0)), b > a ? g : (a == b ? g * CGM_C(0.5) : CGM_C(0)), -4, 4, -4, 4) \
+    X(MINIMUM, "cg_minimum", CG_SAVES_AB, (a < b || a != a) ? a : b,                                            \
+      a < b ? g : (a == b ? g * CGM_C(0.5) : CGM_C(0)), b < a ? g : (a == b ? g * CGM_C(0.5) : CGM_C(0)), -4, 4, -4, 4) \
     X(BCE, "cg_binary_cross_entropy", CG_SAVES_AB,                                                              \
       (b - CGM_C(1)) * cgm_atleast(cgm_log1p(-a), CGM_C(-100)) - b * cgm_atleast(cgm_log(a), CGM_C(-100)),      \
       g * (a - b) / cgm_atleast((CGM_C(1) - a) * a, CGM_C(1e-12)), g * (cgm_log1p(-a) - cgm_log(a)), 0.02, 0.98, \
@@ -135,6 +163,9 @@ CGM_PAIR(cgm_sqrt, sqrtf, sqrt)
 CGM_PAIR(cgm_tanh, tanhf, tanh)
 CGM_PAIR(cgm_erfc, erfcf, erfc)
 CGM_PAIR(cgm_log1p, log1pf, log1p)
+CGM_PAIR(cgm_expm1, expm1f, expm1)
+CGM_PAIR(cgm_erf, erff, erf)
+CGM_PAIR(cgm_fabs, fabsf, fabs)
 #undef CGM_PAIR
 CG_HD float cgm_pow(float v, float p) { return cgm_powf(v, p); }
 CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
@@ -147,6 +178,9 @@ CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
 #define cgm_tanh(v) _Generic((v), float: tanhf, default: tanh)(v)
 #define cgm_erfc(v) _Generic((v), float: erfcf, default: erfc)(v)
 #define cgm_log1p(v) _Generic((v), float: log1pf, default: log1p)(v)
+#define cgm_expm1(v) _Generic((v), float: expm1f, default: expm1)(v)
+#define cgm_erf(v) _Generic((v), float: erff, default: erf)(v)
+#define cgm_fabs(v) _Generic((v), float: fabsf, default: fabs)(v)
 #define cgm_pow(v, p) _Generic((v), float: cgm_powf, default: pow)((v), (p))
 #endif
 #define CGM_C(v) ((CGM_T)(v))
@@ -163,6 +197,16 @@ CG_HD float cgm_gelu_sigmoid(float x) { return cgm_gelu_sigmoidf(x); }
 CG_HD double cgm_gelu_sigmoid(double x) { return cgm_gelu_sigmoid_d(x); }
 #else
 #define cgm_gelu_sigmoid(v) _Generic((v), float: cgm_gelu_sigmoidf, default: cgm_gelu_sigmoid_d)(v)
+#endif
+
+/* The logistic function 1 / (1 + e^-v), as cg_sigmoid computes it. */
+CG_HD float cgm_sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
+CG_HD double cgm_sigmoid_d(double v) { return 1.0 / (1.0 + exp(-v)); }
+#ifdef __CUDACC__
+CG_HD float cgm_sigmoid(float v) { return cgm_sigmoidf(v); }
+CG_HD double cgm_sigmoid(double v) { return cgm_sigmoid_d(v); }
+#else
+#define cgm_sigmoid(v) _Generic((v), float: cgm_sigmoidf, default: cgm_sigmoid_d)(v)
 #endif
 
 /* max(v, lo), a NaN v kept: std::max(v, lo), as PyTorch's losses bound their logs. */

@@ -130,7 +130,9 @@ typedef struct cg_cast_args {
     X(LT, lt, <)          \
     X(LE, le, <=)         \
     X(GT, gt, >)          \
-    X(GE, ge, >=)
+    X(GE, ge, >=)         \
+    X(LOGICAL_AND, logical_and, &&) \
+    X(LOGICAL_OR, logical_or, ||)
 #define CG_COMPARE_ENUM(NAME, name, OP) CG_COMPARE_##NAME,
 typedef enum cg_compare_op { CG_COMPARE_OPS(CG_COMPARE_ENUM) CG_COMPARE_COUNT } cg_compare_op;
 #undef CG_COMPARE_ENUM

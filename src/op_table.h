@@ -125,6 +125,9 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(le) \
     X(gt) \
     X(ge) \
+    X(logical_and) \
+    X(logical_or) \
+    X(logical_not) \
     X(where) \
     X(index_select)
 

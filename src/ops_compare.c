@@ -1,5 +1,5 @@
-/* Comparisons and selection front-end: cg_eq, cg_ne, cg_lt, cg_le, cg_gt, cg_ge (kernel_args.h:
- * CG_COMPARE_OPS) and cg_where, on tensors of any dtype with broadcasting. */
+/* Comparisons and selection front-end: cg_eq, cg_ne, cg_lt, cg_le, cg_gt, cg_ge, cg_logical_and,
+ * cg_logical_or (kernel_args.h: CG_COMPARE_OPS), cg_logical_not and cg_where, on tensors of any dtype with broadcasting. */
 #include "cgrad/core.h"
 
 #include "autograd.h"
@@ -27,6 +27,15 @@ static cg_tensor *compare(cg_compare_op op, const cg_tensor *a, const cg_tensor 
     cg_tensor *cg_##name(const cg_tensor *a, const cg_tensor *b) { return compare(CG_COMPARE_##NAME, a, b, "cg_" #name); }
 CG_COMPARE_OPS(COMPARE_FN)
 #undef COMPARE_FN
+
+/* x == 0 in x's dtype (NaN is unequal to 0, so true stays true). */
+cg_tensor *cg_logical_not(const cg_tensor *x) {
+    if (cg__check_tensor(x, "cg_logical_not", "x") != CG_OK) return NULL;
+    cg_tensor *zero = cg_zeros_dtype(0, NULL, cg__t(x)->dtype, cg__t(x)->device);
+    cg_tensor *out = zero ? compare(CG_COMPARE_EQ, x, zero, "cg_logical_not") : NULL;
+    cg_tensor_free(zero);
+    return out;
+}
 
 /* ---- where ------------------------------------------------------------------------------------------ */
 /* out (contiguous, its shape) = cond ? a : b, the three broadcasting to it; not recorded. */
@@ -117,6 +126,20 @@ cg_tensor *cg_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *
 static const cg_op_domain compare_domain = {.lo = {-2, -2}, .hi = {2, 2}, .integer = {true, true}, .elementwise = true};
 CG_COMPARE_OPS(COMPARE_ENTRY)
 #undef COMPARE_ENTRY
+
+static cg_tensor *logical_not_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    (void)op, (void)c;
+    return cg_logical_not(in[0]);
+}
+static cg_status logical_not_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in,
+                                       cg_ref_tensor *out) {
+    (void)op, (void)c;
+    CG_TRY(cg__ref_broadcast_alloc(in, 1, out));
+    for (int64_t i = 0; i < cg__ref_numel(out); i++) out->data[i] = in[0].data[i] == 0;
+    return CG_OK;
+}
+CG_OP_DEFINE(logical_not) = {.name = "cg_logical_not", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 0,
+                             .domain = &compare_domain, .call = logical_not_call, .reference = logical_not_reference};
 
 /* cond as 0 or 1 (converted to bool by the call), a and b any values. */
 static cg_tensor *where_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {

@@ -210,6 +210,39 @@ UNARY(cg_sqrt, CG_UNARY_SQRT, 0.0f)
 UNARY(cg_relu, CG_UNARY_RELU, 0.0f)
 UNARY(cg_tanh, CG_UNARY_TANH, 0.0f)
 UNARY(cg_sigmoid, CG_UNARY_SIGMOID, 0.0f)
+UNARY(cg_abs, CG_UNARY_ABS, 0.0f)
+UNARY(cg_sign, CG_UNARY_SIGN, 0.0f)
+UNARY(cg_log1p, CG_UNARY_LOG1P, 0.0f)
+UNARY(cg_expm1, CG_UNARY_EXPM1, 0.0f)
+UNARY(cg_rsqrt, CG_UNARY_RSQRT, 0.0f)
+UNARY(cg_reciprocal, CG_UNARY_RECIPROCAL, 0.0f)
+UNARY(cg_erf, CG_UNARY_ERF, 0.0f)
+UNARY(cg_silu, CG_UNARY_SILU, 0.0f)
+
+cg_tensor *cg_leaky_relu(const cg_tensor *x, float negative_slope) {
+    return cg__unary_op(CG_UNARY_LEAKY_RELU, negative_slope, x, "cg_leaky_relu");
+}
+cg_tensor *cg_elu(const cg_tensor *x, float alpha) { return cg__unary_op(CG_UNARY_ELU, alpha, x, "cg_elu"); }
+cg_tensor *cg_maximum(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op(CG_BINARY_MAXIMUM, a, b, "cg_maximum"); }
+cg_tensor *cg_minimum(const cg_tensor *a, const cg_tensor *b) { return cg__binary_op(CG_BINARY_MINIMUM, a, b, "cg_minimum"); }
+
+/* The unary passes ops[0..n) applied to x in turn (n >= 1; each made tensor but the last freed). */
+static cg_tensor *passes(const cg_tensor *x, int n, const cg_unary_op *ops, const float *s, const char *fn) {
+    cg_tensor *out = NULL;
+    for (int k = 0; k < n; k++) {
+        cg_tensor *next = cg__unary_op(ops[k], s[k], k ? out : x, fn);
+        cg_tensor_free(out);
+        if (!(out = next)) break;
+    }
+    return out;
+}
+
+/* softplus(beta x) / beta, the threshold compared with beta x as PyTorch does: beta 1 is one pass. */
+cg_tensor *cg_softplus(const cg_tensor *x, float beta, float threshold) {
+    if (beta == 1.0f) return cg__unary_op(CG_UNARY_SOFTPLUS, threshold, x, "cg_softplus");
+    const cg_unary_op ops[3] = {CG_UNARY_MUL_SCALAR, CG_UNARY_SOFTPLUS, CG_UNARY_DIV_SCALAR};
+    return passes(x, 3, ops, (const float[]){beta, threshold, beta}, "cg_softplus");
+}
 
 cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate) {
     if (approximate != CG_GELU_NONE && approximate != CG_GELU_TANH)
@@ -235,16 +268,27 @@ int cg__clamp_passes(float min, float max, cg_dtype dt, cg_unary_op *ops, float 
 
 cg_tensor *cg_clamp(const cg_tensor *x, float min, float max) {
     if (cg__check_tensor(x, "cg_clamp", "x") != CG_OK) return NULL;
-    cg_tensor *made, *out = NULL;
+    cg_tensor *made;
     const cg_tensor *f = float_operand(x, &made);
     cg_unary_op ops[2];
     float s[2];
     int n = f ? cg__clamp_passes(min, max, cg__t(f)->dtype, ops, s, "cg_clamp") : -1;
-    for (int k = 0; k < n; k++) { /* the lower bound first: where min > max every element becomes max */
-        cg_tensor *next = cg__unary_op(ops[k], s[k], k ? out : f, "cg_clamp");
-        cg_tensor_free(out);
-        if (!(out = next)) break;
-    }
+    /* the lower bound first: where min > max every element becomes max */
+    cg_tensor *out = n > 0 ? passes(f, n, ops, s, "cg_clamp") : NULL;
     cg_tensor_free(made);
     return out;
+}
+
+/* clamp's passes with hardtanh's gradients, which stop at the bounds themselves. */
+cg_tensor *cg_hardtanh(const cg_tensor *x, float min_val, float max_val) {
+    const char *fn = "cg_hardtanh";
+    if (cg__check_tensor(x, fn, "x") != CG_OK || cg__check_floating(x, fn, "x") != CG_OK) return NULL;
+    if (min_val > max_val)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: min_val %g cannot be greater than max_val %g", fn, (double)min_val,
+                            (double)max_val);
+    cg_unary_op ops[2];
+    float s[2];
+    int n = cg__clamp_passes(min_val, max_val, cg__t(x)->dtype, ops, s, fn);
+    for (int k = 0; k < n; k++) ops[k] = ops[k] == CG_UNARY_CLAMP_MIN ? CG_UNARY_HARDTANH_MIN : CG_UNARY_HARDTANH_MAX;
+    return n > 0 ? passes(x, n, ops, s, fn) : NULL;
 }

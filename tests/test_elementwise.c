@@ -210,6 +210,94 @@ static void test_unary_extreme_inputs(void **state) {
     cg_tensor_free(x);
 }
 
+/* The activations whose public form is more than one pass or has semantics of its own: softplus with
+ * beta (scaled around the pass) and its threshold, hardtanh's gradient stopping at its bounds,
+ * leaky_relu's slope, sign and maximum with NaN, maximum's split gradient at a tie, logical ops. */
+static double softplus_ref(double x, double beta, double threshold) {
+    return beta * x > threshold ? x : log1p(exp(beta * x)) / beta;
+}
+
+static void test_activation_forms(void **state) {
+    (void)state;
+    static const float xs[] = {-30.0f, -2.0f, -0.5f, 0.0f, 0.25f, 1.5f, 4.0f, 12.0f};
+    int64_t n = 8;
+    double ref[8];
+    cg_tensor *x = cg_test_tensor(xs, 1, &n);
+    static const float beta_threshold[][2] = {{1.0f, 20.0f}, {2.0f, 20.0f}, {0.5f, 1.0f}, {3.0f, 4.0f}};
+    for (int k = 0; k < 4; k++) {
+        float beta = beta_threshold[k][0], threshold = beta_threshold[k][1];
+        cg_test_context("cg_softplus beta %g threshold %g on %s", beta, threshold, cg_test_device_str());
+        for (int64_t i = 0; i < n; i++) ref[i] = softplus_ref(xs[i], beta, threshold);
+        cg_tensor *y = CG_TEST_OK(cg_softplus(x, beta, threshold));
+        cg_test_assert_tensor_close(y, ref, (size_t)n, 1e-6);
+        cg_tensor_free(y);
+    }
+    cg_test_context("cg_leaky_relu on %s", cg_test_device_str());
+    for (int64_t i = 0; i < n; i++) ref[i] = xs[i] > 0 ? xs[i] : 0.01 * xs[i];
+    cg_tensor *y = CG_TEST_OK(cg_leaky_relu(x, 0.01f));
+    cg_test_assert_tensor_close(y, ref, (size_t)n, 1e-6);
+    cg_tensor_free(y);
+
+    /* hardtanh(-0.5, 1.5): values as clamp; no gradient at -0.5 and 1.5 themselves (clamp passes it) */
+    cg_tensor *leaf = CG_TEST_OK(cg_clone(x));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(leaf, true));
+    cg_tensor *h = CG_TEST_OK(cg_hardtanh(leaf, -0.5f, 1.5f));
+    for (int64_t i = 0; i < n; i++) ref[i] = xs[i] < -0.5 ? -0.5 : xs[i] > 1.5 ? 1.5 : xs[i];
+    cg_test_context("cg_hardtanh on %s", cg_test_device_str());
+    cg_test_assert_tensor_close(h, ref, (size_t)n, 0);
+    cg_tensor *hs = CG_TEST_OK(cg_sum(h));
+    CG_TEST_STATUS_OK(cg_backward(hs));
+    for (int64_t i = 0; i < n; i++) ref[i] = xs[i] > -0.5 && xs[i] < 1.5;
+    cg_test_assert_tensor_close(cg_grad(leaf), ref, (size_t)n, 0);
+    assert_null(cg_hardtanh(x, 1.0f, -1.0f));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_hardtanh", "min_val 1 cannot be greater than max_val -1");
+    cg_tensor_free(hs), cg_tensor_free(h), cg_tensor_free(leaf);
+
+    /* sign(NaN) is 0 (torch.sign); maximum/minimum propagate NaN from either side */
+    static const float a[] = {NAN, 1.0f, -3.0f, 2.0f}, b[] = {1.0f, NAN, -3.0f, -2.0f};
+    int64_t four = 4;
+    cg_tensor *ta = cg_test_tensor(a, 1, &four), *tb = cg_test_tensor(b, 1, &four);
+    float *v = cg_test_read(y = CG_TEST_OK(cg_sign(ta)));
+    assert_true(v[0] == 0.0f && v[1] == 1.0f && v[2] == -1.0f && v[3] == 1.0f);
+    free(v), cg_tensor_free(y);
+    v = cg_test_read(y = CG_TEST_OK(cg_maximum(ta, tb)));
+    assert_true(isnan(v[0]) && isnan(v[1]) && v[2] == -3.0f && v[3] == 2.0f);
+    free(v), cg_tensor_free(y);
+    v = cg_test_read(y = CG_TEST_OK(cg_minimum(ta, tb)));
+    assert_true(isnan(v[0]) && isnan(v[1]) && v[2] == -3.0f && v[3] == -2.0f);
+    free(v), cg_tensor_free(y);
+    /* a tie splits the gradient: element 2 gives each side 0.5 */
+    cg_tensor *ga = CG_TEST_OK(cg_clone(ta)), *gb = CG_TEST_OK(cg_clone(tb));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(ga, true));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(gb, true));
+    cg_tensor *m = CG_TEST_OK(cg_maximum(ga, gb)), *ms = CG_TEST_OK(cg_sum(m));
+    CG_TEST_STATUS_OK(cg_backward(ms));
+    float *da = cg_test_read(cg_grad(ga)), *db = cg_test_read(cg_grad(gb));
+    assert_true(da[2] == 0.5f && db[2] == 0.5f && da[3] == 1.0f && db[3] == 0.0f);
+    free(da), free(db);
+    cg_tensor_free(ms), cg_tensor_free(m), cg_tensor_free(ga), cg_tensor_free(gb);
+
+    /* logical ops read "nonzero", NaN included */
+    static const float p[] = {NAN, 0.0f, 2.0f, 0.0f}, q[] = {1.0f, 1.0f, 0.0f, 0.0f};
+    cg_tensor *tp = cg_test_tensor(p, 1, &four), *tq = cg_test_tensor(q, 1, &four);
+    cg_tensor *both = CG_TEST_OK(cg_logical_and(tp, tq)), *either = CG_TEST_OK(cg_logical_or(tp, tq));
+    cg_tensor *none = CG_TEST_OK(cg_logical_not(tp));
+    int64_t *iv[3];
+    cg_tensor *outs[3] = {both, either, none};
+    for (int k = 0; k < 3; k++) {
+        cg_tensor *as64 = CG_TEST_OK(cg_to_dtype(outs[k], CG_INT64));
+        assert_int_equal(cg_dtype_of(outs[k]), CG_BOOL);
+        iv[k] = cg_test_read_int64(as64);
+        cg_tensor_free(as64), cg_tensor_free(outs[k]);
+    }
+    static const int64_t want[3][4] = {{1, 0, 0, 0}, {1, 1, 1, 0}, {0, 1, 0, 1}};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 4; i++) assert_int_equal(iv[k][i], want[k][i]);
+        free(iv[k]);
+    }
+    cg_tensor_free(tp), cg_tensor_free(tq), cg_tensor_free(ta), cg_tensor_free(tb), cg_tensor_free(x);
+}
+
 /* A 3-D input keeps its shape through a unary op. */
 static void test_unary_keeps_shape(void **state) {
     (void)state;
@@ -543,6 +631,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         CG_TEST(test_unary_all_sizes),
         CG_TEST(test_unary_extreme_inputs),
+        CG_TEST(test_activation_forms),
         CG_TEST(test_unary_keeps_shape),
         CG_TEST(test_scalar_ops_all_sizes),
         CG_TEST(test_pow_scalar),

@@ -254,6 +254,30 @@ CG_API cg_tensor *cg_gelu(const cg_tensor *x, cg_gelu_approximate approximate);
  * first rounded to x's dtype, as PyTorch converts them; an integer or bool x gives float32, as with a
  * Python float. The gradient is g where min <= x <= max, the bounds included as in PyTorch, else 0. */
 CG_API cg_tensor *cg_clamp(const cg_tensor *x, float min, float max);
+/* F.hardtanh(x, min_val, max_val) (PyTorch's defaults -1, 1): clamp's values, but the gradient is g
+ * only strictly inside (min_val, max_val), as PyTorch's; min_val > max_val is CG_ERR_INVALID_ARG. */
+CG_API cg_tensor *cg_hardtanh(const cg_tensor *x, float min_val, float max_val);
+/* More element-wise math, as torch's functions of the same names (floating x; the gradients are
+ * PyTorch's): |x| (gradient sign(x), 0 at 0); sign: -1, 0 or 1 (a NaN gives 0, as torch.sign; no
+ * gradient); log(1 + x) and e^x - 1, exact near 0; 1 / sqrt(x); 1 / x; erf. */
+CG_API cg_tensor *cg_abs(const cg_tensor *x);
+CG_API cg_tensor *cg_sign(const cg_tensor *x);
+CG_API cg_tensor *cg_log1p(const cg_tensor *x);
+CG_API cg_tensor *cg_expm1(const cg_tensor *x);
+CG_API cg_tensor *cg_rsqrt(const cg_tensor *x);
+CG_API cg_tensor *cg_reciprocal(const cg_tensor *x);
+CG_API cg_tensor *cg_erf(const cg_tensor *x);
+/* Activations, as torch.nn.functional's: leaky_relu (x, or negative_slope * x below 0; PyTorch's
+ * default slope 0.01), elu (alpha (e^x - 1) below 0; default alpha 1), silu (x sigmoid(x)), softplus
+ * (log(1 + e^(beta x)) / beta, or x where beta x > threshold; defaults beta 1, threshold 20). */
+CG_API cg_tensor *cg_leaky_relu(const cg_tensor *x, float negative_slope);
+CG_API cg_tensor *cg_elu(const cg_tensor *x, float alpha);
+CG_API cg_tensor *cg_silu(const cg_tensor *x);
+CG_API cg_tensor *cg_softplus(const cg_tensor *x, float beta, float threshold);
+/* torch.maximum / torch.minimum of a and b (broadcast, floating): a NaN on either side gives NaN; where
+ * a == b each gets half of the gradient, as PyTorch's. */
+CG_API cg_tensor *cg_maximum(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_minimum(const cg_tensor *a, const cg_tensor *b);
 
 /* ---- in-place ops ----------------------------------------------------------------------------------
  * PyTorch's t.add_(other), ...: the result is written into t's own elements, through whatever view t
@@ -304,15 +328,21 @@ CG_API cg_tensor *cg_lt(const cg_tensor *a, const cg_tensor *b);
 CG_API cg_tensor *cg_le(const cg_tensor *a, const cg_tensor *b);
 CG_API cg_tensor *cg_gt(const cg_tensor *a, const cg_tensor *b);
 CG_API cg_tensor *cg_ge(const cg_tensor *a, const cg_tensor *b);
+/* torch.logical_and / logical_or / logical_not: bool tensors, any dtype read as "nonzero" (a NaN is
+ * true); a and b broadcast. Not differentiable. */
+CG_API cg_tensor *cg_logical_and(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_logical_or(const cg_tensor *a, const cg_tensor *b);
+CG_API cg_tensor *cg_logical_not(const cg_tensor *x);
 /* torch.where(cond, a, b): a where cond (bool) is true, else b; the three broadcast, a and b have one
  * dtype (the result's). Differentiable in a and b. */
 CG_API cg_tensor *cg_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
 
 /* torch.index_select(t, dim, index): t's slices along dim at the positions index holds (a 1-D or
  * 0-dim int64 tensor on t's device, each in [0, size of dim), repeats allowed), in their order; t of
- * any dtype. A position out of range is CG_ERR_INVALID_ARG naming it: the positions are read back to
- * check them, so on a GPU the call waits for the device. Differentiable in t: the gradient sums the
- * rows a position was taken by, in a fixed order (deterministic). */
+ * any dtype. A position out of range is CG_ERR_INVALID_ARG naming it: at the call on the CPU; on a GPU
+ * (which the call does not wait for) at the next synchronisation with it (a read back, cg_synchronize,
+ * the end of a backward pass or an optimizer step), with nothing written for it. Differentiable in t:
+ * the gradient sums the rows a position was taken by, in a fixed order (deterministic). */
 CG_API cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index);
 
 /* ---- reductions ------------------------------------------------------------------------------
