@@ -23,6 +23,7 @@
     X(ARANGE, arange, cg_arange_args)                                 \
     X(RANDOM, random, cg_random_args)                                 \
     X(CAST, cast, cg_cast_args)                                       \
+    X(COPY_BLOCKS, copy_blocks, cg_copy_blocks_args)                  \
     X(ELEMENTWISE, elementwise, cg_ew_call)                           \
     X(REDUCE_SUM, reduce_sum, cg_reduce_sum_args)                     \
     X(REDUCE_SUM_INT64, reduce_sum_int64, cg_reduce_sum_int64_args)   \
@@ -109,6 +110,14 @@ typedef struct cg_ew_call {
 static inline int cg__ew_inputs(cg_ew_kind kind) {
     return kind == CG_EW_UNARY ? 1 : kind == CG_EW_BINARY_GRAD ? 3 : 2;
 }
+
+/* rows blocks of row_bytes bytes, row r from src + r * src_pitch to dst + r * dst_pitch (blocks do not
+ * overlap): a slab of a cat, or a tensor into its place in a larger one. */
+typedef struct cg_copy_blocks_args {
+    const void *src;
+    void *dst;
+    int64_t rows, row_bytes, src_pitch, dst_pitch;
+} cg_copy_blocks_args;
 
 /* out (contiguous, lay.numel elements of out_dtype) = in (in_dtype, read through lay's input 0)
  * converted element by element (kernels/dtype_math.h: cg_convert). Any pair of dtypes, equal ones

@@ -42,6 +42,17 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     return cg__ref_alloc(out, ndim, shape);
 }
 
+cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, const int64_t *strides, int64_t offset,
+                       cg_ref_tensor *out) {
+    CG_TRY(cg__ref_alloc(out, ndim, shape));
+    for (int64_t i = 0; i < cg__ref_numel(out); i++) {
+        int64_t at = offset, rest = i;
+        for (int k = ndim - 1; k >= 0; k--) at += rest % shape[k] * strides[k], rest /= shape[k];
+        out->data[i] = in->data[at];
+    }
+    return CG_OK;
+}
+
 /* ---- element-wise references: the lists' formulas in double, with NumPy broadcasting --------------- */
 cg_status cg__ref_broadcast_alloc(const cg_ref_tensor *in, int n, cg_ref_tensor *out) {
     int ndim = 0;

@@ -91,6 +91,11 @@ double cg__ref_broadcast_at(const cg_ref_tensor *in, const cg_ref_tensor *out, i
 cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, cg_ref_tensor *out, int64_t *outer,
                                int64_t *n, int64_t *inner);
 
+/* out allocated with this shape, its element (i_0, ...) in's element offset + sum i_k strides[k] (in's
+ * elements counted in its contiguous order): the reference of any view. */
+cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, const int64_t *strides, int64_t offset,
+                       cg_ref_tensor *out);
+
 /* The ops whose entries sit next to their front-ends (src/ops_*.c, each `CG_OP_DEFINE(<name>) = {...}`,
  * below), after the element-wise ops in the table. */
 #define CG_OP_ENTRIES(X) \
@@ -129,7 +134,18 @@ cg_status cg__ref_reduce_alloc(const cg_ref_tensor *in, int dim, bool keepdim, c
     X(logical_or) \
     X(logical_not) \
     X(where) \
-    X(index_select)
+    X(index_select) \
+    X(unsqueeze) \
+    X(squeeze) \
+    X(flatten) \
+    X(expand) \
+    X(repeat) \
+    X(narrow) \
+    X(select) \
+    X(slice) \
+    X(split) \
+    X(cat) \
+    X(stack)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)

@@ -8,9 +8,12 @@
 
 #include <stdint.h>
 
+#include "autograd.h"
 #include "cgrad/core.h"
 #include "kernels/kernel_args.h"
 #include "tensor_impl.h"
+
+struct cg_op_info;
 
 /* Broadcast shape of a and b (NumPy rules), or a CG_ERR_SHAPE naming fn and both shapes. */
 cg_status cg__broadcast_shape(const cg_tensor *a, const cg_tensor *b, const char *fn, int *ndim,
@@ -32,6 +35,19 @@ cg_status cg__unary_into(cg_unary_op op, float s, const cg_tensor *x, cg_tensor 
 cg_status cg__add_(cg_tensor *dst, const cg_tensor *src);
 /* out (contiguous, (cols,)) = the sum of the rows of g (rows, cols); not recorded. */
 cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out);
+/* Records out = op(t) (one input, nothing saved) when t requires grad, its node in *node (NULL when
+ * none) if node is not NULL. Frees out and returns NULL on failure. (src/ops_copy.c) */
+cg_tensor *cg__recorded(cg_tensor *out, const cg_tensor *t, const struct cg_op_info *op, cg_node **node);
+/* Backward functions views share: the gradient as it is (the engine sums it to the input's shape
+ * where the input was broadcast), or reshaped to the input's shape. */
+cg_status cg__identity_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in);
+cg_status cg__reshape_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in);
+/* A new tensor (ndim, shape) whose slice j along dim d is the sum, in this order, of g's slices
+ * order[offsets[j]] .. order[offsets[j + 1] - 1] (g: shape with nidx along d; offsets: shape[d] + 1
+ * ascending, order: nidx positions), computed on g's device: a scatter-add with no atomics, for
+ * gradients of ops that pick slices. Not recorded. (src/ops_index.c) */
+cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, int64_t nidx, const int64_t *order, const int64_t *offsets,
+                                int ndim, const int64_t *shape);
 /* A contiguous handle on t's data (a view when it already is), recorded on no tape (src/ops_copy.c). */
 cg_tensor *cg__raw_contiguous(const cg_tensor *t);
 

@@ -18,12 +18,12 @@
  * back. */
 static cg_status grad_or_fail(cg_tensor **grad_in, cg_tensor *g) { return (grad_in[0] = g) ? CG_OK : cg_last_status(); }
 
-static cg_status identity_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+cg_status cg__identity_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     (void)n;
     return grad_or_fail(grad_in, cg__alias(g));
 }
 
-static cg_status reshape_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
+cg_status cg__reshape_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     return grad_or_fail(grad_in, cg_reshape(g, n->in_ndim[0], n->in_shape[0]));
 }
 
@@ -40,9 +40,7 @@ static cg_status to_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in
     return grad_or_fail(grad_in, cg_to(g, n->in_device[0]));
 }
 
-/* Records out = op(t) when t requires grad, its node in *node (NULL when none) if node is not NULL.
- * Frees out and returns NULL on failure. */
-static cg_tensor *recorded(cg_tensor *out, const cg_tensor *t, const cg_op_info *op, cg_node **node) {
+cg_tensor *cg__recorded(cg_tensor *out, const cg_tensor *t, const cg_op_info *op, cg_node **node) {
     cg_node *n = NULL;
     if (out && cg__should_record(1, &t) && !(n = cg__record_op(out, op, 1, &t, 0, NULL))) {
         cg_tensor_free(out);
@@ -69,14 +67,14 @@ static cg_tensor *copy_contiguous(const cg_tensor *t) {
 
 cg_tensor *cg_clone(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_clone", "t") != CG_OK) return NULL;
-    return recorded(copy_contiguous(t), t, &cg__op_clone, NULL);
+    return cg__recorded(copy_contiguous(t), t, &cg__op_clone, NULL);
 }
 
 cg_tensor *cg_contiguous(const cg_tensor *t) {
     if (cg__check_tensor(t, "cg_contiguous", "t") != CG_OK) return NULL;
     const cg_tensor_impl *ti = cg__t(t);
     cg_tensor *out = cg__is_contiguous(cg__t(t)) ? cg__view_new(t, ti->ndim, ti->shape, NULL, ti->offset) : copy_contiguous(t);
-    return recorded(out, t, &cg__op_contiguous, NULL);
+    return cg__recorded(out, t, &cg__op_contiguous, NULL);
 }
 
 cg_tensor *cg__raw_contiguous(const cg_tensor *t) {
@@ -95,7 +93,7 @@ cg_tensor *cg_to(const cg_tensor *t, cg_device d) {
         cg_tensor_free(out);
         return NULL;
     }
-    return recorded(out, t, &cg__op_to, NULL);
+    return cg__recorded(out, t, &cg__op_to, NULL);
 }
 
 /* The same elements of the same storage in the same order (strides of size-1 dims do not matter). */
@@ -157,7 +155,7 @@ cg_tensor *cg_to_dtype(const cg_tensor *t, cg_dtype dt) {
     cg_tensor *out = ti->dtype == dt ? cg__alias(t) : cg__cast_new(t, dt);
     /* a float result of a float input carries the gradient; an integer or bool one never requires it */
     if (!out || !cg_dtype_floating(dt) || !cg_dtype_floating(ti->dtype)) return out;
-    return recorded(out, t, &cg__op_to_dtype, NULL);
+    return cg__recorded(out, t, &cg__op_to_dtype, NULL);
 }
 
 /* Resolves one -1 in shape against numel; fails if the sizes do not match. */
@@ -193,7 +191,7 @@ cg_tensor *cg_view(const cg_tensor *t, int ndim, const int64_t *shape) {
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_view: the tensor of shape %s and strides %s is not contiguous (use cg_reshape, which copies)",
                             cg__shape_str(t, s, sizeof s), cg__dims_str(ti->ndim, ti->strides, st, sizeof st));
     }
-    return recorded(cg__view_new(t, ndim, resolved, NULL, ti->offset), t, &cg__op_view, NULL);
+    return cg__recorded(cg__view_new(t, ndim, resolved, NULL, ti->offset), t, &cg__op_view, NULL);
 }
 
 cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
@@ -207,7 +205,7 @@ cg_tensor *cg_reshape(const cg_tensor *t, int ndim, const int64_t *shape) {
         v = c ? cg__view_new(c, ndim, resolved, NULL, 0) : NULL;
         cg_tensor_free(c);
     }
-    return recorded(v, t, &cg__op_reshape, NULL);
+    return cg__recorded(v, t, &cg__op_reshape, NULL);
 }
 
 cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
@@ -223,7 +221,7 @@ cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1) {
     shape[d0] = ti->shape[d1], shape[d1] = ti->shape[d0];
     strides[d0] = ti->strides[d1], strides[d1] = ti->strides[d0];
     cg_node *node;
-    cg_tensor *out = recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, &cg__op_transpose, &node);
+    cg_tensor *out = cg__recorded(cg__view_new(t, ti->ndim, shape, strides, ti->offset), t, &cg__op_transpose, &node);
     if (node) *CG_NODE_PARAMS(node, cg_transpose_params) = (cg_transpose_params){d0, d1};
     return out;
 }
@@ -259,7 +257,7 @@ cg_tensor *cg_permute(const cg_tensor *t, int ndim, const int *dims) {
         shape[k] = ti->shape[d], strides[k] = ti->strides[d];
     }
     cg_node *node;
-    cg_tensor *out = recorded(cg__view_new(t, ndim, shape, strides, ti->offset), t, &cg__op_permute, &node);
+    cg_tensor *out = cg__recorded(cg__view_new(t, ndim, shape, strides, ti->offset), t, &cg__op_permute, &node);
     if (node) *CG_NODE_PARAMS(node, cg_permute_params) = p;
     return out;
 }
@@ -538,13 +536,13 @@ static const cg_op_domain permute_domain = {
                 {.ndim = {3}, .shape = {{2, 0, 3}}, .param = {1, 2, 0}})};
 
 CG_OP_DEFINE(contiguous) = {.name = "cg_contiguous", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &copy_domain,
-                                      .call = contiguous_call, .reference = same_reference, .backward = identity_backward};
+                                      .call = contiguous_call, .reference = same_reference, .backward = cg__identity_backward};
 CG_OP_DEFINE(clone) = {.name = "cg_clone", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &copy_domain,
-                                 .call = clone_call, .reference = same_reference, .backward = identity_backward};
+                                 .call = clone_call, .reference = same_reference, .backward = cg__identity_backward};
 CG_OP_DEFINE(reshape) = {.name = "cg_reshape", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &reshape_domain,
-                                   .call = reshape_call, .reference = reshape_reference, .backward = reshape_backward};
+                                   .call = reshape_call, .reference = reshape_reference, .backward = cg__reshape_backward};
 CG_OP_DEFINE(view) = {.name = "cg_view", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &view_domain,
-                                .call = view_call, .reference = reshape_reference, .backward = reshape_backward};
+                                .call = view_call, .reference = reshape_reference, .backward = cg__reshape_backward};
 CG_OP_DEFINE(transpose) = {.name = "cg_transpose", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &transpose_domain,
                                      .call = transpose_call, .reference = transpose_reference, .backward = transpose_backward};
 CG_OP_DEFINE(permute) = {.name = "cg_permute", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &permute_domain,

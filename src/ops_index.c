@@ -44,6 +44,24 @@ typedef struct cg_index_select_params {
     int dim; /* non-negative */
 } cg_index_select_params;
 
+cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, int64_t nidx, const int64_t *order, const int64_t *offsets,
+                                int ndim, const int64_t *shape) {
+    cg_device dev = cg__t(g)->device;
+    cg_tensor *ord = cg_from_data_dtype(order, 1, &nidx, CG_INT64, dev);
+    cg_tensor *offs = ord ? cg_from_data_dtype(offsets, 1, (int64_t[]){shape[d] + 1}, CG_INT64, dev) : NULL;
+    cg_tensor *gc = offs ? cg__raw_contiguous(g) : NULL;
+    cg_tensor *out = gc ? cg__tensor_new_dtype(ndim, shape, cg__t(g)->dtype, dev) : NULL;
+    cg_status s = out ? CG_OK : cg_last_status();
+    if (s == CG_OK && cg__t(out)->numel > 0) {
+        cg_index_add_args a = {.g = cg__data(gc), .dtype = cg__t(g)->dtype, .nidx = nidx, .n = shape[d],
+                               .order = cg__data(ord), .offsets = cg__data(offs), .out = cg__data(out)};
+        around(cg__t(out), d, &a.outer, &a.inner);
+        s = cg__run_index_add(dev, &a);
+    }
+    cg_tensor_free(gc), cg_tensor_free(offs), cg_tensor_free(ord);
+    return cg__finish(out, s);
+}
+
 /* saved: index. The gradient of t sums g's rows that index chose, per row of t: the positions are
  * sorted by destination (a stable counting sort on the host), and each destination sums its own in
  * ascending order. */
@@ -66,26 +84,9 @@ static cg_status index_select_backward(cg_node *node, const cg_tensor *g, cg_ten
     for (int64_t i = 0; i < nidx; i++) offsets[idx[i] + 2]++;
     for (int64_t j = 0; j < size; j++) offsets[j + 2] += offsets[j + 1];
     for (int64_t i = 0; i < nidx; i++) order[offsets[idx[i] + 1]++] = i; /* offsets[j] now starts j */
-    cg_device dev = cg__t(g)->device;
-    cg_tensor *ord = cg_from_data_dtype(order, 1, &nidx, CG_INT64, dev);
-    cg_tensor *offs = ord ? cg_from_data_dtype(offsets, 1, (int64_t[]){size + 1}, CG_INT64, dev) : NULL;
+    grad_in[0] = cg__index_add_sorted(g, d, nidx, order, offsets, node->in_ndim[0], node->in_shape[0]);
     free(idx), free(offsets), free(order);
-    cg_tensor *gc = offs ? cg__raw_contiguous(g) : NULL;
-    cg_tensor *out = gc ? cg__tensor_new_dtype(node->in_ndim[0], node->in_shape[0], cg__t(g)->dtype, dev) : NULL;
-    cg_status s = out ? CG_OK : cg_last_status();
-    if (s == CG_OK && cg__t(out)->numel > 0) {
-        cg_index_add_args a = {.g = cg__data(gc), .dtype = cg__t(g)->dtype, .nidx = nidx, .n = size,
-                               .order = cg__data(ord), .offsets = cg__data(offs), .out = cg__data(out)};
-        around(cg__t(out), d, &a.outer, &a.inner);
-        s = cg__run_index_add(dev, &a);
-    }
-    cg_tensor_free(gc), cg_tensor_free(offs), cg_tensor_free(ord);
-    if (s != CG_OK) {
-        cg_tensor_free(out);
-        return s;
-    }
-    grad_in[0] = out;
-    return CG_OK;
+    return grad_in[0] ? CG_OK : cg_last_status();
 }
 
 cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index) {

@@ -223,6 +223,43 @@ CG_API cg_tensor *cg_transpose(const cg_tensor *t, int dim0, int dim1);         
  * once, negative ones counting from the end. */
 CG_API cg_tensor *cg_permute(const cg_tensor *t, int ndim, const int *dims);
 
+/* ---- shapes: views (no copy; differentiable) -----------------------------------------------------
+ * As torch's functions of the same names; a negative dim counts from the end; any dtype. A view shares
+ * t's storage, so a later write to t shows through it. */
+CG_API cg_tensor *cg_unsqueeze(const cg_tensor *t, int dim); /* a size-1 dim inserted at dim (-ndim-1 to ndim) */
+CG_API cg_tensor *cg_squeeze(const cg_tensor *t, int dim);   /* dim dropped if its size is 1; else t's shape */
+CG_API cg_tensor *cg_squeeze_all(const cg_tensor *t);        /* every size-1 dim dropped: torch.squeeze(t) */
+/* dims start_dim..end_dim merged into one (a 0-dim t becomes (1)): a view where t's strides allow it,
+ * else a copy, as torch.flatten */
+CG_API cg_tensor *cg_flatten(const cg_tensor *t, int start_dim, int end_dim);
+/* t broadcast to sizes (ndim >= t's dims; new dims lead; -1 keeps a size; only size-1 dims grow): a view
+ * whose repeated elements share one place. Its gradient sums over them. */
+CG_API cg_tensor *cg_expand(const cg_tensor *t, int ndim, const int64_t *sizes);
+/* The positions start .. start + length - 1 of dim (start may count from the end): torch.narrow. */
+CG_API cg_tensor *cg_narrow(const cg_tensor *t, int dim, int64_t start, int64_t length);
+/* Position index of dim, the dim removed: torch.select, t[..., index, ...]. */
+CG_API cg_tensor *cg_select(const cg_tensor *t, int dim, int64_t index);
+/* t[..., start:end:step, ...] along dim with Python's rules: negative bounds count from the end, bounds
+ * past either end are clamped (INT64_MAX for "to the end"), step > 0. */
+CG_API cg_tensor *cg_slice(const cg_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+/* torch.split / torch.chunk: t cut along dim into views written to out (room for max_out; out NULL:
+ * nothing made), returning their count, or -1 with the error recorded. split: pieces of split_size,
+ * the last smaller; split_sizes: the n sizes given, which sum to dim's size; chunk: `chunks` pieces of
+ * ceil(size / chunks), fewer where they run out, as PyTorch's. */
+CG_API int cg_split(const cg_tensor *t, int64_t split_size, int dim, int max_out, cg_tensor **out);
+CG_API int cg_split_sizes(const cg_tensor *t, int n, const int64_t *sizes, int dim, int max_out, cg_tensor **out);
+CG_API int cg_chunk(const cg_tensor *t, int chunks, int dim, int max_out, cg_tensor **out);
+
+/* ---- shapes: copies ------------------------------------------------------------------------------ */
+/* torch.cat: the n tensors joined along dim, all one shape but along dim, on one device, promoted to
+ * one dtype as PyTorch's cat; a 1-D empty tensor among tensors of more dims is skipped, as PyTorch
+ * does. torch.stack: n tensors of one shape joined along a new dim. Differentiable. */
+CG_API cg_tensor *cg_cat(int n, const cg_tensor *const *tensors, int dim);
+CG_API cg_tensor *cg_stack(int n, const cg_tensor *const *tensors, int dim);
+/* torch.Tensor.repeat: t tiled repeats[i] times along dim i (ndim >= t's dims; t gains leading dims
+ * of size 1 first); always a copy. */
+CG_API cg_tensor *cg_repeat(const cg_tensor *t, int ndim, const int64_t *repeats);
+
 /* ---- element-wise (NumPy broadcasting) ----------------------------------------------------- */
 CG_API cg_tensor *cg_add(const cg_tensor *a, const cg_tensor *b);
 CG_API cg_tensor *cg_sub(const cg_tensor *a, const cg_tensor *b);

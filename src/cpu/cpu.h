@@ -31,6 +31,7 @@ cg_status cg__cpu_random(const void *args, int index);
 /* elementwise, and the passes of any dtype (cpu_elementwise.c) */
 cg_status cg__cpu_elementwise(const void *args, int index);
 cg_status cg__cpu_cast(const void *args, int index);
+cg_status cg__cpu_copy_blocks(const void *args, int index);
 cg_status cg__cpu_compare(const void *args, int index);
 cg_status cg__cpu_where(const void *args, int index);
 /* index: index_select and its gradient (cpu_index.c) */

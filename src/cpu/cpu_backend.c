@@ -32,6 +32,7 @@ const cg_backend cg__cpu_backend = {
             [CG_KERNEL_ARANGE] = cg__cpu_arange,
             [CG_KERNEL_RANDOM] = cg__cpu_random,
             [CG_KERNEL_CAST] = cg__cpu_cast,
+            [CG_KERNEL_COPY_BLOCKS] = cg__cpu_copy_blocks,
             [CG_KERNEL_INDEX_SELECT] = cg__cpu_index_select,
             [CG_KERNEL_INDEX_ADD] = cg__cpu_index_add,
             [CG_KERNEL_COMPARE] = cg__cpu_compare,

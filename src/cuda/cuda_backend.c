@@ -62,6 +62,7 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_ARANGE] = cg__cuda_arange,
             [CG_KERNEL_RANDOM] = cg__cuda_random,
             [CG_KERNEL_CAST] = cg__cuda_cast,
+            [CG_KERNEL_COPY_BLOCKS] = cg__cuda_copy_blocks,
             [CG_KERNEL_INDEX_SELECT] = cg__cuda_index_select,
             [CG_KERNEL_INDEX_ADD] = cg__cuda_index_add,
             [CG_KERNEL_COMPARE] = cg__cuda_compare,

@@ -21,6 +21,16 @@ cg_status cg__cuda_cast(const void *raw, int index) {
     return CG_OK;
 }
 
+/* A copy engine's 2-D copy: no kernel of ours. */
+cg_status cg__cuda_copy_blocks(const void *raw, int index) {
+    const cg_copy_blocks_args *a = raw;
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    CG_CUDA_CHECK(cudaMemcpy2DAsync(a->dst, (size_t)a->dst_pitch, a->src, (size_t)a->src_pitch, (size_t)a->row_bytes,
+                                    (size_t)a->rows, cudaMemcpyDeviceToDevice, ctx->stream));
+    return CG_OK;
+}
+
 cg_status cg__cuda_compare(const void *raw, int index) {
     const cg_compare_args *compare = raw;
     cg_cuda_context *ctx;

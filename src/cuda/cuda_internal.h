@@ -109,6 +109,7 @@ cg_status cg__cuda_random(const void *args, int index);
 /* elementwise, and the passes of any dtype (cuda_elementwise.c) */
 cg_status cg__cuda_elementwise(const void *args, int index);
 cg_status cg__cuda_cast(const void *args, int index);
+cg_status cg__cuda_copy_blocks(const void *args, int index);
 cg_status cg__cuda_compare(const void *args, int index);
 cg_status cg__cuda_where(const void *args, int index);
 /* index: index_select and its gradient (cuda_index.c) */
