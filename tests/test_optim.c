@@ -193,6 +193,32 @@ static void test_optimizers_match_pytorch(void **state) {
     }
 }
 
+/* Adagrad's sum starts at each group's initial_accumulator_value (PyTorch would take the constructor's
+ * for both): Linear(1, 1) with p = 1 and gradient 1, lr 1, eps 0: p = 1 - 1 / sqrt(init + 1). */
+static void test_adagrad_group_initial_values(void **state) {
+    (void)state;
+    cg_module *m = cg_linear_new(1, 1, true, dev());
+    cg_tensor *w = cg_module_parameter(m, 0, NULL), *b = cg_module_parameter(m, 1, NULL);
+    bool g = cg_set_grad_enabled(false);
+    CG_TEST_STATUS_OK(cg_fill_(w, 1.0));
+    CG_TEST_STATUS_OK(cg_fill_(b, 1.0));
+    cg_set_grad_enabled(g);
+    cg_adagrad_options o = cg_adagrad_defaults();
+    o.lr = 1, o.eps = 0;
+    cg_adagrad_group groups[2] = {{1, &w, o}, {1, &b, o}};
+    groups[0].options.initial_accumulator_value = 3, groups[1].options.initial_accumulator_value = 0.5625;
+    cg_optimizer *opt = cg_adagrad_new_groups(m, 2, groups);
+    assert_non_null(opt);
+    cg_scope *s = cg_scope_begin();
+    CG_TEST_STATUS_OK(cg_backward(cg_add(cg_sum(w), cg_sum(b))));
+    cg_scope_end(s);
+    CG_TEST_STATUS_OK(cg_optimizer_step(opt));
+    cg_test_assert_tensor_bits(w, (float[]){0.5f}, 1);  /* 1 - 1 / sqrt(4) */
+    cg_test_assert_tensor_bits(b, (float[]){1.0f - 0.8f}, 1); /* 1 - 1 / sqrt(1.5625), in float */
+    cg_optimizer_free(opt);
+    cg_module_free(m);
+}
+
 /* The defaults are PyTorch's. */
 static void test_defaults(void **state) {
     (void)state;
@@ -476,9 +502,9 @@ static void test_checkpoint_refusals(void **state) {
     EXPECT_STATUS(CG_ERR_IO, cg_checkpoint_load(bad_path, n, b, NULL), "is not 2 learning rates");
     /* a different kind of optimizer */
     cg_lr_scheduler_free(t), cg_lr_scheduler_free(w);
-    cg_optimizer *r = cg_rmsprop_new(m, cg_rmsprop_defaults());
     cg_optimizer_free(a);
-    assert_non_null(r = cg_rmsprop_new(m, cg_rmsprop_defaults()));
+    cg_optimizer *r = cg_rmsprop_new(m, cg_rmsprop_defaults());
+    assert_non_null(r);
     cg_rmsprop_options other = cg_rmsprop_defaults();
     other.centered = true;
     cg_optimizer *c = cg_rmsprop_new(n, other);
@@ -599,7 +625,7 @@ static void test_clip_errors(void **state) {
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
-        CG_TEST(test_optimizers_match_pytorch), CG_TEST(test_defaults),           CG_TEST(test_schedules_match_pytorch),
+        CG_TEST(test_optimizers_match_pytorch), CG_TEST(test_defaults), CG_TEST(test_adagrad_group_initial_values),           CG_TEST(test_schedules_match_pytorch),
         CG_TEST(test_closed_forms),             CG_TEST(test_clip_matches_pytorch), CG_TEST(test_clip_nonfinite),
         CG_TEST(test_checkpoint_round_trips),   CG_TEST(test_checkpoint_refusals), CG_TEST(test_hyperparameter_errors),
         CG_TEST(test_scheduler_errors),         CG_TEST(test_clip_errors),

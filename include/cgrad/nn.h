@@ -7,9 +7,10 @@
  * state_dict ("weight", "bias", "0.weight", ...).
  *
  * Ownership: cg_*_new returns a module the caller frees with cg_module_free(), which frees its
- * children too (cg_sequential_new takes ownership of the modules passed to it). cg_sgd_new,
- * cg_adam_new and cg_adamw_new return an optimizer that borrows the module (which must outlive it);
- * the caller frees it with cg_optimizer_free(). Forward returns a new tensor (see cgrad.h).
+ * children too (cg_sequential_new takes ownership of the modules passed to it). The optimizer
+ * constructors (cg_sgd_new, cg_adam_new, ...) return an optimizer that borrows the module (which must
+ * outlive it); the caller frees it with cg_optimizer_free(). A scheduler borrows its optimizer and is
+ * freed with cg_lr_scheduler_free(). Forward returns a new tensor (see cgrad.h).
  *
  * Errors: a call that can fail returns NULL (constructors, forward) or a cg_status other than
  * CG_OK, and cg_last_error() says why. */
@@ -216,7 +217,8 @@ CG_API int cg_optimizer_num_groups(const cg_optimizer *opt); /* 1 for an optimiz
  * otherwise, naming the option as PyTorch does: "invalid alpha value"). Each parameter keeps a step
  * count ("step" in checkpoints) that advances on steps where it has a gradient. Checkpoints hold their
  * state under PyTorch's keys: RMSprop square_avg, momentum_buffer (momentum > 0), grad_avg (centered);
- * Adagrad sum; Adadelta square_avg, acc_delta. */
+ * Adagrad sum; Adadelta square_avg, acc_delta. Adagrad's sum starts at each group's
+ * initial_accumulator_value (PyTorch's groups all take the constructor's). */
 typedef struct cg_rmsprop_options {
     double lr;           /* 1e-2 */
     double alpha;        /* 0.99 */
