@@ -35,6 +35,9 @@
     X(GEMM_BIAS, gemm_bias, cg_gemm_args)                             \
     X(SGD_STEP, sgd_step, cg_sgd_step_args)                           \
     X(ADAM_STEP, adam_step, cg_adam_step_args)                        \
+    X(ADAPTIVE_STEP, adaptive_step, cg_adaptive_step_args)            \
+    X(GRAD_NORM, grad_norm, cg_grad_norm_args)                        \
+    X(GRAD_CLIP, grad_clip, cg_grad_clip_args)                        \
     X(CROSS_ENTROPY_FORWARD, cross_entropy_forward, cg_ce_forward_args) \
     X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward, cg_ce_backward_args) \
     X(ARGMAX, argmax, cg_argmax_args)                                 \
@@ -249,6 +252,57 @@ typedef struct cg_adam_step_args {
     int64_t n;
     cg_adam_args args;
 } cg_adam_step_args;
+
+/* RMSprop, Adagrad and Adadelta: one kernel, whose kind picks the update of kernels/optim_math.h. */
+typedef enum cg_adaptive_kind { CG_ADAPTIVE_RMSPROP, CG_ADAPTIVE_ADAGRAD, CG_ADAPTIVE_ADADELTA } cg_adaptive_kind;
+
+/* One step's settings for a run of parameters of one group (and, for Adagrad, one step count). */
+typedef struct cg_adaptive_args {
+    cg_adaptive_kind kind;
+    float lr;              /* Adagrad: lr / (1 + (step - 1) lr_decay), computed in double */
+    float decay;           /* RMSprop: alpha; Adadelta: rho; Adagrad: unused */
+    float one_minus_decay; /* 1 - decay, computed in double */
+    float eps, weight_decay;
+    float momentum;        /* RMSprop */
+    bool centered;         /* RMSprop */
+} cg_adaptive_args;
+
+typedef struct cg_adaptive_step_args {
+    float *param;
+    const float *grad;
+    /* (n) each, PyTorch's state keys: RMSprop square_avg, momentum_buffer (NULL without momentum),
+     * grad_avg (NULL unless centered); Adagrad sum; Adadelta square_avg, acc_delta */
+    float *state[3];
+    int64_t n;
+    cg_adaptive_args args;
+} cg_adaptive_step_args;
+
+/* ---- gradient clipping (torch.nn.utils.clip_grad_norm_ / clip_grad_value_) ---------------------------- */
+/* Fixed chunking of a norm's reduction, the same on every device, so its bits depend on n alone. */
+#define CG_GRAD_NORM_CHUNKS 256
+/* acc = (first ? the reduction of x : acc combined with it), where the reduction is sum |x|^p (or max |x|,
+ * NaN propagating, when inf) over CG_GRAD_NORM_CHUNKS chunks, each summed in double, then the chunks in
+ * order. last: then total = acc^(1/p) (acc when inf) as a float, and coef = min(max_norm / (total + 1e-6),
+ * 1) in float, as PyTorch computes both on the device. All pointers are device memory. */
+typedef struct cg_grad_norm_args {
+    const float *x; /* (n) */
+    int64_t n;
+    double p;
+    bool inf, first, last;
+    double *partials; /* (CG_GRAD_NORM_CHUNKS) scratch */
+    double *acc;      /* (1) */
+    float max_norm;
+    float *total, *coef; /* (1) each, written when last */
+} cg_grad_norm_args;
+
+/* x (n) *= *coef (device memory) when coef is not NULL, else x = min(max(x, -clip_value), clip_value);
+ * NaN stays NaN either way. */
+typedef struct cg_grad_clip_args {
+    float *x;
+    int64_t n;
+    const float *coef;
+    float clip_value;
+} cg_grad_clip_args;
 
 /* ---- classification and data -------------------------------------------------------------------------------- */
 /* logits (n, c) with targets of one of two kinds (nn.CrossEntropyLoss's): class indices (n), or class

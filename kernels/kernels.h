@@ -126,6 +126,11 @@ cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, 
                           cudaStream_t stream);
 cudaError_t cg_launch_adam(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                            const cg_adam_args *args, cudaStream_t stream);
+/* optim.cu: the RMSprop / Adagrad / Adadelta update; a gradient norm's reduction (two kernels: the
+ * chunks, then one block that combines them in order); the clipping pass. See kernel_args.h. */
+cudaError_t cg_launch_adaptive(const cg_adaptive_step_args *a, cudaStream_t stream);
+cudaError_t cg_launch_grad_norm(const cg_grad_norm_args *a, cudaStream_t stream);
+cudaError_t cg_launch_grad_clip(const cg_grad_clip_args *a, cudaStream_t stream);
 
 /* classify.cu: softmax cross-entropy over logits (n, c) with class-index (n) or class-probability (n, c)
  * targets, and argmax (see kernel_args.h for the contracts). Deterministic: no atomics. */

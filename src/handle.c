@@ -97,6 +97,7 @@ const char *cg__handle_noun(cg_handle_kind kind) {
     case CG_HANDLE_SCOPE: return "scope";
     case CG_HANDLE_SAFETENSORS: return "safetensors file";
     case CG_HANDLE_DIST: return "distributed context";
+    case CG_HANDLE_SCHEDULER: return "learning-rate scheduler";
     }
     return "object";
 }

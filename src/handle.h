@@ -1,5 +1,5 @@
 /* Generational handles: how every object the API gives out (tensor, module, optimizer, data set,
- * loader, graph, scope, safetensors file, distributed context) is named to the caller, and how a
+ * loader, graph, scope, safetensors file, distributed context, learning-rate scheduler) is named to the caller, and how a
  * call tells a live handle from a freed one.
  *
  * An object lives in a slot of a pool of its kind. Pools never give memory back to the system, so
@@ -40,6 +40,7 @@ typedef enum cg_handle_kind {
     CG_HANDLE_SCOPE = 0x5c09e5e1,
     CG_HANDLE_SAFETENSORS = 0x5afe7e45,
     CG_HANDLE_DIST = 0xd157c0de,
+    CG_HANDLE_SCHEDULER = 0x5c4ed01e,
 } cg_handle_kind;
 
 /* A pool of slots for objects of one kind and size, defined where the kind is implemented:

@@ -146,6 +146,37 @@ static cg_status save_model(ck_out *o, const cg_module *model) {
     return CG_OK;
 }
 
+/* "v0 v1 ...": n doubles, each the shortest decimal that reads back as it, as a metadata value. */
+static cg_status add_meta_doubles(ck_out *o, const char *key, const double *v, int n) {
+    size_t cap = (size_t)n * 32 + 1, at = 0;
+    char *s = malloc(cap);
+    if (!s) return cg__fail(CG_ERR_OOM, "cg_checkpoint_save: out of host memory");
+    s[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        char one[32];
+        at += (size_t)snprintf(s + at, cap - at, "%s%s", i ? " " : "", cg__shortest_str(v[i], false, one, sizeof one));
+    }
+    cg_status st = add_meta(o, key, "%s", s);
+    free(s);
+    return st;
+}
+
+/* The scheduler bound to the optimizer: "cgrad.scheduler" (its kind), ".settings", ".base_lrs" and one key
+ * per field of its position (".last_epoch", ...). */
+static cg_status save_scheduler(ck_out *o, const cg_lr_scheduler *s) {
+    cg_scheduler_state st = {0};
+    cg__scheduler_describe(s, &st);
+    CG_TRY(add_meta(o, CK_RESERVED "scheduler", "%s", st.kind));
+    CG_TRY(add_meta(o, CK_RESERVED "scheduler.settings", "%s", st.settings));
+    CG_TRY(add_meta_doubles(o, CK_RESERVED "scheduler.base_lrs", st.base_lrs, st.ngroups));
+    for (int i = 0; i < st.nfields; i++) {
+        char key[64];
+        snprintf(key, sizeof key, CK_RESERVED "scheduler.%s", st.names[i]);
+        CG_TRY(add_meta_doubles(o, key, &st.values[i], 1));
+    }
+    return CG_OK;
+}
+
 static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
     const cg_module *m = cg__opt(opt)->module;
     cg_optimizer_state st = {0};
@@ -171,6 +202,8 @@ static cg_status save_optimizer(ck_out *o, const cg_optimizer *opt) {
     if (s == CG_OK) s = add_meta(o, CK_RESERVED "optimizer.settings", "%s", st.settings);
     if (s == CG_OK) s = add_meta_list(o, key, (const uint64_t *)counts, cg__m(m)->nparams); /* counts are >= 0 */
     free(counts);
+    const cg_lr_scheduler *sched = cg__opt(opt)->scheduler;
+    if (s == CG_OK && sched && cg__handle_live(CG_HANDLE_SCHEDULER, sched)) s = save_scheduler(o, sched);
     /* Buffers not made yet (no step so far) are left out: the load then starts them at zero. */
     for (int k = 0; k < st.nbuffers && s == CG_OK; k++) {
         const cg_tensor *buf = st.buffers[k][0];
@@ -314,7 +347,11 @@ typedef struct ck_plan {
     cg_optimizer_state ost;
     double *lr;              /* (ngroups) */
     int64_t *counts;         /* (nparams) */
-    float *buffers[CG_OPTIM_MAX_BUFFERS]; /* (total,) host, or NULL: not in the file (zeros) */
+    float *buffers[CG_OPTIM_MAX_BUFFERS]; /* (total,) host, or NULL: not in the file (made afresh at the next step) */
+    /* the optimizer's scheduler */
+    cg_lr_scheduler *sched;  /* NULL: none on either side */
+    double sched_values[CG_SCHED_MAX_FIELDS];
+    double *sched_base_lrs;  /* (ngroups) */
     /* loader */
     cg_loader_state ls;
 } ck_plan;
@@ -449,7 +486,7 @@ static cg_status plan_rng(ck_plan *p) {
     return CG_OK;
 }
 
-/* One buffer of the optimizer: every parameter's entry, or none (then NULL: zeros). */
+/* One buffer of the optimizer: every parameter's entry, or none (then NULL: made afresh at the next step). */
 static cg_status plan_buffer(ck_plan *p, const cg_module *m, const char *key, float **out) {
     int present = 0;
     for (int i = 0; i < cg__m(m)->nparams; i++) {
@@ -470,6 +507,58 @@ static cg_status plan_buffer(ck_plan *p, const cg_module *m, const char *key, fl
         free(name);
     }
     return s;
+}
+
+/* n doubles "v0 v1 ..." (one per group) from metadata key's value v; what: "learning rate". */
+static cg_status parse_doubles(const ck_plan *p, const char *key, const char *v, int n, const char *what, double *out) {
+    const char *at = v;
+    for (int g = 0; g < n; g++) {
+        char *end;
+        out[g] = strtod(at, &end);
+        if (end == at || (*end && *end != ' ') || (g + 1 == n && *end))
+            return n == 1 ? load_fail(p, "metadata \"%s\" = \"%.64s\" is not a %s", key, v, what)
+                          : load_fail(p, "metadata \"%s\" = \"%.64s\" is not %d %ss (one per group)", key, v, n, what);
+        at = end;
+    }
+    return CG_OK;
+}
+
+/* The scheduler bound to opt and the file's must both be absent, or of one kind and settings. */
+static cg_status plan_scheduler(ck_plan *p, const cg_optimizer *opt) {
+    cg_lr_scheduler *mine = cg__opt(opt)->scheduler;
+    if (mine && !cg__handle_live(CG_HANDLE_SCHEDULER, mine)) mine = NULL;
+    const char *kind = cg_safetensors_metadata(p->st, CK_RESERVED "scheduler");
+    if (!kind && !mine) return CG_OK;
+    cg_scheduler_state st = {0};
+    if (mine) cg__scheduler_describe(mine, &st);
+    if (!kind) return load_fail(p, "the optimizer has a %s, but the checkpoint holds no scheduler", st.kind);
+    if (!mine)
+        return load_fail(p, "the checkpoint holds a %.64s, but the optimizer has no scheduler: make the same one before "
+                         "loading", kind);
+    if (strcmp(kind, st.kind) != 0) return load_fail(p, "the checkpoint's scheduler is %.64s, but this one is %s", kind, st.kind);
+    const char *settings = meta_required(p, CK_RESERVED "scheduler.settings");
+    if (!settings) return cg_last_status();
+    if (strcmp(settings, st.settings) != 0)
+        return load_fail(p, "the checkpoint's %s has settings \"%.200s\", but this one has \"%s\"", kind, settings, st.settings);
+    const char *base = meta_required(p, CK_RESERVED "scheduler.base_lrs");
+    if (!base) return cg_last_status();
+    if (!(p->sched_base_lrs = calloc((size_t)st.ngroups, sizeof *p->sched_base_lrs)))
+        return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
+    CG_TRY(parse_doubles(p, CK_RESERVED "scheduler.base_lrs", base, st.ngroups, "learning rate", p->sched_base_lrs));
+    for (int g = 0; g < st.ngroups; g++)
+        if (cg__hyperparam_check("metadata \"" CK_RESERVED "scheduler.base_lrs\"", CG_HP_LR, p->sched_base_lrs[g]) != CG_OK)
+            return load_fail(p, "%s", cg_last_error());
+    for (int i = 0; i < st.nfields; i++) {
+        char key[64];
+        snprintf(key, sizeof key, CK_RESERVED "scheduler.%s", st.names[i]);
+        const char *v = meta_required(p, key);
+        if (!v) return cg_last_status();
+        CG_TRY(parse_doubles(p, key, v, 1, "number", &p->sched_values[i]));
+    }
+    if (cg__scheduler_check_state(mine, p->sched_values) != CG_OK)
+        return load_fail(p, "the %s's state in the checkpoint: %s", kind, cg_last_error());
+    p->sched = mine;
+    return CG_OK;
 }
 
 static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
@@ -493,18 +582,10 @@ static cg_status plan_optimizer(ck_plan *p, const cg_optimizer *opt) {
     if (!lr) return cg_last_status();
     int ngroups = cg__opt(opt)->ngroups;
     if (!(p->lr = calloc((size_t)ngroups, sizeof *p->lr))) return cg__fail(CG_ERR_OOM, "%s: out of host memory", p->fn);
-    const char *at = lr;
-    for (int g = 0; g < ngroups; g++) {
-        char *end;
-        p->lr[g] = strtod(at, &end);
-        if (end == at || (*end && *end != ' ') || (g + 1 == ngroups && *end))
-            return ngroups == 1 ? load_fail(p, "metadata \"" CK_RESERVED "optimizer.lr\" = \"%.64s\" is not a learning rate", lr)
-                                : load_fail(p, "metadata \"" CK_RESERVED "optimizer.lr\" = \"%.64s\" is not %d learning rates (one "
-                                            "per group)", lr, ngroups);
+    CG_TRY(parse_doubles(p, CK_RESERVED "optimizer.lr", lr, ngroups, "learning rate", p->lr));
+    for (int g = 0; g < ngroups; g++)
         if (cg__lr_check("metadata \"" CK_RESERVED "optimizer.lr\"", p->lr[g], cg__opt(opt)->lr_scale[g]) != CG_OK)
             return load_fail(p, "%s", cg_last_error());
-        at = end;
-    }
     char key[160];
     snprintf(key, sizeof key, CK_RESERVED "optimizer.%s", p->ost.count_name);
     /* int64 counts in [0, INT64_MAX], read through their unsigned type (which C lets alias them) */
@@ -595,8 +676,10 @@ static cg_status apply(ck_plan *p, cg_module *model, cg_optimizer *opt, cg_loade
     cg_tensor *fresh[CG_OPTIM_MAX_BUFFERS][CG_MAX_CUDA] = {{0}};
     int made = 0;
     cg_status s = CG_OK;
+    /* A buffer the file lacks is left unmade (NULL): the kind makes it at its next step as it makes it at
+     * its first (zeros; Adagrad's sum, its initial_accumulator_value). */
     while (opt && made < p->ost.nbuffers && s == CG_OK)
-        if ((s = cg__optimizer_buffers_new(opt, p->buffers[made], fresh[made])) == CG_OK) made++;
+        if (!p->buffers[made] || (s = cg__optimizer_buffers_new(opt, p->buffers[made], fresh[made])) == CG_OK) made++;
     for (int r = 0; r < root_count(model) && s == CG_OK && p->total > 0; r++) {
         cg_module *root = root_at(model, r);
         s = cg__copy_bytes(cg__m(root)->device, cg__data(cg__m(root)->flat_data), cg_cpu(), p->params, (size_t)p->total * sizeof(float));
@@ -616,6 +699,7 @@ static cg_status apply(ck_plan *p, cg_module *model, cg_optimizer *opt, cg_loade
         for (int k = 0; k < p->ost.nbuffers; k++) cg__optimizer_buffers_swap(opt, p->ost.buffers[k], fresh[k]);
         cg__opt(opt)->ops->set_counts(opt, p->counts);
         memcpy(cg__opt(opt)->lr, p->lr, (size_t)cg__opt(opt)->ngroups * sizeof *p->lr);
+        if (p->sched) cg__scheduler_set_state(p->sched, p->sched_values, p->sched_base_lrs);
     }
     cg__rng_set_state(&p->rng);
     if (loader) s = cg_loader_set_state(loader, p->ls);
@@ -637,6 +721,7 @@ static cg_status restore(const char *fn, const char *src, const cg_safetensors *
     if (s == CG_OK) s = plan_model(&p, model);
     if (s == CG_OK) s = plan_rng(&p);
     if (s == CG_OK && opt) s = plan_optimizer(&p, opt);
+    if (s == CG_OK && opt) s = plan_scheduler(&p, opt);
     if (s == CG_OK && loader) s = plan_loader(&p, loader);
     if (s == CG_OK && extra) s = plan_extra(&p, extra);
     if (s == CG_OK) s = plan_leftovers(&p, opt != NULL);
@@ -644,7 +729,7 @@ static cg_status restore(const char *fn, const char *src, const cg_safetensors *
     for (int i = 0; p.buffers_host && i < cg__m(model)->nstate; i++) cg_tensor_free(p.buffers_host[i]);
     for (int i = 0; p.extra_host && i < extra->n; i++) cg_tensor_free(p.extra_host[i]);
     free(p.extra_host);
-    free(p.used), free(p.params), free(p.counts), free(p.lr), free(p.buffers_host);
+    free(p.used), free(p.params), free(p.counts), free(p.lr), free(p.buffers_host), free(p.sched_base_lrs);
     for (int k = 0; k < CG_OPTIM_MAX_BUFFERS; k++) free(p.buffers[k]);
     return s;
 }

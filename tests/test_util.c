@@ -534,7 +534,10 @@ void cg_test_rewrite_checkpoint(const char *src, const char *dst, const char *ke
         "format", "cgrad.checkpoint", "cgrad.rng.seed", "cgrad.rng.cpu", "cgrad.rng.cuda", "cgrad.optimizer",
         "cgrad.optimizer.lr", "cgrad.optimizer.settings", "cgrad.optimizer.step", "cgrad.optimizer.momentum_ready",
         "cgrad.loader.epoch", "cgrad.loader.position", "cgrad.loader.seed", "cgrad.loader.batch_size",
-        "cgrad.loader.shuffle", "cgrad.loader.drop_last", "cgrad.loader.samples",
+        "cgrad.loader.shuffle", "cgrad.loader.drop_last", "cgrad.loader.samples", "cgrad.scheduler",
+        "cgrad.scheduler.settings", "cgrad.scheduler.base_lrs", "cgrad.scheduler.last_epoch", "cgrad.scheduler.best",
+        "cgrad.scheduler.num_bad_epochs", "cgrad.scheduler.cooldown_counter", "cgrad.scheduler.T_cur",
+        "cgrad.scheduler.T_i",
     };
     enum { NKEYS = sizeof all / sizeof all[0] };
     cg_safetensors *st;

@@ -7,9 +7,10 @@
  * state_dict ("weight", "bias", "0.weight", ...).
  *
  * Ownership: cg_*_new returns a module the caller frees with cg_module_free(), which frees its
- * children too (cg_sequential_new takes ownership of the modules passed to it). cg_sgd_new,
- * cg_adam_new and cg_adamw_new return an optimizer that borrows the module (which must outlive it);
- * the caller frees it with cg_optimizer_free(). Forward returns a new tensor (see cgrad.h).
+ * children too (cg_sequential_new takes ownership of the modules passed to it). The optimizer
+ * constructors (cg_sgd_new, cg_adam_new, ...) return an optimizer that borrows the module (which must
+ * outlive it); the caller frees it with cg_optimizer_free(). A scheduler borrows its optimizer and is
+ * freed with cg_lr_scheduler_free(). Forward returns a new tensor (see cgrad.h).
  *
  * Errors: a call that can fail returns NULL (constructors, forward) or a cg_status other than
  * CG_OK, and cg_last_error() says why. */
@@ -147,6 +148,7 @@ CG_API cg_module *cg_sequential_new(int n, cg_module *const *modules);
 
 /* ---- optimizers ------------------------------------------------------------------------------- */
 typedef struct cg_optimizer cg_optimizer;
+typedef struct cg_lr_scheduler cg_lr_scheduler;
 
 typedef struct cg_sgd_options {
     float lr;
@@ -207,6 +209,62 @@ CG_API cg_optimizer *cg_adam_new_groups(cg_module *m, int ngroups, const cg_adam
 CG_API cg_optimizer *cg_adamw_new_groups(cg_module *m, int ngroups, const cg_adam_group *groups);
 CG_API int cg_optimizer_num_groups(const cg_optimizer *opt); /* 1 for an optimizer made over a module */
 
+/* torch.optim.RMSprop, Adagrad and Adadelta (maximize, foreach, differentiable off), each parameter's
+ * update one fused pass as PyTorch's single-tensor form computes it. Hyperparameters are doubles, the
+ * derived scalars (1 - alpha, Adagrad's lr / (1 + (step - 1) lr_decay)) computed in double and rounded
+ * to float once. Start from the defaults (PyTorch's); ranges as PyTorch's: lr, eps, weight_decay,
+ * momentum, alpha, lr_decay, initial_accumulator_value >= 0, rho in [0, 1] (CG_ERR_INVALID_ARG
+ * otherwise, naming the option as PyTorch does: "invalid alpha value"). Each parameter keeps a step
+ * count ("step" in checkpoints) that advances on steps where it has a gradient. Checkpoints hold their
+ * state under PyTorch's keys: RMSprop square_avg, momentum_buffer (momentum > 0), grad_avg (centered);
+ * Adagrad sum; Adadelta square_avg, acc_delta. Adagrad's sum starts at each group's
+ * initial_accumulator_value (PyTorch's groups all take the constructor's). */
+typedef struct cg_rmsprop_options {
+    double lr;           /* 1e-2 */
+    double alpha;        /* 0.99 */
+    double eps;          /* 1e-8 */
+    double weight_decay; /* 0 */
+    double momentum;     /* 0 */
+    bool centered;       /* false */
+} cg_rmsprop_options;
+typedef struct cg_adagrad_options {
+    double lr;                        /* 1e-2 */
+    double lr_decay;                  /* 0 */
+    double weight_decay;              /* 0 */
+    double initial_accumulator_value; /* 0 */
+    double eps;                       /* 1e-10 */
+} cg_adagrad_options;
+typedef struct cg_adadelta_options {
+    double lr;           /* 1.0 */
+    double rho;          /* 0.9 */
+    double eps;          /* 1e-6 */
+    double weight_decay; /* 0 */
+} cg_adadelta_options;
+typedef struct cg_rmsprop_group {
+    int n;
+    cg_tensor *const *params;
+    cg_rmsprop_options options;
+} cg_rmsprop_group;
+typedef struct cg_adagrad_group {
+    int n;
+    cg_tensor *const *params;
+    cg_adagrad_options options;
+} cg_adagrad_group;
+typedef struct cg_adadelta_group {
+    int n;
+    cg_tensor *const *params;
+    cg_adadelta_options options;
+} cg_adadelta_group;
+CG_API cg_rmsprop_options cg_rmsprop_defaults(void);
+CG_API cg_adagrad_options cg_adagrad_defaults(void);
+CG_API cg_adadelta_options cg_adadelta_defaults(void);
+CG_API cg_optimizer *cg_rmsprop_new(cg_module *m, cg_rmsprop_options options);
+CG_API cg_optimizer *cg_adagrad_new(cg_module *m, cg_adagrad_options options);
+CG_API cg_optimizer *cg_adadelta_new(cg_module *m, cg_adadelta_options options);
+CG_API cg_optimizer *cg_rmsprop_new_groups(cg_module *m, int ngroups, const cg_rmsprop_group *groups);
+CG_API cg_optimizer *cg_adagrad_new_groups(cg_module *m, int ngroups, const cg_adagrad_group *groups);
+CG_API cg_optimizer *cg_adadelta_new_groups(cg_module *m, int ngroups, const cg_adadelta_group *groups);
+
 /* The learning rate of the next step(s), for schedules: set it before cg_optimizer_step. A step
  * captured in a CUDA graph replays the rate of its capture: capture again after a change.
  * set_lr sets every group's; get_lr reads group 0's. */
@@ -214,10 +272,92 @@ CG_API cg_status cg_optimizer_set_lr(cg_optimizer *opt, double lr);
 CG_API double cg_optimizer_get_lr(const cg_optimizer *opt); /* NaN for NULL */
 CG_API cg_status cg_optimizer_set_group_lr(cg_optimizer *opt, int group, double lr);
 CG_API double cg_optimizer_get_group_lr(const cg_optimizer *opt, int group); /* NaN for a bad opt or group */
-/* StepLR (closed form): base_lr * gamma^floor(epoch / step_size). */
+/* StepLR (closed form): base_lr * gamma^floor(epoch / step_size). The scheduler objects below give
+ * PyTorch's values exactly (its recursive forms); these closed forms stay for computing an lr by hand. */
 CG_API double cg_lr_step(double base_lr, int64_t epoch, int64_t step_size, double gamma);
 /* CosineAnnealingLR (closed form): eta_min + (base_lr - eta_min) * (1 + cos(pi * t / t_max)) / 2. */
 CG_API double cg_lr_cosine(double base_lr, int64_t t, int64_t t_max, double eta_min);
+
+/* ---- learning-rate schedules (torch.optim.lr_scheduler) ------------------------------------------
+ * A scheduler is bound to one optimizer and sets each group's lr as PyTorch's does: its base lrs are
+ * the groups' lrs when it is made, construction performs PyTorch's initial step (epoch 0: LinearLR
+ * multiplies by start_factor, OneCycleLR sets max_lr / div_factor), and each cg_lr_scheduler_step
+ * (scheduler.step(), after the epoch's or batch's optimizer step) advances one epoch, computing the
+ * new lrs from the groups' current ones in double with PyTorch's formulas (its chainable forms), so a
+ * sequence matches PyTorch's to the last bit. An optimizer has at most one scheduler; a second is
+ * refused. cg_checkpoint_save with the optimizer saves the scheduler's kind, settings and position,
+ * and cg_checkpoint_load restores them into the scheduler bound to the loading optimizer (which must
+ * be of the same kind and settings: CG_ERR_IO otherwise, and when only one side has a scheduler).
+ * Freeing the optimizer unbinds its scheduler: every call on it then fails (CG_ERR_INVALID_ARG) except
+ * cg_lr_scheduler_free, which the caller still owes. Errors: NULL + CG_ERR_INVALID_ARG, naming the
+ * setting in PyTorch's words. */
+/* StepLR(step_size, gamma): lr *= gamma every step_size epochs. step_size >= 1. */
+CG_API cg_lr_scheduler *cg_step_lr_new(cg_optimizer *opt, int64_t step_size, double gamma);
+/* CosineAnnealingLR(T_max, eta_min), PyTorch's recursive form (which rises again past T_max). T_max >= 1. */
+CG_API cg_lr_scheduler *cg_cosine_annealing_lr_new(cg_optimizer *opt, int64_t t_max, double eta_min);
+/* LinearLR(start_factor, end_factor, total_iters): PyTorch's defaults 1/3, 1.0, 5; start_factor in
+ * (0, 1], end_factor in [0, 1], total_iters >= 0. */
+CG_API cg_lr_scheduler *cg_linear_lr_new(cg_optimizer *opt, double start_factor, double end_factor, int64_t total_iters);
+/* OneCycleLR: the base lrs are max_lr / div_factor (the groups' lrs are not used), rising to max_lr over
+ * pct_start of total_steps and annealing to base / final_div_factor (three_phase: up, down to the base,
+ * then to the minimum). cycle_momentum is not supported (PyTorch's default is true: pass false, and keep
+ * the optimizer's momentum / beta1 fixed); stepping past total_steps is an error as in PyTorch. */
+typedef enum cg_anneal_strategy { CG_ANNEAL_COS = 0, CG_ANNEAL_LINEAR } cg_anneal_strategy;
+typedef struct cg_one_cycle_options {
+    double max_lr;
+    int64_t total_steps;
+    double pct_start;                   /* 0.3 */
+    cg_anneal_strategy anneal_strategy; /* cos */
+    double div_factor;                  /* 25 */
+    double final_div_factor;            /* 1e4 */
+    bool three_phase;                   /* false */
+    bool cycle_momentum;                /* must be false */
+} cg_one_cycle_options;
+CG_API cg_one_cycle_options cg_one_cycle_defaults(double max_lr, int64_t total_steps);
+CG_API cg_lr_scheduler *cg_one_cycle_lr_new(cg_optimizer *opt, cg_one_cycle_options options);
+/* ReduceLROnPlateau: stepped with cg_lr_scheduler_step_metric (scheduler.step(metric)); lr =
+ * max(lr * factor, min_lr) when the metric has not improved for more than patience epochs, unless the
+ * change is at most eps. factor < 1, patience, cooldown >= 0, min_lr >= 0. */
+typedef enum cg_plateau_mode { CG_PLATEAU_MIN = 0, CG_PLATEAU_MAX } cg_plateau_mode;
+typedef enum cg_threshold_mode { CG_THRESHOLD_REL = 0, CG_THRESHOLD_ABS } cg_threshold_mode;
+typedef struct cg_plateau_options {
+    cg_plateau_mode mode;             /* min */
+    double factor;                    /* 0.1 */
+    int64_t patience;                 /* 10 */
+    double threshold;                 /* 1e-4 */
+    cg_threshold_mode threshold_mode; /* rel */
+    int64_t cooldown;                 /* 0 */
+    double min_lr;                    /* 0 */
+    double eps;                       /* 1e-8 */
+} cg_plateau_options;
+CG_API cg_plateau_options cg_plateau_defaults(void);
+CG_API cg_lr_scheduler *cg_reduce_lr_on_plateau_new(cg_optimizer *opt, cg_plateau_options options);
+/* CosineAnnealingWarmRestarts(T_0, T_mult, eta_min): cosine from the base lr to eta_min over T_i epochs,
+ * T_0 first, each period T_mult times the last. T_0 >= 1, T_mult >= 1. */
+CG_API cg_lr_scheduler *cg_cosine_warm_restarts_new(cg_optimizer *opt, int64_t t_0, int64_t t_mult, double eta_min);
+/* scheduler.step(): one epoch; for ReduceLROnPlateau, step_metric(metric) instead (step is refused
+ * there, and step_metric by the others). */
+CG_API cg_status cg_lr_scheduler_step(cg_lr_scheduler *s);
+CG_API cg_status cg_lr_scheduler_step_metric(cg_lr_scheduler *s, double metric);
+/* get_last_lr()[group]: the lr the scheduler last set for group (NaN for a bad handle or group). */
+CG_API double cg_lr_scheduler_get_last_lr(const cg_lr_scheduler *s, int group);
+CG_API int64_t cg_lr_scheduler_last_epoch(const cg_lr_scheduler *s); /* last_epoch; -1 for a bad handle */
+CG_API void cg_lr_scheduler_free(cg_lr_scheduler *s);
+
+/* ---- gradient clipping (torch.nn.utils) -----------------------------------------------------------
+ * Over the gradients of every parameter of m that has one (parameters without a gradient since
+ * zero_grad are skipped, as PyTorch skips p.grad None); on a DataParallel / DDP module, over each
+ * replica's (identical, reduced) gradients. The module at the top of its tree only. */
+/* clip_grad_norm_(m.parameters(), max_norm, norm_type, error_if_nonfinite): the total norm of all the
+ * gradients together (norm_type: any p > 0, or INFINITY for the largest magnitude) as a new 0-dim float32
+ * tensor on m's device, and every gradient multiplied by clamp(max_norm / (total + 1e-6), max=1),
+ * computed on the device: no synchronisation, unless error_if_nonfinite, which reads the norm back and
+ * fails (CG_ERR_INVALID_ARG, gradients untouched) when it is NaN or infinite. No gradients: a norm of 0.
+ * The norm is summed in double (PyTorch sums per parameter in float): equal to PyTorch's within float
+ * rounding. */
+CG_API cg_tensor *cg_clip_grad_norm_(cg_module *m, double max_norm, double norm_type, bool error_if_nonfinite);
+/* clip_grad_value_(m.parameters(), clip_value): every gradient clamped to [-clip_value, clip_value]. */
+CG_API cg_status cg_clip_grad_value_(cg_module *m, double clip_value);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,9 @@ cg_status cg__cpu_gemm(const void *args, int index);
 /* optim (cpu_optim.c) */
 cg_status cg__cpu_sgd_step(const void *args, int index);
 cg_status cg__cpu_adam_step(const void *args, int index);
+cg_status cg__cpu_adaptive_step(const void *args, int index);
+cg_status cg__cpu_grad_norm(const void *args, int index);
+cg_status cg__cpu_grad_clip(const void *args, int index);
 /* classify: cross-entropy, and argmax / argmin (cpu_classify.c) */
 cg_status cg__cpu_cross_entropy_forward(const void *args, int index);
 cg_status cg__cpu_cross_entropy_backward(const void *args, int index);

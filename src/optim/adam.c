@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "backend.h"
-#include "checked.h"
 #include "error.h"
 #include "graph.h"
 #include "handle.h"
@@ -119,34 +118,10 @@ static void adam_destroy(cg_optimizer *base) {
     free(opt->options);
 }
 
-/* A moment buffer of root m on m's device: made zeroed on first use, and moved along (values kept)
- * when the module has moved to another device since. */
-static cg_status ensure_buffer(cg_tensor **buf, const cg_module *m) {
-    if (*buf && cg_device_equal(cg__t((*buf))->device, cg__m(m)->device)) return CG_OK;
-    cg_tensor *fresh;
-    if (*buf) {
-        bool previous = cg_set_grad_enabled(false);
-        fresh = cg_to(*buf, cg__m(m)->device);
-        cg_set_grad_enabled(previous);
-        if (!fresh) return cg_last_status();
-    } else {
-        if (!(fresh = cg__tensor_new(1, cg__t(cg__m(m)->flat_data)->shape, cg__m(m)->device))) return cg_last_status();
-        cg_status s = cg__fill(fresh, 0.0f);
-        if (s != CG_OK) {
-            cg_tensor_free(fresh);
-            return s;
-        }
-    }
-    cg_keep(fresh);
-    cg_tensor_free(*buf);
-    *buf = fresh;
-    return CG_OK;
-}
-
 static cg_status step_root(adam_optimizer *opt, int r) {
     cg_module *m = opt->base.roots[r];
-    CG_TRY(ensure_buffer(&opt->exp_avg[r], m));
-    CG_TRY(ensure_buffer(&opt->exp_avg_sq[r], m));
+    CG_TRY(cg__optimizer_buffer_ensure(&opt->exp_avg[r], m));
+    CG_TRY(cg__optimizer_buffer_ensure(&opt->exp_avg_sq[r], m));
     float *exp_avg = cg__data(opt->exp_avg[r]), *exp_avg_sq = cg__data(opt->exp_avg_sq[r]);
     for (int i = 0; i < cg__m(m)->nparams;) {
         if (!cg__optimizer_steps(&opt->base, m, i)) { /* no gradient since zero_grad, or in no group: skipped */
@@ -187,19 +162,9 @@ static cg_status adam_step(cg_optimizer *base) {
                         "corrections come from step counts kept on the host, so every replay would repeat the "
                         "captured step's; capture forward and backward only, and call cg_optimizer_step after "
                         "each replay", opt->decoupled ? "AdamW" : "Adam");
-    /* Replicas share one gradient pattern, so the step counts advance once for all: checked first, so
-     * that a count at the maximum fails the step before anything changes. */
-    cg_module *m = cg__opt(base)->roots[0];
-    for (int i = 0; i < cg__m(m)->nparams; i++) {
-        int64_t next;
-        if (cg__optimizer_steps(&opt->base, m, i) && !cg__add_i64(opt->steps[i], 1, &next))
-            return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: the %s step count of parameter %d (\"%s\") is "
-                            "%lld, and one more step would overflow 64 bits", cg__opt(base)->ops->name, i, cg__m(m)->params[i].name,
-                            (long long)opt->steps[i]);
-    }
+    CG_TRY(cg__optimizer_steps_check(&opt->base, opt->steps));
     for (int r = 0; r < cg__opt(base)->nroots; r++) CG_TRY(step_root(opt, r));
-    for (int i = 0; i < cg__m(m)->nparams; i++)
-        if (cg__optimizer_steps(&opt->base, m, i)) opt->steps[i]++;
+    cg__optimizer_steps_advance(&opt->base, opt->steps);
     return CG_OK;
 }
 

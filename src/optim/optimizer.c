@@ -2,6 +2,7 @@
  * step/free by kind, the learning-rate setters and schedules, and the buffers checkpoints restore. */
 #include "optim/optimizer.h"
 #include "backend.h"
+#include "checked.h"
 #include "error.h"
 #include "handle.h"
 #include "tensor_impl.h"
@@ -96,6 +97,7 @@ cg_status cg__check_optimizer(const cg_optimizer *opt, const char *fn) {
 void cg_optimizer_free(cg_optimizer *opt) {
     if (!opt || cg__handle_check(CG_HANDLE_OPTIMIZER, opt, "cg_optimizer_free", "optimizer") != CG_OK) return;
     cg_optimizer_impl *o = cg__opt(opt);
+    if (o->scheduler) cg__scheduler_unbind(o->scheduler);
     if (o->ops->destroy) o->ops->destroy(opt);
     free(o->roots), free(o->group_of), free(o->lr), free(o->lr_scale);
     cg__handle_free(o->pool, opt);
@@ -166,6 +168,45 @@ int cg__optimizer_run_end(const cg_optimizer_impl *opt, const cg_module *m, int 
     return j;
 }
 
+cg_status cg__optimizer_buffer_ensure(cg_tensor **buf, const cg_module *m) {
+    if (*buf && cg_device_equal(cg__t((*buf))->device, cg__m(m)->device)) return CG_OK;
+    cg_tensor *fresh;
+    if (*buf) {
+        bool previous = cg_set_grad_enabled(false);
+        fresh = cg_to(*buf, cg__m(m)->device);
+        cg_set_grad_enabled(previous);
+        if (!fresh) return cg_last_status();
+    } else {
+        if (!(fresh = cg__tensor_new(1, cg__t(cg__m(m)->flat_data)->shape, cg__m(m)->device))) return cg_last_status();
+        cg_status s = cg__fill(fresh, 0.0f);
+        if (s != CG_OK) {
+            cg_tensor_free(fresh);
+            return s;
+        }
+    }
+    cg_keep(fresh);
+    cg_tensor_free(*buf);
+    *buf = fresh;
+    return CG_OK;
+}
+
+cg_status cg__optimizer_steps_check(const cg_optimizer_impl *opt, const int64_t *steps) {
+    const cg_module *m = opt->roots[0];
+    for (int i = 0; i < cg__m(m)->nparams; i++) {
+        int64_t next;
+        if (cg__optimizer_steps(opt, m, i) && !cg__add_i64(steps[i], 1, &next))
+            return cg__fail(CG_ERR_INVALID_ARG, "cg_optimizer_step: the %s step count of parameter %d (\"%s\") is "
+                            "%lld, and one more step would overflow 64 bits", opt->ops->name, i, cg__m(m)->params[i].name,
+                            (long long)steps[i]);
+    }
+    return CG_OK;
+}
+
+void cg__optimizer_steps_advance(const cg_optimizer_impl *opt, int64_t *steps) {
+    for (int i = 0; i < cg__m(opt->roots[0])->nparams; i++)
+        if (cg__optimizer_steps(opt, opt->roots[0], i)) steps[i]++;
+}
+
 void cg__optimizer_run_range(const cg_module *m, int i, int j, int64_t *begin, int64_t *count) {
     *begin = cg__m(m)->params[i].offset;
     int64_t end = j < cg__m(m)->nparams ? cg__m(m)->params[j].offset : cg__t(cg__m(m)->flat_data)->numel;
@@ -175,7 +216,7 @@ void cg__optimizer_run_range(const cg_module *m, int i, int j, int64_t *begin, i
 /* ---- hyperparameters ----------------------------------------------------------------------------------- */
 static const struct {
     const char *field, *words; /* the option's name, and PyTorch's words for it in its errors */
-    bool nonnegative, below_one;
+    bool nonnegative, below_one, at_most_one;
 } hyperparams[] = {
     [CG_HP_LR] = {"lr", "learning rate", true, false},
     [CG_HP_MOMENTUM] = {"momentum", "momentum value", true, false},
@@ -184,15 +225,19 @@ static const struct {
     [CG_HP_EPS] = {"eps", "epsilon value", true, false},
     [CG_HP_BETA1] = {"beta1", "beta parameter at index 0", true, true},
     [CG_HP_BETA2] = {"beta2", "beta parameter at index 1", true, true},
+    [CG_HP_ALPHA] = {"alpha", "alpha value", true, false},
+    [CG_HP_RHO] = {"rho", "rho value", true, false, true},
+    [CG_HP_LR_DECAY] = {"lr_decay", "lr_decay value", true, false},
+    [CG_HP_INITIAL_ACCUMULATOR_VALUE] = {"initial_accumulator_value", "initial_accumulator_value value", true, false},
 };
 
 cg_status cg__hyperparam_check(const char *who, cg_hyperparam which, double value) {
-    bool below_one = hyperparams[which].below_one;
+    bool below_one = hyperparams[which].below_one, at_most_one = hyperparams[which].at_most_one;
     char why[160];
     if (!isfinite(value))
         snprintf(why, sizeof why, "must be finite");
-    else if ((hyperparams[which].nonnegative && value < 0) || (below_one && value >= 1))
-        snprintf(why, sizeof why, "%s", below_one ? "must be >= 0 and < 1" : "must be >= 0");
+    else if ((hyperparams[which].nonnegative && value < 0) || (below_one && value >= 1) || (at_most_one && value > 1))
+        snprintf(why, sizeof why, "%s", below_one ? "must be >= 0 and < 1" : at_most_one ? "must be >= 0 and <= 1" : "must be >= 0");
     else if (fabs(value) > FLT_MAX)
         snprintf(why, sizeof why, "must be at most %g, the largest float: the update runs in float", FLT_MAX);
     else if (value != 0 && fabs(value) < FLT_MIN)

@@ -10,7 +10,7 @@
 
 /* A kind's state as a checkpoint stores it (src/io_checkpoint.c): the settings a resumed run must
  * share, buffers in the packed parameters' layout, and one count per parameter. */
-#define CG_OPTIM_MAX_BUFFERS 2
+#define CG_OPTIM_MAX_BUFFERS 3
 typedef struct cg_optimizer_state {
     char settings[1024];                            /* hyperparameters other than lr, "name=value ...", per
                                                      * group ("; " between groups); "" if they do not fit */
@@ -21,7 +21,7 @@ typedef struct cg_optimizer_state {
 } cg_optimizer_state;
 
 typedef struct cg_optimizer_ops {
-    const char *name;                       /* "SGD", "Adam", "AdamW" */
+    const char *name;                       /* "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta" */
     cg_status (*step)(cg_optimizer *opt);
     void (*destroy)(cg_optimizer *opt);     /* frees the kind's state, not the core; may be NULL */
     /* checkpoints: the state and the per-parameter counts (nparams of them) */
@@ -42,6 +42,7 @@ typedef struct cg_optimizer_impl {
     int *group_of;            /* per parameter of the module: its group, or -1 (not stepped) */
     double *lr;               /* per group; cg_optimizer_set_lr changes them between steps */
     double *lr_scale;         /* per group: the most the kind's float update multiplies lr by (cg__lr_check) */
+    cg_lr_scheduler *scheduler; /* the schedule bound to it (src/optim/lr_scheduler.c), or NULL */
 } cg_optimizer_impl;
 
 /* One group as a kind's constructor hands it to the core: the tensors (n < 0: every parameter of
@@ -63,11 +64,16 @@ typedef enum cg_hyperparam {
     CG_HP_EPS,
     CG_HP_BETA1,
     CG_HP_BETA2,
+    CG_HP_ALPHA,
+    CG_HP_RHO,
+    CG_HP_LR_DECAY,
+    CG_HP_INITIAL_ACCUMULATOR_VALUE,
 } cg_hyperparam;
 
 /* The one check of a hyperparameter, for every kind's constructor, cg_optimizer_set_lr and a
  * checkpoint's restore: value must be finite; in its range (PyTorch's: lr, momentum, weight_decay and
- * eps >= 0, betas in [0, 1), dampening any); and a float the update can use, as every update runs in
+ * eps, alpha, lr_decay, initial_accumulator_value >= 0, betas in [0, 1), rho in [0, 1],
+ * dampening any); and a float the update can use, as every update runs in
  * float: at most FLT_MAX, and 0 or at least FLT_MIN (a smaller one would silently become a subnormal
  * or 0). CG_ERR_INVALID_ARG otherwise, as "<who>: invalid learning rate 1e+300: lr must be ...". */
 cg_status cg__hyperparam_check(const char *who, cg_hyperparam which, double value);
@@ -106,7 +112,38 @@ bool cg__optimizer_steps(const cg_optimizer_impl *opt, const cg_module *m, int i
  * stepped, in i's group and have the same key (state that must match for one fused update). A run
  * includes the alignment padding between parameters, which is zero in every buffer and stays zero. */
 int cg__optimizer_run_end(const cg_optimizer_impl *opt, const cg_module *m, int i, const int64_t *key);
+/* A per-root (total,) state buffer of root m on m's device: made zeroed when NULL, and moved along
+ * (values kept) when the module has moved to another device since. */
+cg_status cg__optimizer_buffer_ensure(cg_tensor **buf, const cg_module *m);
+/* Per-parameter step counts (PyTorch's state['step']) advance once per step for all replicas, which share
+ * one gradient pattern. check fails the step, before anything changes, when a stepped parameter's count
+ * would pass INT64_MAX; advance adds one to every stepped parameter's. */
+cg_status cg__optimizer_steps_check(const cg_optimizer_impl *opt, const int64_t *steps);
+void cg__optimizer_steps_advance(const cg_optimizer_impl *opt, int64_t *steps);
 /* The flat (total,) range of parameters [i, j) of m. */
 void cg__optimizer_run_range(const cg_module *m, int i, int j, int64_t *begin, int64_t *count);
+
+/* ---- learning-rate schedulers (src/optim/lr_scheduler.c), for checkpoints ---- */
+/* A scheduler as a checkpoint stores it: kind and settings a resumed run must share, base lrs, and its
+ * position: fields[0] "last_epoch", then the kind's own (ReduceLROnPlateau's best, num_bad_epochs,
+ * cooldown_counter; CosineAnnealingWarmRestarts' T_cur, T_i), integers held exactly as doubles. */
+#define CG_SCHED_MAX_FIELDS 4
+typedef struct cg_scheduler_state {
+    const char *kind;       /* "StepLR", ... */
+    char settings[512];     /* "name=value ..." */
+    int ngroups;
+    const double *base_lrs; /* (ngroups), the scheduler's */
+    int nfields;
+    const char *names[CG_SCHED_MAX_FIELDS];
+    double values[CG_SCHED_MAX_FIELDS];
+} cg_scheduler_state;
+void cg__scheduler_describe(const cg_lr_scheduler *s, cg_scheduler_state *st);
+/* An error (no function named: the caller adds its own) unless values (describe's fields) are a state
+ * this scheduler can be in. */
+cg_status cg__scheduler_check_state(const cg_lr_scheduler *s, const double *values);
+/* Sets the position and base lrs; the last lrs become the optimizer's (restored first). */
+void cg__scheduler_set_state(cg_lr_scheduler *s, const double *values, const double *base_lrs);
+/* Called by cg_optimizer_free: the scheduler's calls fail from then on (it is still the caller's to free). */
+void cg__scheduler_unbind(cg_lr_scheduler *s);
 
 #endif
