@@ -5,6 +5,7 @@
 // nothing and recorded in the device's error slot (kernels/index_error.h).
 #include "kernels.h"
 #include "kernels/dtype_math.h"
+#include "kernels/index_math.h"
 
 namespace {
 
@@ -41,7 +42,46 @@ __global__ void index_add_kernel(cg_index_add_args a) {
     }
 }
 
+template <typename T>
+__global__ void gather_kernel(cg_gather_args a, int64_t total, cg_index_error *err) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t at, bad;
+        if (cg_gather_source(&a, e, &at, &bad)) static_cast<T *>(a.out)[e] = static_cast<const T *>(a.x)[at];
+        else cg_index_error_raise(err, CG_INDEX_OP_GATHER, e, bad, a.size);
+    }
+}
+
+template <typename T>
+cudaError_t launch_gather(const cg_gather_args *a, cg_index_error *err, cudaStream_t stream) {
+    int64_t total = cg_index_numel(a->ndim, a->shape);
+    gather_kernel<T><<<cg_launch_grid(total, kThreads), kThreads, 0, stream>>>(*a, total, err);
+    return cudaGetLastError();
+}
+
+__global__ void scatter_add_kernel(cg_scatter_add_args a, int64_t total, cg_index_error *err) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t bad_at, bad;
+        cg_store_float(a.dtype, a.out, e, cg_scatter_add_at(&a, e, &bad_at, &bad));
+        if (bad_at >= 0) cg_index_error_raise(err, (cg_index_op)a.op, bad_at, bad, a.shape[a.dim]);
+    }
+}
+
 }  // namespace
+
+extern "C" cudaError_t cg_launch_gather(const cg_gather_args *a, cg_index_error *err, cudaStream_t stream) {
+    switch (a->bytes) {
+    case 1: return launch_gather<uint8_t>(a, err, stream);
+    case 2: return launch_gather<uint16_t>(a, err, stream);
+    case 4: return launch_gather<uint32_t>(a, err, stream);
+    default: return launch_gather<uint64_t>(a, err, stream);
+    }
+}
+
+extern "C" cudaError_t cg_launch_scatter_add(const cg_scatter_add_args *a, cg_index_error *err, cudaStream_t stream) {
+    int64_t total = cg_index_numel(a->ndim, a->shape);
+    scatter_add_kernel<<<cg_launch_grid(total, kThreads), kThreads, 0, stream>>>(*a, total, err);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t cg_launch_index_select(const cg_index_select_args *a, cg_index_error *err, cudaStream_t stream) {
     switch (a->bytes) {

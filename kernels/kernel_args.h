@@ -48,7 +48,9 @@
     X(MAX_POOL2D_FORWARD, max_pool2d_forward, cg_pool_args)           \
     X(MAX_POOL2D_BACKWARD, max_pool2d_backward, cg_pool_args)       \
     X(INDEX_SELECT, index_select, cg_index_select_args)               \
-    X(INDEX_ADD, index_add, cg_index_add_args)
+    X(INDEX_ADD, index_add, cg_index_add_args)                         \
+    X(GATHER, gather, cg_gather_args)                                  \
+    X(SCATTER_ADD, scatter_add, cg_scatter_add_args)
 
 #define CG_KERNEL_ENUM(ID, NAME, ARGS) CG_KERNEL_##ID,
 typedef enum cg_kernel_id { CG_KERNELS(CG_KERNEL_ENUM) CG_KERNEL_COUNT } cg_kernel_id;
@@ -394,6 +396,41 @@ typedef struct cg_index_select_args {
     int64_t nidx;
     void *out;
 } cg_index_select_args;
+
+/* torch.gather: out (index's shape, contiguous) = x along dim at index: out's element (i_0, ..., i_n) is
+ * x's element with i_dim replaced by index's value there. x read through x_strides (elements), index
+ * contiguous, each value in [0, size) (the CPU's front-end checked; a GPU records a bad one,
+ * kernels/index_error.h, and writes nothing there), elements of `bytes` bytes. */
+typedef struct cg_gather_args {
+    const void *x;
+    int bytes;
+    const int64_t *index;
+    int ndim, dim;
+    int64_t shape[CG_KERNEL_MAX_DIMS];     /* index's and out's */
+    int64_t x_strides[CG_KERNEL_MAX_DIMS];
+    int64_t size;                          /* x's size along dim */
+    void *out;
+} cg_gather_args;
+
+/* A deterministic scatter-add (torch.scatter_add, index_add, gather's gradient): out (shape,
+ * contiguous, floating dtype) = base (out's shape, contiguous; NULL: zeros) + alpha * the sum, in
+ * float and in ascending order along dim, of the src elements whose index names that place. index and
+ * src are read through their strides over index_shape, the region that scatters (index_add's 1-D index
+ * has stride 0 off dim); out's element (.., j, ..) gathers from its fiber along dim: each output
+ * element scans index_shape[dim] positions, no atomics. Bad indices as for gather, op naming the
+ * caller (a cg_index_op). */
+typedef struct cg_scatter_add_args {
+    const void *base, *src;
+    const int64_t *index;
+    cg_dtype dtype;
+    int ndim, dim, op;
+    int64_t shape[CG_KERNEL_MAX_DIMS];
+    int64_t index_shape[CG_KERNEL_MAX_DIMS];
+    int64_t index_strides[CG_KERNEL_MAX_DIMS];
+    int64_t src_strides[CG_KERNEL_MAX_DIMS];
+    float alpha;
+    void *out;
+} cg_scatter_add_args;
 
 /* index_select's gradient, deterministic: out (outer, n, inner) = for each j, the sum in float of
  * g (outer, nidx, inner) at positions order[s] for s in [offsets[j], offsets[j + 1]) (the positions

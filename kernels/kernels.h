@@ -53,9 +53,12 @@ cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64_t n, int64
 cudaError_t cg_launch_sum_int64(const int64_t *x, int64_t outer, int64_t n, int64_t inner, int64_t *out,
                                 cudaStream_t stream);
 
-/* index.cu: index_select's gather and its gradient (kernel_args.h); a bad index goes to err */
+/* index.cu: index_select's gather and its gradient, gather, scatter-add (kernel_args.h); a bad index goes
+ * to err */
 cudaError_t cg_launch_index_select(const cg_index_select_args *args, cg_index_error *err, cudaStream_t stream);
 cudaError_t cg_launch_index_add(const cg_index_add_args *args, cudaStream_t stream);
+cudaError_t cg_launch_gather(const cg_gather_args *args, cg_index_error *err, cudaStream_t stream);
+cudaError_t cg_launch_scatter_add(const cg_scatter_add_args *args, cg_index_error *err, cudaStream_t stream);
 
 /* Counters of a device's one-launch reductions, which count their finished blocks in them: all 0
  * between launches (each launch puts back those it used); CG_TICKETS of them per device. */

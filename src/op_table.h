@@ -135,6 +135,10 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(logical_not) \
     X(where) \
     X(index_select) \
+    X(gather) \
+    X(scatter_add) \
+    X(index_add) \
+    X(masked_fill) \
     X(unsqueeze) \
     X(squeeze) \
     X(flatten) \

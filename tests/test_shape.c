@@ -1,6 +1,7 @@
 /* Shape ops beyond what the op-table test walks (tests/test_ops.c checks each one's values and
  * gradients): views sharing storage, split/chunk counts, cat of more tensors than a node takes,
- * promotion, and the errors. Also the GPU's bad-index report (kernels/index_error.h). */
+ * promotion, and the errors; the indexing ops' errors and the GPU's bad-index report
+ * (kernels/index_error.h). */
 #include "test_util.h"
 
 #include <math.h>
@@ -143,6 +144,50 @@ static void test_bad_index_reported(void **state) {
     free(v);
 }
 
+/* The indexing ops' errors; a bad index fails the call on the CPU and is reported naming the op at
+ * the next synchronisation on a GPU. */
+static void test_indexing_errors(void **state) {
+    (void)state;
+    float *v = iota(12);
+    cg_tensor *t = cg_test_tensor(v, 2, (int64_t[]){3, 4}), *src = cg_test_tensor(v, 2, (int64_t[]){2, 4});
+    static const int64_t good[8] = {0, 1, 2, 0, 2, 2, 1, 0}, bad[8] = {0, 1, 2, 0, 2, 7, 1, 0};
+    cg_tensor *gi = cg_test_int64_tensor(good, 2, (int64_t[]){2, 4}), *bi = cg_test_int64_tensor(bad, 2, (int64_t[]){2, 4});
+    cg_tensor *rows = cg_test_int64_tensor(good, 1, (int64_t[]){2});
+    cg_tensor *wide = cg_test_int64_tensor(good, 2, (int64_t[]){1, 8});
+    EXPECT_NULL(CG_ERR_SHAPE, cg_gather(t, 0, wide), "cg_gather", "index (1, 8) is larger than t (3, 4)");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_gather(t, 0, rows), "cg_gather", "int64 tensor of 2 dims");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_gather(t, 2, gi), "cg_gather", "dim 2 is out of range");
+    EXPECT_NULL(CG_ERR_SHAPE, cg_index_add(t, 0, rows, t, 1.0f), "cg_index_add", "source (3, 4)", "index's length");
+    cg_tensor *mask = cg_test_tensor(v, 2, (int64_t[]){3, 4});
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_masked_fill(t, mask, 0.0), "cg_masked_fill", "mask must be bool");
+    cg_tensor *leaf = CG_TEST_OK(cg_clone(t));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(leaf, true));
+    cg_tensor *small = cg_test_int64_tensor(good, 2, (int64_t[]){2, 2});
+    EXPECT_NULL(CG_ERR_SHAPE, cg_scatter_add(t, 0, small, leaf), "cg_scatter_add", "requires grad", "index's shape (2, 2)");
+    cg_tensor *gathered = CG_TEST_OK(cg_gather(t, 0, gi));
+    float *gv = cg_test_read(gathered); /* column k of row i: t[good[i][k]][k] */
+    for (int i = 0; i < 8; i++) assert_true(gv[i] == (float)(good[i] * 4 + i % 4));
+    free(gv), cg_tensor_free(gathered);
+    const char *const names[3] = {"cg_gather", "cg_scatter_add", "cg_index_add"};
+    static const int64_t bad_rows[2] = {1, -1};
+    cg_tensor *brows = cg_test_int64_tensor(bad_rows, 1, (int64_t[]){2});
+    for (int k = 0; k < 3; k++) {
+        cg_tensor *out = k == 0 ? cg_gather(t, 0, bi) : k == 1 ? cg_scatter_add(t, 0, bi, src) : cg_index_add(t, 0, brows, src, 1.0f);
+        if (!cg_test_is_cuda()) {
+            assert_null(out);
+            cg_test_assert_error(CG_ERR_INVALID_ARG, names[k], "out of range");
+            continue;
+        }
+        assert_non_null(out);
+        EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_synchronize(dev()), names[k], "on cuda:", k == 2 ? "index -1" : "index 7",
+                      "out of range [0, 3)");
+        cg_tensor_free(out);
+    }
+    cg_tensor_free(brows), cg_tensor_free(small), cg_tensor_free(leaf), cg_tensor_free(mask), cg_tensor_free(wide);
+    cg_tensor_free(rows), cg_tensor_free(bi), cg_tensor_free(gi), cg_tensor_free(src), cg_tensor_free(t);
+    free(v);
+}
+
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
@@ -150,6 +195,7 @@ int main(void) {
         CG_TEST(test_cat_many_and_mixed),
         CG_TEST(test_shape_errors),
         CG_TEST(test_bad_index_reported),
+        CG_TEST(test_indexing_errors),
     };
     return cmocka_run_group_tests(tests, cg_test_setup, NULL);
 }

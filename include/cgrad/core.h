@@ -381,6 +381,19 @@ CG_API cg_tensor *cg_where(const cg_tensor *cond, const cg_tensor *a, const cg_t
  * the end of a backward pass or an optimizer step), with nothing written for it. Differentiable in t:
  * the gradient sums the rows a position was taken by, in a fixed order (deterministic). */
 CG_API cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index);
+/* torch.gather(t, dim, index): out has index's shape (int64, t's dims, no larger than t off dim) and
+ * takes t's element at index's value along dim; any dtype; differentiable in t (its gradient scattered
+ * back, deterministically). torch.scatter_add(t, dim, index, src): t plus src's elements added where
+ * index names (index no larger than src, nor than t off dim); torch.index_add(t, dim, index, source,
+ * alpha=...): t plus alpha times source's slices added at the 1-D index's positions along dim. Both
+ * floating, t and src/source of one dtype, differentiable in both, summed in a fixed order (no
+ * atomics: each output element scans the index along dim, so the cost grows with index's size there).
+ * Bad indices as for cg_index_select. */
+CG_API cg_tensor *cg_gather(const cg_tensor *t, int dim, const cg_tensor *index);
+CG_API cg_tensor *cg_scatter_add(const cg_tensor *t, int dim, const cg_tensor *index, const cg_tensor *src);
+CG_API cg_tensor *cg_index_add(const cg_tensor *t, int dim, const cg_tensor *index, const cg_tensor *source, float alpha);
+/* torch.masked_fill: value where mask (bool, broadcasting to t's shape) is true, else t's element. */
+CG_API cg_tensor *cg_masked_fill(const cg_tensor *t, const cg_tensor *mask, double value);
 
 /* ---- reductions ------------------------------------------------------------------------------
  * Of a floating tensor: its dtype, accumulated in float32 or wider. Of an integer or bool tensor:

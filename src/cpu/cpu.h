@@ -34,9 +34,11 @@ cg_status cg__cpu_cast(const void *args, int index);
 cg_status cg__cpu_copy_blocks(const void *args, int index);
 cg_status cg__cpu_compare(const void *args, int index);
 cg_status cg__cpu_where(const void *args, int index);
-/* index: index_select and its gradient (cpu_index.c) */
+/* index: index_select and its gradient, gather, scatter-add (cpu_index.c) */
 cg_status cg__cpu_index_select(const void *args, int index);
 cg_status cg__cpu_index_add(const void *args, int index);
+cg_status cg__cpu_gather(const void *args, int index);
+cg_status cg__cpu_scatter_add(const void *args, int index);
 /* reduce: the sums (float, and exact int64) and MSE (cpu_reduce.c) */
 cg_status cg__cpu_reduce_sum(const void *args, int index);
 cg_status cg__cpu_reduce_sum_int64(const void *args, int index);

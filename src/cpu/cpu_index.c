@@ -1,12 +1,13 @@
-/* The index family on the CPU (kernels/kernel_args.h: INDEX_SELECT, INDEX_ADD): gathering along a
- * dim, and its gradient summed per destination in a fixed order. Mirrors src/cuda/cuda_index.c and
- * kernels/index.cu. */
+/* The index family on the CPU (kernels/kernel_args.h: INDEX_SELECT, INDEX_ADD, GATHER, SCATTER_ADD):
+ * gathering along a dim, and the sums per destination in a fixed order. The front-ends checked every
+ * index. Mirrors src/cuda/cuda_index.c and kernels/index.cu. */
 #include <string.h>
 
 #include "cpu/cpu.h"
 #include "backend.h"
 #include "error.h"
 #include "kernels/dtype_math.h"
+#include "kernels/index_math.h"
 
 cg_status cg__cpu_index_select(const void *raw, int index) {
     const cg_index_select_args *a = raw;
@@ -35,6 +36,33 @@ cg_status cg__cpu_index_add(const void *raw, int index) {
                 acc += cg_load_float(a->dtype, a->g, (o * a->nidx + a->order[s]) * inner + k);
             cg_store_float(a->dtype, a->out, r * inner + k, acc);
         }
+    });
+    return CG_OK;
+}
+
+cg_status cg__cpu_gather(const void *raw, int index) {
+    const cg_gather_args *a = raw;
+    (void)index;
+    CG_TRY(cg__cpu_enter());
+    int64_t n = cg_index_numel(a->ndim, a->shape);
+    size_t bytes = (size_t)a->bytes;
+    const char *x = a->x;
+    char *out = a->out;
+    CG_CPU_FOR(e, n, n * a->ndim, {
+        int64_t at, bad;
+        if (cg_gather_source(a, e, &at, &bad)) memcpy(out + (size_t)e * bytes, x + (size_t)at * bytes, bytes);
+    });
+    return CG_OK;
+}
+
+cg_status cg__cpu_scatter_add(const void *raw, int index) {
+    const cg_scatter_add_args *a = raw;
+    (void)index;
+    CG_TRY(cg__cpu_enter());
+    int64_t n = cg_index_numel(a->ndim, a->shape), m = a->index_shape[a->dim];
+    CG_CPU_FOR(e, n, n * (m + a->ndim), {
+        int64_t bad_at, bad;
+        cg_store_float(a->dtype, a->out, e, cg_scatter_add_at(a, e, &bad_at, &bad));
     });
     return CG_OK;
 }

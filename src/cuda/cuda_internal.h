@@ -112,9 +112,11 @@ cg_status cg__cuda_cast(const void *args, int index);
 cg_status cg__cuda_copy_blocks(const void *args, int index);
 cg_status cg__cuda_compare(const void *args, int index);
 cg_status cg__cuda_where(const void *args, int index);
-/* index: index_select and its gradient (cuda_index.c) */
+/* index: index_select and its gradient, gather, scatter-add (cuda_index.c) */
 cg_status cg__cuda_index_select(const void *args, int index);
 cg_status cg__cuda_index_add(const void *args, int index);
+cg_status cg__cuda_gather(const void *args, int index);
+cg_status cg__cuda_scatter_add(const void *args, int index);
 /* reduce: the sums (float, and exact int64) and MSE (cuda_reduce.c) */
 cg_status cg__cuda_reduce_sum(const void *args, int index);
 cg_status cg__cuda_reduce_sum_int64(const void *args, int index);
