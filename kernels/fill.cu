@@ -3,6 +3,7 @@
 // mirroring src/cpu/cpu_fill.c.
 #include "kernels.h"
 #include "kernels/dtype_math.h"
+#include "kernels/philox.h"
 
 namespace {
 
@@ -35,6 +36,15 @@ __global__ void uniform_fixup_kernel(float *x, int64_t n) {
         if (x[i] >= 1.0f) x[i] = 0.0f;
 }
 
+/* In place: the two words of each 8-byte element become its integer. */
+__global__ void random_int64_kernel(void *x, int64_t n, int64_t low, uint64_t range) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const uint32_t *w = static_cast<const uint32_t *>(x) + 2 * i;
+        uint32_t hi = w[0], lo = w[1];
+        static_cast<int64_t *>(x)[i] = cg_random_int64(hi, lo, low, range);
+    }
+}
+
 }  // namespace
 
 extern "C" cudaError_t cg_launch_fill(void *out, int64_t n, int bytes, uint64_t bits, cudaStream_t stream) {
@@ -57,5 +67,10 @@ extern "C" cudaError_t cg_launch_arange(void *out, cg_dtype dt, int64_t n, doubl
 
 extern "C" cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream) {
     uniform_fixup_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(x, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cg_launch_random_int64(void *x, int64_t n, int64_t low, uint64_t range, cudaStream_t stream) {
+    random_int64_kernel<<<cg_launch_grid(n, kThreads), kThreads, 0, stream>>>(x, n, low, range);
     return cudaGetLastError();
 }

@@ -1,6 +1,5 @@
 /* Bad indices met on a GPU. A kernel cannot fail the call that queued it, so one that reads an index
- * out of range (or a distribution it cannot sample) writes nothing for it and records the first such
- * error in its device's error slot; the host reports it, naming the op, at its next synchronisation
+ * out of range writes nothing for it and records the first such error in its device's error slot; the host reports it, naming the op, at its next synchronisation
  * with the device (src/cuda/cuda_device.c: a read back, cg_synchronize, the end of a backward pass,
  * an optimizer step), and the context stays usable. The CPU checks before any write and fails the
  * call itself. C and CUDA C++. */
@@ -9,19 +8,14 @@
 
 #include <stdint.h>
 
-/* X(NAME, public function, what): what the message says of the bad element, from the slot's value,
- * position and size (CG_BAD_INDEX: "index <value> at position <position> is out of range [0, <size>)";
- * CG_BAD_DISTRIBUTION: row <position>'s probabilities). */
-#define CG_INDEX_OPS(X)                                    \
-    X(INDEX_SELECT, "cg_index_select", CG_BAD_INDEX)       \
-    X(CROSS_ENTROPY, "cg_cross_entropy", CG_BAD_INDEX)     \
-    X(NLL_LOSS, "cg_nll_loss", CG_BAD_INDEX)               \
-    X(GATHER, "cg_gather", CG_BAD_INDEX)                   \
-    X(SCATTER_ADD, "cg_scatter_add", CG_BAD_INDEX)         \
-    X(INDEX_ADD, "cg_index_add", CG_BAD_INDEX)             \
-    X(MULTINOMIAL, "cg_multinomial", CG_BAD_DISTRIBUTION)
-
-typedef enum cg_index_what { CG_BAD_INDEX, CG_BAD_DISTRIBUTION } cg_index_what;
+/* X(NAME, public function): the ops whose kernels check indices. */
+#define CG_INDEX_OPS(X)                        \
+    X(INDEX_SELECT, "cg_index_select")         \
+    X(CROSS_ENTROPY, "cg_cross_entropy")       \
+    X(NLL_LOSS, "cg_nll_loss")                 \
+    X(GATHER, "cg_gather")                     \
+    X(SCATTER_ADD, "cg_scatter_add")           \
+    X(INDEX_ADD, "cg_index_add")
 
 #define CG_INDEX_OP_ENUM(NAME, ...) CG_INDEX_OP_##NAME,
 typedef enum cg_index_op { CG_INDEX_OP_NONE, CG_INDEX_OPS(CG_INDEX_OP_ENUM) CG_INDEX_OP_COUNT } cg_index_op;
@@ -33,7 +27,7 @@ typedef enum cg_index_op { CG_INDEX_OP_NONE, CG_INDEX_OPS(CG_INDEX_OP_ENUM) CG_I
 typedef struct cg_index_error {
     int claimed;
     volatile int op;  /* a cg_index_op; CG_INDEX_OP_NONE while there is nothing to report */
-    int64_t position; /* the element of the index (or the row of the distribution) */
+    int64_t position; /* the element of the index */
     int64_t value;    /* the index found there */
     int64_t size;     /* the range it had to be in: [0, size) */
 } cg_index_error;

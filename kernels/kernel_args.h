@@ -73,10 +73,15 @@ typedef struct cg_arange_args {
     double start, step;
 } cg_arange_args;
 
+/* out (n) from the device's seeded generator: float32 U[0, 1) or N(0, 1), or int64 uniform in
+ * [low, low + range) from 64 random bits each (the bias of the modulo, range / 2^64, is negligible). */
+typedef enum cg_random_kind { CG_RANDOM_UNIFORM, CG_RANDOM_NORMAL, CG_RANDOM_INT64 } cg_random_kind;
 typedef struct cg_random_args {
-    float *out; /* (n): U[0, 1), or N(0, 1) with normal, from the device's seeded generator */
+    void *out;
     int64_t n;
-    bool normal;
+    cg_random_kind kind;
+    int64_t low;
+    uint64_t range; /* >= 1 */
 } cg_random_args;
 
 /* ---- element-wise passes (the ops of elementwise_ops.h) -------------------------------------------------- */

@@ -37,6 +37,8 @@ cudaError_t cg_launch_fill(void *out, int64_t n, int bytes, uint64_t bits, cudaS
 cudaError_t cg_launch_arange(void *out, cg_dtype dt, int64_t n, double start, double step, cudaStream_t stream);
 /* Maps cuRAND's (0, 1] onto [0, 1) (1 becomes 0), as torch.rand's range. */
 cudaError_t cg_launch_uniform_fixup(float *x, int64_t n, cudaStream_t stream);
+/* fill.cu: x (n int64, as 2n random 32-bit words) = each element's words as an integer in [low, low + range). */
+cudaError_t cg_launch_random_int64(void *x, int64_t n, int64_t low, uint64_t range, cudaStream_t stream);
 
 /* elementwise.cu: one element-wise pass (kernel_args.h: cg_ew_call), a conversion (cg_cast_args) */
 cudaError_t cg_launch_elementwise(const cg_ew_call *call, cudaStream_t stream);

@@ -35,5 +35,9 @@ CG_HD cg_philox4 cg_philox(uint64_t counter, uint64_t key) {
 /* [0, 1) with 24 random bits, and (0, 1] for the logarithm of Box-Muller. */
 CG_HD float cg_uniform01(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 CG_HD float cg_uniform01_open0(uint32_t x) { return ((float)(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
+/* An integer in [low, low + range) from two 32-bit draws (hi, lo); the sum wraps as int64 may not. */
+CG_HD int64_t cg_random_int64(uint32_t hi, uint32_t lo, int64_t low, uint64_t range) {
+    return (int64_t)((uint64_t)low + (((uint64_t)hi << 32 | lo) % range));
+}
 
 #endif

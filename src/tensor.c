@@ -509,8 +509,9 @@ cg_tensor *cg_arange_dtype(double start, double end, double step, cg_dtype dt, c
 static cg_tensor *random_tensor(int ndim, const int64_t *shape, cg_dtype dt, cg_device d, bool normal, const char *fn) {
     if (check_dtype(dt, true, fn) != CG_OK) return NULL;
     cg_tensor *t = created(ndim, shape, CG_FLOAT32, d, fn);
-    if (!t || cg__finish(t, cg__run_random(d, &(cg_random_args){cg__data(t), cg__t(t)->numel, normal})) == NULL)
-        return NULL;
+    if (!t) return NULL;
+    cg_random_args a = {cg__data(t), cg__t(t)->numel, normal ? CG_RANDOM_NORMAL : CG_RANDOM_UNIFORM, 0, 1};
+    if (cg__finish(t, cg__run_random(d, &a)) == NULL) return NULL;
     if (dt == CG_FLOAT32) return t;
     cg_tensor *out = cg__cast_new(t, dt);
     cg_tensor_free(t);

@@ -558,8 +558,10 @@ static void test_index_select_any_dtype(void **state) {
     free(b);
     const int64_t bad[] = {0, 3};
     cg_tensor *out_of_range = CG_TEST_OK(cg_from_data_dtype(bad, CG_SHAPE(2), CG_INT64, d));
-    assert_null(cg_index_select(t, 0, out_of_range));
-    assert_string_equal(cg_last_error(), "cg_index_select: index[1] = 3 is out of range for dim 0 of size 3");
+    if (d.type == CG_CPU) { /* a GPU reports it at the next synchronisation: tests/test_shape.c */
+        assert_null(cg_index_select(t, 0, out_of_range));
+        assert_string_equal(cg_last_error(), "cg_index_select: index[1] = 3 is out of range for dim 0 of size 3");
+    }
     cg_tensor *f = CG_TEST_OK(cg_zeros(CG_SHAPE(2), d));
     assert_null(cg_index_select(t, 0, f));
     assert_non_null(strstr(cg_last_error(), "index must be a 1-D (or 0-dim) int64 tensor, got float32"));

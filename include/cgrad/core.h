@@ -165,6 +165,17 @@ CG_API cg_tensor *cg_ones_like(const cg_tensor *t);
 CG_API cg_tensor *cg_full_like(const cg_tensor *t, double value);
 CG_API cg_tensor *cg_rand_like(const cg_tensor *t);
 CG_API cg_tensor *cg_randn_like(const cg_tensor *t);
+/* Sampling, from the device's seeded generator (cg_manual_seed; checkpoints resume it), as torch's:
+ * randint: int64 uniform in [low, high) (64 random bits each); randperm: a random permutation of
+ * 0..n-1 (int64); bernoulli: 1 with probability p (floating p, values in [0, 1]; its dtype), else 0;
+ * multinomial: num_samples category indices (int64) per row of probs (C) or (N, C), weights that need
+ * not sum to 1, with or without replacement. A negative, infinite or NaN probability, a row summing to
+ * 0, or too few nonzero categories to draw without replacement is CG_ERR_INVALID_ARG naming the row:
+ * randperm and multinomial compute on the host, so on a GPU they wait for it. Not differentiable. */
+CG_API cg_tensor *cg_randint(int64_t low, int64_t high, int ndim, const int64_t *shape, cg_device d);
+CG_API cg_tensor *cg_randperm(int64_t n, cg_device d);
+CG_API cg_tensor *cg_bernoulli(const cg_tensor *p);
+CG_API cg_tensor *cg_multinomial(const cg_tensor *probs, int64_t num_samples, bool replacement);
 
 CG_API void cg_tensor_free(cg_tensor *t); /* NULL is ignored */
 

@@ -46,14 +46,18 @@ cg_status cg__cpu_arange(const void *raw, int index) {
 cg_status cg__cpu_random(const void *raw, int index) {
     const cg_random_args *a = raw;
     CG_TRY(cg__cpu_enter());
-    float *y = a->out;
-    bool normal = a->normal;
-    int64_t n = a->n, draws = (n + 3) / 4;
+    int64_t n = a->n, per = a->kind == CG_RANDOM_INT64 ? 2 : 4, draws = (n + per - 1) / per; /* values a draw gives */
     uint64_t key = cg__seed(), first = cg__cpu_rng_reserve((uint64_t)draws);
     CG_CPU_FOR(d, draws, n, {
         cg_philox4 r = cg_philox(first + (uint64_t)d, key);
-        float v[4];
-        if (normal) {
+        if (a->kind == CG_RANDOM_INT64) {
+            int64_t *y = a->out;
+            for (int64_t j = 0; j < 2 && 2 * d + j < n; j++)
+                y[2 * d + j] = cg_random_int64(r.v[2 * j], r.v[2 * j + 1], a->low, a->range);
+            continue;
+        }
+        float v[4], *y = a->out;
+        if (a->kind == CG_RANDOM_NORMAL) {
             for (int j = 0; j < 2; j++) {
                 float radius = sqrtf(-2.0f * logf(cg_uniform01_open0(r.v[2 * j])));
                 float angle = 6.2831853071795864f * cg_uniform01(r.v[2 * j + 1]);

@@ -141,14 +141,9 @@ cg_status cg__cuda_enter(int index, cg_cuda_context **ctx) {
 
 cg_status cg__cuda_check_errors(int index) {
     static const char *const names[] = {
-#define CG_INDEX_OP_NAME(NAME, PUB, WHAT) [CG_INDEX_OP_##NAME] = PUB,
+#define CG_INDEX_OP_NAME(NAME, PUB) [CG_INDEX_OP_##NAME] = PUB,
         CG_INDEX_OPS(CG_INDEX_OP_NAME)
 #undef CG_INDEX_OP_NAME
-    };
-    static const cg_index_what whats[] = {
-#define CG_INDEX_OP_WHAT(NAME, PUB, WHAT) [CG_INDEX_OP_##NAME] = WHAT,
-        CG_INDEX_OPS(CG_INDEX_OP_WHAT)
-#undef CG_INDEX_OP_WHAT
     };
     cg_cuda_context *ctx = index >= 0 && index < CG_MAX_CUDA ? __atomic_load_n(&contexts[index], __ATOMIC_ACQUIRE) : NULL;
     int op = ctx ? ctx->index_error->op : CG_INDEX_OP_NONE;
@@ -158,10 +153,6 @@ cg_status cg__cuda_check_errors(int index) {
                         .size = ctx->index_error->size};
     ctx->index_error->op = CG_INDEX_OP_NONE;
     __atomic_store_n(&ctx->index_error->claimed, 0, __ATOMIC_RELEASE); /* the next error is reported again */
-    if (whats[op] == CG_BAD_DISTRIBUTION)
-        return cg__fail(CG_ERR_INVALID_ARG, "%s on cuda:%d: row %lld of the probabilities has a negative, infinite or "
-                        "NaN value, or sums to zero (found by the GPU, reported at this synchronisation)", names[op],
-                        index, (long long)e.position);
     return cg__fail(CG_ERR_INVALID_ARG, "%s on cuda:%d: index %lld at position %lld is out of range [0, %lld) (found by "
                     "the GPU, reported at this synchronisation; nothing was written for it)", names[op], index,
                     (long long)e.value, (long long)e.position, (long long)e.size);

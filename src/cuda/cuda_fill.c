@@ -27,18 +27,23 @@ cg_status cg__cuda_arange(const void *raw, int index) {
  * set to the offset device.c reserves for this draw (normals come in pairs: n rounded up to even). */
 cg_status cg__cuda_random(const void *raw, int index) {
     const cg_random_args *a = raw;
-    bool normal = a->normal;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (ctx->seed_generation != cg__seed_generation()) {
         CG_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->curand, cg__seed()));
         ctx->seed_generation = cg__seed_generation();
     }
-    float *y = a->out;
     size_t n = (size_t)a->n;
     if (n == 0) return CG_OK;
-    uint64_t drawn = normal ? (n + 1) & ~(size_t)1 : n;
+    bool normal = a->kind == CG_RANDOM_NORMAL;
+    uint64_t drawn = a->kind == CG_RANDOM_INT64 ? 2 * n : normal ? (n + 1) & ~(size_t)1 : n;
     CG_CURAND_CHECK(curandSetGeneratorOffset(ctx->curand, cg__cuda_rng_reserve(index, drawn)));
+    if (a->kind == CG_RANDOM_INT64) { /* two 32-bit words per value, drawn into its own 8 bytes */
+        CG_CURAND_CHECK(curandGenerate(ctx->curand, a->out, 2 * n));
+        CG_CUDA_CHECK(cg_launch_random_int64(a->out, (int64_t)n, a->low, a->range, ctx->stream));
+        return CG_OK;
+    }
+    float *y = a->out;
     if (!normal) {
         CG_CURAND_CHECK(curandGenerateUniform(ctx->curand, y, n));
         CG_CUDA_CHECK(cg_launch_uniform_fixup(y, (int64_t)n, ctx->stream));
