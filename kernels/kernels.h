@@ -127,10 +127,13 @@ cudaError_t cg_launch_sgd(float *param, const float *grad, float *momentum_buf, 
 cudaError_t cg_launch_adam(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t n,
                            const cg_adam_args *args, cudaStream_t stream);
 
-/* classify.cu: softmax cross-entropy over logits (n, c) with class-index (n) or class-probability (n, c)
- * targets, and argmax (see kernel_args.h for the contracts). Deterministic: no atomics. */
-cudaError_t cg_launch_cross_entropy_forward(const cg_ce_forward_args *a, cudaStream_t stream);
-cudaError_t cg_launch_cross_entropy_backward(const cg_ce_backward_args *a, cudaStream_t stream);
+/* classify.cu: the softmax family along a dim, softmax cross-entropy and nll_loss over rows of classes with
+ * class-index or class-probability targets (a bad class index goes to err), and argmax (see kernel_args.h
+ * for the contracts). Deterministic: no atomics. */
+cudaError_t cg_launch_softmax(const cg_softmax_args *a, cudaStream_t stream);
+cudaError_t cg_launch_softmax_backward(const cg_softmax_backward_args *a, cudaStream_t stream);
+cudaError_t cg_launch_cross_entropy_forward(const cg_ce_forward_args *a, cg_index_error *err, cudaStream_t stream);
+cudaError_t cg_launch_cross_entropy_backward(const cg_ce_backward_args *a, cg_index_error *err, cudaStream_t stream);
 cudaError_t cg_launch_argmax(const cg_argmax_args *a, cudaStream_t stream);
 /* gather.cu: dst (n, row_bytes) = src rows rows[0..n) (the data loader's batches). */
 cudaError_t cg_launch_gather_rows(const cg_gather_rows_args *a, cudaStream_t stream);

@@ -46,7 +46,9 @@ cg_status cg__cpu_gemm(const void *args, int index);
 /* optim (cpu_optim.c) */
 cg_status cg__cpu_sgd_step(const void *args, int index);
 cg_status cg__cpu_adam_step(const void *args, int index);
-/* classify: cross-entropy, and argmax / argmin (cpu_classify.c) */
+/* classify: softmax family, cross-entropy / nll_loss, and argmax / argmin (cpu_classify.c) */
+cg_status cg__cpu_softmax_forward(const void *args, int index);
+cg_status cg__cpu_softmax_backward(const void *args, int index);
 cg_status cg__cpu_cross_entropy_forward(const void *args, int index);
 cg_status cg__cpu_cross_entropy_backward(const void *args, int index);
 cg_status cg__cpu_argmax(const void *args, int index);
