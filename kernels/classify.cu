@@ -50,6 +50,17 @@ __global__ void cross_entropy_backward_kernel(cg_ce_backward_args a, cg_index_er
     });
 }
 
+// One thread per output (outer, inner), scanning n in order.
+__global__ void argmax_kernel(cg_argmax_args a) {
+    const int64_t total = a.outer * a.inner;
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total; o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t first = (o / a.inner) * a.n * a.inner + o % a.inner, best = first; // elements of x
+        for (int64_t i = 1; i < a.n; i++)
+            if (cg_argmax_better(a.dtype, a.min, a.x, first + i * a.inner, best)) best = first + i * a.inner;
+        a.out[o] = (best - first) / a.inner;
+    }
+}
+
 }  // namespace
 
 // Queues warp (a warp a row) when the rows are contiguous (inner 1), else thread (a thread a row).

@@ -32,6 +32,9 @@ cg_status cg__unary_into(cg_unary_op op, float s, const cg_tensor *x, cg_tensor 
 cg_status cg__add_(cg_tensor *dst, const cg_tensor *src);
 /* out (contiguous, (cols,)) = the sum of the rows of g (rows, cols); not recorded. */
 cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out);
+/* CG_OK for CG_REDUCTION_MEAN, SUM, NONE (and BATCHMEAN where batchmean_ok), else CG_ERR_INVALID_ARG naming fn
+ * (src/ops_loss.c). */
+cg_status cg__check_reduction(cg_reduction reduction, bool batchmean_ok, const char *fn);
 /* A contiguous handle on t's data (a view when it already is), recorded on no tape (src/ops_copy.c). */
 cg_tensor *cg__raw_contiguous(const cg_tensor *t);
 

@@ -170,12 +170,6 @@ static cg_status check_class_weight(const cg_tensor *x, const cg_tensor *weight,
     return CG_OK;
 }
 
-static cg_status check_reduction(cg_reduction reduction, const char *fn) {
-    if (reduction == CG_REDUCTION_MEAN || reduction == CG_REDUCTION_SUM || reduction == CG_REDUCTION_NONE) return CG_OK;
-    return cg__fail(CG_ERR_INVALID_ARG, "%s: reduction %d is not CG_REDUCTION_MEAN, CG_REDUCTION_SUM or CG_REDUCTION_NONE",
-                    fn, (int)reduction);
-}
-
 /* On the CPU (whose values cost nothing to read), every target (int64, contiguous) must be a class index
  * in [0, c) or ignore_index, before anything is written; a GPU's kernel records a bad one instead. */
 static cg_status check_class_indices(const cg_tensor *targets, int64_t c, int64_t ignore_index, const char *fn) {
@@ -295,7 +289,7 @@ cg_tensor *cg_cross_entropy_ex(const cg_tensor *logits, const cg_tensor *targets
     cg_cross_entropy_options o = options ? *options : cg_cross_entropy_defaults();
     cg_class_shape sh;
     if (check_class_targets(logits, "logits", targets, true, fn, &sh) != CG_OK ||
-        check_class_weight(logits, o.weight, sh.c, fn) != CG_OK || check_reduction(o.reduction, fn) != CG_OK)
+        check_class_weight(logits, o.weight, sh.c, fn) != CG_OK || cg__check_reduction(o.reduction, false, fn) != CG_OK)
         return NULL;
     if (!(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: label_smoothing must be between 0.0 and 1.0, got %g", fn,
@@ -320,7 +314,7 @@ cg_tensor *cg_nll_loss(const cg_tensor *logp, const cg_tensor *targets, const cg
     const char *fn = "cg_nll_loss";
     cg_class_shape sh;
     if (check_class_targets(logp, "input", targets, false, fn, &sh) != CG_OK ||
-        check_class_weight(logp, weight, sh.c, fn) != CG_OK || check_reduction(reduction, fn) != CG_OK)
+        check_class_weight(logp, weight, sh.c, fn) != CG_OK || cg__check_reduction(reduction, false, fn) != CG_OK)
         return NULL;
     CG_VIA_FLOAT32(fn, cg_nll_loss(f32[0], f32[1], f32[2], ignore_index, reduction), logp, targets, weight);
     return class_loss(&cg__op_nll_loss, logp, targets, weight, sh, ignore_index, reduction, 0.0f, false);

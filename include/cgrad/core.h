@@ -405,6 +405,33 @@ CG_API cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, c
  * float16 are computed in float32. */
 CG_API cg_tensor *cg_binary_cross_entropy(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight,
                                           cg_reduction reduction);
+/* Element-wise losses of input and target (one float dtype, one shape: PyTorch broadcasts other shapes with a
+ * warning, which C cannot give, so they are refused), reduced by MEAN (NaN of none), SUM or NONE; each
+ * element one fused pass, then the deterministic sum. Differentiable in input and target.
+ *   F.l1_loss:       |input - target|; gradient sign(input - target), 0 where equal (PyTorch's sgn);
+ *   F.smooth_l1_loss: d = input - target: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta; beta >= 0
+ *                    (PyTorch's default 1.0; 0 gives l1);
+ *   F.huber_loss:    0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta); delta > 0 (default 1.0);
+ *   F.kl_div:        input holds log-probabilities; target probabilities: target (log target - input), 0
+ *                    where target is 0 (xlogy); log_target: exp(target) (target - input). Also
+ *                    CG_REDUCTION_BATCHMEAN: the sum / input's first dim (PyTorch's advice for the KL
+ *                    divergence; MEAN divides by every element, as PyTorch's 'mean'). bfloat16 and float16
+ *                    are computed natively per element, smooth_l1 and huber in float32 (beta and delta are
+ *                    then not rounded to 16 bits). */
+CG_API cg_tensor *cg_l1_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
+CG_API cg_tensor *cg_smooth_l1_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, float beta);
+CG_API cg_tensor *cg_huber_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, float delta);
+CG_API cg_tensor *cg_kl_div(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, bool log_target);
+/* F.binary_cross_entropy_with_logits: input logits (any shape), target of its shape and dtype, weight and
+ * pos_weight (weight of the positive term, e.g. (C) broadcasting over the last dim) each broadcasting to its
+ * shape (its dtype) or NULL:
+ *   loss = weight ((1 - target) input + (1 + (pos_weight - 1) target) softplus(-input)), reduced,
+ * softplus taken as log1p(exp(-|x|)) + max(-x, 0), so any logit is safe. Gradients as PyTorch's: of input
+ * weight (sigmoid(input) (1 + (pw - 1) target) - pw target), of target weight (-input - (pw - 1)
+ * softplus(-input)); weight and pos_weight have none (refused when they require grad under grad mode). */
+CG_API cg_tensor *cg_binary_cross_entropy_with_logits(const cg_tensor *input, const cg_tensor *target,
+                                                      const cg_tensor *weight, const cg_tensor *pos_weight,
+                                                      cg_reduction reduction);
 /* nn.CrossEntropyLoss / F.cross_entropy: logits (N, C), (N, C, d1, ...) or (C) (one unbatched row), C >= 1,
  * of a float dtype, with targets of either kind (PyTorch's rule: targets of the logits' shape are
  * probabilities):
