@@ -97,9 +97,9 @@
       b * (cgm_log1p(cgm_exp(-cgm_abs(a))) + cgm_atleast(-a, CGM_C(0))), -(g * b / (CGM_C(1) + cgm_exp(a))),    \
       g * (cgm_log1p(cgm_exp(-cgm_abs(a))) + cgm_atleast(-a, CGM_C(0))), -6, 6, -1, 3)                           \
     /* F.kl_div per element, a the input (log-probabilities) and b the target: b log b - b a, b log b = 0 at    \
-     * b = 0 (xlogy); the target's gradient log b + 1 - a is 0 where b = 0, as PyTorch's */                     \
+     * b = 0 (xlogy); the target's gradient log b + 1 - a, NaN at b = 0 as PyTorch's (xlogy's b / b) */         \
     X(KL_DIV, "cg_kl_div", CG_SAVES_AB, (b == CGM_C(0) ? CGM_C(0) : b * cgm_log(b)) - b * a, -(g * b),         \
-      b == CGM_C(0) ? CGM_C(0) : g * (cgm_log(b) + CGM_C(1) - a), -4, 0, 0.05, 1)                                \
+      b == CGM_C(0) ? CGM_C(NAN) : g * (cgm_log(b) + CGM_C(1) - a), -4, 0, 0.05, 1)                              \
     /* with log_target: exp(b) (b - a) */                                                                       \
     X(KL_DIV_LOG, "cg_kl_div", CG_SAVES_AB, cgm_exp(b) * (b - a), -(g * cgm_exp(b)),                             \
       g * cgm_exp(b) * (b + CGM_C(1) - a), -4, 0, -4, 0)

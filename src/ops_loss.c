@@ -113,8 +113,8 @@ cg_status cg__check_reduction(cg_reduction reduction, bool batchmean_ok, const c
     if (reduction == CG_REDUCTION_MEAN || reduction == CG_REDUCTION_SUM || reduction == CG_REDUCTION_NONE ||
         (batchmean_ok && reduction == CG_REDUCTION_BATCHMEAN))
         return CG_OK;
-    return cg__fail(CG_ERR_INVALID_ARG, "%s: reduction %d is not CG_REDUCTION_MEAN, CG_REDUCTION_SUM or CG_REDUCTION_NONE%s",
-                    fn, (int)reduction, batchmean_ok ? " or CG_REDUCTION_BATCHMEAN" : "");
+    return cg__fail(CG_ERR_INVALID_ARG, "%s: unknown reduction %d (expected CG_REDUCTION_MEAN, CG_REDUCTION_SUM or "
+                    "CG_REDUCTION_NONE%s)", fn, (int)reduction, batchmean_ok ? " or CG_REDUCTION_BATCHMEAN" : "");
 }
 
 /* The per-element losses (consumed) reduced, each step recorded: the mean (NaN of none), the sum, the losses

@@ -413,7 +413,7 @@ CG_API cg_tensor *cg_binary_cross_entropy(const cg_tensor *input, const cg_tenso
  *                    (PyTorch's default 1.0; 0 gives l1);
  *   F.huber_loss:    0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta); delta > 0 (default 1.0);
  *   F.kl_div:        input holds log-probabilities; target probabilities: target (log target - input), 0
- *                    where target is 0 (xlogy); log_target: exp(target) (target - input). Also
+ *                    where target is 0 (xlogy; the target's gradient is NaN there, as PyTorch's); log_target: exp(target) (target - input). Also
  *                    CG_REDUCTION_BATCHMEAN: the sum / input's first dim (PyTorch's advice for the KL
  *                    divergence; MEAN divides by every element, as PyTorch's 'mean'). bfloat16 and float16
  *                    are computed natively per element, smooth_l1 and huber in float32 (beta and delta are
