@@ -1,8 +1,9 @@
-// The classify family's CUDA kernels (kernel_args.h: CROSS_ENTROPY_FORWARD, CROSS_ENTROPY_BACKWARD,
-// ARGMAX; serving src/cuda/cuda_classify.c, mirroring src/cpu/cpu_classify.c): softmax cross-entropy
-// (forward: log_softmax rows and per-row losses; backward: softmax - onehot, or softmax * sum(p) - p)
-// and argmax. No atomics: each row is reduced by one warp in a fixed butterfly order, so results repeat
-// bit for bit; the mean over rows is taken by the deterministic sum of reduce.cu.
+// The classify family's CUDA kernels (kernel_args.h: SOFTMAX_FORWARD, SOFTMAX_BACKWARD,
+// CROSS_ENTROPY_FORWARD, CROSS_ENTROPY_BACKWARD, ARGMAX; serving src/cuda/cuda_classify.c, mirroring
+// src/cpu/cpu_classify.c): softmax, log_softmax and logsumexp along any dim, softmax cross-entropy and
+// nll_loss (forward: log_softmax rows and per-row losses and weights; backward per row), and argmax. No
+// atomics: each row is reduced by a warp or a thread in a fixed order, so results repeat bit for bit; the
+// sums over rows are taken by the deterministic sum of reduce.cu.
 #include "kernels.h"
 #include "classify_math.h"
 
@@ -10,57 +11,43 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Butterfly reductions: every lane ends with the same value, computed in the same order.
-__device__ __forceinline__ float warp_max(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
-
-// One warp per row of logits (n, c).
-__global__ void cross_entropy_forward_kernel(cg_ce_forward_args a) {
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5, c = a.c;
-    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; i < a.n; i += warps) {
-        const float *row = a.logits + i * c;
-        float *out = a.logp + i * c;
-        float m = -INFINITY;
-        for (int64_t j = lane; j < c; j += 32) m = fmaxf(m, row[j]);
-        m = warp_max(m);
-        float rest = 0.0f, ties = 0.0f;
-        for (int64_t j = lane; j < c; j += 32) cg_log_sum_add(row[j], m, &rest, &ties);
-        const float log_sum = cg_log_sum(m, warp_sum(rest), warp_sum(ties));
-        float loss = 0.0f; // class probabilities: this lane's part of -sum_j p[j] * logp[j]
-        for (int64_t j = lane; j < c; j += 32) {
-            out[j] = cg_log_softmax(row[j], m, log_sum);
-            if (a.probs) loss -= a.probs[i * c + j] * out[j];
-        }
-        if (a.probs) {
-            loss = warp_sum(loss);
-            if (lane == 0) a.row_loss[i] = loss;
-        } else if (lane == 0) {
-            int64_t k = cg_class_index(a.targets[i], c);
-            a.row_loss[i] = k < 0 ? __int_as_float(0x7fc00000) : -cg_log_softmax(row[k], m, log_sum);
-        }
-    }
+// The rows of an (outer, n, inner) array (kernel_args.h): a warp per row when rows are contiguous
+// (inner 1), else a thread per row, neighbouring threads on neighbouring rows so that reads coalesce.
+// Each row's work is classify_math.h's, shared with the CPU; its sums use butterflies in a fixed order
+// (no atomics), so results repeat bit for bit.
+template <int Step, typename Args, typename Row>
+__device__ __forceinline__ void for_rows(const Args &a, int64_t rows, Row row) {
+    const int lane = threadIdx.x % Step;
+    const int64_t workers = (int64_t)gridDim.x * blockDim.x / Step;
+    for (int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / Step; r < rows; r += workers) row(&a, r, lane);
 }
 
-__global__ void cross_entropy_backward_kernel(cg_ce_backward_args a) {
-    const float gscale = a.g[0] * a.scale;
-    const int64_t total = a.n * a.c;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = e / a.c, j = e - i * a.c;
-        if (a.probs) {
-            a.grad[e] = cg_cross_entropy_prob_grad(a.logp[e], a.probs[e], a.prob_sum[i], gscale);
-            if (a.grad_probs) a.grad_probs[e] = -a.logp[e] * gscale;
-        } else {
-            int64_t k = cg_class_index(a.targets[i], a.c);
-            a.grad[e] = k < 0 ? __int_as_float(0x7fc00000) : cg_cross_entropy_grad(a.logp[e], j == k, gscale);
-        }
-    }
+template <int Step>
+__global__ void softmax_kernel(cg_softmax_args a) {
+    for_rows<Step>(a, a.outer * a.inner, [](const cg_softmax_args *p, int64_t r, int lane) { cg_softmax_row(p, r, lane, Step); });
+}
+
+template <int Step>
+__global__ void softmax_backward_kernel(cg_softmax_backward_args a) {
+    for_rows<Step>(a, a.outer * a.inner,
+                   [](const cg_softmax_backward_args *p, int64_t r, int lane) { cg_softmax_backward_row(p, r, lane, Step); });
+}
+
+// A bad target: its row is NaN and the first one met goes to err, naming cross-entropy or nll_loss.
+template <int Step>
+__global__ void cross_entropy_forward_kernel(cg_ce_forward_args a, cg_index_error *err) {
+    for_rows<Step>(a, a.outer * a.inner, [err](const cg_ce_forward_args *p, int64_t r, int lane) {
+        if (!cg_ce_forward_row(p, r, lane, Step) && lane == 0)
+            cg_index_error_raise(err, p->log_softmax ? CG_INDEX_OP_CROSS_ENTROPY : CG_INDEX_OP_NLL_LOSS, r, p->targets[r], p->c);
+    });
+}
+
+template <int Step>
+__global__ void cross_entropy_backward_kernel(cg_ce_backward_args a, cg_index_error *err) {
+    for_rows<Step>(a, a.outer * a.inner, [err](const cg_ce_backward_args *p, int64_t r, int lane) {
+        if (!cg_ce_backward_row(p, r, lane, Step) && lane == 0)
+            cg_index_error_raise(err, p->logp ? CG_INDEX_OP_CROSS_ENTROPY : CG_INDEX_OP_NLL_LOSS, r, p->targets[r], p->c);
+    });
 }
 
 // One thread per output (outer, inner), scanning n in order.
@@ -76,14 +63,33 @@ __global__ void argmax_kernel(cg_argmax_args a) {
 
 }  // namespace
 
-extern "C" cudaError_t cg_launch_cross_entropy_forward(const cg_ce_forward_args *a, cudaStream_t stream) {
-    cross_entropy_forward_kernel<<<cg_launch_grid(a->n * 32, kThreads), kThreads, 0, stream>>>(*a);
+// Queues warp (a warp a row) when the rows are contiguous (inner 1), else thread (a thread a row).
+template <typename... P>
+static cudaError_t launch_rows(void (*warp)(P...), void (*thread)(P...), int64_t rows, int64_t inner,
+                               cudaStream_t stream, P... args) {
+    const bool contiguous = inner == 1;
+    (contiguous ? warp : thread)<<<cg_launch_grid(rows * (contiguous ? 32 : 1), kThreads), kThreads, 0, stream>>>(args...);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t cg_launch_cross_entropy_backward(const cg_ce_backward_args *a, cudaStream_t stream) {
-    cross_entropy_backward_kernel<<<cg_launch_grid(a->n * a->c, kThreads), kThreads, 0, stream>>>(*a);
-    return cudaGetLastError();
+extern "C" cudaError_t cg_launch_softmax(const cg_softmax_args *a, cudaStream_t stream) {
+    return launch_rows(softmax_kernel<32>, softmax_kernel<1>, a->outer * a->inner, a->inner, stream, *a);
+}
+
+extern "C" cudaError_t cg_launch_softmax_backward(const cg_softmax_backward_args *a, cudaStream_t stream) {
+    return launch_rows(softmax_backward_kernel<32>, softmax_backward_kernel<1>, a->outer * a->inner, a->inner, stream, *a);
+}
+
+extern "C" cudaError_t cg_launch_cross_entropy_forward(const cg_ce_forward_args *a, cg_index_error *err,
+                                                       cudaStream_t stream) {
+    return launch_rows(cross_entropy_forward_kernel<32>, cross_entropy_forward_kernel<1>, a->outer * a->inner, a->inner,
+                       stream, *a, err);
+}
+
+extern "C" cudaError_t cg_launch_cross_entropy_backward(const cg_ce_backward_args *a, cg_index_error *err,
+                                                        cudaStream_t stream) {
+    return launch_rows(cross_entropy_backward_kernel<32>, cross_entropy_backward_kernel<1>, a->outer * a->inner,
+                       a->inner, stream, *a, err);
 }
 
 extern "C" cudaError_t cg_launch_argmax(const cg_argmax_args *a, cudaStream_t stream) {

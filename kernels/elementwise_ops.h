@@ -101,7 +101,36 @@
     X(BCE, "cg_binary_cross_entropy", CG_SAVES_AB,                                                              \
       (b - CGM_C(1)) * cgm_atleast(cgm_log1p(-a), CGM_C(-100)) - b * cgm_atleast(cgm_log(a), CGM_C(-100)),      \
       g * (a - b) / cgm_atleast((CGM_C(1) - a) * a, CGM_C(1e-12)), g * (cgm_log1p(-a) - cgm_log(a)), 0.02, 0.98, \
-      0, 1)
+      0, 1)                                                                                                     \
+    /* F.l1_loss per element: |a - b|, the gradient sign(a - b) (0 where equal, as PyTorch's sgn) */          \
+    X(L1, "cg_l1_loss", CG_SAVES_AB, cgm_fabs(a - b), g * CGM_SIGN(a - b), -(g * CGM_SIGN(a - b)), -4, 4, -4, 4) \
+    /* F.smooth_l1_loss of a difference a with beta b (a 0-dim tensor: binary ops take no scalar): 0.5 a^2 / b  \
+     * where |a| < b, else |a| - 0.5 b (b = 0: |a|, as PyTorch's); both gradients are continuous at |a| = b */ \
+    X(SMOOTH_L1, "cg_smooth_l1_loss", CG_SAVES_AB,                                                              \
+      cgm_fabs(a) < b ? CGM_C(0.5) * a * a / b : cgm_fabs(a) - CGM_C(0.5) * b,                                    \
+      cgm_fabs(a) < b ? g * a / b : g * CGM_SIGN(a), cgm_fabs(a) < b ? -(g * CGM_C(0.5) * a * a / (b * b)) : -(g * CGM_C(0.5)), \
+      -4, 4, 0.5, 2)                                                                                            \
+    /* F.huber_loss of a difference a with delta b (0-dim, as smooth_l1's beta): 0.5 a^2 where |a| < b, else    \
+     * b (|a| - 0.5 b) */                                                                                       \
+    X(HUBER, "cg_huber_loss", CG_SAVES_AB, cgm_fabs(a) < b ? CGM_C(0.5) * a * a : b * (cgm_fabs(a) - CGM_C(0.5) * b), \
+      cgm_fabs(a) < b ? g * a : g * b * CGM_SIGN(a), cgm_fabs(a) < b ? CGM_C(0) : g * (cgm_fabs(a) - b), -4, 4, 0.5, 2) \
+    /* F.binary_cross_entropy_with_logits per element, a the logit and b the target: (1 - b) a + softplus(-a),  \
+     * written max(a, 0) - a b + log1p(exp(-|a|)), which keeps a small loss's digits at either sign of a (the  \
+     * form (1 - b) a + softplus(-a) cancels for a << 0, b = 0). Gradients: sigmoid(a) - b, and -a */          \
+    X(BCE_LOGITS, "cg_binary_cross_entropy_with_logits", CG_SAVES_AB,                                         \
+      cgm_atleast(a, CGM_C(0)) - a * b + cgm_log1p(cgm_exp(-cgm_fabs(a))),                                       \
+      g * (CGM_C(1) / (CGM_C(1) + cgm_exp(-a)) - b), -(g * a), -6, 6, 0, 1)                                     \
+    /* b softplus(-a) = -b log_sigmoid(a): bce_with_logits' pos_weight term, b = (pos_weight - 1) target */     \
+    X(SOFTPLUS_NEG_MUL, "cg_binary_cross_entropy_with_logits", CG_SAVES_AB,                                   \
+      b * (cgm_log1p(cgm_exp(-cgm_fabs(a))) + cgm_atleast(-a, CGM_C(0))), -(g * b / (CGM_C(1) + cgm_exp(a))),    \
+      g * (cgm_log1p(cgm_exp(-cgm_fabs(a))) + cgm_atleast(-a, CGM_C(0))), -6, 6, -1, 3)                           \
+    /* F.kl_div per element, a the input (log-probabilities) and b the target: b log b - b a, b log b = 0 at    \
+     * b = 0 (xlogy); the target's gradient log b + 1 - a, NaN at b = 0 as PyTorch's (xlogy's b / b) */         \
+    X(KL_DIV, "cg_kl_div", CG_SAVES_AB, (b == CGM_C(0) ? CGM_C(0) : b * cgm_log(b)) - b * a, -(g * b),         \
+      b == CGM_C(0) ? CGM_C(NAN) : g * (cgm_log(b) + CGM_C(1) - a), -4, 0, 0.05, 1)                              \
+    /* with log_target: exp(b) (b - a) */                                                                       \
+    X(KL_DIV_LOG, "cg_kl_div", CG_SAVES_AB, cgm_exp(b) * (b - a), -(g * cgm_exp(b)),                             \
+      g * cgm_exp(b) * (b + CGM_C(1) - a), -4, 0, -4, 0)
 
 /* What a backward reads. */
 typedef enum cg_saves { CG_NO_GRAD, CG_SAVES_NONE, CG_SAVES_X, CG_SAVES_Y, CG_SAVES_AB } cg_saves;
@@ -184,6 +213,8 @@ CG_HD double cgm_pow(double v, double p) { return pow(v, p); }
 #define cgm_pow(v, p) _Generic((v), float: cgm_powf, default: pow)((v), (p))
 #endif
 #define CGM_C(v) ((CGM_T)(v))
+/* sign(v): 1, -1, or 0 at 0 (and for NaN), in v's type */
+#define CGM_SIGN(v) ((v) > CGM_C(0) ? CGM_C(1) : (v) < CGM_C(0) ? CGM_C(-1) : CGM_C(0))
 
 /* GELU's tanh approximation as a sigmoid: 1 / (1 + exp(-2u)), u = sqrt(2 / pi) (x + 0.044715 x^3). */
 CG_HD float cgm_gelu_sigmoidf(float x) {

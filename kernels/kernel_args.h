@@ -40,6 +40,8 @@
     X(GRAD_CLIP, grad_clip, cg_grad_clip_args)                        \
     X(CROSS_ENTROPY_FORWARD, cross_entropy_forward, cg_ce_forward_args) \
     X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward, cg_ce_backward_args) \
+    X(SOFTMAX_FORWARD, softmax_forward, cg_softmax_args)              \
+    X(SOFTMAX_BACKWARD, softmax_backward, cg_softmax_backward_args)   \
     X(ARGMAX, argmax, cg_argmax_args)                                 \
     X(GATHER_ROWS, gather_rows, cg_gather_rows_args)                  \
     X(CONV2D_FORWARD, conv2d_forward, cg_conv_args)                   \
@@ -312,30 +314,68 @@ typedef struct cg_grad_clip_args {
 } cg_grad_clip_args;
 
 /* ---- classification and data -------------------------------------------------------------------------------- */
-/* logits (n, c) with targets of one of two kinds (nn.CrossEntropyLoss's): class indices (n), or class
- * probabilities (n, c). logp (n, c) = log_softmax of each row, computed as (x - max) - log(sum exp(x -
- * max)); row_loss (n) = -logp[target], NaN for a target outside [0, c), or -sum_j probs[j] * logp[j]. */
+/* The classify family works on rows: an array (outer, n, inner) holds outer * inner rows of n elements,
+ * row (o, i) being x[o, :, i] (stride inner); a dim of any tensor, viewed so, is a row's elements. */
+
+/* softmax, log_softmax or logsumexp of each row of x (outer, n, inner), n >= 1, from the row's maximum:
+ * y (outer, n, inner) = softmax or log_softmax ((x - max) - log(sum exp(x - max))), or y (outer, inner)
+ * = the row's logsumexp (max + log(sum exp(x - max))). */
+typedef enum cg_softmax_kind { CG_SOFTMAX_EXP, CG_SOFTMAX_LOG, CG_SOFTMAX_LSE } cg_softmax_kind;
+typedef struct cg_softmax_args {
+    const float *x;
+    int64_t outer, n, inner;
+    cg_softmax_kind kind; /* EXP or LOG: y like x; LSE: y (outer, inner) */
+    float *y;
+} cg_softmax_args;
+
+/* Their gradients, per row, from y (the forward's output, (outer, n, inner)) and g (its gradient):
+ * softmax gx = y (g - sum(g y)), log_softmax gx = g - exp(y) sum(g). */
+typedef struct cg_softmax_backward_args {
+    const float *y, *g;
+    int64_t outer, n, inner;
+    bool log;
+    float *gx;
+} cg_softmax_backward_args;
+
+/* nn.CrossEntropyLoss and nn.NLLLoss per row, over rows of c classes: x (outer, c, inner) holds logits
+ * (log_softmax true: cross-entropy; logp (outer, c, inner) = their log_softmax is written) or
+ * log-probabilities (log_softmax false: nll_loss; logp unused). Targets of one of two kinds:
+ *   class indices targets (outer, inner): a target equal to ignore_index gives loss 0 and weight 0;
+ *     another outside [0, c) is a bad index (the CPU's front-end refuses it first; a GPU records it,
+ *     kernels/index_error.h, with the flat position of the row, and gives the row NaN). With w the
+ *     class weights (1 without weight), s the label smoothing and lp the row's log-probabilities:
+ *     row_loss = -(1 - s) w[t] lp[t] - (s / c) sum_j w[j] lp[j], row_weight = w[t];
+ *   class probabilities probs (outer, c, inner) (log_softmax only; row_weight unused): with q = (1 - s) p
+ *     + s / c, row_loss = -sum_j w[j] q[j] lp[j].
+ * row_loss, row_weight: (outer, inner). */
 typedef struct cg_ce_forward_args {
-    const float *logits;
-    const int64_t *targets; /* (n) class indices, or NULL with probs */
-    const float *probs;     /* (n, c) class probabilities, or NULL with targets */
-    int64_t n, c;
-    float *logp, *row_loss;
+    const float *x;
+    const int64_t *targets;  /* or NULL with probs */
+    const float *probs;      /* or NULL with targets */
+    const float *weight;     /* (c) or NULL */
+    int64_t outer, c, inner;
+    int64_t ignore_index;
+    float smoothing;
+    bool log_softmax;
+    float *logp, *row_loss, *row_weight;
 } cg_ce_forward_args;
 
-/* With g one float on the device, gscale = g[0] * scale:
- * class indices:       grad (n, c) = (exp(logp) - onehot(targets)) * gscale, NaN rows for a bad target;
- * class probabilities: grad (n, c) = (exp(logp) * prob_sum - probs) * gscale, prob_sum (n) each row's
- *                      sum of probs; and grad_probs (n, c) = -logp * gscale when not NULL. */
+/* Their gradients: grad (outer, c, inner) = d loss / d x times gr, the row's output gradient times scale
+ * (g_rows: g (outer, inner), one per row; else g one float, the reduced loss's), 0 on ignored rows:
+ *   class indices, cross-entropy: gr ((1 - s) w[t] (softmax - onehot(t)) + (s / c) (W softmax - w)),
+ *     W = sum_j w[j]; nll_loss (logp NULL): -gr w[t] onehot(t);
+ *   class probabilities: gr (softmax sum_j w[j] q[j] - w q), and grad_probs (or NULL) = -gr (1 - s) w lp. */
 typedef struct cg_ce_backward_args {
-    const float *logp;
-    const int64_t *targets;          /* or NULL */
-    const float *probs, *prob_sum;   /* or NULL */
+    const float *logp;              /* (outer, c, inner); NULL for nll_loss */
+    const int64_t *targets;         /* or NULL */
+    const float *probs, *weight;    /* or NULL */
     const float *g;
-    float scale;
-    int64_t n, c;
+    bool g_rows;
+    float scale, smoothing;
+    int64_t outer, c, inner;
+    int64_t ignore_index;
     float *grad;
-    float *grad_probs;               /* or NULL */
+    float *grad_probs;              /* or NULL */
 } cg_ce_backward_args;
 
 /* x (outer, n, inner) of dtype (not bool): out (outer, inner) = the index of the first maximum over

@@ -137,10 +137,13 @@ cudaError_t cg_launch_adaptive(const cg_adaptive_step_args *a, cudaStream_t stre
 cudaError_t cg_launch_grad_norm(const cg_grad_norm_args *a, cudaStream_t stream);
 cudaError_t cg_launch_grad_clip(const cg_grad_clip_args *a, cudaStream_t stream);
 
-/* classify.cu: softmax cross-entropy over logits (n, c) with class-index (n) or class-probability (n, c)
- * targets, and argmax (see kernel_args.h for the contracts). Deterministic: no atomics. */
-cudaError_t cg_launch_cross_entropy_forward(const cg_ce_forward_args *a, cudaStream_t stream);
-cudaError_t cg_launch_cross_entropy_backward(const cg_ce_backward_args *a, cudaStream_t stream);
+/* classify.cu: the softmax family along a dim, softmax cross-entropy and nll_loss over rows of classes with
+ * class-index or class-probability targets (a bad class index goes to err), and argmax (see kernel_args.h
+ * for the contracts). Deterministic: no atomics. */
+cudaError_t cg_launch_softmax(const cg_softmax_args *a, cudaStream_t stream);
+cudaError_t cg_launch_softmax_backward(const cg_softmax_backward_args *a, cudaStream_t stream);
+cudaError_t cg_launch_cross_entropy_forward(const cg_ce_forward_args *a, cg_index_error *err, cudaStream_t stream);
+cudaError_t cg_launch_cross_entropy_backward(const cg_ce_backward_args *a, cg_index_error *err, cudaStream_t stream);
 cudaError_t cg_launch_argmax(const cg_argmax_args *a, cudaStream_t stream);
 /* gather.cu: dst (n, row_bytes) = src rows rows[0..n) (the data loader's batches). */
 cudaError_t cg_launch_gather_rows(const cg_gather_rows_args *a, cudaStream_t stream);

@@ -118,8 +118,14 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(linear_nobias) \
     X(mse_loss) \
     X(binary_cross_entropy) \
+    X(softmax) \
+    X(log_softmax) \
+    X(logsumexp) \
     X(cross_entropy) \
+    X(cross_entropy_ex) \
     X(cross_entropy_probs) \
+    X(cross_entropy_probs_ex) \
+    X(nll_loss) \
     X(conv2d) \
     X(conv2d_nobias) \
     X(max_pool2d) \

@@ -48,6 +48,9 @@ cg_status cg__reshape_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_
  * gradients of ops that pick slices. Not recorded. (src/ops_index.c) */
 cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, int64_t nidx, const int64_t *order, const int64_t *offsets,
                                 int ndim, const int64_t *shape);
+/* CG_OK for CG_REDUCTION_MEAN, SUM, NONE (and BATCHMEAN where batchmean_ok), else CG_ERR_INVALID_ARG naming fn
+ * (src/ops_loss.c). */
+cg_status cg__check_reduction(cg_reduction reduction, bool batchmean_ok, const char *fn);
 /* A contiguous handle on t's data (a view when it already is), recorded on no tape (src/ops_copy.c). */
 cg_tensor *cg__raw_contiguous(const cg_tensor *t);
 

@@ -1,8 +1,13 @@
-/* Classification front-end: softmax cross-entropy (nn.CrossEntropyLoss with int64 class-index or
- * float32 class-probability targets, mean reduction), argmax along a dim (int64 indices) and the
- * accuracy count (argmax == targets, summed as int64). The backends compute per row
- * (cross_entropy_forward/backward, argmax); the mean is the deterministic reduce_sum. */
+/* Classification front-end: softmax, log_softmax and logsumexp along a dim; softmax cross-entropy
+ * (nn.CrossEntropyLoss with int64 class-index or class-probability targets, class weights, ignore_index,
+ * label smoothing, each reduction) and nll_loss; argmax along a dim (int64 indices) and the accuracy
+ * count (argmax == targets, summed as int64). The backends compute per row (softmax_forward/backward,
+ * cross_entropy_forward/backward, argmax); the sums over rows are the deterministic reduce_sum. */
 #include "cgrad/core.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "autograd.h"
 #include "backend.h"
@@ -12,65 +17,200 @@
 #include "ops.h"
 #include "tensor_impl.h"
 
-/* Checks logits (N, C), C >= 1, floating, and targets on their device: int64 class indices (N), or,
- * where probs_ok, floating class probabilities (N, C) (*probs set then). */
-static cg_status check_logits_targets(const cg_tensor *logits, const cg_tensor *targets, bool probs_ok, const char *fn,
-                                      bool *probs) {
-    char sl[160], st[160];
-    CG_TRY(cg__check_tensor(logits, fn, "logits"));
-    CG_TRY(cg__check_tensor(targets, fn, "targets"));
-    CG_TRY(cg__check_floating(logits, fn, "logits"));
-    if (!cg_device_equal(cg__t(logits)->device, cg__t(targets)->device)) {
-        char dl[16], dt[16];
-        return cg__fail(CG_ERR_DEVICE, "%s: expected all tensors on the same device, but found logits on %s and targets on %s",
-                        fn, cg_device_str(cg__t(logits)->device, dl, sizeof dl), cg_device_str(cg__t(targets)->device, dt, sizeof dt));
-    }
-    const cg_tensor_impl *l = cg__t(logits), *t = cg__t(targets);
-    *probs = probs_ok && t->ndim == 2;
-    if (t->ndim == 1 && t->dtype != CG_INT64) /* as PyTorch's "expected scalar type Long" */
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: targets %s are %s, but class-index targets must be int64 (convert "
-                        "them with cg_to_dtype(targets, CG_INT64))%s", fn, cg__shape_str(targets, st, sizeof st),
-                        cg_dtype_name(t->dtype), probs_ok ? "; class probabilities are floats of the logits' shape (N, C)" : "");
-    bool fits = l->ndim == 2 && l->shape[1] >= 1 && t->shape[0] == l->shape[0] &&
-                (t->ndim == 1 || (*probs && t->shape[1] == l->shape[1]));
-    if (!fits)
-        return cg__fail(CG_ERR_SHAPE, "%s: expected logits (N, C) with C >= 1 and targets (N) of class indices%s, got logits "
-                        "%s and targets %s", fn, probs_ok ? " or (N, C) of class probabilities" : "",
-                        cg__shape_str(logits, sl, sizeof sl), cg__shape_str(targets, st, sizeof st));
-    return *probs ? cg__check_floating(targets, fn, "targets") : CG_OK;
+/* ---- softmax, log_softmax, logsumexp ------------------------------------------------------------------- */
+/* Along dim, viewed as (outer, n, inner) (kernel_args.h's rows). The node keeps the kind and saves y
+ * (softmax, log_softmax: their gradients need only it) or x and y (logsumexp: g exp(x - y)). */
+typedef struct cg_softmax_params {
+    cg_softmax_kind kind;
+    int dim;       /* the forward's, non-negative (0 for a 0-dim x) */
+    bool keepdim;  /* logsumexp */
+} cg_softmax_params;
+
+/* x's view as (outer, n, inner) along dim d (a 0-dim x: one row of one). */
+static void rows_along(const cg_tensor_impl *x, int d, int64_t *outer, int64_t *n, int64_t *inner) {
+    *outer = x->ndim ? cg__numel_of(d, x->shape) : 1;
+    *n = x->ndim ? x->shape[d] : 1;
+    *inner = x->ndim ? cg__numel_of(x->ndim - d - 1, x->shape + d + 1) : 1;
 }
 
-/* ---- cross-entropy ------------------------------------------------------------------------------------ */
-/* As PyTorch's log_softmax + nll_loss (class indices) or -sum(targets * log_softmax) (class
- * probabilities): saved are logp (N, C), the log_softmax of the logits, and the targets, (N) int64 or
- * (N, C) float32; the node's params: the mean's 1/N. */
-typedef struct cg_cross_entropy_params {
-    float scale;
-} cg_cross_entropy_params;
+static cg_status softmax_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_softmax_params *p = CG_NODE_PARAMS(node, cg_softmax_params);
+    if (p->kind == CG_SOFTMAX_LSE) { /* g exp(x - lse), lse and g with dim kept to broadcast */
+        const cg_tensor *x = node->saved[0], *lse = node->saved[1];
+        int64_t shape[CG_MAX_DIMS];
+        int ndim = cg__t(x)->ndim;
+        memcpy(shape, cg__t(x)->shape, (size_t)ndim * sizeof *shape);
+        if (ndim) shape[p->dim] = 1;
+        cg_tensor *l = cg_reshape(lse, ndim, shape), *gk = l ? cg_reshape(g, ndim, shape) : NULL;
+        cg_tensor *d = gk ? cg_sub(x, l) : NULL, *e = d ? cg_exp(d) : NULL;
+        grad_in[0] = e ? cg_mul(e, gk) : NULL;
+        cg_tensor_free(e), cg_tensor_free(d), cg_tensor_free(gk), cg_tensor_free(l);
+        return grad_in[0] ? CG_OK : cg_last_status();
+    }
+    const cg_tensor *y = node->saved[0];
+    const cg_tensor_impl *yi = cg__t(y);
+    int64_t outer, n, inner;
+    rows_along(yi, p->dim, &outer, &n, &inner);
+    cg_tensor *gc = cg__raw_contiguous(g), *gx = gc ? cg__tensor_new(yi->ndim, yi->shape, yi->device) : NULL;
+    cg_status s = gx ? CG_OK : cg_last_status();
+    if (s == CG_OK && yi->numel > 0)
+        s = cg__run_softmax_backward(yi->device, &(cg_softmax_backward_args){cg__data(y), cg__data(gc), outer, n, inner,
+                                                                            p->kind == CG_SOFTMAX_LOG, cg__data(gx)});
+    cg_tensor_free(gc);
+    if (s != CG_OK) cg_tensor_free(gx);
+    else grad_in[0] = gx;
+    return s;
+}
 
-static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
-    const cg_tensor *logp = node->saved[0], *targets = node->saved[1];
-    const cg_tensor_impl *lp = cg__t(logp);
-    int64_t n = lp->shape[0], c = lp->shape[1];
-    bool probs = cg__t(targets)->ndim == 2;
-    cg_tensor *grad = cg__tensor_new(2, lp->shape, lp->device), *prob_sum = NULL, *grad_t = NULL;
-    cg_status s = grad ? CG_OK : cg_last_status();
-    if (s == CG_OK && probs) { /* prob_sum (N): each row's sum of targets */
-        prob_sum = cg__tensor_new(1, &n, lp->device);
-        grad_t = prob_sum && node->needs_grad[1] ? cg__tensor_new(2, lp->shape, lp->device) : NULL;
-        if (!prob_sum || (node->needs_grad[1] && !grad_t)) s = cg_last_status();
-        else if (n > 0)
-            s = cg__run_reduce_sum(lp->device, &(cg_reduce_sum_args){cg__data(targets), n, c, 1, 1.0f, cg__data(prob_sum)});
+static cg_tensor *softmax_op(const cg_tensor *x, int dim, cg_softmax_kind kind, bool keepdim, const char *fn) {
+    if (cg__check_tensor(x, fn, "x") != CG_OK || cg__check_floating(x, fn, "x") != CG_OK) return NULL;
+    const cg_tensor_impl *xi = cg__t(x);
+    int span = xi->ndim ? xi->ndim : 1, d = dim < 0 ? dim + span : dim; /* a 0-dim x takes dim 0 or -1, as PyTorch */
+    if (d < 0 || d >= span) {
+        char buf[160];
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for x of shape %s (expected in [%d, %d])", fn, dim,
+                            cg__shape_str(x, buf, sizeof buf), -span, span - 1);
     }
-    if (s == CG_OK && n > 0) {
-        cg_ce_backward_args args = {.logp = cg__data(logp), .g = cg__data(g), .n = n, .c = c, .grad = cg__data(grad),
-                                    .scale = CG_NODE_PARAMS(node, cg_cross_entropy_params)->scale};
-        if (probs) args.probs = cg__data(targets), args.prob_sum = cg__data(prob_sum);
-        else args.targets = cg__data(targets);
-        if (grad_t) args.grad_probs = cg__data(grad_t);
-        s = cg__run_cross_entropy_backward(lp->device, &args);
+    CG_VIA_FLOAT32(fn, softmax_op(f32[0], dim, kind, keepdim, fn), x);
+    int64_t outer, n, inner, shape[CG_MAX_DIMS];
+    rows_along(xi, d, &outer, &n, &inner);
+    int ndim = 0;
+    for (int i = 0; i < xi->ndim; i++)
+        if (kind != CG_SOFTMAX_LSE || i != d) shape[ndim++] = xi->shape[i];
+        else if (keepdim) shape[ndim++] = 1;
+    cg_tensor *xc = cg__raw_contiguous(x), *y = xc ? cg__tensor_new(ndim, shape, xi->device) : NULL;
+    cg_status s = y ? CG_OK : cg_last_status();
+    if (s == CG_OK && outer * inner > 0)
+        s = cg__run_softmax_forward(xi->device, &(cg_softmax_args){cg__data(xc), outer, n, inner, kind, cg__data(y)});
+    const cg_tensor *inputs[1] = {x};
+    if (s == CG_OK && cg__should_record(1, inputs)) {
+        const cg_tensor *saved[2] = {kind == CG_SOFTMAX_LSE ? xc : y, y};
+        const cg_op_info *op = kind == CG_SOFTMAX_EXP ? &cg__op_softmax : kind == CG_SOFTMAX_LOG ? &cg__op_log_softmax
+                                                                                                : &cg__op_logsumexp;
+        cg_node *node = cg__record_op(y, op, 1, inputs, kind == CG_SOFTMAX_LSE ? 2 : 1, saved);
+        if (node) *CG_NODE_PARAMS(node, cg_softmax_params) = (cg_softmax_params){kind, d, keepdim};
+        else s = cg_last_status();
     }
-    cg_tensor_free(prob_sum);
+    cg_tensor_free(xc);
+    return cg__finish(y, s);
+}
+
+cg_tensor *cg_softmax(const cg_tensor *x, int dim) { return softmax_op(x, dim, CG_SOFTMAX_EXP, false, "cg_softmax"); }
+cg_tensor *cg_log_softmax(const cg_tensor *x, int dim) { return softmax_op(x, dim, CG_SOFTMAX_LOG, false, "cg_log_softmax"); }
+cg_tensor *cg_logsumexp(const cg_tensor *x, int dim, bool keepdim) {
+    return softmax_op(x, dim, CG_SOFTMAX_LSE, keepdim, "cg_logsumexp");
+}
+
+/* ---- cross-entropy and nll_loss ------------------------------------------------------------------------ */
+/* Both run CROSS_ENTROPY_FORWARD over x (N, C, d1, ...) viewed as (outer N, C, inner d1 * ...), or a
+ * single row x (C); class-index targets have x's shape without C, class probabilities x's shape. */
+typedef struct cg_class_shape {
+    int64_t outer, c, inner;
+    bool probs;
+} cg_class_shape;
+
+static cg_class_shape class_shape_of(int ndim, const int64_t *shape) {
+    return (cg_class_shape){ndim > 1 ? shape[0] : 1, shape[ndim > 1], ndim > 2 ? cg__numel_of(ndim - 2, shape + 2) : 1,
+                            false};
+}
+
+/* Checks x (the logits or log-probabilities, named xname) (C) or (N, C, d1, ...) with C >= 1, floating,
+ * and targets on its device: int64 class indices of x's shape without C, or, where probs_ok, floating
+ * class probabilities of x's shape; fills *shape. */
+static cg_status check_class_targets(const cg_tensor *x, const char *xname, const cg_tensor *targets, bool probs_ok,
+                                     const char *fn, cg_class_shape *shape) {
+    char sl[160], st[160];
+    CG_TRY(cg__check_tensor(x, fn, xname));
+    CG_TRY(cg__check_tensor(targets, fn, "targets"));
+    CG_TRY(cg__check_floating(x, fn, xname));
+    if (!cg_device_equal(cg__t(x)->device, cg__t(targets)->device)) {
+        char dl[16], dt[16];
+        return cg__fail(CG_ERR_DEVICE, "%s: expected all tensors on the same device, but found %s on %s and targets on %s",
+                        fn, xname, cg_device_str(cg__t(x)->device, dl, sizeof dl),
+                        cg_device_str(cg__t(targets)->device, dt, sizeof dt));
+    }
+    const cg_tensor_impl *l = cg__t(x), *t = cg__t(targets);
+    *shape = class_shape_of(l->ndim, l->shape);
+    bool same = l->ndim == t->ndim && memcmp(l->shape, t->shape, (size_t)l->ndim * sizeof(int64_t)) == 0;
+    if (l->ndim >= 1 && shape->c >= 1 && probs_ok && same) {
+        shape->probs = true;
+        return cg__check_floating(targets, fn, "targets");
+    }
+    bool index_rank = t->ndim == l->ndim - 1;
+    if (index_rank && t->dtype != CG_INT64) /* as PyTorch's "expected scalar type Long" */
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: targets %s are %s, but class-index targets must be int64 (convert "
+                        "them with cg_to_dtype(targets, CG_INT64))%s", fn, cg__shape_str(targets, st, sizeof st),
+                        cg_dtype_name(t->dtype), probs_ok ? "; class probabilities are floats of the logits' shape" : "");
+    bool fits = l->ndim >= 1 && shape->c >= 1 && index_rank;
+    for (int i = 0, j = 0; fits && i < l->ndim; i++)
+        if (i != (l->ndim > 1)) fits = t->shape[j++] == l->shape[i];
+    if (!fits)
+        return cg__fail(CG_ERR_SHAPE, "%s: expected %s (C) or (N, C, d1, ...) with C >= 1 and targets of its shape without "
+                        "C, of class indices%s, got %s %s and targets %s", fn, xname,
+                        probs_ok ? ", or of its shape, of class probabilities" : "", xname, cg__shape_str(x, sl, sizeof sl),
+                        cg__shape_str(targets, st, sizeof st));
+    return CG_OK;
+}
+
+/* The class weights: (C), x's dtype, x's device, and (no derivative for them, as PyTorch) not requiring grad. */
+static cg_status check_class_weight(const cg_tensor *x, const cg_tensor *weight, int64_t c, const char *fn) {
+    if (!weight) return CG_OK;
+    char sw[160];
+    CG_TRY(cg__check_tensor(weight, fn, "weight"));
+    CG_TRY(cg__check_same_device(x, weight, fn));
+    if (cg__t(weight)->dtype != cg__t(x)->dtype)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: weight is %s but the input is %s (convert it with cg_to_dtype)", fn,
+                        cg_dtype_name(cg__t(weight)->dtype), cg_dtype_name(cg__t(x)->dtype));
+    if (cg__t(weight)->ndim != 1 || cg__t(weight)->shape[0] != c)
+        return cg__fail(CG_ERR_SHAPE, "%s: weight should be defined for all %lld classes (shape (%lld,)), got shape %s", fn,
+                        (long long)c, (long long)c, cg__shape_str(weight, sw, sizeof sw));
+    if (cg__t(weight)->requires_grad && cg_is_grad_enabled())
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: weight requires grad, but the loss has no derivative for its weight (as "
+                        "in PyTorch)", fn);
+    return CG_OK;
+}
+
+/* On the CPU (whose values cost nothing to read), every target (int64, contiguous) must be a class index
+ * in [0, c) or ignore_index, before anything is written; a GPU's kernel records a bad one instead. */
+static cg_status check_class_indices(const cg_tensor *targets, int64_t c, int64_t ignore_index, const char *fn) {
+    if (cg__t(targets)->device.type != CG_CPU) return CG_OK;
+    const int64_t *t = cg__data(targets);
+    for (int64_t i = 0; i < cg__t(targets)->numel; i++)
+        if (cg_bad_target(t[i], c, ignore_index))
+            return cg__fail(CG_ERR_INVALID_ARG, "%s: target %lld at row %lld is not a class index in [0, %lld) (nor "
+                            "ignore_index %lld)", fn, (long long)t[i], (long long)i, (long long)c,
+                            (long long)ignore_index);
+    return CG_OK;
+}
+
+/* The node of either loss: inputs x and targets; saved logp (cross-entropy; NULL for nll_loss), the
+ * targets and the weight (or NULL). Its output is the per-row losses (reduction none: g_rows), or their
+ * sum times scale (1, or 1 / rows for the mean over class probabilities); a mean over class indices
+ * divides that sum by the weights' sum after it, as a recorded cg_div. */
+typedef struct cg_class_loss_params {
+    int64_t ignore_index;
+    float scale, smoothing;
+    bool g_rows;
+} cg_class_loss_params;
+
+static cg_status class_loss_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_class_loss_params *p = CG_NODE_PARAMS(node, cg_class_loss_params);
+    const cg_tensor *logp = node->saved[0], *targets = node->saved[1], *weight = node->saved[2];
+    cg_class_shape sh = class_shape_of(node->in_ndim[0], node->in_shape[0]);
+    bool probs = cg_dtype_floating(cg__t(targets)->dtype);
+    cg_device d = node->in_device[0];
+    cg_tensor *gc = cg__raw_contiguous(g);
+    cg_tensor *grad = gc ? cg__tensor_new(node->in_ndim[0], node->in_shape[0], d) : NULL;
+    cg_tensor *grad_t = grad && probs && node->needs_grad[1] ? cg__tensor_new(node->in_ndim[0], node->in_shape[0], d) : NULL;
+    cg_status s = grad && (grad_t || !(probs && node->needs_grad[1])) ? CG_OK : cg_last_status();
+    if (s == CG_OK && sh.outer * sh.c * sh.inner > 0)
+        s = cg__run_cross_entropy_backward(d, &(cg_ce_backward_args){
+            .logp = logp ? cg__data(logp) : NULL, .targets = probs ? NULL : cg__data(targets),
+            .probs = probs ? cg__data(targets) : NULL, .weight = weight ? cg__data(weight) : NULL, .g = cg__data(gc),
+            .g_rows = p->g_rows, .scale = p->scale, .smoothing = p->smoothing, .outer = sh.outer, .c = sh.c,
+            .inner = sh.inner, .ignore_index = p->ignore_index, .grad = cg__data(grad),
+            .grad_probs = grad_t ? cg__data(grad_t) : NULL});
+    cg_tensor_free(gc);
     if (s != CG_OK) {
         cg_tensor_free(grad), cg_tensor_free(grad_t);
         return s;
@@ -79,96 +219,268 @@ static cg_status cross_entropy_backward(cg_node *node, const cg_tensor *g, cg_te
     return CG_OK;
 }
 
-/* Names the first class index outside [0, c) in targets (n) of the host; the GPU's rows give NaN. */
-static cg_status check_class_indices(const int64_t *t, int64_t n, int64_t c, const char *fn) {
-    for (int64_t i = 0; i < n; i++)
-        if (cg_class_index(t[i], c) < 0)
-            return cg__fail(CG_ERR_INVALID_ARG, "%s: target %lld at row %lld is not a class index in [0, %lld)", fn,
-                            (long long)t[i], (long long)i, (long long)c);
-    return CG_OK;
+/* Sums x (n floats, contiguous) into the 0-dim out, times scale: 0 for none. */
+static cg_status sum_into(const cg_tensor *x, float scale, cg_tensor *out) {
+    int64_t n = cg__t(x)->numel;
+    if (n == 0) return cg__fill(out, 0.0);
+    return cg__run_reduce_sum(cg__t(out)->device, &(cg_reduce_sum_args){cg__data(x), 1, n, 1, scale, cg__data(out)});
 }
 
-cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
-    const char *fn = "cg_cross_entropy";
-    bool probs;
-    if (check_logits_targets(logits, targets, true, fn, &probs) != CG_OK) return NULL;
-    CG_VIA_FLOAT32(fn, cg_cross_entropy(f32[0], f32[1]), logits, targets); /* 16-bit logits: the loss in their dtype */
-    int64_t n = cg__t(logits)->shape[0], c = cg__t(logits)->shape[1];
-    cg_device d = cg__t(logits)->device;
-    cg_tensor *lc = cg__raw_contiguous(logits), *tc = lc ? cg__raw_contiguous(targets) : NULL;
-    cg_tensor *logp = tc ? cg__tensor_new(2, cg__t(logits)->shape, d) : NULL;
-    cg_tensor *rows = logp ? cg__tensor_new(1, &n, d) : NULL;
-    cg_tensor *out = rows ? cg__tensor_new(0, NULL, d) : NULL;
-    cg_status s = out ? CG_OK : cg_last_status();
-    if (s == CG_OK && !probs && d.type == CG_CPU) s = check_class_indices(cg__data(tc), n, c, fn); /* host-readable */
-    if (s == CG_OK && n == 0) s = cg__fill(out, NAN); /* as PyTorch: the mean of no rows */
-    else if (s == CG_OK)
-        s = cg__run_cross_entropy_forward(d, &(cg_ce_forward_args){cg__data(lc), probs ? NULL : cg__data(tc),
-                                                                  probs ? cg__data(tc) : NULL, n, c, cg__data(logp),
-                                                                  cg__data(rows)});
-    if (s == CG_OK && n > 0)
-        s = cg__run_reduce_sum(d, &(cg_reduce_sum_args){cg__data(rows), 1, n, 1, 1.0f / (float)n, cg__data(out)});
-    const cg_tensor *inputs[2] = {logits, targets};
+/* Cross-entropy (log_softmax: x holds logits) or nll_loss (x holds log-probabilities) of checked float32
+ * arguments: the rows' kernel, then the reduction. */
+static cg_tensor *class_loss(const cg_op_info *op, const cg_tensor *x, const cg_tensor *targets, const cg_tensor *weight,
+                             cg_class_shape sh, int64_t ignore_index, cg_reduction reduction, float smoothing,
+                             bool log_softmax) {
+    const cg_tensor_impl *xi = cg__t(x);
+    cg_device d = xi->device;
+    int64_t rows = sh.outer * sh.inner, rshape[CG_MAX_DIMS];
+    int rdim = 0; /* the rows' shape: x's without C */
+    for (int i = 0; i < xi->ndim; i++)
+        if (i != (xi->ndim > 1)) rshape[rdim++] = xi->shape[i];
+    cg_tensor *xc = cg__raw_contiguous(x), *tc = xc ? cg__raw_contiguous(targets) : NULL;
+    cg_tensor *wc = tc && weight ? cg__raw_contiguous(weight) : NULL;
+    cg_tensor *logp = tc && (wc || !weight) && log_softmax ? cg__tensor_new(xi->ndim, xi->shape, d) : NULL;
+    cg_tensor *row_loss = tc && (wc || !weight) && (logp || !log_softmax) ? cg__tensor_new(rdim, rshape, d) : NULL;
+    cg_tensor *row_weight = row_loss && !sh.probs ? cg__tensor_new(rdim, rshape, d) : NULL;
+    cg_status s = row_loss && (row_weight || sh.probs) ? CG_OK : cg_last_status();
+    if (s == CG_OK && !sh.probs) s = check_class_indices(tc, sh.c, ignore_index, op->name);
+    if (s == CG_OK && rows > 0)
+        s = cg__run_cross_entropy_forward(d, &(cg_ce_forward_args){
+            .x = cg__data(xc), .targets = sh.probs ? NULL : cg__data(tc), .probs = sh.probs ? cg__data(tc) : NULL,
+            .weight = wc ? cg__data(wc) : NULL, .outer = sh.outer, .c = sh.c, .inner = sh.inner,
+            .ignore_index = ignore_index, .smoothing = smoothing, .log_softmax = log_softmax,
+            .logp = logp ? cg__data(logp) : NULL, .row_loss = cg__data(row_loss),
+            .row_weight = row_weight ? cg__data(row_weight) : NULL});
+    /* the node's output: the rows, or their sum (times 1 / rows for a mean over class probabilities) */
+    float scale = sh.probs && reduction == CG_REDUCTION_MEAN ? (rows ? 1.0f / (float)rows : NAN) : 1.0f;
+    cg_tensor *out = row_loss;
+    if (s == CG_OK && reduction != CG_REDUCTION_NONE) {
+        out = cg__tensor_new(0, NULL, d);
+        s = !out ? cg_last_status() : rows == 0 && scale != 1.0f ? cg__fill(out, NAN) : sum_into(row_loss, scale, out);
+        cg_tensor_free(row_loss);
+    }
+    const cg_tensor *inputs[2] = {x, targets};
     if (s == CG_OK && cg__should_record(2, inputs)) {
-        const cg_tensor *saved[2] = {logp, tc};
-        cg_node *node = cg__record_op(out, &cg__op_cross_entropy, 2, inputs, 2, saved);
-        if (node) CG_NODE_PARAMS(node, cg_cross_entropy_params)->scale = n > 0 ? 1.0f / (float)n : 0.0f;
+        const cg_tensor *saved[3] = {logp, tc, wc};
+        cg_node *node = cg__record_op(out, op, 2, inputs, 3, saved);
+        if (node)
+            *CG_NODE_PARAMS(node, cg_class_loss_params) = (cg_class_loss_params){ignore_index, rows ? scale : 0.0f,
+                                                                                 smoothing, reduction == CG_REDUCTION_NONE};
         else s = cg_last_status();
     }
-    cg_tensor_free(rows), cg_tensor_free(logp), cg_tensor_free(tc), cg_tensor_free(lc);
+    if (s == CG_OK && reduction == CG_REDUCTION_MEAN && !sh.probs) { /* PyTorch's weighted mean: / sum of w[target] */
+        cg_tensor *wsum = cg__tensor_new(0, NULL, d), *mean = NULL;
+        s = wsum ? sum_into(row_weight, 1.0f, wsum) : cg_last_status();
+        if (s == CG_OK && !(mean = cg_div(out, wsum))) s = cg_last_status();
+        cg_tensor_free(wsum), cg_tensor_free(out);
+        out = mean;
+    }
+    cg_tensor_free(row_weight), cg_tensor_free(logp), cg_tensor_free(wc), cg_tensor_free(tc), cg_tensor_free(xc);
     return cg__finish(out, s);
 }
 
-/* ---- cross-entropy's op-table entry (src/op_table.h) ------------------------------------------------- */
-/* Class indices come drawn as float32 integers (converted to int64 by the call, as a caller would). */
-static cg_tensor *cross_entropy_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
-    (void)op, (void)c;
-    if (cg_ndim(in[1]) != 1) return cg_cross_entropy(in[0], in[1]);
-    cg_tensor *targets = cg_to_dtype(in[1], CG_INT64);
-    cg_tensor *loss = targets ? cg_cross_entropy(in[0], targets) : NULL;
-    cg_tensor_free(targets);
+cg_cross_entropy_options cg_cross_entropy_defaults(void) {
+    return (cg_cross_entropy_options){.weight = NULL, .ignore_index = CG_IGNORE_INDEX, .reduction = CG_REDUCTION_MEAN,
+                                      .label_smoothing = 0.0f};
+}
+
+cg_tensor *cg_cross_entropy_ex(const cg_tensor *logits, const cg_tensor *targets, const cg_cross_entropy_options *options) {
+    const char *fn = "cg_cross_entropy";
+    cg_cross_entropy_options o = options ? *options : cg_cross_entropy_defaults();
+    cg_class_shape sh;
+    if (check_class_targets(logits, "logits", targets, true, fn, &sh) != CG_OK ||
+        check_class_weight(logits, o.weight, sh.c, fn) != CG_OK || cg__check_reduction(o.reduction, false, fn) != CG_OK)
+        return NULL;
+    if (!(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: label_smoothing must be between 0.0 and 1.0, got %g", fn,
+                            (double)o.label_smoothing);
+    if (sh.probs && o.ignore_index >= 0)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: ignore_index %lld is not supported for class-probability targets "
+                            "(as PyTorch: pass a negative one, e.g. the default CG_IGNORE_INDEX)", fn,
+                            (long long)o.ignore_index);
+    CG_VIA_FLOAT32(fn, cg_cross_entropy_ex(f32[0], f32[1], &(cg_cross_entropy_options){f32[2], o.ignore_index, o.reduction,
+                                                                                       o.label_smoothing}),
+                   logits, targets, o.weight);
+    const cg_op_info *op = sh.probs ? &cg__op_cross_entropy_probs : &cg__op_cross_entropy;
+    return class_loss(op, logits, targets, o.weight, sh, o.ignore_index, o.reduction, o.label_smoothing, true);
+}
+
+cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets) {
+    return cg_cross_entropy_ex(logits, targets, NULL);
+}
+
+cg_tensor *cg_nll_loss(const cg_tensor *logp, const cg_tensor *targets, const cg_tensor *weight, int64_t ignore_index,
+                       cg_reduction reduction) {
+    const char *fn = "cg_nll_loss";
+    cg_class_shape sh;
+    if (check_class_targets(logp, "input", targets, false, fn, &sh) != CG_OK ||
+        check_class_weight(logp, weight, sh.c, fn) != CG_OK || cg__check_reduction(reduction, false, fn) != CG_OK)
+        return NULL;
+    CG_VIA_FLOAT32(fn, cg_nll_loss(f32[0], f32[1], f32[2], ignore_index, reduction), logp, targets, weight);
+    return class_loss(&cg__op_nll_loss, logp, targets, weight, sh, ignore_index, reduction, 0.0f, false);
+}
+
+/* ---- the softmax family's op-table entries (src/op_table.h): param[0] is dim, param[1] keepdim (logsumexp) -- */
+static cg_tensor *softmax_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    if (op == &cg__op_logsumexp) return cg_logsumexp(in[0], (int)c->param[0], c->param[1] != 0);
+    return (op == &cg__op_softmax ? cg_softmax : cg_log_softmax)(in[0], (int)c->param[0]);
+}
+
+/* Each row in double from its maximum: softmax exp(x - m) / sum, log_softmax (x - m) - log(sum), logsumexp
+ * m + log(sum). */
+static cg_status softmax_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in, cg_ref_tensor *out) {
+    bool lse = op == &cg__op_logsumexp;
+    cg_ref_tensor x = in[0];
+    if (x.ndim == 0) x.ndim = 1, x.shape[0] = 1; /* a 0-dim x: one row of one */
+    int64_t outer, n, inner;
+    CG_TRY(cg__ref_reduce_alloc(&x, (int)c->param[0], c->param[1] != 0, out, &outer, &n, &inner));
+    if (lse && in[0].ndim == 0) out->ndim = 0;
+    if (!lse) {
+        free(out->data);
+        CG_TRY(cg__ref_alloc(out, in[0].ndim, in[0].shape));
+    }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const double *row = x.data + o * n * inner + i;
+            double m = -INFINITY, sum = 0.0;
+            for (int64_t k = 0; k < n; k++) m = fmax(m, row[k * inner]);
+            for (int64_t k = 0; k < n; k++) sum += exp(row[k * inner] - m);
+            if (lse) out->data[o * inner + i] = m + log(sum);
+            for (int64_t k = 0; !lse && k < n; k++)
+                out->data[(o * n + k) * inner + i] =
+                    op == &cg__op_softmax ? exp(row[k * inner] - m) / sum : row[k * inner] - m - log(sum);
+        }
+    return CG_OK;
+}
+
+/* dims first, last and in the middle, a 0-dim x, transposed inputs, rows wider than a warp and an empty one */
+#define T true
+static const cg_op_domain softmax_domain = {
+    .lo = {-4.0f}, .hi = {4.0f},
+    CG_OP_CASES({.ndim = {0}, .param = {0}},
+                {.ndim = {1}, .shape = {{7}}, .param = {-1}},
+                {.ndim = {2}, .shape = {{3, 5}}, .param = {0, T}},
+                {.ndim = {2}, .shape = {{3, 5}}, .transposed = {T}, .param = {1}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .param = {1}},
+                {.ndim = {3}, .shape = {{2, 3, 4}}, .transposed = {T}, .param = {-1, T}},
+                {.ndim = {2}, .shape = {{4, 40}}, .param = {1}},
+                {.ndim = {3}, .shape = {{2, 0, 3}}, .param = {2}})};
+
+CG_OP_DEFINE(softmax) = {.name = "cg_softmax", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
+                         .domain = &softmax_domain, .call = softmax_call, .reference = softmax_reference,
+                         .backward = softmax_backward};
+CG_OP_DEFINE(log_softmax) = {.name = "cg_log_softmax", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
+                             .domain = &softmax_domain, .call = softmax_call, .reference = softmax_reference,
+                             .backward = softmax_backward};
+CG_OP_DEFINE(logsumexp) = {.name = "cg_logsumexp", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
+                           .domain = &softmax_domain, .call = softmax_call, .reference = softmax_reference,
+                           .backward = softmax_backward};
+
+/* ---- cross-entropy's and nll_loss's op-table entries (src/op_table.h) ------------------------------------
+ * in[0] the logits (nll_loss: log-probabilities), in[1] the targets, in[2] the class weights. Class indices
+ * come drawn as float integers (converted to int64 by the call, as a caller would). The plain entries
+ * (cross_entropy, cross_entropy_probs) call cg_cross_entropy; the others take the case's parameters:
+ * param[0] the reduction, param[1] 1 + the class ignored (0: the default CG_IGNORE_INDEX, which no target
+ * equals), param[2] 1 with the weight, param[3] the label smoothing in hundredths. */
+static bool probs_op(const cg_op_info *op) { return op == &cg__op_cross_entropy_probs || op == &cg__op_cross_entropy_probs_ex; }
+static bool plain_op(const cg_op_info *op) { return op == &cg__op_cross_entropy || op == &cg__op_cross_entropy_probs; }
+
+static cg_cross_entropy_options case_options(const cg_op_case *c, const cg_tensor *weight) {
+    return (cg_cross_entropy_options){c->param[2] ? weight : NULL, c->param[1] ? c->param[1] - 1 : CG_IGNORE_INDEX,
+                                      (cg_reduction)c->param[0], (float)c->param[3] / 100.0f};
+}
+
+static cg_tensor *class_loss_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
+    cg_tensor *indices = probs_op(op) ? NULL : cg_to_dtype(in[1], CG_INT64);
+    const cg_tensor *targets = probs_op(op) ? in[1] : indices;
+    cg_cross_entropy_options o = case_options(c, in[2]);
+    cg_tensor *loss = NULL;
+    if (targets && op == &cg__op_nll_loss) loss = cg_nll_loss(in[0], targets, o.weight, o.ignore_index, o.reduction);
+    else if (targets && plain_op(op)) loss = cg_cross_entropy(in[0], targets);
+    else if (targets) loss = cg_cross_entropy_ex(in[0], targets, &o);
+    cg_tensor_free(indices);
     return loss;
 }
 
-/* The mean over rows of logsumexp(row) - row[target] (class indices), or of -sum_j p[j] * (row[j] -
- * logsumexp(row)) (class probabilities p, in[1] (N, C)), logsumexp taken from the row maximum. */
-static cg_status cross_entropy_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in,
-                                         cg_ref_tensor *out) {
-    (void)op, (void)c;
-    int64_t n = in[0].shape[0], classes = in[0].shape[1];
-    CG_TRY(cg__ref_alloc(out, 0, NULL));
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        const double *row = in[0].data + i * classes, t = in[1].data[i];
-        double max = row[0], exps = 0.0;
-        for (int64_t j = 1; j < classes; j++) max = fmax(max, row[j]);
-        for (int64_t j = 0; j < classes; j++) exps += exp(row[j] - max);
-        double lse = max + log(exps);
-        if (in[1].ndim == 2) {
-            for (int64_t j = 0; j < classes; j++) sum -= in[1].data[i * classes + j] * (row[j] - lse);
-            continue;
-        }
-        if (!(t >= 0 && t < (double)classes && t == floor(t)))
-            return cg__fail(CG_ERR_INVALID_ARG, "cg_cross_entropy's reference: target %g at row %lld is not a class "
-                            "index in [0, %lld)", t, (long long)i, (long long)classes);
-        sum += lse - row[(int64_t)t];
+/* Per row (x viewed as (outer, C, inner)), in double: lp the log_softmax from the row maximum (nll_loss: x
+ * itself); class indices t: -(1 - s) w[t] lp[t] - (s / C) sum_j w[j] lp[j], weight w[t] (0 ignored);
+ * probabilities p: -sum_j w[j] ((1 - s) p[j] + s / C) lp[j]. The mean divides by the weights' sum (class
+ * indices) or the row count (probabilities); no rows: NaN. */
+static cg_status class_loss_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in,
+                                      cg_ref_tensor *out) {
+    cg_op_case plain = {0};
+    if (plain_op(op)) c = &plain; /* the defaults */
+    bool probs = probs_op(op), has_w = c->param[2] != 0, lsm = op != &cg__op_nll_loss;
+    double s = (double)case_options(c, NULL).label_smoothing, ignore = (double)case_options(c, NULL).ignore_index;
+    cg_class_shape sh = class_shape_of(in[0].ndim, in[0].shape);
+    int64_t rows = sh.outer * sh.inner, rshape[CG_MAX_DIMS];
+    int rdim = 0;
+    for (int i = 0; i < in[0].ndim; i++)
+        if (i != (in[0].ndim > 1)) rshape[rdim++] = in[0].shape[i];
+    cg_ref_tensor loss;
+    CG_TRY(cg__ref_alloc(&loss, rdim, rshape));
+    double total = 0.0, wsum = 0.0, *lp = malloc((size_t)(sh.c ? sh.c : 1) * sizeof(double));
+    if (!lp) {
+        free(loss.data);
+        return cg__fail(CG_ERR_OOM, "class_loss_reference: out of memory");
     }
-    out->data[0] = n ? sum / (double)n : NAN; /* no rows: NaN, as the op and PyTorch */
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = in[0].data + (r / sh.inner) * sh.c * sh.inner + r % sh.inner;
+        double m = -INFINITY, sum = 0.0, l = 0.0;
+        for (int64_t k = 0; k < sh.c; k++) m = fmax(m, x[k * sh.inner]);
+        for (int64_t k = 0; k < sh.c; k++) sum += exp(x[k * sh.inner] - m);
+        for (int64_t k = 0; k < sh.c; k++) lp[k] = lsm ? x[k * sh.inner] - m - log(sum) : x[k * sh.inner];
+        if (probs) {
+            const double *p = in[1].data + (x - in[0].data);
+            for (int64_t k = 0; k < sh.c; k++)
+                l -= (has_w ? in[2].data[k] : 1.0) * ((1.0 - s) * p[k * sh.inner] + s / (double)sh.c) * lp[k];
+        } else if (in[1].data[r] != ignore) {
+            int64_t t = (int64_t)in[1].data[r];
+            double wt = has_w ? in[2].data[t] : 1.0, smooth = 0.0;
+            for (int64_t k = 0; k < sh.c; k++) smooth += (has_w ? in[2].data[k] : 1.0) * lp[k];
+            l = -(1.0 - s) * wt * lp[t] - s / (double)sh.c * smooth;
+            wsum += wt;
+        }
+        loss.data[r] = l, total += l;
+    }
+    free(lp);
+    if (c->param[0] == CG_REDUCTION_NONE) {
+        *out = loss;
+        return CG_OK;
+    }
+    free(loss.data);
+    CG_TRY(cg__ref_alloc(out, 0, NULL));
+    out->data[0] = c->param[0] == CG_REDUCTION_SUM ? total : probs ? (rows ? total / (double)rows : NAN) : total / wsum;
     return CG_OK;
 }
 
 /* logits (N, C), targets (N): class indices in [0, 3], so every case has C >= 4. Each row's loss
  * is positive and kept to a few ulps (kernels/classify_math.h), so their mean meets the test's rtol
  * 1e-5 for logits of any spread. Targets are not differentiable (grad_inputs: logits only). */
-#define T true
 static const cg_op_domain cross_entropy_domain = {
     .lo = {-3.0f, 0.0f}, .hi = {3.0f, 3.0f}, .integer = {false, T},
     CG_OP_CASES({.ndim = {2, 1}, .shape = {{5, 4}, {5}}},
                 {.ndim = {2, 1}, .shape = {{6, 4}, {6}}, .transposed = {T}},
                 {.ndim = {2, 1}, .shape = {{3, 9}, {3}}},
-                {.ndim = {2, 1}, .shape = {{1, 4}, {1}}},
                 {.ndim = {2, 1}, .shape = {{33, 5}, {33}}, .transposed = {T}},
+                {.ndim = {1, 0}, .shape = {{4}}},                          /* one row, unbatched */
+                {.ndim = {3, 2}, .shape = {{3, 5, 2}, {3, 2}}},            /* (N, C, d): rows at stride d */
+                {.ndim = {4, 3}, .shape = {{2, 4, 3, 2}, {2, 3, 2}}, .transposed = {T}},
                 {.ndim = {2, 1}, .shape = {{0, 4}, {0}}})}; /* N = 0: NaN */
+
+/* With the options: class weights in [0.25, 2]; every loss term is positive (weights > 0, -lp > 0), so
+ * no cancellation. A mean that ignores a class has 24 rows, so that all being ignored (a NaN mean) has a
+ * chance of 4^-24. */
+static const cg_op_domain cross_entropy_ex_domain = {
+    .lo = {-3.0f, 0.0f, 0.25f}, .hi = {3.0f, 3.0f, 2.0f}, .integer = {false, T},
+    CG_OP_CASES({.ndim = {2, 1, 1}, .shape = {{5, 4}, {5}, {4}}, .param = {CG_REDUCTION_MEAN, 0, 1, 0}},
+                {.ndim = {2, 1, 1}, .shape = {{24, 4}, {24}, {4}}, .param = {CG_REDUCTION_MEAN, 3, 1, 10}},
+                {.ndim = {2, 1, 0}, .shape = {{6, 4}, {6}}, .transposed = {T}, .param = {CG_REDUCTION_SUM, 3, 0, 0}},
+                {.ndim = {3, 2, 1}, .shape = {{3, 5, 2}, {3, 2}, {5}}, .param = {CG_REDUCTION_MEAN, 0, 1, 20}},
+                {.ndim = {4, 3, 0}, .shape = {{2, 4, 3, 2}, {2, 3, 2}}, .param = {CG_REDUCTION_NONE, 2, 0, 25}},
+                {.ndim = {1, 0, 1}, .shape = {{4}, {0}, {4}}, .param = {CG_REDUCTION_NONE, 0, 1, 10}},
+                {.ndim = {2, 1, 1}, .shape = {{0, 4}, {0}, {4}}, .param = {CG_REDUCTION_SUM, 0, 1, 0}}, /* 0 */
+                {.ndim = {2, 1, 0}, .shape = {{5, 4}, {5}}, .param = {CG_REDUCTION_SUM, 0, 0, 100}})};
 
 /* logits (N, C), targets (N, C) float32 class probabilities in [0, 1] (rows need not sum to 1, as in
  * PyTorch); both differentiable. Every term p[j] * -logp[j] is >= 0, so the sums do not cancel. */
@@ -180,14 +492,39 @@ static const cg_op_domain cross_entropy_probs_domain = {
                 {.ndim = {2, 2}, .shape = {{1, 1}, {1, 1}}},
                 {.ndim = {2, 2}, .shape = {{33, 40}, {33, 40}}},
                 {.ndim = {2, 2}, .shape = {{0, 4}, {0, 4}}})}; /* N = 0: NaN */
+
+static const cg_op_domain cross_entropy_probs_ex_domain = {
+    .lo = {-3.0f, 0.0f, 0.25f}, .hi = {3.0f, 1.0f, 2.0f},
+    CG_OP_CASES({.ndim = {2, 2, 1}, .shape = {{5, 4}, {5, 4}, {4}}, .param = {CG_REDUCTION_MEAN, 0, 1, 0}},
+                {.ndim = {3, 3, 1}, .shape = {{3, 4, 2}, {3, 4, 2}, {4}}, .param = {CG_REDUCTION_MEAN, 0, 1, 20}},
+                {.ndim = {2, 2, 0}, .shape = {{6, 4}, {6, 4}}, .transposed = {T}, .param = {CG_REDUCTION_SUM, 0, 0, 10}},
+                {.ndim = {1, 1, 1}, .shape = {{4}, {4}, {4}}, .param = {CG_REDUCTION_NONE, 0, 1, 10}},
+                {.ndim = {4, 4, 0}, .shape = {{2, 3, 2, 2}, {2, 3, 2, 2}}, .transposed = {false, T},
+                 .param = {CG_REDUCTION_NONE}},
+                {.ndim = {2, 2, 1}, .shape = {{0, 4}, {0, 4}, {4}}, .param = {CG_REDUCTION_MEAN, 0, 1, 0}}, /* NaN */
+                {.ndim = {2, 2, 0}, .shape = {{5, 4}, {5, 4}}, .param = {CG_REDUCTION_SUM, 0, 0, 100}})};
+
+/* log-probabilities in [-4, -0.1] (the loss needs no normalised rows), so each row's -w lp is positive */
+static const cg_op_domain nll_loss_domain = {
+    .lo = {-4.0f, 0.0f, 0.25f}, .hi = {-0.1f, 3.0f, 2.0f}, .integer = {false, T},
+    CG_OP_CASES({.ndim = {2, 1, 0}, .shape = {{5, 4}, {5}}, .param = {CG_REDUCTION_MEAN}},
+                {.ndim = {2, 1, 1}, .shape = {{24, 4}, {24}, {4}}, .param = {CG_REDUCTION_MEAN, 3, 1}},
+                {.ndim = {2, 1, 1}, .shape = {{6, 4}, {6}, {4}}, .transposed = {T}, .param = {CG_REDUCTION_SUM, 1, 1}},
+                {.ndim = {3, 2, 1}, .shape = {{3, 5, 2}, {3, 2}, {5}}, .param = {CG_REDUCTION_NONE, 3, 1}},
+                {.ndim = {1, 0, 1}, .shape = {{4}, {0}, {4}}, .param = {CG_REDUCTION_MEAN, 0, 1}},
+                {.ndim = {3, 2, 0}, .shape = {{2, 4, 3}, {2, 3}}, .transposed = {T}, .param = {CG_REDUCTION_SUM}},
+                {.ndim = {2, 1, 0}, .shape = {{0, 4}, {0}}, .param = {CG_REDUCTION_MEAN}}, /* NaN */
+                {.ndim = {3, 2, 0}, .shape = {{2, 4, 0}, {2, 0}}, .param = {CG_REDUCTION_NONE}})};
 #undef T
 
-CG_OP_DEFINE(cross_entropy) = {.name = "cg_cross_entropy", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
-                               .domain = &cross_entropy_domain, .call = cross_entropy_call,
-                               .reference = cross_entropy_reference, .backward = cross_entropy_backward};
-CG_OP_DEFINE(cross_entropy_probs) = {.name = "cg_cross_entropy", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u,
-                                     .domain = &cross_entropy_probs_domain, .call = cross_entropy_call,
-                                     .reference = cross_entropy_reference, .backward = cross_entropy_backward};
+#define CLASS_LOSS_ENTRY(NAME, PUB, GRADS, DOMAIN)                                                                    \
+    CG_OP_DEFINE(NAME) = {.name = PUB, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = GRADS, .domain = &DOMAIN, \
+                          .call = class_loss_call, .reference = class_loss_reference, .backward = class_loss_backward}
+CLASS_LOSS_ENTRY(cross_entropy, "cg_cross_entropy", 1u, cross_entropy_domain);
+CLASS_LOSS_ENTRY(cross_entropy_ex, "cg_cross_entropy_ex", 1u, cross_entropy_ex_domain);
+CLASS_LOSS_ENTRY(cross_entropy_probs, "cg_cross_entropy", 3u, cross_entropy_probs_domain);
+CLASS_LOSS_ENTRY(cross_entropy_probs_ex, "cg_cross_entropy_ex", 3u, cross_entropy_probs_ex_domain);
+CLASS_LOSS_ENTRY(nll_loss, "cg_nll_loss", 1u, nll_loss_domain);
 
 /* ---- argmax and accuracy ------------------------------------------------------------------------------ */
 /* argmax (or argmin, with min) of t along dim, any dtype but bool. */
@@ -226,14 +563,14 @@ cg_tensor *cg_argmin_dim(const cg_tensor *t, int dim, bool keepdim) {
     return arg_extreme(t, dim, keepdim, true, "cg_argmin_dim");
 }
 
-/* (argmax(logits, 1) == targets).sum(): an int64 sum, exact for any N. */
+/* (argmax(logits, 1) == targets).sum() (dim 0 for unbatched logits (C)): an int64 sum, exact for any N. */
 cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct) {
     const char *fn = "cg_accuracy";
     if (!correct) return cg__fail(CG_ERR_INVALID_ARG, "%s: correct is NULL", fn);
     *correct = 0;
-    bool probs;
-    CG_TRY(check_logits_targets(logits, targets, false, fn, &probs));
-    cg_tensor *predicted = cg_argmax_dim(logits, 1, false);           /* (N) int64 */
+    cg_class_shape sh;
+    CG_TRY(check_class_targets(logits, "logits", targets, false, fn, &sh));
+    cg_tensor *predicted = cg_argmax_dim(logits, cg_ndim(logits) > 1, false); /* targets' shape, int64 */
     cg_tensor *hits = predicted ? cg_eq(predicted, targets) : NULL;   /* (N) bool */
     cg_tensor *count = hits ? cg_sum(hits) : NULL;                    /* 0-dim int64 */
     cg_status s = count ? cg_item_int64(count, correct) : cg_last_status();

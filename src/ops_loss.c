@@ -108,6 +108,29 @@ static const cg_op_domain mse_domain = {
 CG_OP_DEFINE(mse_loss) = {.name = "cg_mse_loss", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &mse_domain,
                                     .call = mse_call, .reference = mse_reference, .backward = mse_backward};
 
+/* ---- element-wise losses: l1, smooth_l1, huber, bce_with_logits, kl_div ----------------------------------- */
+cg_status cg__check_reduction(cg_reduction reduction, bool batchmean_ok, const char *fn) {
+    if (reduction == CG_REDUCTION_MEAN || reduction == CG_REDUCTION_SUM || reduction == CG_REDUCTION_NONE ||
+        (batchmean_ok && reduction == CG_REDUCTION_BATCHMEAN))
+        return CG_OK;
+    return cg__fail(CG_ERR_INVALID_ARG, "%s: unknown reduction %d (expected CG_REDUCTION_MEAN, CG_REDUCTION_SUM or "
+                    "CG_REDUCTION_NONE%s)", fn, (int)reduction, batchmean_ok ? " or CG_REDUCTION_BATCHMEAN" : "");
+}
+
+/* The per-element losses (consumed) reduced, each step recorded: the mean (NaN of none), the sum, the losses
+ * themselves, or the sum over the first dim's size (batchmean; a 0-dim loss: the sum). */
+static cg_tensor *reduced(cg_tensor *loss, cg_reduction reduction) {
+    if (!loss || reduction == CG_REDUCTION_NONE) return loss;
+    cg_tensor *r = reduction == CG_REDUCTION_MEAN ? cg_mean(loss) : cg_sum(loss);
+    if (r && reduction == CG_REDUCTION_BATCHMEAN && cg__t(loss)->ndim > 0) {
+        cg_tensor *b = cg_div_scalar(r, (float)cg__t(loss)->shape[0]);
+        cg_tensor_free(r);
+        r = b;
+    }
+    cg_tensor_free(loss);
+    return r;
+}
+
 /* ---- binary cross-entropy ------------------------------------------------------------------------------ */
 #define BCE "cg_binary_cross_entropy"
 
@@ -153,8 +176,7 @@ static cg_status check_bce(const cg_tensor *input, const cg_tensor *target, cons
                    memcmp(shape, ii->shape, (size_t)ndim * sizeof(int64_t)) != 0))
         return cg__fail(CG_ERR_SHAPE, BCE ": weight of shape %s does not broadcast to input shape %s",
                         cg__shape_str(weight, so, sizeof so), cg__shape_str(input, si, sizeof si));
-    if (reduction != CG_REDUCTION_MEAN && reduction != CG_REDUCTION_SUM && reduction != CG_REDUCTION_NONE)
-        return cg__fail(CG_ERR_INVALID_ARG, BCE ": unknown reduction %d", (int)reduction);
+    CG_TRY(cg__check_reduction(reduction, false, BCE));
     if (weight && cg__t(weight)->requires_grad && cg_is_grad_enabled())
         return cg__fail(CG_ERR_INVALID_ARG, BCE ": weight requires grad, but the loss has no derivative for its weight "
                                             "(as in PyTorch)");
@@ -174,10 +196,7 @@ cg_tensor *cg_binary_cross_entropy(const cg_tensor *input, const cg_tensor *targ
         cg_tensor_free(loss);
         loss = weighted;
     }
-    if (!loss || reduction == CG_REDUCTION_NONE) return loss;
-    cg_tensor *reduced = reduction == CG_REDUCTION_MEAN ? cg_mean(loss) : cg_sum(loss);
-    cg_tensor_free(loss);
-    return reduced;
+    return reduced(loss, reduction);
 }
 
 /* ---- op-table entry: param[0] the reduction (cg_reduction), param[1] 1 with the weight (input 2), 0 without */
@@ -223,3 +242,113 @@ static const cg_op_domain bce_domain = {
 
 CG_OP_DEFINE(binary_cross_entropy) = {.name = BCE, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u,
                                       .domain = &bce_domain, .call = bce_call, .reference = bce_reference};
+
+/* input and target: live, one device, one float dtype, one shape (PyTorch broadcasts other shapes with a
+ * warning, for all but bce_with_logits; a C call cannot warn, so a mismatch, usually (N, 1) against (N), is
+ * refused), and a known reduction. */
+static cg_status check_pair_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction,
+                                 bool batchmean_ok, const char *fn) {
+    char si[160], st[160];
+    CG_TRY(cg__check_tensor(input, fn, "input"));
+    CG_TRY(cg__check_tensor(target, fn, "target"));
+    CG_TRY(cg__check_same_device(input, target, fn));
+    CG_TRY(cg__check_floating(input, fn, "input"));
+    CG_TRY(cg__check_floating(target, fn, "target"));
+    const cg_tensor_impl *ii = cg__t(input), *ti = cg__t(target);
+    if (ti->dtype != ii->dtype)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: target is %s but input is %s (convert it with cg_to_dtype)", fn,
+                        cg_dtype_name(ti->dtype), cg_dtype_name(ii->dtype));
+    if (ti->ndim != ii->ndim || memcmp(ti->shape, ii->shape, (size_t)ii->ndim * sizeof(int64_t)) != 0)
+        return cg__fail(CG_ERR_SHAPE, "%s: target shape %s differs from input shape %s (expand one explicitly to "
+                        "broadcast)", fn, cg__shape_str(target, st, sizeof st), cg__shape_str(input, si, sizeof si));
+    return cg__check_reduction(reduction, batchmean_ok, fn);
+}
+
+cg_tensor *cg_l1_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction) {
+    if (check_pair_loss(input, target, reduction, false, "cg_l1_loss") != CG_OK) return NULL;
+    return reduced(cg__binary_op(CG_BINARY_L1, input, target, "cg_l1_loss"), reduction);
+}
+
+/* op(input - target, s) with s as a 0-dim tensor (binary ops take no scalar), computed in float32, so that
+ * s is not rounded to a 16-bit dtype. */
+static cg_tensor *difference_loss(cg_binary_op op, const cg_tensor *input, const cg_tensor *target, float s,
+                                  cg_reduction reduction, const char *fn) {
+    CG_VIA_FLOAT32(fn, difference_loss(op, f32[0], f32[1], s, reduction, fn), input, target);
+    cg_tensor *d = cg_sub(input, target), *st = d ? cg_full(0, NULL, s, cg__t(input)->device) : NULL;
+    cg_tensor *loss = st ? cg__binary_op(op, d, st, fn) : NULL;
+    cg_tensor_free(st), cg_tensor_free(d);
+    return reduced(loss, reduction);
+}
+
+cg_tensor *cg_smooth_l1_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, float beta) {
+    const char *fn = "cg_smooth_l1_loss";
+    if (check_pair_loss(input, target, reduction, false, fn) != CG_OK) return NULL;
+    if (!(beta >= 0.0f))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: beta %g is negative (or NaN); smooth_l1_loss takes beta >= 0", fn,
+                            (double)beta);
+    return difference_loss(CG_BINARY_SMOOTH_L1, input, target, beta, reduction, fn);
+}
+
+cg_tensor *cg_huber_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, float delta) {
+    const char *fn = "cg_huber_loss";
+    if (check_pair_loss(input, target, reduction, false, fn) != CG_OK) return NULL;
+    if (!(delta > 0.0f))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: delta %g is not positive; huber_loss takes delta > 0", fn,
+                            (double)delta);
+    return difference_loss(CG_BINARY_HUBER, input, target, delta, reduction, fn);
+}
+
+cg_tensor *cg_kl_div(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, bool log_target) {
+    if (check_pair_loss(input, target, reduction, true, "cg_kl_div") != CG_OK) return NULL;
+    return reduced(cg__binary_op(log_target ? CG_BINARY_KL_DIV_LOG : CG_BINARY_KL_DIV, input, target, "cg_kl_div"),
+                   reduction);
+}
+
+#define BCEL "cg_binary_cross_entropy_with_logits"
+
+/* weight or pos_weight (named name): NULL, or live, on input's device, of its dtype, broadcasting to its shape
+ * and not requiring grad (PyTorch has no derivative for either). */
+static cg_status check_loss_weight(const cg_tensor *input, const cg_tensor *w, const char *name, const char *fn) {
+    if (!w) return CG_OK;
+    char si[160], sw[160];
+    CG_TRY(cg__check_tensor(w, fn, name));
+    CG_TRY(cg__check_same_device(input, w, fn));
+    if (cg__t(w)->dtype != cg__t(input)->dtype)
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s is %s but input is %s (convert it with cg_to_dtype)", fn, name,
+                        cg_dtype_name(cg__t(w)->dtype), cg_dtype_name(cg__t(input)->dtype));
+    int ndim;
+    int64_t shape[CG_MAX_DIMS];
+    const cg_tensor_impl *ii = cg__t(input);
+    if (cg__broadcast_shape(input, w, fn, &ndim, shape) != CG_OK || ndim != ii->ndim ||
+        memcmp(shape, ii->shape, (size_t)ndim * sizeof(int64_t)) != 0)
+        return cg__fail(CG_ERR_SHAPE, "%s: %s of shape %s does not broadcast to input shape %s", fn, name,
+                        cg__shape_str(w, sw, sizeof sw), cg__shape_str(input, si, sizeof si));
+    if (cg__t(w)->requires_grad && cg_is_grad_enabled())
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: %s requires grad, but the loss has no derivative for it (as in PyTorch)",
+                        fn, name);
+    return CG_OK;
+}
+
+/* BCE_LOGITS(x, y), plus SOFTPLUS_NEG_MUL(x, (pos_weight - 1) y) with pos_weight: (1 - y) x + (1 + (pw - 1) y)
+ * softplus(-x), PyTorch's formula; times weight; reduced. */
+cg_tensor *cg_binary_cross_entropy_with_logits(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight,
+                                               const cg_tensor *pos_weight, cg_reduction reduction) {
+    if (check_pair_loss(input, target, reduction, false, BCEL) != CG_OK ||
+        check_loss_weight(input, weight, "weight", BCEL) != CG_OK ||
+        check_loss_weight(input, pos_weight, "pos_weight", BCEL) != CG_OK)
+        return NULL;
+    cg_tensor *loss = cg__binary_op(CG_BINARY_BCE_LOGITS, input, target, BCEL);
+    if (loss && pos_weight) {
+        cg_tensor *pw1 = cg_add_scalar(pos_weight, -1.0f), *c = pw1 ? cg_mul(pw1, target) : NULL;
+        cg_tensor *extra = c ? cg__binary_op(CG_BINARY_SOFTPLUS_NEG_MUL, input, c, BCEL) : NULL;
+        cg_tensor *sum = extra ? cg_add(loss, extra) : NULL;
+        cg_tensor_free(extra), cg_tensor_free(c), cg_tensor_free(pw1), cg_tensor_free(loss);
+        loss = sum;
+    }
+    if (loss && weight) {
+        cg_tensor *weighted = cg_mul(loss, weight);
+        cg_tensor_free(loss);
+        loss = weighted;
+    }
+    return reduced(loss, reduction);
+}

@@ -463,9 +463,23 @@ CG_API cg_tensor *cg_detach(const cg_tensor *t); /* a view with no history */
 /* ---- functional NN ops ---------------------------------------------------------------------------- */
 /* y = x W^T + b: x (N, in), weight (out, in), bias (out) or NULL -> (N, out) (F.linear). */
 CG_API cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias);
-/* A loss's reduction (PyTorch's reduction='mean', 'sum', 'none'): the mean or sum of the per-element
- * losses (0-dim), or the per-element losses themselves. */
-typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM, CG_REDUCTION_NONE } cg_reduction;
+/* ---- softmax and losses ------------------------------------------------------------------------------------
+ * Of a float dtype (bfloat16 and float16 computed in float32, rounded once), differentiable, deterministic
+ * (sums in a fixed order, no atomics). */
+/* F.softmax, F.log_softmax, torch.logsumexp along dim (negative counts from the end; a 0-dim x takes 0 or
+ * -1): softmax and log_softmax have x's shape, logsumexp drops dim (keeps it as 1 with keepdim). From the
+ * maximum of each slice, so any magnitude is safe; log_softmax keeps full relative precision ((x - max) -
+ * log(sum exp(x - max))). A +inf in a slice makes its softmax and log_softmax NaN, and its logsumexp +inf;
+ * the logsumexp of an empty slice is -inf, as PyTorch's. Gradients: softmax y (g - sum(g y)), log_softmax
+ * g - exp(y) sum(g), logsumexp g softmax(x). */
+CG_API cg_tensor *cg_softmax(const cg_tensor *x, int dim);
+CG_API cg_tensor *cg_log_softmax(const cg_tensor *x, int dim);
+CG_API cg_tensor *cg_logsumexp(const cg_tensor *x, int dim, bool keepdim);
+
+/* A loss's reduction (PyTorch's reduction='mean', 'sum', 'none', and kl_div's 'batchmean'): the mean or sum
+ * of the per-element losses (0-dim), the per-element losses themselves, or (cg_kl_div only) the sum divided
+ * by the batch size (the input's first dim). */
+typedef enum cg_reduction { CG_REDUCTION_MEAN = 0, CG_REDUCTION_SUM, CG_REDUCTION_NONE, CG_REDUCTION_BATCHMEAN } cg_reduction;
 /* MSELoss: mean (or sum) of (input - target)^2; shapes must match. CG_REDUCTION_NONE is not supported. */
 CG_API cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
 /* F.binary_cross_entropy: input (any shape) probabilities in [0, 1], target of its shape and dtype,
@@ -482,19 +496,71 @@ CG_API cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, c
  * float16 are computed in float32. */
 CG_API cg_tensor *cg_binary_cross_entropy(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight,
                                           cg_reduction reduction);
-/* nn.CrossEntropyLoss (mean reduction): logits (N, C) of a float dtype with targets of either kind
- *   class indices:       targets (N) int64 in [0, C) -> the mean over rows of logsumexp(logits[i]) -
- *                        logits[i][targets[i]]; gradient (softmax(logits) - onehot(targets)) / N;
- *   class probabilities: targets (N, C) of the logits' dtype (rows need not sum to 1) -> the mean of
- *                        -sum_c targets[i][c] * log_softmax(logits)[i][c]; gradient
- *                        (softmax(logits) * sum_c targets[i][c] - targets) / N, and -log_softmax / N
- *                        for targets that require grad;
- * -> 0-dim, of the logits' dtype (computed in float32). Float (N) targets are CG_ERR_INVALID_ARG, as PyTorch's "expected scalar type Long" (convert
- * them with cg_to_dtype(targets, CG_INT64)). Log-sum-exp from the row maximum, so logits of any
- * magnitude are safe; deterministic (no atomics). A class index outside [0, C) is an error on the CPU
- * and makes the loss NaN on a GPU (checking there would wait for the device). N = 0 gives NaN, as
- * PyTorch. */
+/* Element-wise losses of input and target (one float dtype, one shape: PyTorch broadcasts other shapes with a
+ * warning, which C cannot give, so they are refused), reduced by MEAN (NaN of none), SUM or NONE; each
+ * element one fused pass, then the deterministic sum. Differentiable in input and target.
+ *   F.l1_loss:       |input - target|; gradient sign(input - target), 0 where equal (PyTorch's sgn);
+ *   F.smooth_l1_loss: d = input - target: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta; beta >= 0
+ *                    (PyTorch's default 1.0; 0 gives l1);
+ *   F.huber_loss:    0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta); delta > 0 (default 1.0);
+ *   F.kl_div:        input holds log-probabilities; target probabilities: target (log target - input), 0
+ *                    where target is 0 (xlogy; the target's gradient is NaN there, as PyTorch's); log_target: exp(target) (target - input). Also
+ *                    CG_REDUCTION_BATCHMEAN: the sum / input's first dim (PyTorch's advice for the KL
+ *                    divergence; MEAN divides by every element, as PyTorch's 'mean'). bfloat16 and float16
+ *                    are computed natively per element, smooth_l1 and huber in float32 (beta and delta are
+ *                    then not rounded to 16 bits). */
+CG_API cg_tensor *cg_l1_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction);
+CG_API cg_tensor *cg_smooth_l1_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, float beta);
+CG_API cg_tensor *cg_huber_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, float delta);
+CG_API cg_tensor *cg_kl_div(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, bool log_target);
+/* F.binary_cross_entropy_with_logits: input logits (any shape), target of its shape and dtype, weight and
+ * pos_weight (weight of the positive term, e.g. (C) broadcasting over the last dim) each broadcasting to its
+ * shape (its dtype) or NULL:
+ *   loss = weight ((1 - target) input + (1 + (pos_weight - 1) target) softplus(-input)), reduced,
+ * softplus taken as log1p(exp(-|x|)) + max(-x, 0), so any logit is safe. Gradients as PyTorch's: of input
+ * weight (sigmoid(input) (1 + (pw - 1) target) - pw target), of target weight (-input - (pw - 1)
+ * softplus(-input)); weight and pos_weight have none (refused when they require grad under grad mode). */
+CG_API cg_tensor *cg_binary_cross_entropy_with_logits(const cg_tensor *input, const cg_tensor *target,
+                                                      const cg_tensor *weight, const cg_tensor *pos_weight,
+                                                      cg_reduction reduction);
+/* nn.CrossEntropyLoss / F.cross_entropy: logits (N, C), (N, C, d1, ...) or (C) (one unbatched row), C >= 1,
+ * of a float dtype, with targets of either kind (PyTorch's rule: targets of the logits' shape are
+ * probabilities):
+ *   class indices:       int64 of the logits' shape without C ((N), (N, d1, ...) or 0-dim), each in [0, C)
+ *                        or equal to ignore_index (that row then adds 0 to the loss and to the mean's
+ *                        denominator). Row loss, with w the class weights (all 1 without), s the label
+ *                        smoothing and lp = log_softmax(logits) along C:
+ *                          -(1 - s) w[t] lp[t] - (s / C) sum_j w[j] lp[j];
+ *                        the mean is PyTorch's weighted mean: the sum over rows / the sum of w[t] over the
+ *                        rows not ignored (NaN when every row is ignored, or there are none);
+ *   class probabilities: of the logits' dtype (rows need not sum to 1); with q = (1 - s) p + s / C the row
+ *                        loss is -sum_j w[j] q[j] lp[j], the mean divides by the row count (N d1 ...; NaN
+ *                        for none), and the probabilities get a gradient when they require it;
+ * -> 0-dim (mean, sum), or the rows' losses of the class-index targets' shape (none), of the logits' dtype.
+ * Fused kernels: the rows' log_softmax and losses in one pass, then deterministic sums. A class index that is
+ * neither in [0, C) nor ignore_index is CG_ERR_INVALID_ARG at the call on the CPU, naming the row; a GPU
+ * checks it in the kernel (not waiting for the device) and reports it at the next synchronisation
+ * (cg_item, cg_synchronize, the end of cg_backward), naming cg_cross_entropy (or cg_nll_loss). */
+#define CG_IGNORE_INDEX (-100) /* PyTorch's default ignore_index */
+typedef struct cg_cross_entropy_options {
+    const cg_tensor *weight; /* (C) of the logits' dtype and device, or NULL; not requiring grad (no derivative) */
+    int64_t ignore_index;    /* class-index targets equal to it are skipped; must be negative with probabilities */
+    cg_reduction reduction;  /* MEAN, SUM or NONE */
+    float label_smoothing;   /* in [0, 1] */
+} cg_cross_entropy_options;
+/* PyTorch's defaults: no weight, ignore_index CG_IGNORE_INDEX, mean, no label smoothing. */
+CG_API cg_cross_entropy_options cg_cross_entropy_defaults(void);
+/* options NULL: the defaults. */
+CG_API cg_tensor *cg_cross_entropy_ex(const cg_tensor *logits, const cg_tensor *targets,
+                                      const cg_cross_entropy_options *options);
+/* cg_cross_entropy_ex with the defaults (nn.CrossEntropyLoss()). */
 CG_API cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *targets);
+/* F.nll_loss: input (N, C), (N, C, d1, ...) or (C) of log-probabilities (any floats), targets int64 class
+ * indices of its shape without C, weight (C) or NULL, ignore_index (PyTorch's default CG_IGNORE_INDEX):
+ * row loss -w[t] input[t] (0 for an ignored row); the mean is the weighted mean, as cg_cross_entropy_ex's
+ * (NaN when every row is ignored). Bad class indices as cg_cross_entropy_ex's. */
+CG_API cg_tensor *cg_nll_loss(const cg_tensor *input, const cg_tensor *targets, const cg_tensor *weight,
+                              int64_t ignore_index, cg_reduction reduction);
 /* F.conv2d: x (N, C_in, H, W), weight (C_out, C_in, kh, kw), bias (C_out) or NULL, the same stride
  * and zero padding on both spatial dims -> (N, C_out, (H + 2p - kh) / s + 1, (W + 2p - kw) / s + 1).
  * CPU: im2col + OpenBLAS; GPU: cuDNN with deterministic algorithms chosen by fixed rules (true fp32

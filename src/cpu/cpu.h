@@ -52,7 +52,9 @@ cg_status cg__cpu_adam_step(const void *args, int index);
 cg_status cg__cpu_adaptive_step(const void *args, int index);
 cg_status cg__cpu_grad_norm(const void *args, int index);
 cg_status cg__cpu_grad_clip(const void *args, int index);
-/* classify: cross-entropy, and argmax / argmin (cpu_classify.c) */
+/* classify: softmax family, cross-entropy / nll_loss, and argmax / argmin (cpu_classify.c) */
+cg_status cg__cpu_softmax_forward(const void *args, int index);
+cg_status cg__cpu_softmax_backward(const void *args, int index);
 cg_status cg__cpu_cross_entropy_forward(const void *args, int index);
 cg_status cg__cpu_cross_entropy_backward(const void *args, int index);
 cg_status cg__cpu_argmax(const void *args, int index);

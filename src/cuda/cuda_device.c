@@ -154,7 +154,7 @@ cg_status cg__cuda_check_errors(int index) {
     ctx->index_error->op = CG_INDEX_OP_NONE;
     __atomic_store_n(&ctx->index_error->claimed, 0, __ATOMIC_RELEASE); /* the next error is reported again */
     return cg__fail(CG_ERR_INVALID_ARG, "%s on cuda:%d: index %lld at position %lld is out of range [0, %lld) (found by "
-                    "the GPU, reported at this synchronisation; nothing was written for it)", names[op], index,
+                    "the GPU, reported at this synchronisation; the op's result is not to be used)", names[op], index,
                     (long long)e.value, (long long)e.position, (long long)e.size);
 }
 

@@ -131,7 +131,9 @@ cg_status cg__cuda_adam_step(const void *args, int index);
 cg_status cg__cuda_adaptive_step(const void *args, int index);
 cg_status cg__cuda_grad_norm(const void *args, int index);
 cg_status cg__cuda_grad_clip(const void *args, int index);
-/* classify: cross-entropy and argmax (cuda_classify.c) */
+/* classify: softmax family, cross-entropy / nll_loss, and argmax (cuda_classify.c) */
+cg_status cg__cuda_softmax_forward(const void *args, int index);
+cg_status cg__cuda_softmax_backward(const void *args, int index);
 cg_status cg__cuda_cross_entropy_forward(const void *args, int index);
 cg_status cg__cuda_cross_entropy_backward(const void *args, int index);
 cg_status cg__cuda_argmax(const void *args, int index);
