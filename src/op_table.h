@@ -103,6 +103,19 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(mean) \
     X(sum_dim) \
     X(mean_dim) \
+    X(var) \
+    X(std) \
+    X(var_dim) \
+    X(std_dim) \
+    X(norm) \
+    X(norm_dim) \
+    X(cumsum) \
+    X(max_dim) \
+    X(min_dim) \
+    X(max) \
+    X(min) \
+    X(sort) \
+    X(topk) \
     X(contiguous) \
     X(clone) \
     X(reshape) \
