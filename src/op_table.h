@@ -127,8 +127,11 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(argmax_dim) \
     X(argmin_dim) \
     X(matmul) \
+    X(matmul_nd) \
+    X(bmm) \
     X(linear) \
     X(linear_nobias) \
+    X(linear_nd) \
     X(mse_loss) \
     X(binary_cross_entropy) \
     X(cross_entropy) \

@@ -130,7 +130,7 @@ static cg_status extreme_dim(const cg_tensor *x, int dim, bool keepdim, bool min
         return cg__fail(CG_ERR_SHAPE, "%s: cannot take the %s over dim %d of size 0 (x of shape %s)", fn, min ? "min" : "max",
                         dim, cg__shape_str(x, sh, sizeof sh));
     }
-    int64_t shape[CG_MAX_DIMS];
+    int64_t shape[CG_MAX_DIMS] = {0};
     int ndim = shape_along(x, g.d, 1, !keepdim, shape);
     const cg_tensor_impl *xi = cg__t(x);
     cg_tensor *idx = cg__tensor_new_dtype(ndim, shape, CG_INT64, xi->device);
@@ -209,7 +209,7 @@ static cg_status sorted_along(const cg_tensor *x, int dim, int64_t k, bool desce
         return cg__fail(CG_ERR_INVALID_ARG, "%s: k %lld out of range for dim %d of x of shape %s (k must be in [0, %lld])",
                         op->name, (long long)k, dim, cg__shape_str(x, sh, sizeof sh), (long long)g.n);
     }
-    int64_t shape[CG_MAX_DIMS];
+    int64_t shape[CG_MAX_DIMS] = {0};
     int ndim = shape_along(x, g.d, k, false, shape);
     const cg_tensor_impl *xi = cg__t(x);
     cg_tensor *idx = cg__tensor_new_dtype(ndim, shape, CG_INT64, xi->device);
@@ -259,7 +259,7 @@ static void ref_along(const cg_ref_tensor *in, int64_t dim, int *d, int64_t *out
 static cg_status sorted_reference(const cg_ref_tensor *in, int64_t dim, int64_t k, bool descending, bool drop,
                                   cg_ref_tensor *out) {
     int d;
-    int64_t outer, n, inner, shape[CG_MAX_DIMS];
+    int64_t outer, n, inner, shape[CG_MAX_DIMS] = {0};
     ref_along(in, dim, &d, &outer, &n, &inner);
     int ndim = 0;
     for (int i = 0; i < in->ndim; i++)

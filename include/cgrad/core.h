@@ -426,9 +426,15 @@ CG_API cg_status cg_topk(const cg_tensor *t, int64_t k, int dim, bool largest, b
                          cg_tensor **indices);
 
 /* ---- linear algebra --------------------------------------------------------------------------- */
-/* (m, k) @ (k, n) -> (m, n). A transposed view (cg_transpose) is passed to BLAS as a transpose
- * flag, with no copy. */
+/* torch.matmul: (m, k) @ (k, n) -> (m, n); a 1-D a is a row (k) and a 1-D b a column (k), their dim
+ * dropped from the result ((k) @ (k): a 0-dim dot product); (..., m, k) @ (k, n) -> (..., m, n) as one
+ * GEMM; otherwise the batch dims (all but the last two) broadcast: (B, H, T, D) @ (B, H, D, T) ->
+ * (B, H, T, T) as one batched GEMM, a broadcast operand expanded. A transposed view (cg_transpose) is
+ * passed to BLAS as a transpose flag, with no copy. True fp32 unless cg_set_allow_tf32; bfloat16 and
+ * float16 computed in float32. Gradients for both, summed over broadcast batch dims. */
 CG_API cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
+/* torch.bmm: (batch, m, k) @ (batch, k, n) -> (batch, m, n), one batch size, no broadcasting. */
+CG_API cg_tensor *cg_bmm(const cg_tensor *a, const cg_tensor *b);
 
 /* ---- CUDA graphs: record a step's device work once, replay it with one launch --------------------
  * cg_graph_capture runs fn(ctx) once with device d's work recorded instead of executed (host code
@@ -472,7 +478,8 @@ CG_API bool cg_is_grad_enabled(void);
 CG_API cg_tensor *cg_detach(const cg_tensor *t); /* a view with no history */
 
 /* ---- functional NN ops ---------------------------------------------------------------------------- */
-/* y = x W^T + b: x (N, in), weight (out, in), bias (out) or NULL -> (N, out) (F.linear). */
+/* y = x W^T + b: x (..., in), weight (out, in), bias (out) or NULL -> (..., out) (F.linear); the
+ * leading dims are flattened into one GEMM. */
 CG_API cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias);
 /* A loss's reduction (PyTorch's reduction='mean', 'sum', 'none'): the mean or sum of the per-element
  * losses (0-dim), or the per-element losses themselves. */
