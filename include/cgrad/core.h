@@ -407,22 +407,22 @@ CG_API cg_tensor *cg_norm_dim(const cg_tensor *t, double p, int dim, bool keepdi
  * first element on in float32 (in order, on every backend); integers and bool sum to int64, exactly.
  * The gradient is g's running sums from the last element back. */
 CG_API cg_tensor *cg_cumsum(const cg_tensor *t, int dim);
-/* torch.max(t, dim, keepdim) / torch.min: *values (t's dtype) and *indices (int64; NULL if unwanted) of the
- * first largest (smallest) element along dim, a NaN counting as both; t floating or int64, dim of size
- * > 0 (a 0-dim t: dim 0 or -1). Differentiable in t: g goes to the index. On failure both are NULL. */
-CG_API cg_status cg_max_dim(const cg_tensor *t, int dim, bool keepdim, cg_tensor **values, cg_tensor **indices);
-CG_API cg_status cg_min_dim(const cg_tensor *t, int dim, bool keepdim, cg_tensor **values, cg_tensor **indices);
-/* torch.max(t) / torch.min(t): the largest (smallest) element, 0-dim (NaN if t holds one); t non-empty.
+/* torch.max(x, dim, keepdim) / torch.min: *values (x's dtype) and *indices (int64; NULL if unwanted) of the
+ * first largest (smallest) element along dim, a NaN counting as both; x floating or int64, dim of size
+ * > 0 (a 0-dim x: dim 0 or -1). Differentiable in x: g goes to the index. On failure both are NULL. */
+CG_API cg_status cg_max_dim(const cg_tensor *x, int dim, bool keepdim, cg_tensor **values, cg_tensor **indices);
+CG_API cg_status cg_min_dim(const cg_tensor *x, int dim, bool keepdim, cg_tensor **values, cg_tensor **indices);
+/* torch.max(x) / torch.min(x): the largest (smallest) element, 0-dim (NaN if x holds one); x non-empty.
  * Its gradient is shared evenly among the elements equal to it, as PyTorch's. */
-CG_API cg_tensor *cg_max(const cg_tensor *t);
-CG_API cg_tensor *cg_min(const cg_tensor *t);
-/* torch.sort(t, dim, descending, stable): *values and *indices (int64; NULL if unwanted), t's shape,
- * t's elements along dim in order, NaN above everything; always stable (equal elements keep their
- * order), whatever stable says. torch.topk(t, k, dim, largest, sorted): the first k of that order (largest:
- * descending), k in [0, size of dim], always sorted. t floating or int64; differentiable in t (g goes back
- * to the positions). On failure both are NULL. */
-CG_API cg_status cg_sort(const cg_tensor *t, int dim, bool descending, bool stable, cg_tensor **values, cg_tensor **indices);
-CG_API cg_status cg_topk(const cg_tensor *t, int64_t k, int dim, bool largest, bool sorted, cg_tensor **values,
+CG_API cg_tensor *cg_max(const cg_tensor *x);
+CG_API cg_tensor *cg_min(const cg_tensor *x);
+/* torch.sort(x, dim, descending, stable): *values and *indices (int64; NULL if unwanted), x's shape,
+ * x's elements along dim in order, NaN above everything; always stable (equal elements keep their
+ * order), whatever stable says. torch.topk(x, k, dim, largest, sorted): the first k of that order (largest:
+ * descending), k in [0, size of dim], always sorted (ties in their order). x floating or int64;
+ * differentiable in x (g goes back to the positions). On failure both are NULL. */
+CG_API cg_status cg_sort(const cg_tensor *x, int dim, bool descending, bool stable, cg_tensor **values, cg_tensor **indices);
+CG_API cg_status cg_topk(const cg_tensor *x, int64_t k, int dim, bool largest, bool sorted, cg_tensor **values,
                          cg_tensor **indices);
 
 /* ---- linear algebra --------------------------------------------------------------------------- */
