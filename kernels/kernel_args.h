@@ -52,7 +52,11 @@
     X(INDEX_SELECT, index_select, cg_index_select_args)               \
     X(INDEX_ADD, index_add, cg_index_add_args)                         \
     X(GATHER, gather, cg_gather_args)                                  \
-    X(SCATTER_ADD, scatter_add, cg_scatter_add_args)
+    X(SCATTER_ADD, scatter_add, cg_scatter_add_args)                   \
+    X(CUMSUM, cumsum, cg_cumsum_args)                                  \
+    X(SORT, sort, cg_sort_args)                                        \
+    X(TAKE_ALONG, take_along, cg_take_along_args)                      \
+    X(GEMM_BATCHED, gemm_batched, cg_gemm_batched_args)
 
 #define CG_KERNEL_ENUM(ID, NAME, ARGS) CG_KERNEL_##ID,
 typedef enum cg_kernel_id { CG_KERNELS(CG_KERNEL_ENUM) CG_KERNEL_COUNT } cg_kernel_id;
@@ -209,6 +213,45 @@ typedef struct cg_mse_backward_args {
     float *grad;        /* (n) = (a - b) * (factor * g[0]) */
 } cg_mse_backward_args;
 
+/* torch.cumsum: out (outer, n, inner) = the running sums of x (outer, n, inner) along n, from the
+ * first element to the last (from the last to the first when reverse: the gradient's order), each
+ * one a float32 sum taken in that order (dtype float32), or exact and wrapping (dtype int64). */
+typedef struct cg_cumsum_args {
+    const void *x;
+    void *out;
+    cg_dtype dtype; /* float32 or int64, of x and out */
+    int64_t outer, n, inner;
+    bool reverse;
+} cg_cumsum_args;
+
+/* ---- sorting and selecting along a dim (kernels/sort_math.h) ------------------------------------------------ */
+/* x (outer, n, inner) of dtype (float or int64): out (outer, k, inner) int64 = the positions along n of
+ * the first k elements of each (outer, inner) row in sorted order, ascending (descending when
+ * descending), equal elements in their original order (a stable sort) and NaN above everything, as
+ * torch.sort(stable=True). k <= n. */
+typedef struct cg_sort_args {
+    const void *x;
+    cg_dtype dtype;
+    int64_t outer, n, inner, k;
+    bool descending;
+    int64_t *out;
+} cg_sort_args;
+
+/* Elements of `bytes` bytes along the middle axis, at index (outer, k, inner) int64, each in [0, n)
+ * (the front-end's, from SORT or ARGMAX):
+ *   gather  (scatter false)  dst (outer, k, inner) = src (outer, n, inner) at index
+ *   scatter (scatter true)   dst (outer, n, inner) at index = src (outer, k, inner); the other places
+ *                            are left as they are, and the positions of one row are distinct, so
+ *                            every place has at most one writer (deterministic). */
+typedef struct cg_take_along_args {
+    const void *src;
+    void *dst;
+    int bytes;
+    int64_t outer, n, k, inner;
+    const int64_t *index;
+    bool scatter;
+} cg_take_along_args;
+
 /* ---- matrix products ---------------------------------------------------------------------------------------- */
 /* Row-major C (m, n) = op(A) op(B); op(A) is (m, k); lda, ldb, ldc are the row strides as stored.
  * GEMM_BIAS also folds a bias pass in: with bias (n), C = op(A) op(B) + bias on every row; with
@@ -227,6 +270,13 @@ typedef struct cg_gemm_args {
     float *bias_grad;  /* GEMM_BIAS only */
     bool *fused;       /* GEMM_BIAS only */
 } cg_gemm_args;
+
+/* batch GEMMs as cg_gemm_args describes (bias fields unused), the i-th reading gemm.a + i stride_a and
+ * gemm.b + i stride_b (a stride may be 0: one matrix for every batch) and writing gemm.c + i stride_c. */
+typedef struct cg_gemm_batched_args {
+    cg_gemm_args gemm;
+    int64_t batch, stride_a, stride_b, stride_c;
+} cg_gemm_batched_args;
 
 /* ---- optimizers -------------------------------------------------------------------------------------------- */
 /* One SGD step's settings. first: the momentum buffer is uninitialised (PyTorch: buf = g). */

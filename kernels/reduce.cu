@@ -1,4 +1,4 @@
-// The reduce family's CUDA kernels (kernel_args.h: REDUCE_SUM, MSE_FORWARD, MSE_BACKWARD; serving
+// The reduce family's CUDA kernels (kernel_args.h: REDUCE_SUM, MSE_FORWARD, MSE_BACKWARD, CUMSUM; serving
 // src/cuda/cuda_reduce.c, mirroring src/cpu/cpu_reduce.c): deterministic sums over the middle axis of
 // (outer, n, inner), in chunks, and MSE's one-launch sum and its gradient: every output is summed
 // in a fixed order that depends only on the shapes (no float atomics), so a run repeats bit for bit.
@@ -110,7 +110,33 @@ __global__ void sum_int64_kernel(const int64_t *__restrict__ x, int64_t outer, i
     }
 }
 
+// cumsum: one thread per (outer, inner) column, its running sum in order along n (float32 in float32, as
+// the CPU; int64 wrapping). Columns side by side read neighbouring addresses when inner > 1; a few long
+// rows (inner == 1) run on as many threads as rows.
+template <typename T, typename Acc>
+__global__ void cumsum_columns(const T *__restrict__ x, T *__restrict__ out, int64_t outer, int64_t n, int64_t inner,
+                               bool reverse) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < outer * inner; c += (int64_t)gridDim.x * blockDim.x) {
+        int64_t at = (c / inner) * n * inner + c % inner, step = inner;
+        if (reverse) at += (n - 1) * inner, step = -inner;
+        Acc acc = 0;
+        for (int64_t j = 0; j < n; j++, at += step) out[at] = (T)(acc += (Acc)x[at]);
+    }
+}
+
 }  // namespace
+
+extern "C" cudaError_t cg_launch_cumsum(const cg_cumsum_args *a, cudaStream_t stream) {
+    const unsigned grid = cg_launch_grid(a->outer * a->inner, kThreads);
+    if (a->dtype == CG_INT64)
+        cumsum_columns<int64_t, unsigned long long><<<grid, kThreads, 0, stream>>>(
+            static_cast<const int64_t *>(a->x), static_cast<int64_t *>(a->out), a->outer, a->n, a->inner, a->reverse);
+    else
+        cumsum_columns<float, float><<<grid, kThreads, 0, stream>>>(static_cast<const float *>(a->x),
+                                                                    static_cast<float *>(a->out), a->outer, a->n,
+                                                                    a->inner, a->reverse);
+    return cudaGetLastError();
+}
 
 // Four elements per thread (one round of loads), at most 8 blocks per SM.
 extern "C" int64_t cg_sum_sqdiff_blocks(int64_t n) { return cg_launch_blocks((n + 4 * kThreads - 1) / (4 * kThreads), 8); }

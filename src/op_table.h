@@ -103,6 +103,19 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(mean) \
     X(sum_dim) \
     X(mean_dim) \
+    X(var) \
+    X(std) \
+    X(var_dim) \
+    X(std_dim) \
+    X(norm) \
+    X(norm_dim) \
+    X(cumsum) \
+    X(max_dim) \
+    X(min_dim) \
+    X(max) \
+    X(min) \
+    X(sort) \
+    X(topk) \
     X(contiguous) \
     X(clone) \
     X(reshape) \
@@ -114,8 +127,11 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(argmax_dim) \
     X(argmin_dim) \
     X(matmul) \
+    X(matmul_nd) \
+    X(bmm) \
     X(linear) \
     X(linear_nobias) \
+    X(linear_nd) \
     X(mse_loss) \
     X(binary_cross_entropy) \
     X(softmax) \

@@ -18,7 +18,7 @@
  *  arange_too_many                 cg_arange(0, 1e30, 1)                          SHAPE    cg_arange, 1e+30 elements
  *  add_without_broadcast           (4, 3) + (4, 2), both requiring grad           SHAPE    cg_add, (4, 3), (4, 2), dim 1: 3 vs 2
  *  matmul_inner_dims               (3, 4) @ a transposed (3, 5) view              SHAPE    cg_matmul, (3, 4), (3, 5), 4 != 3
- *  matmul_1d                       (4,) @ (4, 3)                                  SHAPE    cg_matmul, 2-D, (4,)
+ *  matmul_batch_dims               (2, 3, 4) @ (3, 4, 5): batches 2 and 3         SHAPE    cg_matmul, (2, 3, 4), (3, 4, 5)
  *  linear_null_arguments           cg_linear(x, NULL, NULL), cg_linear(NULL, w)   INVALID  cg_linear, 'weight' / 'input' is NULL
  *  linear_weight_shape             x (5, 10), weight (2, 3); bias (3,) for (2, 10) SHAPE   cg_linear, (5, 10), (2, 3), (3,)
  *  linear_freed_bias               cg_linear with a bias already freed            INVALID  cg_linear, 'bias' is a freed tensor
@@ -163,10 +163,10 @@ static void matmul_inner_dims(cg_device d) {
     FREE_ALL(a, b, bt);
 }
 
-static void matmul_1d(cg_device d) {
-    cg_tensor *v = LEAF(d, 4), *m = LEAF(d, 4, 3);
-    EXPECT_NULL(CG_ERR_SHAPE, cg_matmul(v, m), "cg_matmul", "2-D", "(4,)", "(4, 3)");
-    FREE_ALL(v, m);
+static void matmul_batch_dims(cg_device d) {
+    cg_tensor *a = LEAF(d, 2, 3, 4), *b = LEAF(d, 3, 4, 5);
+    EXPECT_NULL(CG_ERR_SHAPE, cg_matmul(a, b), "cg_matmul", "(2, 3, 4)", "(3, 4, 5)", "do not broadcast");
+    FREE_ALL(a, b);
 }
 
 /* ---- linear and losses ---------------------------------------------------------------------------- */
@@ -745,7 +745,7 @@ typedef struct misuse_case {
 static const misuse_case kCases[] = {
     CASE(zeros_null_shape),              CASE(from_data_null_data),           CASE(arange_infinite_bound),
     CASE(arange_too_many),               CASE(add_without_broadcast),         CASE(matmul_inner_dims),
-    CASE(matmul_1d),                     CASE(linear_null_arguments),         CASE(linear_weight_shape),
+    CASE(matmul_batch_dims),             CASE(linear_null_arguments),         CASE(linear_weight_shape),
     CASE(linear_freed_bias),             CASE(mse_shapes),                    CASE(mse_null_arguments),
     CASE(mse_bad_reduction),             CASE(cross_entropy_target_shape),    CASE(backward_non_scalar),
     CASE(backward_null),                 CASE(backward_released_graph),       CASE(backward_freed_leaf),

@@ -413,11 +413,52 @@ CG_API cg_tensor *cg_sum(const cg_tensor *t);  /* 0-dim */
 CG_API cg_tensor *cg_mean(const cg_tensor *t); /* 0-dim */
 CG_API cg_tensor *cg_sum_dim(const cg_tensor *t, int dim, bool keepdim);
 CG_API cg_tensor *cg_mean_dim(const cg_tensor *t, int dim, bool keepdim);
+/* torch.var / torch.std of a floating t with PyTorch's correction (1: unbiased, 0: the population's):
+ * the squared deviations from the mean summed over max(0, n - correction) (n elements: NaN or inf where
+ * that is 0), two passes in float32. Over every element (0-dim) or along dim. std's gradient is 0 where
+ * std is 0, as PyTorch's. */
+CG_API cg_tensor *cg_var(const cg_tensor *t, double correction);
+CG_API cg_tensor *cg_std(const cg_tensor *t, double correction);
+CG_API cg_tensor *cg_var_dim(const cg_tensor *t, int dim, double correction, bool keepdim);
+CG_API cg_tensor *cg_std_dim(const cg_tensor *t, int dim, double correction, bool keepdim);
+/* torch.linalg.vector_norm(t, ord=p) of a floating t, over every element (0-dim) or along dim: p = INFINITY
+ * max |t|, -INFINITY min |t| (both refused over no elements, as PyTorch), 0 the count of nonzeros, 1 sum |t|,
+ * 2 sqrt(sum t^2), any other p (sum |t|^p)^(1/p). Gradients as PyTorch's (0 where the norm is 0; the inf
+ * norms share g among tied elements). */
+CG_API cg_tensor *cg_norm(const cg_tensor *t, double p);
+CG_API cg_tensor *cg_norm_dim(const cg_tensor *t, double p, int dim, bool keepdim);
+/* torch.cumsum(t, dim): t's shape, the running sums along dim (0-dim t: dim 0 or -1), each taken from the
+ * first element on in float32 (in order, on every backend); integers and bool sum to int64, exactly.
+ * The gradient is g's running sums from the last element back. */
+CG_API cg_tensor *cg_cumsum(const cg_tensor *t, int dim);
+/* torch.max(x, dim, keepdim) / torch.min: *values (x's dtype) and *indices (int64; NULL if unwanted) of the
+ * first largest (smallest) element along dim, a NaN counting as both; x floating or int64, dim of size
+ * > 0 (a 0-dim x: dim 0 or -1). Differentiable in x: g goes to the index. On failure both are NULL. */
+CG_API cg_status cg_max_dim(const cg_tensor *x, int dim, bool keepdim, cg_tensor **values, cg_tensor **indices);
+CG_API cg_status cg_min_dim(const cg_tensor *x, int dim, bool keepdim, cg_tensor **values, cg_tensor **indices);
+/* torch.max(x) / torch.min(x): the largest (smallest) element, 0-dim (NaN if x holds one); x non-empty.
+ * Its gradient is shared evenly among the elements equal to it, as PyTorch's. */
+CG_API cg_tensor *cg_max(const cg_tensor *x);
+CG_API cg_tensor *cg_min(const cg_tensor *x);
+/* torch.sort(x, dim, descending, stable): *values and *indices (int64; NULL if unwanted), x's shape,
+ * x's elements along dim in order, NaN above everything; always stable (equal elements keep their
+ * order), whatever stable says. torch.topk(x, k, dim, largest, sorted): the first k of that order (largest:
+ * descending), k in [0, size of dim], always sorted (ties in their order). x floating or int64;
+ * differentiable in x (g goes back to the positions). On failure both are NULL. */
+CG_API cg_status cg_sort(const cg_tensor *x, int dim, bool descending, bool stable, cg_tensor **values, cg_tensor **indices);
+CG_API cg_status cg_topk(const cg_tensor *x, int64_t k, int dim, bool largest, bool sorted, cg_tensor **values,
+                         cg_tensor **indices);
 
 /* ---- linear algebra --------------------------------------------------------------------------- */
-/* (m, k) @ (k, n) -> (m, n). A transposed view (cg_transpose) is passed to BLAS as a transpose
- * flag, with no copy. */
+/* torch.matmul: (m, k) @ (k, n) -> (m, n); a 1-D a is a row (k) and a 1-D b a column (k), their dim
+ * dropped from the result ((k) @ (k): a 0-dim dot product); (..., m, k) @ (k, n) -> (..., m, n) as one
+ * GEMM; otherwise the batch dims (all but the last two) broadcast: (B, H, T, D) @ (B, H, D, T) ->
+ * (B, H, T, T) as one batched GEMM, a broadcast operand expanded. A transposed view (cg_transpose) is
+ * passed to BLAS as a transpose flag, with no copy. True fp32 unless cg_set_allow_tf32; bfloat16 and
+ * float16 computed in float32. Gradients for both, summed over broadcast batch dims. */
 CG_API cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
+/* torch.bmm: (batch, m, k) @ (batch, k, n) -> (batch, m, n), one batch size, no broadcasting. */
+CG_API cg_tensor *cg_bmm(const cg_tensor *a, const cg_tensor *b);
 
 /* ---- CUDA graphs: record a step's device work once, replay it with one launch --------------------
  * cg_graph_capture runs fn(ctx) once with device d's work recorded instead of executed (host code
@@ -461,7 +502,8 @@ CG_API bool cg_is_grad_enabled(void);
 CG_API cg_tensor *cg_detach(const cg_tensor *t); /* a view with no history */
 
 /* ---- functional NN ops ---------------------------------------------------------------------------- */
-/* y = x W^T + b: x (N, in), weight (out, in), bias (out) or NULL -> (N, out) (F.linear). */
+/* y = x W^T + b: x (..., in), weight (out, in), bias (out) or NULL -> (..., out) (F.linear); the
+ * leading dims are flattened into one GEMM. */
 CG_API cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias);
 /* ---- softmax and losses ------------------------------------------------------------------------------------
  * Of a float dtype (bfloat16 and float16 computed in float32, rounded once), differentiable, deterministic

@@ -39,13 +39,18 @@ cg_status cg__cpu_index_select(const void *args, int index);
 cg_status cg__cpu_index_add(const void *args, int index);
 cg_status cg__cpu_gather(const void *args, int index);
 cg_status cg__cpu_scatter_add(const void *args, int index);
-/* reduce: the sums (float, and exact int64) and MSE (cpu_reduce.c) */
+/* reduce: the sums (float, and exact int64), MSE and cumsum (cpu_reduce.c) */
 cg_status cg__cpu_reduce_sum(const void *args, int index);
 cg_status cg__cpu_reduce_sum_int64(const void *args, int index);
 cg_status cg__cpu_mse_forward(const void *args, int index);
 cg_status cg__cpu_mse_backward(const void *args, int index);
+cg_status cg__cpu_cumsum(const void *args, int index);
+/* sort: a stable sort along a dim, and the gather / scatter along it (cpu_sort.c) */
+cg_status cg__cpu_sort(const void *args, int index);
+cg_status cg__cpu_take_along(const void *args, int index);
 /* matmul (cpu_matmul.c; no GEMM_BIAS: the caller runs the bias pass) */
 cg_status cg__cpu_gemm(const void *args, int index);
+cg_status cg__cpu_gemm_batched(const void *args, int index);
 /* optim (cpu_optim.c) */
 cg_status cg__cpu_sgd_step(const void *args, int index);
 cg_status cg__cpu_adam_step(const void *args, int index);

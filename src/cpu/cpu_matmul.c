@@ -470,3 +470,14 @@ cg_status cg__cpu_gemm(const void *raw, int index) {
     tiled_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
     return CG_OK;
 }
+
+/* One GEMM after another, each threaded inside as cg__cpu_gemm runs it. */
+cg_status cg__cpu_gemm_batched(const void *raw, int index) {
+    const cg_gemm_batched_args *a = raw;
+    cg_gemm_args g = a->gemm;
+    for (int64_t i = 0; i < a->batch; i++) {
+        g.a = a->gemm.a + i * a->stride_a, g.b = a->gemm.b + i * a->stride_b, g.c = a->gemm.c + i * a->stride_c;
+        CG_TRY(cg__cpu_gemm(&g, index));
+    }
+    return CG_OK;
+}

@@ -1,6 +1,6 @@
-/* The reduce family on the CPU (kernels/kernel_args.h: REDUCE_SUM, MSE_FORWARD, MSE_BACKWARD; mirrors
+/* The reduce family on the CPU (kernels/kernel_args.h: REDUCE_SUM, MSE_FORWARD, MSE_BACKWARD, CUMSUM; mirrors
  * src/cuda/cuda_reduce.c and kernels/reduce.cu): the sum over the middle axis of (outer, n, inner),
- * accumulated in double (REDUCE_SUM_INT64: in int64, exact), and MSE's sum of squared differences and its gradient. Long single sums are
+ * accumulated in double (REDUCE_SUM_INT64: in int64, exact), MSE's sum of squared differences and its gradient, and the running sums of cumsum. Long single sums are
  * split into a fixed number of blocks, so the result does not depend on the thread count. */
 #include "cpu/cpu.h"
 #include "backend.h"
@@ -122,6 +122,28 @@ cg_status cg__cpu_reduce_sum_int64(const void *raw, int index) {
         uint64_t acc = 0;
         for (int64_t k = 0; k < n; k++) acc += (uint64_t)x[k * inner];
         a->out[o] = (int64_t)acc;
+    });
+    return CG_OK;
+}
+
+/* One task per (outer, inner) column, its running sum taken in order along n: float32 sums in float32,
+ * as PyTorch's cumsum does, so the rounding is the same on every backend; int64 sums wrap. */
+cg_status cg__cpu_cumsum(const void *raw, int index) {
+    const cg_cumsum_args *a = raw;
+    (void)index;
+    CG_TRY(cg__cpu_enter());
+    int64_t n = a->n, inner = a->inner;
+    CG_CPU_FOR(c, a->outer * inner, a->outer * n * inner, {
+        int64_t first = (c / inner) * n * inner + c % inner, step = inner;
+        if (a->reverse) first += (n - 1) * inner, step = -inner;
+        if (a->dtype == CG_INT64) {
+            uint64_t acc = 0;
+            for (int64_t j = 0, at = first; j < n; j++, at += step)
+                ((int64_t *)a->out)[at] = (int64_t)(acc += (uint64_t)((const int64_t *)a->x)[at]);
+        } else {
+            float acc = 0.0f;
+            for (int64_t j = 0, at = first; j < n; j++, at += step) ((float *)a->out)[at] = acc += ((const float *)a->x)[at];
+        }
     });
     return CG_OK;
 }

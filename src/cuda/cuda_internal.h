@@ -117,14 +117,19 @@ cg_status cg__cuda_index_select(const void *args, int index);
 cg_status cg__cuda_index_add(const void *args, int index);
 cg_status cg__cuda_gather(const void *args, int index);
 cg_status cg__cuda_scatter_add(const void *args, int index);
-/* reduce: the sums (float, and exact int64) and MSE (cuda_reduce.c) */
+/* reduce: the sums (float, and exact int64), MSE and cumsum (cuda_reduce.c) */
 cg_status cg__cuda_reduce_sum(const void *args, int index);
 cg_status cg__cuda_reduce_sum_int64(const void *args, int index);
 cg_status cg__cuda_mse_forward(const void *args, int index);
 cg_status cg__cuda_mse_backward(const void *args, int index);
+cg_status cg__cuda_cumsum(const void *args, int index);
+/* sort: a stable sort along a dim, and the gather / scatter along it (cuda_sort.c) */
+cg_status cg__cuda_sort(const void *args, int index);
+cg_status cg__cuda_take_along(const void *args, int index);
 /* matmul (cuda_matmul.c) */
 cg_status cg__cuda_gemm(const void *args, int index);
 cg_status cg__cuda_gemm_bias(const void *args, int index);
+cg_status cg__cuda_gemm_batched(const void *args, int index);
 /* optim (cuda_optim.c) */
 cg_status cg__cuda_sgd_step(const void *args, int index);
 cg_status cg__cuda_adam_step(const void *args, int index);

@@ -1,6 +1,6 @@
-/* The matmul family on CUDA (kernels/kernel_args.h: GEMM, GEMM_BIAS; mirrors src/cpu/cpu_matmul.c
+/* The matmul family on CUDA (kernels/kernel_args.h: GEMM, GEMM_BIAS, GEMM_BATCHED; mirrors src/cpu/cpu_matmul.c
  * and kernels/matmul.cu): cuBLAS's SGEMM, the skinny kernels of kernels/matmul.cu for shapes with a
- * side of at most 16, and for GEMM_BIAS the bias pass fused into the skinny kernels or into
+ * side of at most 16, cuBLAS's strided-batched SGEMM for batches, and for GEMM_BIAS the bias pass fused into the skinny kernels or into
  * cuBLASLt's epilogue. */
 #include "cuda/cuda_internal.h"
 #include "allocator.h"
@@ -204,6 +204,16 @@ static bool dims_fit_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t l
     return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
 }
 
+/* cuBLAS's math: true fp32 unless cg_set_allow_tf32 is on. */
+static cg_status set_math(cg_cuda_context *ctx) {
+    cublasMath_t math = cg_get_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    if (math != ctx->cublas_math) {
+        CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, math));
+        ctx->cublas_math = math;
+    }
+    return CG_OK;
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
 cg_status cg__cuda_gemm(const void *raw, int index) {
     const cg_gemm_args *kargs = raw;
@@ -225,11 +235,7 @@ cg_status cg__cuda_gemm(const void *raw, int index) {
                         (long long)n, (long long)k);
     if (skinny_fits(trans_a, trans_b, m, n, k, a, lda, b, ldb, c))
         return skinny_gemm(ctx, trans_a, m, n, k, a, lda, b, ldb, c, ldc, NULL, NULL);
-    cublasMath_t math = cg_get_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-    if (math != ctx->cublas_math) {
-        CG_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, math));
-        ctx->cublas_math = math;
-    }
+    CG_TRY(set_math(ctx));
     const float one = 1.0f, zero = 0.0f;
     CG_CUBLAS_CHECK(cublasSgemm(ctx->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                                 (int)n, (int)m, (int)k, &one, b, (int)ldb, a, (int)lda, &zero, c, (int)ldc));
@@ -253,4 +259,22 @@ cg_status cg__cuda_gemm_bias(const void *raw, int index) {
     }
     return gemm_lt(ctx, g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc, g->bias,
                    g->bias_grad, g->fused);
+}
+
+/* One cuBLAS call for every batch, the operands swapped as in cg__cuda_gemm. */
+cg_status cg__cuda_gemm_batched(const void *raw, int index) {
+    const cg_gemm_batched_args *a = raw;
+    const cg_gemm_args *g = &a->gemm;
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (!dims_fit_int(g->m, g->n, g->k, g->lda, g->ldb, g->ldc) || a->batch > INT_MAX)
+        return cg__fail(CG_ERR_SHAPE, "cuda gemm_batched: %lld GEMMs of dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int",
+                        (long long)a->batch, (long long)g->m, (long long)g->n, (long long)g->k);
+    CG_TRY(set_math(ctx));
+    const float one = 1.0f, zero = 0.0f;
+    CG_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx->cublas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                              g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k,
+                                              &one, g->b, (int)g->ldb, a->stride_b, g->a, (int)g->lda, a->stride_a,
+                                              &zero, g->c, (int)g->ldc, a->stride_c, (int)a->batch));
+    return CG_OK;
 }

@@ -1,5 +1,5 @@
 /* The reduce family on CUDA (kernels/kernel_args.h: REDUCE_SUM, REDUCE_SUM_INT64, MSE_FORWARD,
- * MSE_BACKWARD): the deterministic sum over the middle axis of (outer, n, inner) in chunked passes, and MSE's one-launch
+ * MSE_BACKWARD, CUMSUM): the deterministic sum over the middle axis of (outer, n, inner) in chunked passes, and MSE's one-launch
  * sum of squared differences and its gradient, which share reduce.cu's block sums. Mirrors
  * src/cpu/cpu_reduce.c and kernels/reduce.cu. */
 #include "cuda/cuda_internal.h"
@@ -105,5 +105,13 @@ cg_status cg__cuda_reduce_sum_int64(const void *raw, int index) {
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (a->outer * a->inner > 0) CG_CUDA_CHECK(cg_launch_sum_int64(a->x, a->outer, a->n, a->inner, a->out, ctx->stream));
+    return CG_OK;
+}
+
+cg_status cg__cuda_cumsum(const void *raw, int index) {
+    const cg_cumsum_args *a = raw;
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (a->outer * a->inner > 0 && a->n > 0) CG_CUDA_CHECK(cg_launch_cumsum(a, ctx->stream));
     return CG_OK;
 }
