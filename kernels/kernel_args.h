@@ -55,7 +55,7 @@
     X(SCATTER_ADD, scatter_add, cg_scatter_add_args)                   \
     X(CUMSUM, cumsum, cg_cumsum_args)                                  \
     X(SORT, sort, cg_sort_args)                                        \
-    X(TAKE_ALONG, take_along, cg_take_along_args)                      \
+    X(PUT_ALONG, put_along, cg_put_along_args)                        \
     X(GEMM_BATCHED, gemm_batched, cg_gemm_batched_args)
 
 #define CG_KERNEL_ENUM(ID, NAME, ARGS) CG_KERNEL_##ID,
@@ -237,20 +237,17 @@ typedef struct cg_sort_args {
     int64_t *out;
 } cg_sort_args;
 
-/* Elements of `bytes` bytes along the middle axis, at index (outer, k, inner) int64, each in [0, n)
- * (the front-end's, from SORT or ARGMAX):
- *   gather  (scatter false)  dst (outer, k, inner) = src (outer, n, inner) at index
- *   scatter (scatter true)   dst (outer, n, inner) at index = src (outer, k, inner); the other places
- *                            are left as they are, and the positions of one row are distinct, so
- *                            every place has at most one writer (deterministic). */
-typedef struct cg_take_along_args {
+/* dst (outer, n, inner) at index = src (outer, k, inner), elements of `bytes` bytes, index (outer, k,
+ * inner) int64 each in [0, n) (from SORT or ARGMAX); the other places are left as they are. The
+ * positions of one row are distinct, so every place has at most one writer (deterministic): the
+ * gradient of values picked along a dim. */
+typedef struct cg_put_along_args {
     const void *src;
     void *dst;
     int bytes;
     int64_t outer, n, k, inner;
     const int64_t *index;
-    bool scatter;
-} cg_take_along_args;
+} cg_put_along_args;
 
 /* ---- matrix products ---------------------------------------------------------------------------------------- */
 /* Row-major C (m, n) = op(A) op(B); op(A) is (m, k); lda, ldb, ldc are the row strides as stored.

@@ -59,9 +59,9 @@ cudaError_t cg_launch_sum_int64(const int64_t *x, int64_t outer, int64_t n, int6
 cudaError_t cg_launch_cumsum(const cg_cumsum_args *a, cudaStream_t stream);
 
 /* sort.cu: SORT (kernel_args.h) through scratch keys and pos of outer * inner * p elements each, p the
- * power of two at least n; and TAKE_ALONG. */
+ * power of two at least n; and PUT_ALONG. */
 cudaError_t cg_launch_sort(const cg_sort_args *a, int64_t p, uint64_t *keys, int64_t *pos, cudaStream_t stream);
-cudaError_t cg_launch_take_along(const cg_take_along_args *a, cudaStream_t stream);
+cudaError_t cg_launch_put_along(const cg_put_along_args *a, cudaStream_t stream);
 
 /* index.cu: index_select's gather and its gradient, gather, scatter-add (kernel_args.h); a bad index goes
  * to err */

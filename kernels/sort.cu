@@ -1,4 +1,4 @@
-// The sort family's CUDA kernels (kernel_args.h: SORT, TAKE_ALONG; serving src/cuda/cuda_sort.c,
+// The sort family's CUDA kernels (kernel_args.h: SORT, PUT_ALONG; serving src/cuda/cuda_sort.c,
 // mirroring src/cpu/cpu_sort.c): a bitonic sort of every row's (key, position) pairs
 // (kernels/sort_math.h), rows padded to a power of two p, in device scratch; stages whose exchanges
 // stay within a tile of kTile elements run in shared memory, the longer ones one launch per step.
@@ -70,14 +70,13 @@ __global__ void sort_out(cg_sort_args a, int64_t p, const int64_t *pos) {
 }
 
 template <typename T>
-__global__ void take_along(cg_take_along_args a) {
+__global__ void put_along(cg_put_along_args a) {
     const int64_t total = a.outer * a.k * a.inner;
     const T *src = static_cast<const T *>(a.src);
     T *dst = static_cast<T *>(a.dst);
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t o = e / (a.k * a.inner), at = (o * a.n + a.index[e]) * a.inner + e % a.inner;  // e is (o, j, i)
-        if (a.scatter) dst[at] = src[e];
-        else dst[e] = src[at];
+        dst[at] = src[e];
     }
 }
 
@@ -97,13 +96,13 @@ extern "C" cudaError_t cg_launch_sort(const cg_sort_args *a, int64_t p, uint64_t
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t cg_launch_take_along(const cg_take_along_args *a, cudaStream_t stream) {
+extern "C" cudaError_t cg_launch_put_along(const cg_put_along_args *a, cudaStream_t stream) {
     const unsigned grid = cg_launch_grid(a->outer * a->k * a->inner, 256);
     switch (a->bytes) {
-    case 1: take_along<uint8_t><<<grid, 256, 0, stream>>>(*a); break;
-    case 2: take_along<uint16_t><<<grid, 256, 0, stream>>>(*a); break;
-    case 4: take_along<uint32_t><<<grid, 256, 0, stream>>>(*a); break;
-    default: take_along<uint64_t><<<grid, 256, 0, stream>>>(*a); break;
+    case 1: put_along<uint8_t><<<grid, 256, 0, stream>>>(*a); break;
+    case 2: put_along<uint16_t><<<grid, 256, 0, stream>>>(*a); break;
+    case 4: put_along<uint32_t><<<grid, 256, 0, stream>>>(*a); break;
+    default: put_along<uint64_t><<<grid, 256, 0, stream>>>(*a); break;
     }
     return cudaGetLastError();
 }

@@ -1,6 +1,6 @@
 /* Selecting along a dim: max and min with their indices (torch.max(x, dim)), the whole tensor's max and
  * min, sort and topk. The indices come from the classify family's ARGMAX or from SORT; the values are x
- * gathered at them (TAKE_ALONG), and their gradient is g scattered back to those positions, which are
+ * gathered at them (GATHER), and their gradient is g put back at those positions (PUT_ALONG), which are
  * distinct in every row, so no two writes meet (deterministic). */
 #include "cgrad/core.h"
 
@@ -65,11 +65,11 @@ static cg_status select_backward(cg_node *node, const cg_tensor *g, cg_tensor **
     cg_status s = gc ? cg__fill(out, 0.0) : cg_last_status();
     if (s == CG_OK && cg__t(g)->numel > 0) {
         const cg_tensor *idx = node->saved[0];
-        cg_take_along_args a = {.src = cg__data(gc), .dst = cg__data(out), .bytes = cg_dtype_bytes(cg__t(g)->dtype),
-                                .outer = ndim ? cg__numel_of(p->d, shape) : 1, .n = ndim ? shape[p->d] : 1, .k = p->k,
-                                .inner = ndim ? cg__numel_of(ndim - p->d - 1, shape + p->d + 1) : 1,
-                                .index = cg__data(idx), .scatter = true};
-        s = cg__run_take_along(cg__t(g)->device, &a);
+        cg_put_along_args a = {.src = cg__data(gc), .dst = cg__data(out), .bytes = cg_dtype_bytes(cg__t(g)->dtype),
+                               .outer = ndim ? cg__numel_of(p->d, shape) : 1, .n = ndim ? shape[p->d] : 1, .k = p->k,
+                               .inner = ndim ? cg__numel_of(ndim - p->d - 1, shape + p->d + 1) : 1,
+                               .index = cg__data(idx)};
+        s = cg__run_put_along(cg__t(g)->device, &a);
     }
     cg_tensor_free(gc);
     if (s != CG_OK) {
@@ -88,11 +88,12 @@ static cg_status gather_values(const cg_tensor *x, const along *g, int64_t k, co
     cg_tensor *v = cg__tensor_new_dtype(ii->ndim, ii->shape, xi->dtype, xi->device);
     cg_tensor *c = v ? cg__raw_contiguous(x) : NULL;
     cg_status s = c ? CG_OK : cg_last_status();
-    if (s == CG_OK && ii->numel > 0)
-        s = cg__run_take_along(xi->device, &(cg_take_along_args){.src = cg__data(c), .dst = cg__data(v),
-                                                                  .bytes = cg_dtype_bytes(xi->dtype), .outer = g->outer,
-                                                                  .n = g->n, .k = k, .inner = g->inner,
-                                                                  .index = cg__data(idx)});
+    if (s == CG_OK && ii->numel > 0) /* x as (outer, n, inner), read at idx (outer, k, inner) along the middle */
+        s = cg__run_gather(xi->device, &(cg_gather_args){.x = cg__data(c), .bytes = cg_dtype_bytes(xi->dtype),
+                                                          .index = cg__data(idx), .ndim = 3, .dim = 1,
+                                                          .shape = {g->outer, k, g->inner},
+                                                          .x_strides = {g->n * g->inner, g->inner, 1}, .size = g->n,
+                                                          .out = cg__data(v)});
     cg_tensor_free(c);
     if (s == CG_OK && cg__should_record(1, &x)) {
         cg_node *node = cg__record_op(v, op, 1, &x, 1, &idx);

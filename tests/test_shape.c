@@ -188,6 +188,35 @@ static void test_indexing_errors(void **state) {
     free(v);
 }
 
+/* Gradients that sum many contributions per place (gather's and index_select's backward, scatter_add,
+ * index_add) come out bit for bit the same on every run: fixed order, no atomics. */
+static void test_scatter_deterministic(void **state) {
+    (void)state;
+    int64_t n = 4096, rows = 7;
+    cg_manual_seed(21);
+    cg_tensor *src = CG_TEST_OK(cg_randn(2, (int64_t[]){n, 3}, dev()));
+    cg_tensor *idx = CG_TEST_OK(cg_randint(0, rows, 2, (int64_t[]){n, 3}, dev()));
+    cg_tensor *rows_idx = CG_TEST_OK(cg_randint(0, rows, 1, &n, dev()));
+    cg_tensor *base = CG_TEST_OK(cg_zeros(2, (int64_t[]){rows, 3}, dev()));
+    float *first[3] = {NULL};
+    for (int run = 0; run < 2; run++) {
+        cg_tensor *a = CG_TEST_OK(cg_scatter_add(base, 0, idx, src));
+        cg_tensor *b = CG_TEST_OK(cg_index_add(base, 0, rows_idx, src, 0.5f));
+        cg_tensor *leaf = CG_TEST_OK(cg_clone(base));
+        CG_TEST_STATUS_OK(cg_set_requires_grad(leaf, true));
+        cg_tensor *g = CG_TEST_OK(cg_gather(leaf, 0, idx)), *p = CG_TEST_OK(cg_mul(g, src)), *l = CG_TEST_OK(cg_sum(p));
+        CG_TEST_STATUS_OK(cg_backward(l));
+        const cg_tensor *outs[3] = {a, b, cg_grad(leaf)};
+        for (int k = 0; k < 3; k++) {
+            if (run == 0) first[k] = cg_test_read(outs[k]);
+            else cg_test_assert_tensor_bits(outs[k], first[k], (size_t)(rows * 3));
+        }
+        cg_tensor_free(l), cg_tensor_free(p), cg_tensor_free(g), cg_tensor_free(leaf), cg_tensor_free(b), cg_tensor_free(a);
+    }
+    for (int k = 0; k < 3; k++) free(first[k]);
+    cg_tensor_free(base), cg_tensor_free(rows_idx), cg_tensor_free(idx), cg_tensor_free(src);
+}
+
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
@@ -196,6 +225,7 @@ int main(void) {
         CG_TEST(test_shape_errors),
         CG_TEST(test_bad_index_reported),
         CG_TEST(test_indexing_errors),
+        CG_TEST(test_scatter_deterministic),
     };
     return cmocka_run_group_tests(tests, cg_test_setup, NULL);
 }

@@ -47,7 +47,7 @@ cg_status cg__cpu_mse_backward(const void *args, int index);
 cg_status cg__cpu_cumsum(const void *args, int index);
 /* sort: a stable sort along a dim, and the gather / scatter along it (cpu_sort.c) */
 cg_status cg__cpu_sort(const void *args, int index);
-cg_status cg__cpu_take_along(const void *args, int index);
+cg_status cg__cpu_put_along(const void *args, int index);
 /* matmul (cpu_matmul.c; no GEMM_BIAS: the caller runs the bias pass) */
 cg_status cg__cpu_gemm(const void *args, int index);
 cg_status cg__cpu_gemm_batched(const void *args, int index);

@@ -1,4 +1,4 @@
-/* The sort family on the CPU (kernels/kernel_args.h: SORT, TAKE_ALONG; mirrors src/cuda/cuda_sort.c and
+/* The sort family on the CPU (kernels/kernel_args.h: SORT, PUT_ALONG; mirrors src/cuda/cuda_sort.c and
  * kernels/sort.cu): each row's (key, position) pairs (kernels/sort_math.h) sorted with qsort, a total
  * order, so the result is the stable one whatever the algorithm; and the gather and scatter of elements
  * along the middle axis that give sort, topk and max their values and gradients. */
@@ -47,16 +47,15 @@ cg_status cg__cpu_sort(const void *raw, int index) {
     return CG_OK;
 }
 
-cg_status cg__cpu_take_along(const void *raw, int index) {
-    const cg_take_along_args *a = raw;
+cg_status cg__cpu_put_along(const void *raw, int index) {
+    const cg_put_along_args *a = raw;
     (void)index;
     CG_TRY(cg__cpu_enter());
     int64_t n = a->n, k = a->k, inner = a->inner;
     size_t bytes = (size_t)a->bytes;
     CG_CPU_FOR(e, a->outer * k * inner, a->outer * k * inner, {
         int64_t o = e / (k * inner), i = e % inner, at = (o * n + a->index[e]) * inner + i; /* e is (o, j, i) */
-        if (a->scatter) memcpy((char *)a->dst + at * (int64_t)bytes, (const char *)a->src + e * (int64_t)bytes, bytes);
-        else memcpy((char *)a->dst + e * (int64_t)bytes, (const char *)a->src + at * (int64_t)bytes, bytes);
+        memcpy((char *)a->dst + at * (int64_t)bytes, (const char *)a->src + e * (int64_t)bytes, bytes);
     });
     return CG_OK;
 }

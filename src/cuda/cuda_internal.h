@@ -125,7 +125,7 @@ cg_status cg__cuda_mse_backward(const void *args, int index);
 cg_status cg__cuda_cumsum(const void *args, int index);
 /* sort: a stable sort along a dim, and the gather / scatter along it (cuda_sort.c) */
 cg_status cg__cuda_sort(const void *args, int index);
-cg_status cg__cuda_take_along(const void *args, int index);
+cg_status cg__cuda_put_along(const void *args, int index);
 /* matmul (cuda_matmul.c) */
 cg_status cg__cuda_gemm(const void *args, int index);
 cg_status cg__cuda_gemm_bias(const void *args, int index);

@@ -1,4 +1,4 @@
-/* The sort family on CUDA (kernels/kernel_args.h: SORT, TAKE_ALONG; mirrors src/cpu/cpu_sort.c and
+/* The sort family on CUDA (kernels/kernel_args.h: SORT, PUT_ALONG; mirrors src/cpu/cpu_sort.c and
  * kernels/sort.cu): the bitonic sort of every row at once, its keys and positions in scratch that the
  * allocator hands back (stream order makes the reuse safe); the gather / scatter along a dim. */
 #include "cuda/cuda_internal.h"
@@ -29,10 +29,10 @@ cg_status cg__cuda_sort(const void *raw, int index) {
     return CG_OK;
 }
 
-cg_status cg__cuda_take_along(const void *raw, int index) {
-    const cg_take_along_args *a = raw;
+cg_status cg__cuda_put_along(const void *raw, int index) {
+    const cg_put_along_args *a = raw;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    if (a->outer * a->k * a->inner > 0) CG_CUDA_CHECK(cg_launch_take_along(a, ctx->stream));
+    if (a->outer * a->k * a->inner > 0) CG_CUDA_CHECK(cg_launch_put_along(a, ctx->stream));
     return CG_OK;
 }
