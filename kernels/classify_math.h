@@ -178,6 +178,7 @@ CG_HD float cg_cross_entropy_grad(float logp, bool is_target, float wt, float wk
 CG_ROW_FN bool cg_ce_backward_row(const cg_ce_backward_args *a, int64_t r, int lane, int step) {
     cg_row row = cg_row_at(r, a->c, a->inner, lane, step);
     float gr = (a->g_rows ? a->g[r] : a->g[0]) * a->scale, s = a->smoothing, cf = (float)a->c;
+    if (a->divisor) gr /= *a->divisor;
     if (a->probs) {
         float qsum = 0.0f; /* sum_j w[j] q[j] */
         CG_ROW_FOR(k, row) qsum += cg_class_weight(a->weight, k) * ((1.0f - s) * a->probs[CG_ROW_AT(row, k)] + s / cf);

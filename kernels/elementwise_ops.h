@@ -250,6 +250,15 @@ CG_HD double cgm_atleast(double v, double lo) { return cgm_atleast_d(v, lo); }
 #define cgm_atleast(v, lo) _Generic((v), float: cgm_atleastf, default: cgm_atleast_d)((v), (lo))
 #endif
 
+/* The passes call these with the op a constant, so that inlined the switch folds to the op's formula:
+ * forced in C, where GCC stops inlining a function this large once the lists grow (a copy ran 4x
+ * slower), as CUDA's __forceinline__ already does. */
+#ifdef __CUDACC__
+#define CG_EW_INLINE CG_HD
+#else
+#define CG_EW_INLINE static inline __attribute__((always_inline))
+#endif
+
 /* The formulas as functions of one element type: forward, and the gradient of each input given g
  * and the values the op saves (v: x or y for unary ops; ops that save nothing get g). Defined for
  * float (cg_unary_fwd_f, ...) and, in C, for double (..._d), each a switch on the op. */
@@ -263,14 +272,14 @@ CG_HD double cgm_atleast(double v, double lo) { return cgm_atleast_d(v, lo); }
     case CG_BINARY_##NAME: return which ? BB : BA;
 
 #define CG_EW_FUNCTIONS(SUFFIX)                                                                                     \
-    CG_HD CGM_T cg_unary_fwd_##SUFFIX(cg_unary_op op, CGM_T x, CGM_T s) {                                          \
+    CG_EW_INLINE CGM_T cg_unary_fwd_##SUFFIX(cg_unary_op op, CGM_T x, CGM_T s) {                                          \
         (void)s;                                                                                                    \
         switch (op) {                                                                                               \
             CG_UNARY_OPS(CG_UNARY_FWD_CASE)                                                                         \
         default: return x;                                                                                          \
         }                                                                                                           \
     }                                                                                                               \
-    CG_HD CGM_T cg_unary_bwd_##SUFFIX(cg_unary_op op, CGM_T g, CGM_T v, CGM_T s) {                                 \
+    CG_EW_INLINE CGM_T cg_unary_bwd_##SUFFIX(cg_unary_op op, CGM_T g, CGM_T v, CGM_T s) {                                 \
         CGM_T x = v, y = v;                                                                                         \
         (void)x, (void)y, (void)s;                                                                                  \
         switch (op) {                                                                                               \
@@ -278,14 +287,14 @@ CG_HD double cgm_atleast(double v, double lo) { return cgm_atleast_d(v, lo); }
         default: return g;                                                                                          \
         }                                                                                                           \
     }                                                                                                               \
-    CG_HD CGM_T cg_binary_fwd_##SUFFIX(cg_binary_op op, CGM_T a, CGM_T b) {                                        \
+    CG_EW_INLINE CGM_T cg_binary_fwd_##SUFFIX(cg_binary_op op, CGM_T a, CGM_T b) {                                        \
         switch (op) {                                                                                               \
             CG_BINARY_OPS(CG_BINARY_FWD_CASE)                                                                       \
         default: return a;                                                                                          \
         }                                                                                                           \
     }                                                                                                               \
     /* which: 0 the gradient of a, 1 of b */                                                                        \
-    CG_HD CGM_T cg_binary_bwd_##SUFFIX(cg_binary_op op, int which, CGM_T g, CGM_T a, CGM_T b) {                    \
+    CG_EW_INLINE CGM_T cg_binary_bwd_##SUFFIX(cg_binary_op op, int which, CGM_T g, CGM_T a, CGM_T b) {                    \
         (void)a, (void)b;                                                                                           \
         switch (op) {                                                                                               \
             CG_BINARY_OPS(CG_BINARY_BWD_CASE)                                                                       \

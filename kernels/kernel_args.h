@@ -419,6 +419,7 @@ typedef struct cg_ce_backward_args {
     const float *g;
     bool g_rows;
     float scale, smoothing;
+    const float *divisor;           /* or NULL: the mean's denominator, on the device (gr /= *divisor) */
     int64_t outer, c, inner;
     int64_t ignore_index;
     float *grad;

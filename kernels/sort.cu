@@ -29,18 +29,23 @@ __global__ void sort_init(cg_sort_args a, int64_t p, uint64_t *keys, int64_t *po
     }
 }
 
+// Whether the exchange at lo in stage k sorts up: where bit k of the place in its row is 0, and
+// everywhere in the last stage (k = p), which leaves every row ascending, not every other one.
+__device__ __forceinline__ bool ascending(int64_t lo, int64_t k, int64_t p) { return k >= p || (lo & k) == 0; }
+
 // One step (k, j) of the network over the whole array of rows (p, a multiple of k, keeps every
-// exchange inside a row): pair q's lower element, its partner j above, ascending where bit k is 0.
-__global__ void sort_step(uint64_t *keys, int64_t *pos, int64_t total, int64_t k, int64_t j) {
+// exchange inside a row): pair q's lower element and its partner j above.
+__global__ void sort_step(uint64_t *keys, int64_t *pos, int64_t total, int64_t p, int64_t k, int64_t j) {
     for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < total / 2; q += (int64_t)gridDim.x * blockDim.x) {
         const int64_t lo = 2 * q - (q & (j - 1));
-        exchange(keys, pos, lo, lo + j, (lo & k) == 0);
+        exchange(keys, pos, lo, lo + j, ascending(lo, k, p));
     }
 }
 
 // Every step (k, j) with j < kTile for k from k_lo (starting at j_first) to k_hi, in shared memory, one
 // block per tile of kTile elements (a tile holds whole rows when p < kTile; the last may be partial).
-__global__ void sort_tiles(uint64_t *keys, int64_t *pos, int64_t total, int64_t k_lo, int64_t k_hi, int64_t j_first) {
+__global__ void sort_tiles(uint64_t *keys, int64_t *pos, int64_t total, int64_t p, int64_t k_lo, int64_t k_hi,
+                           int64_t j_first) {
     __shared__ uint64_t sk[kTile];
     __shared__ int64_t sp[kTile];
     for (int64_t start = blockIdx.x * kTile; start < total; start += (int64_t)gridDim.x * kTile) {
@@ -51,7 +56,7 @@ __global__ void sort_tiles(uint64_t *keys, int64_t *pos, int64_t total, int64_t 
             for (int64_t j = k == k_lo ? j_first : k / 2; j > 0; j /= 2) {
                 for (int64_t q = threadIdx.x; q < kTile / 2; q += blockDim.x) {
                     const int64_t lo = 2 * q - (q & (j - 1));
-                    if (lo + j < count) exchange(sk, sp, lo, lo + j, ((start + lo) & k) == 0);
+                    if (lo + j < count) exchange(sk, sp, lo, lo + j, ascending(start + lo, k, p));
                 }
                 __syncthreads();
             }
@@ -86,11 +91,11 @@ extern "C" cudaError_t cg_launch_sort(const cg_sort_args *a, int64_t p, uint64_t
     const int64_t total = a->outer * a->inner * p;
     sort_init<<<cg_launch_grid(total, 256), 256, 0, stream>>>(*a, p, keys, pos);
     const unsigned tiles = (unsigned)cg_launch_blocks((total + kTile - 1) / kTile, 8);
-    if (p > 1) sort_tiles<<<tiles, kThreads, 0, stream>>>(keys, pos, total, 2, min(p, kTile), 1);
+    if (p > 1) sort_tiles<<<tiles, kThreads, 0, stream>>>(keys, pos, total, p, 2, min(p, kTile), 1);
     for (int64_t k = 2 * kTile; k <= p; k *= 2) {
         for (int64_t j = k / 2; j >= kTile; j /= 2)
-            sort_step<<<cg_launch_grid(total / 2, 256), 256, 0, stream>>>(keys, pos, total, k, j);
-        sort_tiles<<<tiles, kThreads, 0, stream>>>(keys, pos, total, k, k, kTile / 2);
+            sort_step<<<cg_launch_grid(total / 2, 256), 256, 0, stream>>>(keys, pos, total, p, k, j);
+        sort_tiles<<<tiles, kThreads, 0, stream>>>(keys, pos, total, p, k, k, kTile / 2);
     }
     sort_out<<<cg_launch_grid(a->outer * a->k * a->inner, 256), 256, 0, stream>>>(*a, p, pos);
     return cudaGetLastError();

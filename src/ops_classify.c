@@ -184,9 +184,10 @@ static cg_status check_class_indices(const cg_tensor *targets, int64_t c, int64_
 }
 
 /* The node of either loss: inputs x and targets; saved logp (cross-entropy; NULL for nll_loss), the
- * targets and the weight (or NULL). Its output is the per-row losses (reduction none: g_rows), or their
- * sum times scale (1, or 1 / rows for the mean over class probabilities); a mean over class indices
- * divides that sum by the weights' sum after it, as a recorded cg_div. */
+ * targets, the weight (or NULL) and, for a mean over class indices, the two sums (the rows' losses and
+ * their weights: the mean's divisor, which the backward reads on the device). Its output is the
+ * per-row losses (reduction none: g_rows), their sum times scale (1, or 1 / rows for the mean over
+ * class probabilities), or that weighted mean. */
 typedef struct cg_class_loss_params {
     int64_t ignore_index;
     float scale, smoothing;
@@ -207,7 +208,8 @@ static cg_status class_loss_backward(cg_node *node, const cg_tensor *g, cg_tenso
         s = cg__run_cross_entropy_backward(d, &(cg_ce_backward_args){
             .logp = logp ? cg__data(logp) : NULL, .targets = probs ? NULL : cg__data(targets),
             .probs = probs ? cg__data(targets) : NULL, .weight = weight ? cg__data(weight) : NULL, .g = cg__data(gc),
-            .g_rows = p->g_rows, .scale = p->scale, .smoothing = p->smoothing, .outer = sh.outer, .c = sh.c,
+            .g_rows = p->g_rows, .scale = p->scale, .smoothing = p->smoothing,
+            .divisor = node->saved[3] ? cg__f32(node->saved[3]) + 1 : NULL, .outer = sh.outer, .c = sh.c,
             .inner = sh.inner, .ignore_index = p->ignore_index, .grad = cg__data(grad),
             .grad_probs = grad_t ? cg__data(grad_t) : NULL});
     cg_tensor_free(gc);
@@ -237,12 +239,15 @@ static cg_tensor *class_loss(const cg_op_info *op, const cg_tensor *x, const cg_
     int rdim = 0; /* the rows' shape: x's without C */
     for (int i = 0; i < xi->ndim; i++)
         if (i != (xi->ndim > 1)) rshape[rdim++] = xi->shape[i];
+    /* a mean over class indices: the rows' losses and weights side by side, summed by one reduction */
+    bool weighted_mean = reduction == CG_REDUCTION_MEAN && !sh.probs;
     cg_tensor *xc = cg__raw_contiguous(x), *tc = xc ? cg__raw_contiguous(targets) : NULL;
     cg_tensor *wc = tc && weight ? cg__raw_contiguous(weight) : NULL;
     cg_tensor *logp = tc && (wc || !weight) && log_softmax ? cg__tensor_new(xi->ndim, xi->shape, d) : NULL;
-    cg_tensor *row_loss = tc && (wc || !weight) && (logp || !log_softmax) ? cg__tensor_new(rdim, rshape, d) : NULL;
-    cg_tensor *row_weight = row_loss && !sh.probs ? cg__tensor_new(rdim, rshape, d) : NULL;
-    cg_status s = row_loss && (row_weight || sh.probs) ? CG_OK : cg_last_status();
+    cg_tensor *pair = tc && (wc || !weight) && (logp || !log_softmax)
+                          ? cg__tensor_new(1, (int64_t[]){sh.probs ? rows : 2 * rows}, d) : NULL;
+    cg_tensor *row_loss = pair ? cg__view_new(pair, rdim, rshape, NULL, 0) : NULL;
+    cg_status s = row_loss ? CG_OK : cg_last_status();
     if (s == CG_OK && !sh.probs) s = check_class_indices(tc, sh.c, ignore_index, op->name);
     if (s == CG_OK && rows > 0)
         s = cg__run_cross_entropy_forward(d, &(cg_ce_forward_args){
@@ -250,32 +255,36 @@ static cg_tensor *class_loss(const cg_op_info *op, const cg_tensor *x, const cg_
             .weight = wc ? cg__data(wc) : NULL, .outer = sh.outer, .c = sh.c, .inner = sh.inner,
             .ignore_index = ignore_index, .smoothing = smoothing, .log_softmax = log_softmax,
             .logp = logp ? cg__data(logp) : NULL, .row_loss = cg__data(row_loss),
-            .row_weight = row_weight ? cg__data(row_weight) : NULL});
-    /* the node's output: the rows, or their sum (times 1 / rows for a mean over class probabilities) */
+            .row_weight = sh.probs ? NULL : cg__f32(pair) + rows});
+    /* the node's output: the rows, their sum (times 1 / rows for a mean over class probabilities), or the
+     * sum of the losses over the sum of the weights (NaN when every row is ignored, as PyTorch) */
     float scale = sh.probs && reduction == CG_REDUCTION_MEAN ? (rows ? 1.0f / (float)rows : NAN) : 1.0f;
-    cg_tensor *out = row_loss;
-    if (s == CG_OK && reduction != CG_REDUCTION_NONE) {
+    cg_tensor *out = row_loss, *sums = NULL;
+    if (s == CG_OK && weighted_mean) {
+        sums = cg__tensor_new(1, (int64_t[]){2}, d);
+        out = sums ? cg__tensor_new(0, NULL, d) : NULL;
+        cg_tensor *loss_sum = out ? cg__view_new(sums, 0, NULL, NULL, 0) : NULL;
+        cg_tensor *weight_sum = loss_sum ? cg__view_new(sums, 0, NULL, NULL, 1) : NULL;
+        s = !weight_sum ? cg_last_status()
+            : rows == 0 ? cg__fill(sums, 0.0)
+                        : cg__run_reduce_sum(d, &(cg_reduce_sum_args){cg__data(pair), 2, rows, 1, 1.0f, cg__data(sums)});
+        if (s == CG_OK) s = cg__ew_into(CG_EW_BINARY, CG_BINARY_DIV, 0, 0.0f, (const cg_tensor *[]){loss_sum, weight_sum}, out);
+        cg_tensor_free(weight_sum), cg_tensor_free(loss_sum), cg_tensor_free(row_loss);
+    } else if (s == CG_OK && reduction != CG_REDUCTION_NONE) {
         out = cg__tensor_new(0, NULL, d);
         s = !out ? cg_last_status() : rows == 0 && scale != 1.0f ? cg__fill(out, NAN) : sum_into(row_loss, scale, out);
         cg_tensor_free(row_loss);
     }
     const cg_tensor *inputs[2] = {x, targets};
     if (s == CG_OK && cg__should_record(2, inputs)) {
-        const cg_tensor *saved[3] = {logp, tc, wc};
-        cg_node *node = cg__record_op(out, op, 2, inputs, 3, saved);
+        const cg_tensor *saved[4] = {logp, tc, wc, sums};
+        cg_node *node = cg__record_op(out, op, 2, inputs, 4, saved);
         if (node)
             *CG_NODE_PARAMS(node, cg_class_loss_params) = (cg_class_loss_params){ignore_index, rows ? scale : 0.0f,
                                                                                  smoothing, reduction == CG_REDUCTION_NONE};
         else s = cg_last_status();
     }
-    if (s == CG_OK && reduction == CG_REDUCTION_MEAN && !sh.probs) { /* PyTorch's weighted mean: / sum of w[target] */
-        cg_tensor *wsum = cg__tensor_new(0, NULL, d), *mean = NULL;
-        s = wsum ? sum_into(row_weight, 1.0f, wsum) : cg_last_status();
-        if (s == CG_OK && !(mean = cg_div(out, wsum))) s = cg_last_status();
-        cg_tensor_free(wsum), cg_tensor_free(out);
-        out = mean;
-    }
-    cg_tensor_free(row_weight), cg_tensor_free(logp), cg_tensor_free(wc), cg_tensor_free(tc), cg_tensor_free(xc);
+    cg_tensor_free(sums), cg_tensor_free(pair), cg_tensor_free(logp), cg_tensor_free(wc), cg_tensor_free(tc), cg_tensor_free(xc);
     return cg__finish(out, s);
 }
 
