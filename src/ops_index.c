@@ -135,12 +135,13 @@ cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index) 
 }
 
 /* ---- gather, scatter_add, index_add, masked_fill ------------------------------------------------------ */
-/* Checks that index (int64, live, on t's device) has ndim dims (t's, unless index_add's 1-D index) and
- * that d is a dim of t. */
+/* Checks that index (int64, live, on t's device) has ndim dims (-1: t's; index_add's is 1-D) and that d
+ * is a dim of t. */
 static cg_status check_index(const cg_tensor *t, const cg_tensor *index, int dim, int ndim, const char *fn, int *d) {
     CG_TRY(cg__check_tensor(t, fn, "t"));
     CG_TRY(cg__check_tensor(index, fn, "index"));
     CG_TRY(cg__check_same_device(t, index, fn));
+    if (ndim < 0) ndim = cg__t(t)->ndim;
     char sh[160], si[160];
     if (cg__t(index)->dtype != CG_INT64 || cg__t(index)->ndim != ndim)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: index must be an int64 tensor of %d dims, got %s of shape %s (t %s)", fn,
@@ -213,7 +214,7 @@ static cg_status gather_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 cg_tensor *cg_gather(const cg_tensor *t, int dim, const cg_tensor *index) {
     const char *fn = "cg_gather";
     int d;
-    if (check_index(t, index, dim, cg__t(t) ? cg__t(t)->ndim : 0, fn, &d) != CG_OK) return NULL;
+    if (check_index(t, index, dim, -1, fn, &d) != CG_OK) return NULL;
     char sh[160], si[160];
     if (!fits(index, t, d, true))
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: index %s is larger than t %s in a dim other than %d", fn,
@@ -286,7 +287,7 @@ static cg_tensor *record_scatter(cg_tensor *out, const cg_tensor *t, const cg_te
 cg_tensor *cg_scatter_add(const cg_tensor *t, int dim, const cg_tensor *index, const cg_tensor *src) {
     const char *fn = "cg_scatter_add";
     int d;
-    if (check_index(t, index, dim, cg__t(t) ? cg__t(t)->ndim : 0, fn, &d) != CG_OK || check_src(t, src, "src", fn) != CG_OK)
+    if (check_index(t, index, dim, -1, fn, &d) != CG_OK || check_src(t, src, "src", fn) != CG_OK)
         return NULL;
     char sh[160], si[160], ss[160];
     bool shaped = cg__t(src)->ndim == cg__t(t)->ndim && fits(index, src, d, false) && fits(index, t, d, true);

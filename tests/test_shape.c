@@ -154,6 +154,9 @@ static void test_indexing_errors(void **state) {
     cg_tensor *gi = cg_test_int64_tensor(good, 2, (int64_t[]){2, 4}), *bi = cg_test_int64_tensor(bad, 2, (int64_t[]){2, 4});
     cg_tensor *rows = cg_test_int64_tensor(good, 1, (int64_t[]){2});
     cg_tensor *wide = cg_test_int64_tensor(good, 2, (int64_t[]){1, 8});
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_gather(NULL, 0, gi), "cg_gather", "NULL");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_scatter_add(NULL, 0, gi, src), "cg_scatter_add", "NULL");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_index_add(t, 0, NULL, src, 1.0f), "cg_index_add", "NULL");
     EXPECT_NULL(CG_ERR_SHAPE, cg_gather(t, 0, wide), "cg_gather", "index (1, 8) is larger than t (3, 4)");
     EXPECT_NULL(CG_ERR_INVALID_ARG, cg_gather(t, 0, rows), "cg_gather", "int64 tensor of 2 dims");
     EXPECT_NULL(CG_ERR_INVALID_ARG, cg_gather(t, 2, gi), "cg_gather", "dim 2 is out of range");
