@@ -188,6 +188,7 @@ typedef struct cg_reduce_sum_args {
     int64_t outer, n, inner;
     float scale;
     float *out;     /* (outer, inner) = scale * the sums over n */
+    float *ratio;   /* or NULL; with outer 2, inner 1: ratio[0] = out[0] / out[1] (a weighted mean) */
 } cg_reduce_sum_args;
 
 /* The same for integers, exactly: x (outer, n, inner) int64, out (outer, inner) int64 = the sums over

@@ -50,6 +50,10 @@ cudaError_t cg_launch_where(const cg_where_args *where, cudaStream_t stream);
  * times scale. Deterministic: a fixed order for given shapes. */
 cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64_t n, int64_t inner, int64_t chunks,
                                  int64_t chunk_len, float scale, float *partial, cudaStream_t stream);
+/* reduce.cu: out (2) = scale * the sums of x's two rows (2, n), and ratio[0] = out[0] / out[1], in one
+ * block: the last pass of a weighted mean, its sums in sum_rows_chunked's order. */
+cudaError_t cg_launch_sum_pair_ratio(const float *x, int64_t n, float scale, float *out, float *ratio,
+                                     cudaStream_t stream);
 
 /* reduce.cu: out (outer, inner) = the exact int64 sums of x (outer, n, inner) over n, one block per output. */
 cudaError_t cg_launch_sum_int64(const int64_t *x, int64_t outer, int64_t n, int64_t inner, int64_t *out,

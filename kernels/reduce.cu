@@ -35,6 +35,17 @@ __global__ void sum_rows_chunked(const float *__restrict__ x, int64_t n, int64_t
     if (threadIdx.x == 0) partial[blockIdx.x] = total * scale;
 }
 
+// A weighted mean's last pass: one block sums both rows of x (2, n), as sum_rows_chunked does one, then
+// divides, saving the launch a separate division would take.
+__global__ void sum_pair_ratio(const float *__restrict__ x, int64_t n, float scale, float *__restrict__ out,
+                               float *__restrict__ ratio) {
+    __shared__ float shared[kThreads];
+    float acc[2] = {0.0f, 0.0f};
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) acc[0] += x[i], acc[1] += x[n + i];
+    const float num = block_sum(acc[0], shared) * scale, den = block_sum(acc[1], shared) * scale;
+    if (threadIdx.x == 0) out[0] = num, out[1] = den, ratio[0] = num / den;
+}
+
 // MSE's sum in one launch: out = scale * the sum of (a - b)^2. Each block adds its grid-stride share,
 // four elements a thread at a time with all their loads in flight (a loss's inputs are small, so
 // latency, not bandwidth, bounds this), and leaves it in partial[block]; the last block to finish,
@@ -162,6 +173,12 @@ extern "C" cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64
         sum_columns_chunked<<<(unsigned)blocks, kThreads, 0, stream>>>(x, outer, n, inner, chunks, chunk_len, scale,
                                                                      partial);
     }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cg_launch_sum_pair_ratio(const float *x, int64_t n, float scale, float *out, float *ratio,
+                                                cudaStream_t stream) {
+    sum_pair_ratio<<<1, kThreads, 0, stream>>>(x, n, scale, out, ratio);
     return cudaGetLastError();
 }
 

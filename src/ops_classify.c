@@ -225,7 +225,8 @@ static cg_status class_loss_backward(cg_node *node, const cg_tensor *g, cg_tenso
 static cg_status sum_into(const cg_tensor *x, float scale, cg_tensor *out) {
     int64_t n = cg__t(x)->numel;
     if (n == 0) return cg__fill(out, 0.0);
-    return cg__run_reduce_sum(cg__t(out)->device, &(cg_reduce_sum_args){cg__data(x), 1, n, 1, scale, cg__data(out)});
+    return cg__run_reduce_sum(cg__t(out)->device, &(cg_reduce_sum_args){.x = cg__data(x), .outer = 1, .n = n,
+        .inner = 1, .scale = scale, .out = cg__data(out)});
 }
 
 /* Cross-entropy (log_softmax: x holds logits) or nll_loss (x holds log-probabilities) of checked float32
@@ -263,13 +264,12 @@ static cg_tensor *class_loss(const cg_op_info *op, const cg_tensor *x, const cg_
     if (s == CG_OK && weighted_mean) {
         sums = cg__tensor_new(1, (int64_t[]){2}, d);
         out = sums ? cg__tensor_new(0, NULL, d) : NULL;
-        cg_tensor *loss_sum = out ? cg__view_new(sums, 0, NULL, NULL, 0) : NULL;
-        cg_tensor *weight_sum = loss_sum ? cg__view_new(sums, 0, NULL, NULL, 1) : NULL;
-        s = !weight_sum ? cg_last_status()
-            : rows == 0 ? cg__fill(sums, 0.0)
-                        : cg__run_reduce_sum(d, &(cg_reduce_sum_args){cg__data(pair), 2, rows, 1, 1.0f, cg__data(sums)});
-        if (s == CG_OK) s = cg__ew_into(CG_EW_BINARY, CG_BINARY_DIV, 0, 0.0f, (const cg_tensor *[]){loss_sum, weight_sum}, out);
-        cg_tensor_free(weight_sum), cg_tensor_free(loss_sum), cg_tensor_free(row_loss);
+        if (!out) s = cg_last_status();
+        else if (rows > 0) /* one pass sums both and divides */
+            s = cg__run_reduce_sum(d, &(cg_reduce_sum_args){.x = cg__data(pair), .outer = 2, .n = rows, .inner = 1,
+                .scale = 1.0f, .out = cg__data(sums), .ratio = cg__data(out)});
+        else if ((s = cg__fill(sums, 0.0)) == CG_OK) s = cg__fill(out, NAN);
+        cg_tensor_free(row_loss);
     } else if (s == CG_OK && reduction != CG_REDUCTION_NONE) {
         out = cg__tensor_new(0, NULL, d);
         s = !out ? cg_last_status() : rows == 0 && scale != 1.0f ? cg__fill(out, NAN) : sum_into(row_loss, scale, out);

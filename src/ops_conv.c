@@ -113,10 +113,11 @@ static cg_status bias_grad_into(const cg_conv_geom *g, const cg_tensor *gy, cg_t
     size_t bytes = (size_t)(g->n * g->k) * sizeof(float); /* at most y's size (check_geom) */
     float *per_image = cg__alloc(gyi->device, bytes);
     if (!per_image) return cg_last_status();
-    cg_status s = cg__run_reduce_sum(gyi->device, &(cg_reduce_sum_args){cg__data(gy), g->n * g->k, g->oh * g->ow, 1,
-                                                                         1.0f, per_image});
+    cg_status s = cg__run_reduce_sum(gyi->device, &(cg_reduce_sum_args){.x = cg__data(gy), .outer = g->n * g->k,
+        .n = g->oh * g->ow, .inner = 1, .scale = 1.0f, .out = per_image});
     if (s == CG_OK)
-        s = cg__run_reduce_sum(gyi->device, &(cg_reduce_sum_args){per_image, 1, g->n, g->k, 1.0f, cg__data(out)});
+        s = cg__run_reduce_sum(gyi->device, &(cg_reduce_sum_args){.x = per_image, .outer = 1, .n = g->n,
+            .inner = g->k, .scale = 1.0f, .out = cg__data(out)});
     cg__free(gyi->device, per_image, bytes); /* stream order makes the reuse safe on a GPU */
     return s;
 }

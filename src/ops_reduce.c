@@ -104,7 +104,8 @@ static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bo
     } else if (cg__t(out)->numel > 0) {
         cg_tensor *c = cg_contiguous(t);
         float scale = mean ? 1.0f / (float)n : 1.0f;
-        s = c ? cg__run_reduce_sum(ti->device, &(cg_reduce_sum_args){cg__data(c), outer, n, inner, scale, cg__data(out)})
+        s = c ? cg__run_reduce_sum(ti->device, &(cg_reduce_sum_args){.x = cg__data(c), .outer = outer, .n = n,
+            .inner = inner, .scale = scale, .out = cg__data(out)})
               : cg_last_status();
         cg_tensor_free(c);
     }
@@ -126,8 +127,8 @@ cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out) {
     const cg_tensor_impl *gi = cg__t(g);
     int64_t rows = gi->shape[0], cols = gi->numel / (rows ? rows : 1);
     cg_status s = rows == 0 ? cg__fill(out, 0.0f)
-                            : cg__run_reduce_sum(gi->device, &(cg_reduce_sum_args){cg__data(c), 1, rows, cols, 1.0f,
-                                                                                   cg__data(out)});
+                            : cg__run_reduce_sum(gi->device, &(cg_reduce_sum_args){.x = cg__data(c), .outer = 1,
+                                .n = rows, .inner = cols, .scale = 1.0f, .out = cg__data(out)});
     cg_tensor_free(c);
     return s;
 }

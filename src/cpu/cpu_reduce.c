@@ -94,6 +94,7 @@ cg_status cg__cpu_reduce_sum(const void *raw, int index) {
             for (int64_t i = 0; i < n; i++) acc += x[o * n + i];
             out[o] = (float)(acc * scale);
         });
+        if (kargs->ratio) kargs->ratio[0] = out[0] / out[1]; /* outer 2 */
         return CG_OK;
     }
     int64_t tiles = (inner + INNER_TILE - 1) / INNER_TILE;

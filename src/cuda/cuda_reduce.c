@@ -51,7 +51,10 @@ cg_status cg__cuda_reduce_sum(const void *raw, int index) {
                 break;
             }
         }
-        cudaError_t e = cg_launch_sum_chunks(src, outer, n, inner, chunks, chunk_len, last ? scale : 1.0f, dst, ctx->stream);
+        cudaError_t e = last && kargs->ratio
+                            ? cg_launch_sum_pair_ratio(src, n, scale, dst, kargs->ratio, ctx->stream)
+                            : cg_launch_sum_chunks(src, outer, n, inner, chunks, chunk_len, last ? scale : 1.0f, dst,
+                                                   ctx->stream);
         /* Stream order makes it safe to recycle the previous pass's buffer right after launch. */
         if (scratch) cg__free(d, scratch, scratch_bytes);
         scratch = last ? NULL : dst, scratch_bytes = bytes;
