@@ -35,6 +35,10 @@ cg_status cg__unary_into(cg_unary_op op, float s, const cg_tensor *x, cg_tensor 
 cg_status cg__add_(cg_tensor *dst, const cg_tensor *src);
 /* out (contiguous, (cols,)) = the sum of the rows of g (rows, cols); not recorded. */
 cg_status cg__sum_rows_into(const cg_tensor *g, cg_tensor *out);
+/* dim counted from the end when negative, among span places (t's ndim; ndim + 1 where a dim is
+ * inserted; 1 for a 0-dim t where PyTorch takes dim 0 or -1); -1 when out of range, with
+ * CG_ERR_INVALID_ARG naming fn and t's shape. (src/ops_shape.c) */
+int cg__dim_of(const cg_tensor *t, int dim, int span, const char *fn);
 /* Records out = op(t) (one input, nothing saved) when t requires grad, its node in *node (NULL when
  * none) if node is not NULL. Frees out and returns NULL on failure. (src/ops_copy.c) */
 cg_tensor *cg__recorded(cg_tensor *out, const cg_tensor *t, const struct cg_op_info *op, cg_node **node);

@@ -65,12 +65,8 @@ static cg_status softmax_backward(cg_node *node, const cg_tensor *g, cg_tensor *
 static cg_tensor *softmax_op(const cg_tensor *x, int dim, cg_softmax_kind kind, bool keepdim, const char *fn) {
     if (cg__check_tensor(x, fn, "x") != CG_OK || cg__check_floating(x, fn, "x") != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
-    int span = xi->ndim ? xi->ndim : 1, d = dim < 0 ? dim + span : dim; /* a 0-dim x takes dim 0 or -1, as PyTorch */
-    if (d < 0 || d >= span) {
-        char buf[160];
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for x of shape %s (expected in [%d, %d])", fn, dim,
-                            cg__shape_str(x, buf, sizeof buf), -span, span - 1);
-    }
+    int d = cg__dim_of(x, dim, xi->ndim ? xi->ndim : 1, fn); /* a 0-dim x takes dim 0 or -1, as PyTorch */
+    if (d < 0) return NULL;
     CG_VIA_FLOAT32(fn, softmax_op(f32[0], dim, kind, keepdim, fn), x);
     int64_t outer, n, inner, shape[CG_MAX_DIMS];
     rows_along(xi, d, &outer, &n, &inner);
@@ -541,9 +537,8 @@ static cg_tensor *arg_extreme(const cg_tensor *t, int dim, bool keepdim, bool mi
     if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
     if (cg__t(t)->dtype == CG_BOOL)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: t is bool, which has no order here (as in PyTorch); convert it", fn);
-    int d = dim < 0 ? dim + cg__t(t)->ndim : dim;
-    if (d < 0 || d >= cg__t(t)->ndim)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, cg__t(t)->ndim);
+    int d = cg__dim_of(t, dim, cg__t(t)->ndim, fn);
+    if (d < 0) return NULL;
     if (cg__t(t)->shape[d] == 0) {
         char buf[160];
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: cannot take the %s over dim %d of size 0 (shape %s)", fn, min ? "argmin" : "argmax", dim,

@@ -105,10 +105,8 @@ cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index) 
     if (ii->dtype != CG_INT64 || ii->ndim > 1)
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: index must be a 1-D (or 0-dim) int64 tensor, got %s of shape %s", fn,
                             cg_dtype_name(ii->dtype), cg__shape_str(index, sh, sizeof sh));
-    int d = dim < 0 ? dim + ti->ndim : dim;
-    if (d < 0 || d >= ti->ndim)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for t of shape %s", fn, dim,
-                            cg__shape_str(t, sh, sizeof sh));
+    int d = cg__dim_of(t, dim, ti->ndim, fn);
+    if (d < 0) return NULL;
     int64_t shape[CG_MAX_DIMS];
     memcpy(shape, ti->shape, sizeof shape);
     shape[d] = ii->numel;
@@ -148,10 +146,8 @@ static cg_status check_index(const cg_tensor *t, const cg_tensor *index, int dim
                         ndim, cg_dtype_name(cg__t(index)->dtype), cg__shape_str(index, si, sizeof si),
                         cg__shape_str(t, sh, sizeof sh));
     int n = cg__t(t)->ndim;
-    *d = dim < 0 ? dim + (n ? n : 1) : dim; /* a 0-dim t has dim 0 (or -1), as PyTorch's */
-    if (*d < 0 || *d >= (n ? n : 1))
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: dim %d is out of range for t of shape %s", fn, dim, cg__shape_str(t, sh, sizeof sh));
-    return CG_OK;
+    *d = cg__dim_of(t, dim, n ? n : 1, fn); /* a 0-dim t has dim 0 (or -1), as PyTorch's */
+    return *d < 0 ? cg_last_status() : CG_OK;
 }
 
 /* Checks, on the CPU, every value of the contiguous index against size; a GPU's kernel checks its own. */

@@ -51,11 +51,9 @@ static cg_status reduce_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 static cg_status reduce_geometry(const cg_tensor *t, int dim, bool all, bool keepdim, const char *fn, int *d,
                                  int64_t *outer, int64_t *n, int64_t *inner, int *ndim, int64_t *shape) {
     const cg_tensor_impl *ti = cg__t(t);
-    *d = dim < 0 ? dim + ti->ndim : dim;
-    if (!all && (*d < 0 || *d >= ti->ndim))
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: dim %d out of range for a %d-dim tensor", fn, dim, ti->ndim);
-    *outer = 1, *n = ti->numel, *inner = 1, *ndim = 0;
+    *d = -1, *outer = 1, *n = ti->numel, *inner = 1, *ndim = 0;
     if (all) return CG_OK;
+    if ((*d = cg__dim_of(t, dim, ti->ndim, fn)) < 0) return cg_last_status();
     *outer = cg__numel_of(*d, ti->shape);
     *n = ti->shape[*d];
     *inner = cg__numel_of(ti->ndim - *d - 1, ti->shape + *d + 1);
@@ -353,12 +351,8 @@ cg_tensor *cg_cumsum(const cg_tensor *t, int dim) {
     if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
     CG_VIA_FLOAT32(fn, cg_cumsum(f32[0], dim), t);
     const cg_tensor_impl *ti = cg__t(t);
-    int rank = ti->ndim ? ti->ndim : 1, d = dim < 0 ? dim + rank : dim;
-    if (d < 0 || d >= rank) {
-        char sh[160];
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dim %d out of range for t of shape %s", fn, dim,
-                            cg__shape_str(t, sh, sizeof sh));
-    }
+    int d = cg__dim_of(t, dim, ti->ndim ? ti->ndim : 1, fn);
+    if (d < 0) return NULL;
     /* integers and bool sum as int64, as PyTorch's */
     cg_tensor *c = ti->dtype == CG_FLOAT32 || ti->dtype == CG_INT64 ? cg__raw_contiguous(t) : cg__cast_new(t, CG_INT64);
     cg_tensor *out = c ? cg__tensor_like(c) : NULL;

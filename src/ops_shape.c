@@ -15,15 +15,18 @@
 #include "ops.h"
 #include "tensor_impl.h"
 
-/* dim counted from the end when negative, for a tensor of ndim dims (ndim + 1 places where a dim is
- * inserted: extra 1); -1 when out of range, with CG_ERR_INVALID_ARG naming fn and t's shape. */
-static int dim_of(const cg_tensor *t, int dim, int extra, const char *fn) {
-    int n = cg__t(t)->ndim + extra, d = dim < 0 ? dim + n : dim;
-    if (d >= 0 && d < n) return d;
+int cg__dim_of(const cg_tensor *t, int dim, int span, const char *fn) {
+    int d = dim < 0 ? dim + span : dim;
+    if (d >= 0 && d < span) return d;
     char sh[160];
     cg__fail(CG_ERR_INVALID_ARG, "%s: dim %d is out of range for a tensor of shape %s (expected %d to %d)", fn, dim,
-             cg__shape_str(t, sh, sizeof sh), -n, n - 1);
+             cg__shape_str(t, sh, sizeof sh), -span, span - 1);
     return -1;
+}
+
+/* dim among t's dims (extra 0) or among the ndim + 1 places where a dim is inserted (extra 1). */
+static int dim_of(const cg_tensor *t, int dim, int extra, const char *fn) {
+    return cg__dim_of(t, dim, cg__t(t)->ndim + extra, fn);
 }
 
 /* ---- views that reshape ------------------------------------------------------------------------------- */

@@ -26,12 +26,7 @@ static cg_status along_of(const cg_tensor *x, int dim, const char *fn, along *g)
     const cg_tensor_impl *xi = cg__t(x);
     if (xi->dtype != CG_INT64 && !cg_dtype_floating(xi->dtype))
         return cg__fail(CG_ERR_INVALID_ARG, "%s: x is %s; expected a floating or int64 tensor", fn, cg_dtype_name(xi->dtype));
-    int rank = xi->ndim ? xi->ndim : 1;
-    g->d = dim < 0 ? dim + rank : dim;
-    if (g->d < 0 || g->d >= rank) {
-        char sh[160];
-        return cg__fail(CG_ERR_INVALID_ARG, "%s: dim %d out of range for x of shape %s", fn, dim, cg__shape_str(x, sh, sizeof sh));
-    }
+    if ((g->d = cg__dim_of(x, dim, xi->ndim ? xi->ndim : 1, fn)) < 0) return cg_last_status();
     g->outer = xi->ndim ? cg__numel_of(g->d, xi->shape) : 1;
     g->n = xi->ndim ? xi->shape[g->d] : 1;
     g->inner = xi->ndim ? cg__numel_of(xi->ndim - g->d - 1, xi->shape + g->d + 1) : 1;

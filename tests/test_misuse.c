@@ -48,7 +48,7 @@
  *  reshape_two_inferred            cg_reshape to (-1, -1, 3)                      SHAPE    cg_reshape, only one dimension can be inferred
  *  reshape_wrong_numel             cg_reshape (3, 4) to (5, -1)                   SHAPE    cg_reshape, (5, -1), (3, 4), 12 elements
  *  transpose_bad_dim               cg_transpose(2-D, 0, 2)                        INVALID  cg_transpose, (0, 2), 2-dim
- *  sum_dim_bad_dim                 cg_sum_dim(2-D, -3)                            INVALID  cg_sum_dim, dim -3, 2-dim
+ *  sum_dim_bad_dim                 cg_sum_dim(2-D, -3)                            INVALID  cg_sum_dim, dim -3, (2, 3)
  *  module_null_arguments           forward(NULL, x), forward(m, NULL), to(NULL)   INVALID  cg_module_forward / cg_module_to, NULL
  *  module_wrong_features           Linear(10, 2) on x (4, 3)                      SHAPE    cg_linear, (4, 3), (2, 10)
  *  sequential_same_module_twice    cg_sequential_new({lin, lin})                  INVALID  cg_sequential_new, module 1 is module 0
@@ -391,7 +391,7 @@ static void transpose_bad_dim(cg_device d) {
 
 static void sum_dim_bad_dim(cg_device d) {
     cg_tensor *t = LEAF(d, 2, 3);
-    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_sum_dim(t, -3, false), "cg_sum_dim", "dim -3", "2-dim");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_sum_dim(t, -3, false), "cg_sum_dim", "dim -3", "(2, 3)");
     cg_tensor_free(t);
 }
 
