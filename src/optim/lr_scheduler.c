@@ -6,7 +6,6 @@
 #include "optim/optimizer.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,16 +204,6 @@ int64_t cg_lr_scheduler_last_epoch(const cg_lr_scheduler *h) {
 }
 
 /* ---- construction --------------------------------------------------------------------------------------- */
-static cg_status bad(const char *fn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static cg_status bad(const char *fn, const char *fmt, ...) {
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return cg__fail(CG_ERR_INVALID_ARG, "%s: %s", fn, msg);
-}
-
 /* A scheduler of kind over opt with the settings in *proto, after its initial step (PyTorch's
  * constructor: last_epoch 0, and the lrs of epoch 0; none for ReduceLROnPlateau). */
 static cg_lr_scheduler *sched_new(cg_optimizer *opt, const sched *proto, const char *fn) {
@@ -250,16 +239,21 @@ static bool finite_nonneg(double v) { return isfinite(v) && v >= 0; }
 cg_lr_scheduler *cg_step_lr_new(cg_optimizer *opt, int64_t step_size, double gamma) {
     const char *fn = "cg_step_lr_new";
     if (cg__check_optimizer(opt, fn) != CG_OK) return NULL;
-    if (step_size < 1) return (bad(fn, "step_size %lld: expected a positive integer", (long long)step_size), NULL);
-    if (!finite_nonneg(gamma)) return (bad(fn, "gamma %g: expected a finite number >= 0", gamma), NULL);
+    if (step_size < 1)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: step_size %lld: expected a positive integer",
+                            fn, (long long)step_size);
+    if (!finite_nonneg(gamma))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: gamma %g: expected a finite number >= 0", fn, gamma);
     return sched_new(opt, &(sched){.kind = SK_STEP, .step_size = step_size, .gamma = gamma}, fn);
 }
 
 cg_lr_scheduler *cg_cosine_annealing_lr_new(cg_optimizer *opt, int64_t t_max, double eta_min) {
     const char *fn = "cg_cosine_annealing_lr_new";
     if (cg__check_optimizer(opt, fn) != CG_OK) return NULL;
-    if (t_max < 1 || t_max > INT64_MAX / 4) return (bad(fn, "T_max %lld: expected a positive integer", (long long)t_max), NULL);
-    if (!finite_nonneg(eta_min)) return (bad(fn, "eta_min %g: expected a finite number >= 0", eta_min), NULL);
+    if (t_max < 1 || t_max > INT64_MAX / 4)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: T_max %lld: expected a positive integer", fn, (long long)t_max);
+    if (!finite_nonneg(eta_min))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: eta_min %g: expected a finite number >= 0", fn, eta_min);
     return sched_new(opt, &(sched){.kind = SK_COSINE, .t_max = t_max, .eta_min = eta_min}, fn);
 }
 
@@ -267,11 +261,14 @@ cg_lr_scheduler *cg_linear_lr_new(cg_optimizer *opt, double start_factor, double
     const char *fn = "cg_linear_lr_new";
     if (cg__check_optimizer(opt, fn) != CG_OK) return NULL;
     if (!(start_factor > 0 && start_factor <= 1))
-        return (bad(fn, "start_factor %g: Starting multiplicative factor expected to be greater than 0 and less or equal "
-                    "to 1.", start_factor), NULL);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: start_factor %g: Starting multiplicative factor expected to be "
+                            "greater than 0 and less or equal to 1.", fn, start_factor);
     if (!(end_factor >= 0 && end_factor <= 1))
-        return (bad(fn, "end_factor %g: Ending multiplicative factor expected to be between 0 and 1.", end_factor), NULL);
-    if (total_iters < 0) return (bad(fn, "total_iters %lld: expected an integer >= 0", (long long)total_iters), NULL);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: end_factor %g: Ending multiplicative factor expected to be "
+                            "between 0 and 1.", fn, end_factor);
+    if (total_iters < 0)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: total_iters %lld: expected an integer >= 0",
+                            fn, (long long)total_iters);
     return sched_new(opt, &(sched){.kind = SK_LINEAR, .start_factor = start_factor, .end_factor = end_factor,
                                    .total_iters = total_iters}, fn);
 }
@@ -284,15 +281,21 @@ cg_one_cycle_options cg_one_cycle_defaults(double max_lr, int64_t total_steps) {
 cg_lr_scheduler *cg_one_cycle_lr_new(cg_optimizer *opt, cg_one_cycle_options o) {
     const char *fn = "cg_one_cycle_lr_new";
     if (cg__check_optimizer(opt, fn) != CG_OK) return NULL;
-    if (o.total_steps < 1) return (bad(fn, "Expected positive integer total_steps, but got %lld", (long long)o.total_steps), NULL);
+    if (o.total_steps < 1)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: Expected positive integer total_steps, but got %lld",
+                            fn, (long long)o.total_steps);
     if (!(o.pct_start >= 0 && o.pct_start <= 1))
-        return (bad(fn, "Expected float between 0 and 1 pct_start, but got %g", o.pct_start), NULL);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: Expected float between 0 and 1 pct_start, but got %g",
+                            fn, o.pct_start);
     if (o.anneal_strategy != CG_ANNEAL_COS && o.anneal_strategy != CG_ANNEAL_LINEAR)
-        return (bad(fn, "anneal_strategy must be one of 'cos' or 'linear', instead got %d", (int)o.anneal_strategy), NULL);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: anneal_strategy must be one of 'cos' or 'linear', instead got %d",
+                            fn, (int)o.anneal_strategy);
     if (o.cycle_momentum)
-        return (bad(fn, "cycle_momentum is not supported: pass false (the optimizer's momentum / beta1 stays fixed)"), NULL);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: cycle_momentum is not supported: pass false (the optimizer's "
+                            "momentum / beta1 stays fixed)", fn);
     if (!(isfinite(o.div_factor) && o.div_factor > 0) || !(isfinite(o.final_div_factor) && o.final_div_factor > 0))
-        return (bad(fn, "div_factor %g and final_div_factor %g must be finite and > 0", o.div_factor, o.final_div_factor), NULL);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: div_factor %g and final_div_factor %g must be finite and > 0",
+                            fn, o.div_factor, o.final_div_factor);
     if (cg__hyperparam_check(fn, CG_HP_LR, o.max_lr) != CG_OK) return NULL;
     return sched_new(opt, &(sched){.kind = SK_ONE_CYCLE, .one_cycle = o}, fn);
 }
@@ -305,14 +308,18 @@ cg_plateau_options cg_plateau_defaults(void) {
 cg_lr_scheduler *cg_reduce_lr_on_plateau_new(cg_optimizer *opt, cg_plateau_options o) {
     const char *fn = "cg_reduce_lr_on_plateau_new";
     if (cg__check_optimizer(opt, fn) != CG_OK) return NULL;
-    if (!(o.factor < 1.0) || !(o.factor >= 0)) return (bad(fn, "factor %g: Factor should be < 1.0. (and >= 0)", o.factor), NULL);
-    if (o.mode != CG_PLATEAU_MIN && o.mode != CG_PLATEAU_MAX) return (bad(fn, "mode %d is unknown!", (int)o.mode), NULL);
+    if (!(o.factor < 1.0) || !(o.factor >= 0))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: factor %g: Factor should be < 1.0. (and >= 0)", fn, o.factor);
+    if (o.mode != CG_PLATEAU_MIN && o.mode != CG_PLATEAU_MAX)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: mode %d is unknown!", fn, (int)o.mode);
     if (o.threshold_mode != CG_THRESHOLD_REL && o.threshold_mode != CG_THRESHOLD_ABS)
-        return (bad(fn, "threshold mode %d is unknown!", (int)o.threshold_mode), NULL);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: threshold mode %d is unknown!", fn, (int)o.threshold_mode);
     if (o.patience < 0 || o.cooldown < 0)
-        return (bad(fn, "patience %lld and cooldown %lld must be >= 0", (long long)o.patience, (long long)o.cooldown), NULL);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: patience %lld and cooldown %lld must be >= 0",
+                            fn, (long long)o.patience, (long long)o.cooldown);
     if (!isfinite(o.threshold) || !finite_nonneg(o.min_lr) || !finite_nonneg(o.eps))
-        return (bad(fn, "threshold %g must be finite, min_lr %g and eps %g finite and >= 0", o.threshold, o.min_lr, o.eps), NULL);
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: threshold %g must be finite, min_lr %g and eps %g finite and "
+                            ">= 0", fn, o.threshold, o.min_lr, o.eps);
     return sched_new(opt, &(sched){.kind = SK_PLATEAU, .plateau = o, .best = o.mode == CG_PLATEAU_MIN ? INFINITY : -INFINITY},
                      fn);
 }
@@ -320,9 +327,13 @@ cg_lr_scheduler *cg_reduce_lr_on_plateau_new(cg_optimizer *opt, cg_plateau_optio
 cg_lr_scheduler *cg_cosine_warm_restarts_new(cg_optimizer *opt, int64_t t_0, int64_t t_mult, double eta_min) {
     const char *fn = "cg_cosine_warm_restarts_new";
     if (cg__check_optimizer(opt, fn) != CG_OK) return NULL;
-    if (t_0 < 1) return (bad(fn, "Expected positive integer T_0, but got %lld", (long long)t_0), NULL);
-    if (t_mult < 1) return (bad(fn, "Expected integer T_mult >= 1, but got %lld", (long long)t_mult), NULL);
-    if (!finite_nonneg(eta_min)) return (bad(fn, "eta_min %g: expected a finite number >= 0", eta_min), NULL);
+    if (t_0 < 1)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: Expected positive integer T_0, but got %lld", fn, (long long)t_0);
+    if (t_mult < 1)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: Expected integer T_mult >= 1, but got %lld",
+                            fn, (long long)t_mult);
+    if (!finite_nonneg(eta_min))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: eta_min %g: expected a finite number >= 0", fn, eta_min);
     return sched_new(opt, &(sched){.kind = SK_WARM_RESTARTS, .t_0 = t_0, .t_mult = t_mult, .eta_min = eta_min, .t_i = t_0},
                      fn);
 }
