@@ -51,6 +51,7 @@
     X(MAX_POOL2D_BACKWARD, max_pool2d_backward, cg_pool_args)       \
     X(INDEX_SELECT, index_select, cg_index_select_args)               \
     X(INDEX_ADD, index_add, cg_index_add_args)                         \
+    X(INDEX_SORT, index_sort, cg_index_sort_args)                      \
     X(GATHER, gather, cg_gather_args)                                  \
     X(SCATTER_ADD, scatter_add, cg_scatter_add_args)                   \
     X(CUMSUM, cumsum, cg_cumsum_args)                                  \
@@ -536,5 +537,15 @@ typedef struct cg_index_add_args {
     const int64_t *order, *offsets; /* (nidx), (n + 1) */
     void *out;
 } cg_index_add_args;
+
+/* The order index_add reads, made where the index lives (no host round trip): order (nidx) = the
+ * positions 0 .. nidx - 1 stably sorted by index[position]; offsets (n + 1): offsets[j] = the first
+ * place in order whose index is j. An index outside [0, n) (which its forward reported) sorts last
+ * and is left out: offsets[n] counts the others. On a GPU nidx <= INT32_MAX and n < UINT32_MAX. */
+typedef struct cg_index_sort_args {
+    const int64_t *index;
+    int64_t nidx, n;
+    int64_t *order, *offsets;
+} cg_index_sort_args;
 
 #endif

@@ -71,6 +71,10 @@ cudaError_t cg_launch_put_along(const cg_put_along_args *a, cudaStream_t stream)
  * to err */
 cudaError_t cg_launch_index_select(const cg_index_select_args *args, cg_index_error *err, cudaStream_t stream);
 cudaError_t cg_launch_index_add(const cg_index_add_args *args, cudaStream_t stream);
+/* index.cu: INDEX_SORT (kernel_args.h) through a scratch buffer of *bytes from cg_index_sort_scratch (false
+ * when nidx or n is too large for it). */
+bool cg_index_sort_scratch(int64_t nidx, int64_t n, size_t *bytes);
+cudaError_t cg_launch_index_sort(const cg_index_sort_args *args, void *scratch, size_t bytes, cudaStream_t stream);
 cudaError_t cg_launch_gather(const cg_gather_args *args, cg_index_error *err, cudaStream_t stream);
 cudaError_t cg_launch_scatter_add(const cg_scatter_add_args *args, cg_index_error *err, cudaStream_t stream);
 

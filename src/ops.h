@@ -47,11 +47,11 @@ cg_tensor *cg__recorded(cg_tensor *out, const cg_tensor *t, const struct cg_op_i
 cg_status cg__identity_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in);
 cg_status cg__reshape_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in);
 /* A new tensor (ndim, shape) whose slice j along dim d is the sum, in this order, of g's slices
- * order[offsets[j]] .. order[offsets[j + 1] - 1] (g: shape with nidx along d; offsets: shape[d] + 1
- * ascending, order: nidx positions), computed on g's device: a scatter-add with no atomics, for
- * gradients of ops that pick slices. Not recorded. (src/ops_index.c) */
-cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, int64_t nidx, const int64_t *order, const int64_t *offsets,
-                                int ndim, const int64_t *shape);
+ * order[offsets[j]] .. order[offsets[j + 1] - 1] (g: shape with nidx along d; offsets: (shape[d] + 1)
+ * ascending, order: (nidx) positions, both int64 on g's device), computed there: a scatter-add with no
+ * atomics, for gradients of ops that pick slices. Not recorded. (src/ops_index.c) */
+cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, const cg_tensor *order, const cg_tensor *offsets, int ndim,
+                                const int64_t *shape);
 /* CG_OK for CG_REDUCTION_MEAN, SUM, NONE (and BATCHMEAN where batchmean_ok), else CG_ERR_INVALID_ARG naming fn
  * (src/ops_loss.c). */
 cg_status cg__check_reduction(cg_reduction reduction, bool batchmean_ok, const char *fn);

@@ -15,19 +15,6 @@
 #include "ops.h"
 #include "tensor_impl.h"
 
-/* index's values on the host (malloc; *n of them; NULL with the error recorded on failure). A 0-dim
- * index is one position. */
-static int64_t *index_values(const cg_tensor *index, int64_t *n, const char *fn) {
-    *n = cg__t(index)->numel;
-    int64_t *v = malloc((size_t)(*n ? *n : 1) * sizeof *v);
-    if (!v) return CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory for %lld indices", fn, (long long)*n);
-    if (cg_to_host_bytes(index, v, (size_t)*n * sizeof *v) != CG_OK) {
-        free(v);
-        return (cg__fail_context("%s", fn), NULL);
-    }
-    return v;
-}
-
 /* Checks the n positions v (on the host) against the dim's size. */
 static cg_status check_positions(const int64_t *v, int64_t n, int64_t size, int dim, const char *fn) {
     for (int64_t i = 0; i < n; i++)
@@ -47,48 +34,37 @@ typedef struct cg_index_select_params {
     int dim; /* non-negative */
 } cg_index_select_params;
 
-cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, int64_t nidx, const int64_t *order, const int64_t *offsets,
-                                int ndim, const int64_t *shape) {
+cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, const cg_tensor *order, const cg_tensor *offsets, int ndim,
+                                const int64_t *shape) {
     cg_device dev = cg__t(g)->device;
-    cg_tensor *ord = cg_from_data_dtype(order, 1, &nidx, CG_INT64, dev);
-    cg_tensor *offs = ord ? cg_from_data_dtype(offsets, 1, (int64_t[]){shape[d] + 1}, CG_INT64, dev) : NULL;
-    cg_tensor *gc = offs ? cg__raw_contiguous(g) : NULL;
+    cg_tensor *gc = cg__raw_contiguous(g);
     cg_tensor *out = gc ? cg__tensor_new_dtype(ndim, shape, cg__t(g)->dtype, dev) : NULL;
     cg_status s = out ? CG_OK : cg_last_status();
     if (s == CG_OK && cg__t(out)->numel > 0) {
-        cg_index_add_args a = {.g = cg__data(gc), .dtype = cg__t(g)->dtype, .nidx = nidx, .n = shape[d],
-                               .order = cg__data(ord), .offsets = cg__data(offs), .out = cg__data(out)};
+        cg_index_add_args a = {.g = cg__data(gc), .dtype = cg__t(g)->dtype, .nidx = cg__t(order)->numel, .n = shape[d],
+                               .order = cg__data(order), .offsets = cg__data(offsets), .out = cg__data(out)};
         around(cg__t(out), d, &a.outer, &a.inner);
         s = cg__run_index_add(dev, &a);
     }
-    cg_tensor_free(gc), cg_tensor_free(offs), cg_tensor_free(ord);
+    cg_tensor_free(gc);
     return cg__finish(out, s);
 }
 
-/* saved: index. The gradient of t sums g's rows that index chose, per row of t: the positions are
- * sorted by destination (a stable counting sort on the host), and each destination sums its own in
- * ascending order. */
+/* saved: index (contiguous). The gradient of t sums g's rows that index chose, per row of t: the
+ * positions are sorted by destination where the index lives (INDEX_SORT: no wait for a GPU), and each
+ * destination sums its own in ascending order. */
 static cg_status index_select_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
-    const char *fn = "cg_index_select";
     const cg_tensor *index = node->saved[0];
     int d = CG_NODE_PARAMS(node, cg_index_select_params)->dim;
-    int64_t nidx, size = node->in_shape[0][d];
-    int64_t *idx = index_values(index, &nidx, fn);
-    if (idx && check_positions(idx, nidx, size, d, fn) != CG_OK) { /* a GPU's forward wrote nothing for it */
-        free(idx);
-        return cg_last_status();
-    }
-    int64_t *offsets = idx ? calloc((size_t)size + 2, sizeof *offsets) : NULL, *order = NULL;
-    if (idx && offsets) order = malloc((size_t)(nidx ? nidx : 1) * sizeof *order);
-    if (!order) {
-        free(idx), free(offsets);
-        return idx ? cg__fail(CG_ERR_OOM, "%s: out of host memory for the gradient's order", fn) : cg_last_status();
-    }
-    for (int64_t i = 0; i < nidx; i++) offsets[idx[i] + 2]++;
-    for (int64_t j = 0; j < size; j++) offsets[j + 2] += offsets[j + 1];
-    for (int64_t i = 0; i < nidx; i++) order[offsets[idx[i] + 1]++] = i; /* offsets[j] now starts j */
-    grad_in[0] = cg__index_add_sorted(g, d, nidx, order, offsets, node->in_ndim[0], node->in_shape[0]);
-    free(idx), free(offsets), free(order);
+    int64_t nidx = cg__t(index)->numel, size = node->in_shape[0][d];
+    cg_device dev = cg__t(index)->device;
+    cg_tensor *order = cg__tensor_new_dtype(1, &nidx, CG_INT64, dev);
+    cg_tensor *offsets = order ? cg__tensor_new_dtype(1, (int64_t[]){size + 1}, CG_INT64, dev) : NULL;
+    cg_status s = offsets ? cg__run_index_sort(dev, &(cg_index_sort_args){.index = cg__data(index), .nidx = nidx,
+                                                     .n = size, .order = cg__data(order), .offsets = cg__data(offsets)})
+                          : cg_last_status();
+    grad_in[0] = s == CG_OK ? cg__index_add_sorted(g, d, order, offsets, node->in_ndim[0], node->in_shape[0]) : NULL;
+    cg_tensor_free(order), cg_tensor_free(offsets);
     return grad_in[0] ? CG_OK : cg_last_status();
 }
 

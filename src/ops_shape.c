@@ -195,8 +195,11 @@ static cg_status slice_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad
         int64_t before = j <= p->start ? 0 : (j - p->start + p->step - 1) / p->step;
         offsets[j] = before < len ? before : len;
     }
-    grad_in[0] = cg__index_add_sorted(u, p->dim, len, order, offsets, n->in_ndim[0], n->in_shape[0]);
-    free(order), free(offsets), cg_tensor_free(u);
+    cg_device d = cg__t(u)->device;
+    cg_tensor *ord = cg_from_data_dtype(order, 1, &len, CG_INT64, d);
+    cg_tensor *offs = ord ? cg_from_data_dtype(offsets, 1, (int64_t[]){size + 1}, CG_INT64, d) : NULL;
+    grad_in[0] = offs ? cg__index_add_sorted(u, p->dim, ord, offs, n->in_ndim[0], n->in_shape[0]) : NULL;
+    free(order), free(offsets), cg_tensor_free(u), cg_tensor_free(ord), cg_tensor_free(offs);
     return grad_in[0] ? CG_OK : cg_last_status();
 }
 

@@ -135,6 +135,13 @@ static void test_bad_index_reported(void **state) {
         out = CG_TEST_OK(cg_index_select(t, 0, idx));
         EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_synchronize(dev()), "cg_index_select", "index 5");
         cg_tensor_free(out);
+        /* through backward, whose sort leaves the bad position out: reported at its end */
+        cg_tensor *leaf = CG_TEST_OK(cg_clone(t));
+        CG_TEST_STATUS_OK(cg_set_requires_grad(leaf, true));
+        out = CG_TEST_OK(cg_index_select(leaf, 0, idx));
+        s = CG_TEST_OK(cg_sum(out));
+        EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_backward(s), "cg_index_select", "index 5");
+        cg_tensor_free(s), cg_tensor_free(out), cg_tensor_free(leaf);
         cg_tensor *ok = CG_TEST_OK(cg_sum(t)); /* the context still works */
         CG_TEST_STATUS_OK(cg_item(ok, &x));
         assert_true(x == 15.0f);
@@ -195,12 +202,19 @@ static void test_indexing_errors(void **state) {
  * index_add) come out bit for bit the same on every run: fixed order, no atomics. */
 static void test_scatter_deterministic(void **state) {
     (void)state;
-    int64_t n = 4096, rows = 7;
+    enum { rows = 7 };
+    int64_t n = 4096;
     cg_manual_seed(21);
     cg_tensor *src = CG_TEST_OK(cg_randn(2, (int64_t[]){n, 3}, dev()));
     cg_tensor *idx = CG_TEST_OK(cg_randint(0, rows, 2, (int64_t[]){n, 3}, dev()));
     cg_tensor *rows_idx = CG_TEST_OK(cg_randint(0, rows, 1, &n, dev()));
     cg_tensor *base = CG_TEST_OK(cg_zeros(2, (int64_t[]){rows, 3}, dev()));
+    /* index_select's gradient sums each row's positions in ascending order: exactly this, in float */
+    float *s = cg_test_read(src), expected[rows * 3] = {0};
+    int64_t *r = cg_test_read_int64(rows_idx);
+    for (int64_t i = 0; i < n; i++)
+        for (int k = 0; k < 3; k++) expected[r[i] * 3 + k] += s[i * 3 + k];
+    free(s), free(r);
     float *first[3] = {NULL};
     for (int run = 0; run < 2; run++) {
         cg_tensor *a = CG_TEST_OK(cg_scatter_add(base, 0, idx, src));
@@ -209,6 +223,13 @@ static void test_scatter_deterministic(void **state) {
         CG_TEST_STATUS_OK(cg_set_requires_grad(leaf, true));
         cg_tensor *g = CG_TEST_OK(cg_gather(leaf, 0, idx)), *p = CG_TEST_OK(cg_mul(g, src)), *l = CG_TEST_OK(cg_sum(p));
         CG_TEST_STATUS_OK(cg_backward(l));
+        cg_tensor *table = CG_TEST_OK(cg_clone(base));
+        CG_TEST_STATUS_OK(cg_set_requires_grad(table, true));
+        cg_tensor *picked = CG_TEST_OK(cg_index_select(table, 0, rows_idx)), *q = CG_TEST_OK(cg_mul(picked, src));
+        cg_tensor *lq = CG_TEST_OK(cg_sum(q));
+        CG_TEST_STATUS_OK(cg_backward(lq));
+        cg_test_assert_tensor_bits(cg_grad(table), expected, (size_t)(rows * 3));
+        cg_tensor_free(lq), cg_tensor_free(q), cg_tensor_free(picked), cg_tensor_free(table);
         const cg_tensor *outs[3] = {a, b, cg_grad(leaf)};
         for (int k = 0; k < 3; k++) {
             if (run == 0) first[k] = cg_test_read(outs[k]);

@@ -37,6 +37,7 @@ cg_status cg__cpu_where(const void *args, int index);
 /* index: index_select and its gradient, gather, scatter-add (cpu_index.c) */
 cg_status cg__cpu_index_select(const void *args, int index);
 cg_status cg__cpu_index_add(const void *args, int index);
+cg_status cg__cpu_index_sort(const void *args, int index);
 cg_status cg__cpu_gather(const void *args, int index);
 cg_status cg__cpu_scatter_add(const void *args, int index);
 /* reduce: the sums (float, and exact int64), MSE and cumsum (cpu_reduce.c) */

@@ -35,6 +35,7 @@ const cg_backend cg__cpu_backend = {
             [CG_KERNEL_COPY_BLOCKS] = cg__cpu_copy_blocks,
             [CG_KERNEL_INDEX_SELECT] = cg__cpu_index_select,
             [CG_KERNEL_INDEX_ADD] = cg__cpu_index_add,
+            [CG_KERNEL_INDEX_SORT] = cg__cpu_index_sort,
             [CG_KERNEL_GATHER] = cg__cpu_gather,
             [CG_KERNEL_SCATTER_ADD] = cg__cpu_scatter_add,
             [CG_KERNEL_COMPARE] = cg__cpu_compare,

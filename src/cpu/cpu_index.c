@@ -1,5 +1,5 @@
-/* The index family on the CPU (kernels/kernel_args.h: INDEX_SELECT, INDEX_ADD, GATHER, SCATTER_ADD):
- * gathering along a dim, and the sums per destination in a fixed order. The front-ends checked every
+/* The index family on the CPU (kernels/kernel_args.h: INDEX_SELECT, INDEX_ADD, INDEX_SORT, GATHER,
+ * SCATTER_ADD): gathering along a dim, and the sums per destination in a fixed order. The front-ends checked every
  * index. Mirrors src/cuda/cuda_index.c and kernels/index.cu. */
 #include <string.h>
 
@@ -37,6 +37,25 @@ cg_status cg__cpu_index_add(const void *raw, int index) {
             cg_store_float(a->dtype, a->out, r * inner + k, acc);
         }
     });
+    return CG_OK;
+}
+
+/* A stable counting sort: count each index's positions, turn the counts into starts, place the positions
+ * (each start advancing to the next index's), then shift the starts back. */
+cg_status cg__cpu_index_sort(const void *raw, int index) {
+    const cg_index_sort_args *a = raw;
+    (void)index;
+    CG_TRY(cg__cpu_enter());
+    int64_t *offsets = a->offsets, n = a->n;
+    const int64_t *idx = a->index;
+    memset(offsets, 0, (size_t)(n + 1) * sizeof *offsets);
+    for (int64_t i = 0; i < a->nidx; i++)
+        if (idx[i] >= 0 && idx[i] < n) offsets[idx[i] + 1]++;
+    for (int64_t j = 1; j <= n; j++) offsets[j] += offsets[j - 1];
+    for (int64_t i = 0; i < a->nidx; i++)
+        if (idx[i] >= 0 && idx[i] < n) a->order[offsets[idx[i]]++] = i;
+    for (int64_t j = n; j > 0; j--) offsets[j] = offsets[j - 1];
+    offsets[0] = 0;
     return CG_OK;
 }
 

@@ -65,6 +65,7 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_COPY_BLOCKS] = cg__cuda_copy_blocks,
             [CG_KERNEL_INDEX_SELECT] = cg__cuda_index_select,
             [CG_KERNEL_INDEX_ADD] = cg__cuda_index_add,
+            [CG_KERNEL_INDEX_SORT] = cg__cuda_index_sort,
             [CG_KERNEL_GATHER] = cg__cuda_gather,
             [CG_KERNEL_SCATTER_ADD] = cg__cuda_scatter_add,
             [CG_KERNEL_COMPARE] = cg__cuda_compare,

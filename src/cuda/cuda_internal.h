@@ -115,6 +115,7 @@ cg_status cg__cuda_where(const void *args, int index);
 /* index: index_select and its gradient, gather, scatter-add (cuda_index.c) */
 cg_status cg__cuda_index_select(const void *args, int index);
 cg_status cg__cuda_index_add(const void *args, int index);
+cg_status cg__cuda_index_sort(const void *args, int index);
 cg_status cg__cuda_gather(const void *args, int index);
 cg_status cg__cuda_scatter_add(const void *args, int index);
 /* reduce: the sums (float, and exact int64), MSE and cumsum (cuda_reduce.c) */
