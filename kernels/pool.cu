@@ -26,8 +26,9 @@ __global__ void max_pool_forward_kernel(cg_pool_args a) {
     const cg_pool_geom *g = &a.geom;
     GRID_STRIDE(o, g->planes * g->h.out * g->w.out) {
         const PlaneIndex at = split(o, g->h.out, g->w.out);
+        const cg_pool_taps ty = cg_pool_taps_of(g, &g->h, at.r), tx = cg_pool_taps_of(g, &g->w, at.c);
         int32_t where;
-        a.y[o] = cg_max_pool_at(g, a.x + at.p * g->h.in * g->w.in, at.r, at.c, &where);
+        a.y[o] = cg_max_pool_window(g, a.x + at.p * g->h.in * g->w.in, &ty, &tx, &where);
         if (a.arg) a.arg[o] = where;
     }
 }
@@ -37,7 +38,10 @@ __global__ void max_pool_backward_kernel(cg_pool_args a) {
     GRID_STRIDE(e, g->planes * g->h.in * g->w.in) {
         const PlaneIndex at = split(e, g->h.in, g->w.in);
         const int64_t plane = at.p * g->h.out * g->w.out;
-        a.gx[e] = cg_max_pool_grad_at(g, a.gy + plane, a.arg + plane, at.r, at.c);
+        int64_t y0, y1, x0, x1;
+        cg_pool_covering(g, &g->h, at.r, &y0, &y1);
+        cg_pool_covering(g, &g->w, at.c, &x0, &x1);
+        a.gx[e] = cg_max_pool_grad(g, a.gy + plane, a.arg + plane, at.r, at.c, y0, y1, x0, x1);
     }
 }
 
@@ -45,7 +49,8 @@ __global__ void pool_forward_kernel(cg_pool_args a) {
     const cg_pool_geom *g = &a.geom;
     GRID_STRIDE(o, g->planes * g->h.out * g->w.out) {
         const PlaneIndex at = split(o, g->h.out, g->w.out);
-        a.y[o] = cg_pool_at(g, a.x + at.p * g->h.in * g->w.in, at.r, at.c);
+        const cg_pool_taps ty = cg_pool_taps_of(g, &g->h, at.r), tx = cg_pool_taps_of(g, &g->w, at.c);
+        a.y[o] = cg_pool_window(g, a.x + at.p * g->h.in * g->w.in, &ty, &tx);
     }
 }
 
@@ -53,7 +58,10 @@ __global__ void pool_backward_kernel(cg_pool_args a) {
     const cg_pool_geom *g = &a.geom;
     GRID_STRIDE(e, g->planes * g->h.in * g->w.in) {
         const PlaneIndex at = split(e, g->h.in, g->w.in);
-        a.gx[e] = cg_pool_grad_at(g, a.gy + at.p * g->h.out * g->w.out, at.r, at.c);
+        int64_t y0, y1, x0, x1;
+        cg_pool_covering(g, &g->h, at.r, &y0, &y1);
+        cg_pool_covering(g, &g->w, at.c, &x0, &x1);
+        a.gx[e] = cg_pool_grad(g, a.gy + at.p * g->h.out * g->w.out, at.r, at.c, y0, y1, x0, x1, nullptr, nullptr);
     }
 }
 

@@ -1,8 +1,8 @@
 /* The pool family's per-element math (kernel_args.h: MAX_POOL2D_*, POOL2D_*), shared by the CPU backend
  * (src/cpu/cpu_pool.c, C), the CUDA kernels (kernels/pool.cu, nvcc) and the op-table references
  * (src/ops_pool.c): the taps an output reads along a dim, the outputs that read an input position, one
- * output, and one element of an input's gradient. Both backends call these same functions in the same
- * order, so they give the same bits. */
+ * output, and one element of an input's gradient. Both backends follow them in the same order, so they
+ * give the same bits (up to nvcc's fused multiply-adds in the weighted sums; a maximum is exact). */
 #ifndef CGRAD_POOL_MATH_H
 #define CGRAD_POOL_MATH_H
 
@@ -11,7 +11,7 @@
 /* Scanning a window in row-major order from max = -inf, v becomes the maximum when it is greater, or
  * NaN (PyTorch's max_pool2d: the first of tied maxima wins, a NaN wins over numbers, and the last NaN
  * over earlier ones). */
-CG_HD bool cg_max_pool_better(float v, float max) { return v > max || v != v; }
+CG_HD bool cg_max_pool_better(float v, float max) { return (v > max) | (v != v); } /* | : no branch */
 
 /* The input positions output o reads along a dim: first + k step for k in [0, n), with weights (1 but
  * for the two of BILINEAR*), and this dim's factor of an average's divisor (1 where there is none). */
@@ -106,15 +106,20 @@ CG_HD float cg_pool_divisor(const cg_pool_geom *g, const cg_pool_taps *ty, const
     return (float)(g->divisor ? g->divisor : ty->count * tx->count);
 }
 
-/* MAX_POOL2D_FORWARD at output (oy, ox) of plane (h.in, w.in): the maximum, and where it was (*at). */
-CG_HD float cg_max_pool_at(const cg_pool_geom *g, const float *plane, int64_t oy, int64_t ox, int32_t *at) {
-    const cg_pool_taps ty = cg_pool_taps_of(g, &g->h, oy), tx = cg_pool_taps_of(g, &g->w, ox);
+/* The taps of output o along d: from a table of them (the CPU's, made once per call) or computed. */
+CG_HD cg_pool_taps cg_pool_taps_in(const cg_pool_geom *g, const cg_pool_dim *d, const cg_pool_taps *table, int64_t o) {
+    return table ? table[o] : cg_pool_taps_of(g, d, o);
+}
+
+/* MAX_POOL2D_FORWARD over taps (ty, tx) of a plane (h.in, w.in): the maximum, and where it was (*at). */
+CG_HD float cg_max_pool_window(const cg_pool_geom *g, const float *plane, const cg_pool_taps *ty, const cg_pool_taps *tx,
+                               int32_t *at) {
     float best = -INFINITY;
-    int64_t where = ty.first * g->w.in + tx.first;
-    for (int64_t a = 0; a < ty.n; a++) {
-        const int64_t row = (ty.first + a * ty.step) * g->w.in;
-        for (int64_t b = 0; b < tx.n; b++) {
-            const int64_t i = row + tx.first + b * tx.step;
+    int64_t where = ty->first * g->w.in + tx->first;
+    for (int64_t a = 0; a < ty->n; a++) {
+        const int64_t row = (ty->first + a * ty->step) * g->w.in;
+        for (int64_t b = 0; b < tx->n; b++) {
+            const int64_t i = row + tx->first + b * tx->step;
             const float v = plane[i];
             const bool take = cg_max_pool_better(v, best);
             best = take ? v : best;
@@ -125,11 +130,10 @@ CG_HD float cg_max_pool_at(const cg_pool_geom *g, const float *plane, int64_t oy
     return best;
 }
 
-/* MAX_POOL2D_BACKWARD at input (iy, ix) of a plane: gy summed over the windows that chose it, row-major. */
-CG_HD float cg_max_pool_grad_at(const cg_pool_geom *g, const float *gy, const int32_t *arg, int64_t iy, int64_t ix) {
-    int64_t y0, y1, x0, x1;
-    cg_pool_covering(g, &g->h, iy, &y0, &y1);
-    cg_pool_covering(g, &g->w, ix, &x0, &x1);
+/* MAX_POOL2D_BACKWARD at input (iy, ix) of a plane, read by the windows [y0, y1] x [x0, x1]
+ * (cg_pool_covering): gy summed over those that chose it, row-major. */
+CG_HD float cg_max_pool_grad(const cg_pool_geom *g, const float *gy, const int32_t *arg, int64_t iy, int64_t ix,
+                             int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
     const int32_t target = (int32_t)(iy * g->w.in + ix);
     float acc = 0.0f;
     for (int64_t oy = y0; oy <= y1; oy++)
@@ -138,31 +142,28 @@ CG_HD float cg_max_pool_grad_at(const cg_pool_geom *g, const float *gy, const in
     return acc;
 }
 
-/* POOL2D_FORWARD at output (oy, ox) of a plane: the weighted sum of its taps, row by row, over the divisor. */
-CG_HD float cg_pool_at(const cg_pool_geom *g, const float *plane, int64_t oy, int64_t ox) {
-    const cg_pool_taps ty = cg_pool_taps_of(g, &g->h, oy), tx = cg_pool_taps_of(g, &g->w, ox);
+/* POOL2D_FORWARD over taps (ty, tx) of a plane: the weighted sum of the taps, row by row, over the divisor. */
+CG_HD float cg_pool_window(const cg_pool_geom *g, const float *plane, const cg_pool_taps *ty, const cg_pool_taps *tx) {
     float acc = 0.0f;
-    for (int64_t a = 0; a < ty.n; a++) {
-        const float *row = plane + (ty.first + a * ty.step) * g->w.in + tx.first;
+    for (int64_t a = 0; a < ty->n; a++) {
+        const float *row = plane + (ty->first + a * ty->step) * g->w.in + tx->first;
         float r = 0.0f;
-        for (int64_t b = 0; b < tx.n; b++) r += cg_pool_tap_weight(&tx, b) * row[b * tx.step];
-        acc += cg_pool_tap_weight(&ty, a) * r;
+        for (int64_t b = 0; b < tx->n; b++) r += cg_pool_tap_weight(tx, b) * row[b * tx->step];
+        acc += cg_pool_tap_weight(ty, a) * r;
     }
-    return acc / cg_pool_divisor(g, &ty, &tx);
+    return acc / cg_pool_divisor(g, ty, tx);
 }
 
-/* POOL2D_BACKWARD at input (iy, ix) of a plane: over the outputs that read it, row-major, its weight in
- * them times gy over their divisor. */
-CG_HD float cg_pool_grad_at(const cg_pool_geom *g, const float *gy, int64_t iy, int64_t ix) {
-    int64_t y0, y1, x0, x1;
-    cg_pool_covering(g, &g->h, iy, &y0, &y1);
-    cg_pool_covering(g, &g->w, ix, &x0, &x1);
+/* POOL2D_BACKWARD at input (iy, ix) of a plane, read by the outputs [y0, y1] x [x0, x1]: over them,
+ * row-major, its weight in them times gy over their divisor. Taps from the tables where given. */
+CG_HD float cg_pool_grad(const cg_pool_geom *g, const float *gy, int64_t iy, int64_t ix, int64_t y0, int64_t y1,
+                         int64_t x0, int64_t x1, const cg_pool_taps *taps_h, const cg_pool_taps *taps_w) {
     float acc = 0.0f;
     for (int64_t oy = y0; oy <= y1; oy++) {
-        const cg_pool_taps ty = cg_pool_taps_of(g, &g->h, oy);
+        const cg_pool_taps ty = cg_pool_taps_in(g, &g->h, taps_h, oy);
         const float wy = cg_pool_weight_at(g, &ty, iy);
         for (int64_t ox = x0; ox <= x1; ox++) {
-            const cg_pool_taps tx = cg_pool_taps_of(g, &g->w, ox);
+            const cg_pool_taps tx = cg_pool_taps_in(g, &g->w, taps_w, ox);
             acc += wy * cg_pool_weight_at(g, &tx, ix) * (gy[oy * g->w.out + ox] / cg_pool_divisor(g, &ty, &tx));
         }
     }
