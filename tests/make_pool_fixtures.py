@@ -64,7 +64,7 @@ def save(tensors, path):
     header, blobs, offset = {}, [], 0
     for name in sorted(tensors):
         t = tensors[name].contiguous()
-        blob = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        blob = bytes(t.reshape(-1).view(torch.uint8).tolist())  # no numpy needed
         dtype = {torch.float32: "F32", torch.float16: "F16"}[t.dtype]
         header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
