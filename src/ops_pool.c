@@ -290,7 +290,6 @@ static cg_status upsample_size(cg_pool_dim *d, int64_t out, double scale_factor,
         return cg__fail(CG_ERR_INVALID_ARG, "%s: out_%s = %lld must be in [1, 2^31)", fn, dim, (long long)out);
     }
     d->out = out;
-    d->scale = 0.0f;
     return CG_OK;
 }
 
