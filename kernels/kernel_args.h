@@ -47,8 +47,6 @@
     X(CONV2D_FORWARD, conv2d_forward, cg_conv_args)                   \
     X(CONV2D_BACKWARD_DATA, conv2d_backward_data, cg_conv_args)       \
     X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight, cg_conv_args)   \
-    X(MAX_POOL2D_FORWARD, max_pool2d_forward, cg_pool_args)           \
-    X(MAX_POOL2D_BACKWARD, max_pool2d_backward, cg_pool_args)       \
     X(INDEX_SELECT, index_select, cg_index_select_args)               \
     X(INDEX_ADD, index_add, cg_index_add_args)                         \
     X(INDEX_SORT, index_sort, cg_index_sort_args)                      \
@@ -57,7 +55,11 @@
     X(CUMSUM, cumsum, cg_cumsum_args)                                  \
     X(SORT, sort, cg_sort_args)                                        \
     X(PUT_ALONG, put_along, cg_put_along_args)                        \
-    X(GEMM_BATCHED, gemm_batched, cg_gemm_batched_args)
+    X(GEMM_BATCHED, gemm_batched, cg_gemm_batched_args)              \
+    X(MAX_POOL2D_FORWARD, max_pool2d_forward, cg_pool_args)           \
+    X(MAX_POOL2D_BACKWARD, max_pool2d_backward, cg_pool_args)         \
+    X(POOL2D_FORWARD, pool2d_forward, cg_pool_args)                   \
+    X(POOL2D_BACKWARD, pool2d_backward, cg_pool_args)
 
 #define CG_KERNEL_ENUM(ID, NAME, ARGS) CG_KERNEL_##ID,
 typedef enum cg_kernel_id { CG_KERNELS(CG_KERNEL_ENUM) CG_KERNEL_COUNT } cg_kernel_id;
@@ -469,16 +471,6 @@ typedef struct cg_conv_args {
     float *y, *gx, *gweight;
 } cg_conv_args;
 
-/* Max pooling: y (n, c, oh, ow) = the maximum of each window of x, scanned in row-major order as
- * PyTorch does (v replaces the maximum when v > max or v is NaN); arg (same shape, or NULL) = its
- * offset ki * w + kj from the window's corner in the plane (exact as a float: kh w <= 2^24).
- * Backward: gx (n, c, h, w) = the sum of gy over the windows whose arg points at each element. */
-typedef struct cg_pool_args {
-    cg_conv_geom geom;
-    const float *x, *gy;
-    float *y, *arg, *gx; /* arg: written by the forward, read by the backward */
-} cg_pool_args;
-
 /* ---- indexing ----------------------------------------------------------------------------------------------- */
 /* out (outer, nidx, inner) = x (outer, n, inner) taken along the middle axis at index (nidx int64,
  * each in [0, n): the CPU's front-end checked; a GPU records a bad one, kernels/index_error.h),
@@ -547,5 +539,57 @@ typedef struct cg_index_sort_args {
     int64_t nidx, n;
     int64_t *order, *offsets;
 } cg_index_sort_args;
+
+/* ---- pooling and resampling (the pool family) --------------------------------------------------------------- */
+/* How an output of a pool reads its input plane along one spatial dim (kernels/pool_math.h has the taps):
+ *   MAX, AVG          a window of `kernel` taps, `dilation` apart, starting at o stride - padding; the
+ *                     taps outside [0, in) are skipped (max: -inf; avg: count_include_pad says whether
+ *                     they count in the divisor, clipped at in + padding as PyTorch's avg_pool2d)
+ *   ADAPTIVE          [floor(o in / out), ceil((o + 1) in / out)), averaged (F.adaptive_avg_pool2d)
+ *   NEAREST           floor(o scale), at most in - 1 (F.interpolate(mode='nearest'))
+ *   BILINEAR          two taps around o scale (ALIGNED: align_corners=True) or (o + 0.5) scale - 0.5
+ *                     clamped at 0, weighted by distance (F.interpolate(mode='bilinear')) */
+typedef enum cg_pool_mode {
+    CG_POOL_MAX,
+    CG_POOL_AVG,
+    CG_POOL_ADAPTIVE,
+    CG_POOL_NEAREST,
+    CG_POOL_BILINEAR,
+    CG_POOL_BILINEAR_ALIGNED,
+} cg_pool_mode;
+
+/* One spatial dim: input size `in`, output size `out` (both >= 1, below 2^31 with their product per plane). */
+typedef struct cg_pool_dim {
+    int64_t in, out;
+    int64_t kernel, stride, padding, dilation; /* MAX, AVG (AVG: dilation 1) */
+    float scale; /* NEAREST, BILINEAR*: the source index step, PyTorch's (in / out, 1 / scale_factor, or for
+                    ALIGNED (in - 1) / (out - 1), 0 when out is 1) */
+} cg_pool_dim;
+
+/* x (planes, h.in, w.in) -> y (planes, h.out, w.out), each (n, c) plane on its own. */
+typedef struct cg_pool_geom {
+    int64_t planes;
+    cg_pool_dim h, w;
+    cg_pool_mode mode;
+    bool count_include_pad; /* AVG */
+    int64_t divisor;        /* AVG: divisor_override, or 0 (the window's count) */
+} cg_pool_geom;
+
+/* MAX_POOL2D_FORWARD   y = each window's maximum, scanned in row-major order as PyTorch does (v replaces
+ *                      the maximum when v > max or v is NaN); arg (y's shape, or NULL) = where it was, the
+ *                      index ih w + iw in its plane (the first valid tap when every tap is -inf).
+ * MAX_POOL2D_BACKWARD  gx (planes, h.in, w.in) = for each element, the sum of gy over the windows whose arg
+ *                      names it, in row-major window order.
+ * POOL2D_FORWARD       y = sum over the taps of w_h (sum of w_w x) / divisor (AVG, ADAPTIVE: the taps' count,
+ *                      or the override; NEAREST, BILINEAR*: 1): every mode but MAX.
+ * POOL2D_BACKWARD      gx = for each element, the sum over the outputs that read it, in row-major order, of
+ *                      its weight in them times gy / divisor.
+ * Backwards gather (one element, every output over it), so they need no atomics and are deterministic. */
+typedef struct cg_pool_args {
+    cg_pool_geom geom;
+    const float *x, *gy;
+    float *y, *gx;
+    int32_t *arg; /* MAX: written by the forward, read by the backward */
+} cg_pool_args;
 
 #endif

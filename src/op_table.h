@@ -171,7 +171,15 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(slice) \
     X(split) \
     X(cat) \
-    X(stack)
+    X(stack) \
+    X(max_pool2d_ex) \
+    X(avg_pool2d) \
+    X(adaptive_avg_pool2d) \
+    X(upsample_nearest2d) \
+    X(upsample_bilinear2d) \
+    X(pixel_shuffle) \
+    X(pixel_unshuffle) \
+    X(dropout2d)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)

@@ -1,6 +1,6 @@
-/* Convolution and pooling front-end: F.conv2d (the same stride and zero padding on both spatial dims,
- * dilation 1, groups 1) and F.max_pool2d (no padding, floor mode). Arguments are checked here, inputs
- * made contiguous and the tape recorded; the device's backend computes (cg_conv_geom in kernels/kernel_args.h). */
+/* Convolution front-end: F.conv2d (the same stride and zero padding on both spatial dims, dilation 1,
+ * groups 1). Arguments are checked here, inputs made contiguous and the tape recorded; the device's
+ * backend computes (cg_conv_geom in kernels/kernel_args.h). */
 #include "cgrad/core.h"
 
 #include <limits.h>
@@ -204,73 +204,6 @@ cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     return cg__finish(out, s);
 }
 
-/* ---- max pooling ------------------------------------------------------------------------------------ */
-static cg_conv_geom pool_geom(const int64_t *x_shape, int64_t kernel, int64_t stride) {
-    return (cg_conv_geom){.n = x_shape[0], .c = x_shape[1], .h = x_shape[2], .w = x_shape[3], .k = x_shape[1],
-                          .kh = kernel, .kw = kernel, .stride = stride, .padding = 0,
-                          .oh = out_size(x_shape[2], kernel, stride, 0), .ow = out_size(x_shape[3], kernel, stride, 0)};
-}
-
-/* saved: arg, each window's choice (see max_pool2d_forward); the node's params: */
-typedef struct cg_max_pool2d_params {
-    int kernel, stride;
-} cg_max_pool2d_params;
-
-static cg_status max_pool2d_backward(cg_node *node, const cg_tensor *gy, cg_tensor **grad_in) {
-    const cg_tensor *arg = node->saved[0];
-    const cg_max_pool2d_params *p = CG_NODE_PARAMS(node, cg_max_pool2d_params);
-    cg_conv_geom g = pool_geom(node->in_shape[0], p->kernel, p->stride);
-    const cg_tensor_impl *gyi = cg__t(gy);
-    cg_tensor *gyc = cg__raw_contiguous(gy);
-    cg_tensor *gx = gyc ? cg__tensor_new(4, node->in_shape[0], gyi->device) : NULL;
-    cg_status s = gx ? CG_OK : cg_last_status();
-    if (s == CG_OK && cg__t(gx)->numel > 0) /* then every window holds elements: gy has them too */
-        s = cg__run_max_pool2d_backward(gyi->device, &(cg_pool_args){.geom = g, .gy = cg__data(gyc),
-                                                                     .arg = cg__data(arg), .gx = cg__data(gx)});
-    cg_tensor_free(gyc);
-    if (s != CG_OK) {
-        cg_tensor_free(gx);
-        return s;
-    }
-    grad_in[0] = gx;
-    return CG_OK;
-}
-
-cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride) {
-    const char *fn = "cg_max_pool2d";
-    char sx[160];
-    if (cg__check_tensor(x, fn, "x") != CG_OK || cg__check_floating(x, fn, "x") != CG_OK) return NULL;
-    CG_VIA_FLOAT32(fn, cg_max_pool2d(f32[0], kernel, stride), x);
-    const cg_tensor_impl *xi = cg__t(x);
-    if (xi->ndim != 4)
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected x (N, C, H, W), got %s", fn, cg__shape_str(x, sx, sizeof sx));
-    if (kernel <= 0) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: kernel must be positive, got %d", fn, kernel);
-    if (stride <= 0) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: stride must be positive, got %d", fn, stride);
-    cg_conv_geom g = pool_geom(xi->shape, kernel, stride);
-    if (check_geom(&g, x, fn, "window") != CG_OK) return NULL;
-    int64_t span;
-    if (!cg__mul_i64(g.kh, g.w, &span) || span > (1 << 24)) /* the backends keep each window's choice as a float offset */
-        return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: x %s is too wide for a %dx%d window (kernel * W must stay below 2^24)", fn,
-                            cg__shape_str(x, sx, sizeof sx), kernel, kernel);
-    const cg_tensor *inputs[1] = {x};
-    bool record = cg__should_record(1, inputs);
-    int64_t shape[4] = {g.n, g.c, g.oh, g.ow};
-    cg_tensor *xc = cg__raw_contiguous(x), *out = xc ? cg__tensor_new(4, shape, xi->device) : NULL;
-    cg_tensor *arg = out && record ? cg__tensor_new(4, shape, xi->device) : NULL;
-    cg_status s = out && (arg || !record) ? CG_OK : cg_last_status();
-    if (s == CG_OK && cg__t(out)->numel > 0)
-        s = cg__run_max_pool2d_forward(xi->device, &(cg_pool_args){.geom = g, .x = cg__data(xc), .y = cg__data(out),
-                                                                    .arg = arg ? cg__data(arg) : NULL});
-    if (s == CG_OK && record) {
-        const cg_tensor *saved[1] = {arg};
-        cg_node *node = cg__record_op(out, &cg__op_max_pool2d, 1, inputs, 1, saved);
-        if (node) *CG_NODE_PARAMS(node, cg_max_pool2d_params) = (cg_max_pool2d_params){.kernel = kernel, .stride = stride};
-        else s = cg_last_status();
-    }
-    cg_tensor_free(arg), cg_tensor_free(xc);
-    return cg__finish(out, s);
-}
-
 /* ---- op-table entries (src/op_table.h) -------------------------------------------------------------- */
 /* conv2d: param[0] the stride, param[1] the padding; one entry with bias (3 inputs), one without. */
 static cg_tensor *conv2d_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
@@ -303,35 +236,6 @@ static cg_status conv2d_reference(const cg_op_info *op, const cg_op_case *c, con
     return CG_OK;
 }
 
-/* max_pool2d: param[0] the kernel, param[1] the stride. */
-static cg_tensor *max_pool2d_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {
-    (void)op;
-    return cg_max_pool2d(in[0], (int)c->param[0], (int)c->param[1]);
-}
-
-/* The maximum of window (oy, ox) of one (h, w) plane, NaN counting as the maximum (as the op). */
-static double pool_at(const cg_conv_geom *g, const double *plane, int64_t oy, int64_t ox) {
-    double max = plane[oy * g->stride * g->w + ox * g->stride];
-    for (int64_t ky = 0; ky < g->kh; ky++)
-        for (int64_t kx = 0; kx < g->kw; kx++) {
-            double v = plane[(oy * g->stride + ky) * g->w + ox * g->stride + kx];
-            if (v > max || isnan(v)) max = v;
-        }
-    return max;
-}
-
-static cg_status max_pool2d_reference(const cg_op_info *op, const cg_op_case *c, const cg_ref_tensor *in,
-                                      cg_ref_tensor *out) {
-    (void)op;
-    cg_conv_geom g = pool_geom(in[0].shape, c->param[0], c->param[1]);
-    CG_TRY(cg__ref_alloc(out, 4, (int64_t[]){g.n, g.c, g.oh, g.ow}));
-    double *y = out->data;
-    for (int64_t p = 0; p < g.n * g.c; p++)
-        for (int64_t oy = 0; oy < g.oh; oy++)
-            for (int64_t ox = 0; ox < g.ow; ox++) *y++ = pool_at(&g, in[0].data + p * g.h * g.w, oy, ox);
-    return CG_OK;
-}
-
 /* x (N, C, H, W), weight (K, C, kh, kw), bias (K) (the entry without bias ignores it), in [0.5, 1.5]:
  * an output is then a sum of positive terms, which float accumulation (im2col + GEMM, or cuDNN) gets
  * to within about C kh kw u of (u = 6e-8), inside the test's rtol 1e-5. A transposed x or weight has
@@ -348,25 +252,9 @@ static const cg_op_domain conv2d_domain = {
         {.ndim = {4, 4, 1}, .shape = {{1, 1, 3, 3}, {2, 1, 5, 5}, {2}}, .param = {1, 1}}, /* one window: the padded x */
         {.ndim = {4, 4, 1}, .shape = {{0, 2, 5, 5}, {3, 2, 3, 3}, {3}}, .param = {1, 1}}, /* N = 0 */
     }};
-/* x (N, C, H, W), its values distinct (op_table.h): a window's maximum is then unique, and the
- * finite differences' step does not change which element it is. */
-static const cg_op_domain max_pool2d_domain = {
-    .lo = {-1.0f}, .hi = {1.0f}, .distinct = {T}, .ncases = 7,
-    .cases = {
-        {.ndim = {4}, .shape = {{2, 3, 4, 4}}, .param = {2, 2}},
-        {.ndim = {4}, .shape = {{1, 2, 7, 7}}, .param = {3, 2}}, /* overlapping windows: their gradients add */
-        {.ndim = {4}, .shape = {{2, 1, 5, 6}}, .param = {3, 1}},
-        {.ndim = {4}, .shape = {{1, 2, 5, 4}}, .transposed = {T}, .param = {2, 1}},
-        {.ndim = {4}, .shape = {{1, 1, 8, 7}}, .param = {2, 3}}, /* stride > kernel: rows and columns skipped */
-        {.ndim = {4}, .shape = {{1, 1, 3, 3}}, .param = {3, 1}}, /* one window */
-        {.ndim = {4}, .shape = {{0, 2, 4, 4}}, .param = {2, 2}}, /* N = 0 */
-    }};
 #undef T
 
 CG_OP_DEFINE(conv2d) = {.name = "cg_conv2d", .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &conv2d_domain,
                                   .call = conv2d_call, .reference = conv2d_reference, .backward = conv2d_backward};
 CG_OP_DEFINE(conv2d_nobias) = {.name = "cg_conv2d", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &conv2d_domain,
                                          .call = conv2d_call, .reference = conv2d_reference, .backward = conv2d_backward};
-CG_OP_DEFINE(max_pool2d) = {.name = "cg_max_pool2d", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
-                                      .domain = &max_pool2d_domain, .call = max_pool2d_call,
-                                      .reference = max_pool2d_reference, .backward = max_pool2d_backward};

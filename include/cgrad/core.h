@@ -617,6 +617,58 @@ CG_API cg_tensor *cg_max_pool2d(const cg_tensor *x, int kernel, int stride);
  * from the device's seeded generator (cg_manual_seed), so a seeded run repeats bit for bit;
  * otherwise (or p == 0) x itself is returned as a view. 0 <= p < 1. */
 CG_API cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training);
+/* F.dropout2d: in training, each channel of x (N, C, H, W) or (C, H, W) is zeroed whole with probability p
+ * and otherwise scaled by 1 / (1 - p), from the seeded generator as cg_dropout; otherwise (or p == 0) x
+ * itself as a view. 0 <= p < 1. */
+CG_API cg_tensor *cg_dropout2d(const cg_tensor *x, float p, bool training);
+
+/* ---- pooling and resampling: x (N, C, H, W), or (C, H, W) where said; float dtypes (16-bit computed in
+ * float32); deterministic backwards (every input element gathers from the outputs that read it) ---- */
+/* F.max_pool2d's arguments along (H, W). */
+typedef struct cg_max_pool2d_options {
+    int kernel[2];   /* >= 1 */
+    int stride[2];   /* >= 1, or 0: the kernel (PyTorch's stride=None) */
+    int padding[2];  /* implicit -inf on each side, at most half the kernel */
+    int dilation[2]; /* >= 1 */
+    bool ceil_mode;  /* round the output size up; the last window must start inside the input or left padding */
+} cg_max_pool2d_options;
+/* A (kh, kw) kernel with PyTorch's defaults: stride = kernel, no padding, dilation 1, floor mode. */
+CG_API cg_max_pool2d_options cg_max_pool2d_defaults(int kh, int kw);
+/* F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode): x (N, C, H, W) or (C, H, W) -> (..., oh, ow),
+ * o = floor_or_ceil((in + 2 p - d (k - 1) - 1) / s) + 1. The gradient goes to the first maximum of each
+ * window (NaN counting as the maximum), as PyTorch's. */
+CG_API cg_tensor *cg_max_pool2d_ex(const cg_tensor *x, const cg_max_pool2d_options *options);
+/* F.avg_pool2d's arguments along (H, W). */
+typedef struct cg_avg_pool2d_options {
+    int kernel[2];          /* >= 1 */
+    int stride[2];          /* >= 1, or 0: the kernel */
+    int padding[2];         /* zeros on each side, at most half the kernel */
+    bool ceil_mode;         /* as cg_max_pool2d_options' */
+    bool count_include_pad; /* the padding counts in the divisor (PyTorch's default: true) */
+    int divisor_override;   /* the divisor of every window, or 0: its element count */
+} cg_avg_pool2d_options;
+/* A (kh, kw) kernel with PyTorch's defaults: stride = kernel, no padding, floor mode, count_include_pad. */
+CG_API cg_avg_pool2d_options cg_avg_pool2d_defaults(int kh, int kw);
+/* F.avg_pool2d: x (N, C, H, W) or (C, H, W) -> (..., oh, ow) sized as cg_max_pool2d_ex's (dilation 1). */
+CG_API cg_tensor *cg_avg_pool2d(const cg_tensor *x, const cg_avg_pool2d_options *options);
+/* F.adaptive_avg_pool2d(x, (out_h, out_w)): x (N, C, H, W) or (C, H, W) -> (..., out_h, out_w), output i
+ * averaging [floor(i in / out), ceil((i + 1) in / out)) along each dim. */
+CG_API cg_tensor *cg_adaptive_avg_pool2d(const cg_tensor *x, int64_t out_h, int64_t out_w);
+/* F.interpolate(x, size=(out_h, out_w) or scale_factor=(scale_h, scale_w), mode='nearest'): x (N, C, H, W)
+ * -> (N, C, out_h, out_w); give the sizes with scales 0, or the scales with sizes 0 (then out = floor(in
+ * scale), and the source index floor(o / scale), as PyTorch uses 1 / scale when it was given). */
+CG_API cg_tensor *cg_upsample_nearest2d(const cg_tensor *x, int64_t out_h, int64_t out_w, double scale_h,
+                                        double scale_w);
+/* F.interpolate(..., mode='bilinear', align_corners): as cg_upsample_nearest2d, each output the bilinear
+ * blend of the two by two inputs around (o + 0.5) / scale - 0.5 (clamped at 0), or with align_corners
+ * o (in - 1) / (out - 1). */
+CG_API cg_tensor *cg_upsample_bilinear2d(const cg_tensor *x, int64_t out_h, int64_t out_w, double scale_h,
+                                         double scale_w, bool align_corners);
+/* F.pixel_shuffle: x (*, C r^2, H, W) -> (*, C, H r, W r), a copy (recorded reshape, permute, reshape);
+ * any dtype. */
+CG_API cg_tensor *cg_pixel_shuffle(const cg_tensor *x, int upscale_factor);
+/* F.pixel_unshuffle: x (*, C, H r, W r) -> (*, C r^2, H, W), cg_pixel_shuffle's inverse. */
+CG_API cg_tensor *cg_pixel_unshuffle(const cg_tensor *x, int downscale_factor);
 /* torch.argmax(t, dim, keepdim): an int64 tensor of the index of the first maximum along dim (exact
  * for any size); NaN counts as the maximum. t of any dtype but bool (integers compare exactly). Not
  * recorded on the tape. cg_argmin_dim: the first minimum, NaN counting as the minimum. */

@@ -141,6 +141,30 @@ CG_API cg_module *cg_max_pool2d_new(int64_t kernel_size, int64_t stride);
 CG_API cg_module *cg_flatten_new(void);
 /* nn.Dropout(p): active in train mode only (cg_module_train); see cg_dropout. */
 CG_API cg_module *cg_dropout_new(float p);
+/* nn.MaxPool2d(kernel_size, stride, padding, dilation, ceil_mode): see cg_max_pool2d_ex. */
+CG_API cg_module *cg_max_pool2d_new_ex(const cg_max_pool2d_options *options);
+/* nn.AvgPool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override): see cg_avg_pool2d. */
+CG_API cg_module *cg_avg_pool2d_new(const cg_avg_pool2d_options *options);
+/* nn.AdaptiveAvgPool2d((out_h, out_w)): see cg_adaptive_avg_pool2d. */
+CG_API cg_module *cg_adaptive_avg_pool2d_new(int64_t out_h, int64_t out_w);
+typedef enum cg_upsample_mode { CG_UPSAMPLE_NEAREST = 0, CG_UPSAMPLE_BILINEAR } cg_upsample_mode;
+/* nn.Upsample's arguments: size or scale_factor (the other 0), mode (default nearest), align_corners
+ * (bilinear only). */
+typedef struct cg_upsample_options {
+    int64_t size[2];
+    double scale_factor[2];
+    cg_upsample_mode mode;
+    bool align_corners;
+} cg_upsample_options;
+/* nn.Upsample: cg_upsample_nearest2d or cg_upsample_bilinear2d. */
+CG_API cg_module *cg_upsample_new(const cg_upsample_options *options);
+/* nn.PixelShuffle(r), nn.PixelUnshuffle(r): see cg_pixel_shuffle. */
+CG_API cg_module *cg_pixel_shuffle_new(int upscale_factor);
+CG_API cg_module *cg_pixel_unshuffle_new(int downscale_factor);
+/* nn.Dropout2d(p): active in train mode only; see cg_dropout2d. */
+CG_API cg_module *cg_dropout2d_new(float p);
+/* nn.Identity(): its input, as a view. */
+CG_API cg_module *cg_identity_new(void);
 /* nn.Sequential: the n modules as children "0", "1", ..., applied in order. Takes ownership of
  * them; those with parameters must be on one device. On failure (NULL returned) the caller still
  * owns them. */

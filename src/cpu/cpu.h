@@ -66,11 +66,14 @@ cg_status cg__cpu_cross_entropy_backward(const void *args, int index);
 cg_status cg__cpu_argmax(const void *args, int index);
 /* gather: the loader's row gather (cpu_gather.c) */
 cg_status cg__cpu_gather_rows(const void *args, int index);
-/* conv: convolution and max pooling (cpu_conv.c) */
+/* conv: convolution (cpu_conv.c) */
 cg_status cg__cpu_conv2d_forward(const void *args, int index);
 cg_status cg__cpu_conv2d_backward_data(const void *args, int index);
 cg_status cg__cpu_conv2d_backward_weight(const void *args, int index);
+/* pool: max and average pooling, adaptive pooling, upsampling (cpu_pool.c) */
 cg_status cg__cpu_max_pool2d_forward(const void *args, int index);
 cg_status cg__cpu_max_pool2d_backward(const void *args, int index);
+cg_status cg__cpu_pool2d_forward(const void *args, int index);
+cg_status cg__cpu_pool2d_backward(const void *args, int index);
 
 #endif

@@ -66,5 +66,7 @@ const cg_backend cg__cpu_backend = {
             [CG_KERNEL_CONV2D_BACKWARD_WEIGHT] = cg__cpu_conv2d_backward_weight,
             [CG_KERNEL_MAX_POOL2D_FORWARD] = cg__cpu_max_pool2d_forward,
             [CG_KERNEL_MAX_POOL2D_BACKWARD] = cg__cpu_max_pool2d_backward,
+            [CG_KERNEL_POOL2D_FORWARD] = cg__cpu_pool2d_forward,
+            [CG_KERNEL_POOL2D_BACKWARD] = cg__cpu_pool2d_backward,
         },
 };

@@ -1,6 +1,5 @@
 /* The conv family on the CPU (kernels/kernel_args.h: CONV2D_FORWARD, CONV2D_BACKWARD_DATA,
- * CONV2D_BACKWARD_WEIGHT, MAX_POOL2D_FORWARD, MAX_POOL2D_BACKWARD; mirrors src/cuda/cuda_conv.c and
- * kernels/conv.cu): convolution (im2col + OpenBLAS) and max pooling.
+ * CONV2D_BACKWARD_WEIGHT; mirrors src/cuda/cuda_conv.c): convolution (im2col + OpenBLAS).
  *
  * Convolution goes one image per task: a thread unfolds its image into a column buffer of its own,
  * col (c kh kw, oh ow), which stays in its L2 cache, and multiplies it at once with a single-threaded
@@ -14,7 +13,6 @@
 #include "backend.h"
 #include "checked.h"
 #include "error.h"
-#include "kernels/conv_math.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -215,73 +213,5 @@ cg_status cg__cpu_conv2d_backward_weight(const void *raw, int index) {
         });
         cg__free(cg_cpu(), partial, partial_bytes);
     }
-    return CG_OK;
-}
-
-/* ---- max pooling ---------------------------------------------------------------------------------------- */
-#define POOL_CHUNK 64 /* outputs handled together, window position by window position */
-
-/* Outputs [o0, o0 + n) of y (n c oh ow, flattened), n <= POOL_CHUNK, and their arg (or NULL; offsets
- * ki w + kj from each window's corner). For each window position the chunk's inputs are first gathered
- * into a contiguous buffer, so the select loop vectorises over whole chunks (the CNN's rows have only 7
- * or 14 outputs) and has no branches: with random data a branch per element mispredicts half the time. */
-static void pool_chunk(const cg_conv_geom *g, const float *x, int64_t o0, int n, float *y, float *arg) {
-    int64_t corner[POOL_CHUNK], per_plane = g->oh * g->ow;
-    int64_t plane = o0 / per_plane, i = o0 % per_plane / g->ow, j = o0 % g->ow;
-    for (int l = 0; l < n; l++) {
-        corner[l] = (plane * g->h + i * g->stride) * g->w + j * g->stride;
-        if (++j == g->ow) j = 0, i++;
-        if (i == g->oh) i = 0, plane++;
-    }
-    float best[POOL_CHUNK], at[POOL_CHUNK], v[POOL_CHUNK];
-    for (int l = 0; l < POOL_CHUNK; l++) best[l] = v[l] = -INFINITY, at[l] = 0.0f;
-    for (int64_t ki = 0; ki < g->kh; ki++)
-        for (int64_t kj = 0; kj < g->kw; kj++) {
-            int64_t offset = ki * g->w + kj;
-            float offset_f = (float)offset;
-            for (int l = 0; l < n; l++) v[l] = x[corner[l] + offset];
-            for (int l = 0; l < POOL_CHUNK; l++) {
-                bool take = cg_max_pool_better(v[l], best[l]);
-                best[l] = take ? v[l] : best[l];
-                at[l] = take ? offset_f : at[l];
-            }
-        }
-    memcpy(y + o0, best, (size_t)n * sizeof(float));
-    if (arg) memcpy(arg + o0, at, (size_t)n * sizeof(float));
-}
-
-cg_status cg__cpu_max_pool2d_forward(const void *raw, int index) {
-    const cg_pool_args *kargs = raw;
-    const cg_conv_geom *g = &kargs->geom;
-    const float *x = kargs->x;
-    float *y = kargs->y;
-    float *arg = kargs->arg;
-    CG_TRY(cg__cpu_enter());
-    int64_t total = g->n * g->c * g->oh * g->ow, chunks = (total + POOL_CHUNK - 1) / POOL_CHUNK;
-    CG_CPU_FOR(c, chunks, total * g->kh * g->kw, {
-        int64_t o0 = c * POOL_CHUNK;
-        pool_chunk(g, x, o0, (int)(total - o0 < POOL_CHUNK ? total - o0 : POOL_CHUNK), y, arg);
-    });
-    return CG_OK;
-}
-
-/* Each plane's windows scatter into it one after another in row-major order (overlapping ones add up). */
-cg_status cg__cpu_max_pool2d_backward(const void *raw, int index) {
-    const cg_pool_args *kargs = raw;
-    const cg_conv_geom *g = &kargs->geom;
-    const float *gy = kargs->gy;
-    const float *arg = kargs->arg;
-    float *gx = kargs->gx;
-    CG_TRY(cg__cpu_enter());
-    int64_t planes = g->n * g->c, p = g->oh * g->ow, hw = g->h * g->w;
-    CG_CPU_FOR(pl, planes, planes * (hw + p), {
-        float *plane = gx + pl * hw;
-        memset(plane, 0, (size_t)hw * sizeof(float));
-        for (int64_t oh = 0; oh < g->oh; oh++) {
-            int64_t o = pl * p + oh * g->ow;
-            float *corner = plane + oh * g->stride * g->w;
-            for (int64_t ow = 0; ow < g->ow; ow++) corner[ow * g->stride + (int64_t)arg[o + ow]] += gy[o + ow];
-        }
-    });
     return CG_OK;
 }

@@ -97,6 +97,8 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_CONV2D_BACKWARD_WEIGHT] = cg__cuda_conv2d_backward_weight,
             [CG_KERNEL_MAX_POOL2D_FORWARD] = cg__cuda_max_pool2d_forward,
             [CG_KERNEL_MAX_POOL2D_BACKWARD] = cg__cuda_max_pool2d_backward,
+            [CG_KERNEL_POOL2D_FORWARD] = cg__cuda_pool2d_forward,
+            [CG_KERNEL_POOL2D_BACKWARD] = cg__cuda_pool2d_backward,
         },
 };
 

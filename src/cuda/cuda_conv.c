@@ -1,7 +1,6 @@
 /* The conv family on CUDA (kernels/kernel_args.h: CONV2D_FORWARD, CONV2D_BACKWARD_DATA,
- * CONV2D_BACKWARD_WEIGHT, MAX_POOL2D_FORWARD, MAX_POOL2D_BACKWARD; mirrors src/cpu/cpu_conv.c):
- * convolution through cuDNN's legacy API (no kernel of ours), and max pooling through kernels of our
- * own (kernels/conv.cu).
+ * CONV2D_BACKWARD_WEIGHT; mirrors src/cpu/cpu_conv.c): convolution through cuDNN's legacy API (no
+ * kernel of ours).
  *
  * Algorithms are chosen by fixed rules, never by timing: cuDNN's heuristic ranking (the _v7 queries
  * run nothing), first candidate that reports success, is deterministic, runs with our math type and
@@ -15,15 +14,10 @@
  * allocator in stream order, and nothing synchronises, so a step can be captured in a CUDA graph.
  * The bias gradient is the front-end's deterministic sum (src/ops_conv.c).
  *
- * Max pooling does not use cuDNN: cuDNN documents neither which of tied maxima its backward routes
- * to nor what a NaN does, and cg_max_pool2d promises PyTorch's choice.
- *
- * cuDNN is optional (CMake's CGRAD_CUDNN): a build without it has max pooling, and convolutions that fail
- * with an error saying so. */
+ * cuDNN is optional (CMake's CGRAD_CUDNN): convolutions of a build without it fail with an error saying so. */
 #include "cuda/cuda_internal.h"
 #include "allocator.h"
 #include "error.h"
-#include "kernels/conv.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -242,28 +236,3 @@ cg_status cg__cuda_conv2d_forward(const void *raw, int index) { return no_cudnn(
 cg_status cg__cuda_conv2d_backward_data(const void *raw, int index) { return no_cudnn(raw, index); }
 cg_status cg__cuda_conv2d_backward_weight(const void *raw, int index) { return no_cudnn(raw, index); }
 #endif
-
-/* ---- max pooling ----------------------------------------------------------------------------------------- */
-cg_status cg__cuda_max_pool2d_forward(const void *raw, int index) {
-    const cg_pool_args *kargs = raw;
-    const cg_conv_geom *g = &kargs->geom;
-    const float *x = kargs->x;
-    float *y = kargs->y;
-    float *arg = kargs->arg;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_max_pool2d_forward(g, x, y, arg, ctx->stream));
-    return CG_OK;
-}
-
-cg_status cg__cuda_max_pool2d_backward(const void *raw, int index) {
-    const cg_pool_args *kargs = raw;
-    const cg_conv_geom *g = &kargs->geom;
-    const float *gy = kargs->gy;
-    const float *arg = kargs->arg;
-    float *gx = kargs->gx;
-    cg_cuda_context *ctx;
-    CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_max_pool2d_backward(g, gy, arg, gx, ctx->stream));
-    return CG_OK;
-}

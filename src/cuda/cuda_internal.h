@@ -145,11 +145,14 @@ cg_status cg__cuda_cross_entropy_backward(const void *args, int index);
 cg_status cg__cuda_argmax(const void *args, int index);
 /* gather: the loader's row gather (cuda_gather.c) */
 cg_status cg__cuda_gather_rows(const void *args, int index);
-/* conv: convolution (cuDNN; without it, errors) and max pooling (kernels/conv.cu) (cuda_conv.c) */
+/* conv: convolution (cuDNN; without it, errors) (cuda_conv.c) */
 cg_status cg__cuda_conv2d_forward(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_data(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_weight(const void *args, int index);
+/* pool: max and average pooling, adaptive pooling, upsampling (kernels/pool.cu) (cuda_pool.c) */
 cg_status cg__cuda_max_pool2d_forward(const void *args, int index);
 cg_status cg__cuda_max_pool2d_backward(const void *args, int index);
+cg_status cg__cuda_pool2d_forward(const void *args, int index);
+cg_status cg__cuda_pool2d_backward(const void *args, int index);
 
 #endif

@@ -1,4 +1,4 @@
-/* nn.Conv2d and nn.MaxPool2d. Conv2d's weight (out, in, k, k) and bias (out) are drawn from
+/* nn.Conv2d. Its weight (out, in, k, k) and bias (out) are drawn from
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in k k (kaiming_uniform with a = sqrt(5) reduces to that
  * bound, as does PyTorch's bias init). */
 #include "nn/module.h"
@@ -64,27 +64,5 @@ cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kern
         cg_module_free(m);
         return NULL;
     }
-    return m;
-}
-
-/* ---- MaxPool2d: no parameters, so it follows its input's device ---------------------------------------- */
-typedef struct pool_state {
-    int64_t kernel_size, stride;
-} pool_state;
-
-static cg_tensor *pool_forward(cg_module *m, const cg_tensor *x) {
-    const pool_state *s = cg__m(m)->state;
-    return cg_max_pool2d(x, (int)s->kernel_size, (int)s->stride);
-}
-
-static const cg_module_type pool_type = {
-    .name = "MaxPool2d", .state_size = sizeof(pool_state), .forward = pool_forward, .clone = cg__module_clone_plain};
-
-cg_module *cg_max_pool2d_new(int64_t kernel_size, int64_t stride) {
-    if (kernel_size <= 0 || kernel_size > INT32_MAX || stride < 0 || stride > INT32_MAX)
-        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "cg_max_pool2d_new: kernel_size (%lld) must be positive and stride (%lld) non-negative (0: the kernel size)",
-                            (long long)kernel_size, (long long)stride);
-    cg_module *m = cg_module_new(&pool_type, cg_cpu());
-    if (m) *(pool_state *)cg__m(m)->state = (pool_state){kernel_size, stride ? stride : kernel_size};
     return m;
 }
