@@ -225,7 +225,7 @@ static cg_status check_conv(const conv_request *r, const cg_tensor *x, const cg_
         return cg__fail(CG_ERR_SHAPE, "%s: expected x (N, C_in, H, W) and weight %s, got x %s and weight %s", fn,
                         r->p.transposed ? "(C_in, C_out / groups, kh, kw)" : "(C_out, C_in / groups, kh, kw)",
                         cg__shape_str(x, sx, sizeof sx), cg__shape_str(weight, sw, sizeof sw));
-    int64_t c_out;
+    int64_t c_out = 0;
     CG_TRY(check_channels(r, x, weight, &c_out));
     if (bias && (cg__t(bias)->ndim != 1 || cg__t(bias)->shape[0] != c_out))
         return cg__fail(CG_ERR_SHAPE, "%s: bias %s does not fit weight %s: expected (%lld) (one per output channel)", fn,
@@ -383,8 +383,9 @@ cg_tensor *cg_conv1d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected x (N, C_in, L) and weight (C_out, C_in / groups, k), got x %s "
                             "and weight %s", fn, cg__shape_str(x, sx, sizeof sx), cg__shape_str(weight, sw, sizeof sw));
     cg_conv1d_options o = options ? *options : cg_conv1d_defaults();
-    conv_request r = {.fn = fn, .p = {.stride = {1, o.stride}, .padding = {0, o.padding}, .dilation = {1, o.dilation},
-                                      .groups = o.groups}};
+    conv_request r = {.fn = "cg_conv1d (as conv2d over (N, C, 1, L))",
+                      .p = {.stride = {1, o.stride}, .padding = {0, o.padding}, .dilation = {1, o.dilation},
+                            .groups = o.groups}};
     /* (N, C, L) as (N, C, 1, L): views, so the tape carries the gradients back through them */
     cg_tensor *x4 = cg_unsqueeze(x, 2), *w4 = x4 ? cg_unsqueeze(weight, 2) : NULL;
     cg_tensor *y4 = w4 ? conv_op(&r, x4, w4, bias) : NULL, *y = y4 ? cg_squeeze(y4, 2) : NULL;
@@ -396,6 +397,21 @@ cg_conv_transpose2d_options cg_conv_transpose2d_defaults(void) {
     return (cg_conv_transpose2d_options){.stride = {1, 1}, .dilation = {1, 1}, .groups = 1};
 }
 
+/* x (N, C, H, W) with e[0] zero rows and e[1] zero columns after its own, through recorded ops. */
+static cg_tensor *zero_padded(const cg_tensor *x, const int64_t *e) {
+    cg_tensor *t = cg_clone(x);
+    for (int d = 0; t && d < 2; d++) {
+        if (e[d] == 0) continue;
+        int64_t shape[4] = {cg_size(t, 0), cg_size(t, 1), cg_size(t, 2), cg_size(t, 3)};
+        shape[2 + d] = e[d];
+        cg_tensor *zeros = cg_zeros_dtype(4, shape, cg_dtype_of(t), cg_device_of(t));
+        cg_tensor *parts[2] = {t, zeros}, *next = zeros ? cg_cat(2, (const cg_tensor *const *)parts, 2 + d) : NULL;
+        cg_tensor_free(zeros), cg_tensor_free(t);
+        t = next;
+    }
+    return t;
+}
+
 cg_tensor *cg_conv_transpose2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias,
                                const cg_conv_transpose2d_options *options) {
     cg_conv_transpose2d_options o = options ? *options : cg_conv_transpose2d_defaults();
@@ -403,7 +419,19 @@ cg_tensor *cg_conv_transpose2d(const cg_tensor *x, const cg_tensor *weight, cons
                       .p = {.stride = {o.stride[0], o.stride[1]}, .padding = {o.padding[0], o.padding[1]},
                             .dilation = {o.dilation[0], o.dilation[1]}, .groups = o.groups, .transposed = true},
                       .output_padding = {o.output_padding[0], o.output_padding[1]}};
-    return conv_op(&r, x, weight, bias);
+    /* An output_padding of stride or more (allowed below the dilation) makes the output larger than the
+     * convolution of x's size gives back, which cuDNN's passes refuse: e = output_padding / stride zero
+     * rows (columns) appended to x give the same output with output_padding below the stride. */
+    int64_t e[2] = {r.output_padding[0] / (o.stride[0] > 0 ? o.stride[0] : 1),
+                    r.output_padding[1] / (o.stride[1] > 0 ? o.stride[1] : 1)};
+    if (e[0] == 0 && e[1] == 0) return conv_op(&r, x, weight, bias);
+    cg_conv2d_geom g;
+    int64_t y_shape[4];
+    if (check_conv(&r, x, weight, bias, &g, y_shape) != CG_OK) return NULL; /* the errors name the caller's x */
+    for (int d = 0; d < 2; d++) r.output_padding[d] -= (int)(e[d] * r.p.stride[d]);
+    cg_tensor *xp = zero_padded(x, e), *y = xp ? conv_op(&r, xp, weight, bias) : NULL;
+    cg_tensor_free(xp);
+    return y;
 }
 
 /* ---- max pooling ------------------------------------------------------------------------------------ */
@@ -549,7 +577,7 @@ static void add_to_x(void *ctx, int64_t xi, int64_t wi, int64_t yi) { /* transpo
 static cg_status conv_reference(const cg_op_info *op, const conv_request *r, const cg_ref_tensor *in,
                                 cg_ref_tensor *out) {
     const cg_ref_tensor *x = &in[0], *w = &in[1];
-    int64_t y_hw[2];
+    int64_t y_hw[2] = {0, 0}; /* the op ran on these shapes, so the sizes fit */
     out_extent(r, 0, x->shape[2], w->shape[2], &y_hw[0]), out_extent(r, 1, x->shape[3], w->shape[3], &y_hw[1]);
     cg_conv2d_geom g = geom_of(x->shape, w->shape, y_hw, &r->p);
     int64_t c_out = r->p.transposed ? g.c : g.k, pixels = y_hw[0] * y_hw[1];
@@ -642,8 +670,8 @@ static const cg_op_domain conv1d_domain = {
                 {.ndim = {3, 3, 1}, .shape = {{2, 4, 9}, {6, 2, 3}, {6}}, .transposed = {T}, .param = {4}},
                 {.ndim = {3, 3, 1}, .shape = {{1, 3, 6}, {3, 1, 3}, {3}}, .param = {5}}, /* depthwise */
                 {.ndim = {3, 3, 1}, .shape = {{3, 2, 8}, {2, 2, 5}, {2}}, .param = {1}})};
-/* conv_transpose2d: weight (C, K / groups, kh, kw), bias (K). The last case's output_padding adds a
- * row and a column that only the bias reaches (and a 1x1 kernel there is no longer pointwise). */
+/* conv_transpose2d: weight (C, K / groups, kh, kw), bias (K). The case of settings 7 has an
+ * output_padding of the stride (below the dilation): a row and a column that only the bias reaches. */
 static const cg_op_domain conv_transpose2d_domain = {
     .lo = {0.5f, 0.5f, 0.5f}, .hi = {1.5f, 1.5f, 1.5f},
     CG_OP_CASES({.ndim = {4, 4, 1}, .shape = {{2, 2, 4, 3}, {2, 3, 3, 3}, {3}}, .param = {0}},

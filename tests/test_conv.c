@@ -436,7 +436,7 @@ static void test_errors(void **state) {
     assert_null(cg_conv2d_new(0, 4, 3, 1, 0, true, dev()));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_conv2d_new", "in_channels (0)");
     assert_null(cg_conv2d_new(3, 4, 3, 0, 0, true, dev()));
-    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_conv2d_new", "stride (0)");
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_conv2d_new", "stride (0, 0)");
     assert_null(cg_max_pool2d_new(0, 0));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_max_pool2d_new", "kernel_size (0)");
     cg_scope_end(scope);

@@ -22,11 +22,10 @@
 
 #define WGRAD_GROUP 4 /* images per partial weight gradient */
 
-/* A 1x1 kernel at stride 1 over unpadded input, every input pixel an output's: the columns are the
- * image itself. (A transposed convolution's output_padding can add input rows no output reads.) */
+/* A 1x1 kernel at stride 1 over unpadded input: the columns are the image itself. */
 static bool is_pointwise(const cg_conv2d_geom *g) {
     return g->kh == 1 && g->kw == 1 && g->stride[0] == 1 && g->stride[1] == 1 && g->padding[0] == 0 &&
-           g->padding[1] == 0 && g->oh == g->h && g->ow == g->w;
+           g->padding[1] == 0;
 }
 
 /* Along dim d (0: h, 1: w), the outputs o in [*lo, *hi) whose input o stride - padding + tap dilation
