@@ -1,6 +1,8 @@
-/* Convolution and pooling front-end: F.conv2d (the same stride and zero padding on both spatial dims,
- * dilation 1, groups 1) and F.max_pool2d (no padding, floor mode). Arguments are checked here, inputs
- * made contiguous and the tape recorded; the device's backend computes (cg_conv_geom in kernels/kernel_args.h). */
+/* Convolution and pooling front-end: F.conv2d (per-dim stride, zero padding and dilation, groups;
+ * padding 'valid' / 'same'), F.conv1d (views onto conv2d), F.conv_transpose2d (conv2d's passes with
+ * the roles swapped) and F.max_pool2d (no padding, floor mode). Arguments are checked here, inputs
+ * made contiguous and the tape recorded; the device's backend computes (cg_conv2d_geom and
+ * cg_conv_geom in kernels/kernel_args.h). */
 #include "cgrad/core.h"
 
 #include <limits.h>
@@ -350,6 +352,64 @@ static cg_tensor *conv_op(const conv_request *r, const cg_tensor *x, const cg_te
     return cg__finish(out, s);
 }
 
+/* x (N, C, H, W) with e[0] zero rows and e[1] zero columns after its own, through recorded ops. */
+static cg_tensor *zero_padded(const cg_tensor *x, const int64_t *e) {
+    cg_tensor *t = cg_clone(x);
+    for (int d = 0; t && d < 2; d++) {
+        if (e[d] == 0) continue;
+        int64_t shape[4] = {cg_size(t, 0), cg_size(t, 1), cg_size(t, 2), cg_size(t, 3)};
+        shape[2 + d] = e[d];
+        cg_tensor *zeros = cg_zeros_dtype(4, shape, cg_dtype_of(t), cg_device_of(t));
+        cg_tensor *parts[2] = {t, zeros}, *next = zeros ? cg_cat(2, (const cg_tensor *const *)parts, 2 + d) : NULL;
+        cg_tensor_free(zeros), cg_tensor_free(t);
+        t = next;
+    }
+    return t;
+}
+
+/* The op on x with e zero rows and columns appended (none: x itself); r_padded the request for the
+ * padded x. With check (the caller's request on x itself), errors name the caller's x. */
+static cg_tensor *conv_appended(const conv_request *check, const conv_request *r_padded, const int64_t *e,
+                                const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias) {
+    if (e[0] == 0 && e[1] == 0) return conv_op(r_padded, x, weight, bias);
+    cg_conv2d_geom g;
+    int64_t y_shape[4];
+    if (check && check_conv(check, x, weight, bias, &g, y_shape) != CG_OK) return NULL;
+    cg_tensor *xp = zero_padded(x, e), *y = xp ? conv_op(r_padded, xp, weight, bias) : NULL;
+    cg_tensor_free(xp);
+    return y;
+}
+
+/* padding 'valid' (none) or 'same' (PyTorch's: the output as large as x at stride 1; a total of
+ * dilation (k - 1) per dim, half on each side and an odd one's extra at the end, as zeros appended to
+ * x), else r's padding. */
+static cg_tensor *conv_with_rule(const conv_request *r, cg_conv_padding rule, const cg_tensor *x,
+                                 const cg_tensor *weight, const cg_tensor *bias) {
+    conv_request resolved = *r;
+    int64_t e[2] = {0, 0};
+    if (rule == CG_PADDING_EXPLICIT) return conv_op(r, x, weight, bias);
+    if (rule != CG_PADDING_VALID && rule != CG_PADDING_SAME)
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: unknown padding rule %d", r->fn, (int)rule);
+    for (int d = 0; d < 2; d++) resolved.p.padding[d] = 0;
+    if (rule == CG_PADDING_SAME) {
+        if (r->p.stride[0] != 1 || r->p.stride[1] != 1)
+            return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: padding 'same' needs stride 1, got (%d, %d) (as PyTorch)",
+                                r->fn, (int)r->p.stride[0], (int)r->p.stride[1]);
+        if (cg__check_tensor(weight, r->fn, "weight") != CG_OK) return NULL;
+        const cg_tensor_impl *wi = cg__t(weight);
+        for (int d = 0; d < 2 && wi->ndim == 4 && r->p.dilation[d] > 0 && wi->shape[2 + d] > 0; d++) {
+            int64_t total;
+            if (!cg__mul_i64(r->p.dilation[d], wi->shape[2 + d] - 1, &total) || total / 2 > INT32_MAX)
+                return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: padding 'same' for a kernel of %lld with dilation %d is too "
+                                    "large", r->fn, (long long)wi->shape[2 + d], (int)r->p.dilation[d]);
+            resolved.p.padding[d] = (int32_t)(total / 2), e[d] = total % 2;
+        }
+    }
+    /* x unpadded may be too small for the padding 'same' needs: checked once padded, unless unusable */
+    bool usable = cg__check_tensor(x, r->fn, "x") == CG_OK && cg__t(x)->ndim == 4;
+    return usable ? conv_appended(NULL, &resolved, e, x, weight, bias) : conv_op(&resolved, x, weight, bias);
+}
+
 cg_conv2d_options cg_conv2d_defaults(void) {
     return (cg_conv2d_options){.stride = {1, 1}, .dilation = {1, 1}, .groups = 1};
 }
@@ -359,7 +419,7 @@ static cg_tensor *conv2d_with(const char *fn, const cg_tensor *x, const cg_tenso
     cg_conv2d_options o = options ? *options : cg_conv2d_defaults();
     conv_request r = {.fn = fn, .p = {.stride = {o.stride[0], o.stride[1]}, .padding = {o.padding[0], o.padding[1]},
                                       .dilation = {o.dilation[0], o.dilation[1]}, .groups = o.groups}};
-    return conv_op(&r, x, weight, bias);
+    return conv_with_rule(&r, o.padding_rule, x, weight, bias);
 }
 
 cg_tensor *cg_conv2d_ex(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias,
@@ -388,28 +448,13 @@ cg_tensor *cg_conv1d(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
                             .groups = o.groups}};
     /* (N, C, L) as (N, C, 1, L): views, so the tape carries the gradients back through them */
     cg_tensor *x4 = cg_unsqueeze(x, 2), *w4 = x4 ? cg_unsqueeze(weight, 2) : NULL;
-    cg_tensor *y4 = w4 ? conv_op(&r, x4, w4, bias) : NULL, *y = y4 ? cg_squeeze(y4, 2) : NULL;
+    cg_tensor *y4 = w4 ? conv_with_rule(&r, o.padding_rule, x4, w4, bias) : NULL, *y = y4 ? cg_squeeze(y4, 2) : NULL;
     cg_tensor_free(y4), cg_tensor_free(w4), cg_tensor_free(x4);
     return y;
 }
 
 cg_conv_transpose2d_options cg_conv_transpose2d_defaults(void) {
     return (cg_conv_transpose2d_options){.stride = {1, 1}, .dilation = {1, 1}, .groups = 1};
-}
-
-/* x (N, C, H, W) with e[0] zero rows and e[1] zero columns after its own, through recorded ops. */
-static cg_tensor *zero_padded(const cg_tensor *x, const int64_t *e) {
-    cg_tensor *t = cg_clone(x);
-    for (int d = 0; t && d < 2; d++) {
-        if (e[d] == 0) continue;
-        int64_t shape[4] = {cg_size(t, 0), cg_size(t, 1), cg_size(t, 2), cg_size(t, 3)};
-        shape[2 + d] = e[d];
-        cg_tensor *zeros = cg_zeros_dtype(4, shape, cg_dtype_of(t), cg_device_of(t));
-        cg_tensor *parts[2] = {t, zeros}, *next = zeros ? cg_cat(2, (const cg_tensor *const *)parts, 2 + d) : NULL;
-        cg_tensor_free(zeros), cg_tensor_free(t);
-        t = next;
-    }
-    return t;
 }
 
 cg_tensor *cg_conv_transpose2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias,
@@ -422,16 +467,13 @@ cg_tensor *cg_conv_transpose2d(const cg_tensor *x, const cg_tensor *weight, cons
     /* An output_padding of stride or more (allowed below the dilation) makes the output larger than the
      * convolution of x's size gives back, which cuDNN's passes refuse: e = output_padding / stride zero
      * rows (columns) appended to x give the same output with output_padding below the stride. */
-    int64_t e[2] = {r.output_padding[0] / (o.stride[0] > 0 ? o.stride[0] : 1),
-                    r.output_padding[1] / (o.stride[1] > 0 ? o.stride[1] : 1)};
-    if (e[0] == 0 && e[1] == 0) return conv_op(&r, x, weight, bias);
-    cg_conv2d_geom g;
-    int64_t y_shape[4];
-    if (check_conv(&r, x, weight, bias, &g, y_shape) != CG_OK) return NULL; /* the errors name the caller's x */
-    for (int d = 0; d < 2; d++) r.output_padding[d] -= (int)(e[d] * r.p.stride[d]);
-    cg_tensor *xp = zero_padded(x, e), *y = xp ? conv_op(&r, xp, weight, bias) : NULL;
-    cg_tensor_free(xp);
-    return y;
+    int64_t e[2];
+    conv_request reduced = r;
+    for (int d = 0; d < 2; d++) {
+        e[d] = r.p.stride[d] > 0 && r.output_padding[d] > 0 ? r.output_padding[d] / r.p.stride[d] : 0;
+        reduced.output_padding[d] -= (int)(e[d] * r.p.stride[d]);
+    }
+    return conv_appended(&r, &reduced, e, x, weight, bias);
 }
 
 /* ---- max pooling ------------------------------------------------------------------------------------ */

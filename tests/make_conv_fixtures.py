@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fixtures for tests/test_conv_ex.c: PyTorch's F.conv2d, F.conv1d and F.conv_transpose2d with every
 setting cgrad takes (rectangular kernels, per-dim stride, padding and dilation, groups, depthwise,
-output_padding), forward and every gradient.
+padding='same', output_padding), forward and every gradient.
 
     /usr/bin/python3 tests/make_conv_fixtures.py                 # tests/data/conv.safetensors (CPU, float32)
     python3 tests/make_conv_fixtures.py --device cuda            # also tests/data/conv_f16.safetensors
@@ -42,6 +42,11 @@ CASES = {
                       dict(stride=(2, 2), padding=(2, 1), dilation=(1, 1), groups=1)),
     "conv1d": ("conv1d", 4, (3, 4, 11), (6, 2, 3), True,
                dict(stride=2, padding=1, dilation=2, groups=2)),
+    # padding='same': a total of 3 rows (one more at the bottom) and 4 columns
+    "conv2d_same": ("conv2d", 7, (2, 3, 7, 6), (4, 3, 4, 3), True,
+                    dict(stride=1, padding="same", dilation=(1, 2), groups=1)),
+    "conv1d_same": ("conv1d", 8, (2, 2, 9), (3, 2, 4), False,
+                    dict(stride=1, padding="same", dilation=1, groups=1)),
     # stride 2, output_padding 1, groups 2
     "conv_transpose2d": ("conv_transpose2d", 5, (2, 4, 5, 4), (4, 3, 3, 3), True,
                          dict(stride=(2, 2), padding=(1, 1), output_padding=(1, 1), dilation=(1, 1), groups=2)),

@@ -29,15 +29,18 @@ typedef struct fixture_case {
     op_kind op;
     bool bias;
     int stride[2], padding[2], output_padding[2], dilation[2], groups; /* conv1d: [0] */
+    cg_conv_padding rule;
 } fixture_case;
 
 static const fixture_case CASES[] = {
-    {"conv2d_mixed", OP_CONV2D, true, {2, 1}, {1, 2}, {0, 0}, {2, 1}, 2},
-    {"conv2d_depthwise", OP_CONV2D, true, {1, 1}, {1, 1}, {0, 0}, {1, 1}, 3},
-    {"conv2d_nobias", OP_CONV2D, false, {2, 2}, {2, 1}, {0, 0}, {1, 1}, 1},
-    {"conv1d", OP_CONV1D, true, {2}, {1}, {0}, {2}, 2},
-    {"conv_transpose2d", OP_CONV_TRANSPOSE2D, true, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 2},
-    {"conv_transpose2d_dilated", OP_CONV_TRANSPOSE2D, false, {1, 2}, {0, 1}, {1, 0}, {2, 1}, 1},
+    {"conv2d_mixed", OP_CONV2D, true, {2, 1}, {1, 2}, {0, 0}, {2, 1}, 2, CG_PADDING_EXPLICIT},
+    {"conv2d_depthwise", OP_CONV2D, true, {1, 1}, {1, 1}, {0, 0}, {1, 1}, 3, CG_PADDING_EXPLICIT},
+    {"conv2d_nobias", OP_CONV2D, false, {2, 2}, {2, 1}, {0, 0}, {1, 1}, 1, CG_PADDING_EXPLICIT},
+    {"conv1d", OP_CONV1D, true, {2}, {1}, {0}, {2}, 2, CG_PADDING_EXPLICIT},
+    {"conv2d_same", OP_CONV2D, true, {1, 1}, {0, 0}, {0, 0}, {1, 2}, 1, CG_PADDING_SAME},
+    {"conv1d_same", OP_CONV1D, false, {1}, {0}, {0}, {1}, 1, CG_PADDING_SAME},
+    {"conv_transpose2d", OP_CONV_TRANSPOSE2D, true, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 2, CG_PADDING_EXPLICIT},
+    {"conv_transpose2d_dilated", OP_CONV_TRANSPOSE2D, false, {1, 2}, {0, 1}, {1, 0}, {2, 1}, 1, CG_PADDING_EXPLICIT},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0] };
 
@@ -45,11 +48,11 @@ static cg_tensor *run_case(const fixture_case *c, const cg_tensor *x, const cg_t
     switch (c->op) {
     case OP_CONV2D: {
         cg_conv2d_options o = {{c->stride[0], c->stride[1]}, {c->padding[0], c->padding[1]},
-                               {c->dilation[0], c->dilation[1]}, c->groups};
+                               {c->dilation[0], c->dilation[1]}, c->groups, c->rule};
         return cg_conv2d_ex(x, w, b, &o);
     }
     case OP_CONV1D: {
-        cg_conv1d_options o = {c->stride[0], c->padding[0], c->dilation[0], c->groups};
+        cg_conv1d_options o = {c->stride[0], c->padding[0], c->dilation[0], c->groups, c->rule};
         return cg_conv1d(x, w, b, &o);
     }
     case OP_CONV_TRANSPOSE2D: {
@@ -170,6 +173,14 @@ static void test_errors(void **state) {
     o = cg_conv2d_defaults(), o.groups = 2;
     EXPECT_NULL(CG_ERR_SHAPE, cg_conv2d_ex(x, w, b4, &o), "cg_conv2d_ex", "bias (4,)", "expected (6)");
 
+    /* padding 'same' at stride 2; 'valid' is no padding */
+    o = cg_conv2d_defaults(), o.groups = 2, o.stride[1] = 2, o.padding_rule = CG_PADDING_SAME;
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_conv2d_ex(x, w, NULL, &o), "cg_conv2d_ex", "'same' needs stride 1", "(1, 2)");
+    o.padding[0] = o.padding[1] = 1, o.padding_rule = CG_PADDING_VALID;
+    CG_TEST_ASSERT_SHAPE(CG_TEST_OK(cg_conv2d_ex(x, w, NULL, &o)), 2, 6, 3, 2);
+    o.padding_rule = (cg_conv_padding)7;
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_conv2d_ex(x, w, NULL, &o), "cg_conv2d_ex", "unknown padding rule 7");
+
     /* conv1d: 3-D only */
     EXPECT_NULL(CG_ERR_SHAPE, cg_conv1d(x, w3, NULL, NULL), "cg_conv1d", "(N, C_in, L)", "x (2, 4, 5, 5)");
     cg_tensor *x1 = CG_TEST_OK(cg_zeros(CG_SHAPE(2, 4, 5), dev()));
@@ -216,6 +227,8 @@ static void test_module_errors(void **state) {
     t.stride[1] = 2, t.output_padding[1] = 2;
     EXPECT_NULL(CG_ERR_INVALID_ARG, cg_conv_transpose2d_new(4, 6, &t, dev()), "cg_conv_transpose2d_new",
                 "output_padding (0, 2)");
+    o = cg_conv2d_layer_defaults(3), o.stride[0] = 2, o.padding_rule = CG_PADDING_SAME;
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_conv2d_new_ex(4, 6, &o, dev()), "cg_conv2d_new_ex", "'same' needs stride 1");
     cg_conv1d_layer_options c1 = cg_conv1d_layer_defaults(0);
     EXPECT_NULL(CG_ERR_INVALID_ARG, cg_conv1d_new(4, 6, &c1, dev()), "cg_conv1d_new", "kernel_size (1, 0)");
 }
@@ -300,12 +313,12 @@ static void check_module(cg_module *m, int ndim, const int64_t *w_shape, bool ha
 
 static cg_tensor *conv2d_fn(cg_module *m, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b) {
     (void)m;
-    cg_conv2d_options o = {{2, 1}, {1, 0}, {1, 2}, 2};
+    cg_conv2d_options o = {{2, 1}, {1, 0}, {1, 2}, 2, CG_PADDING_EXPLICIT};
     return cg_conv2d_ex(x, w, b, &o);
 }
 static cg_tensor *conv1d_fn(cg_module *m, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b) {
     (void)m;
-    cg_conv1d_options o = {2, 1, 1, 4};
+    cg_conv1d_options o = {2, 1, 1, 4, CG_PADDING_EXPLICIT};
     return cg_conv1d(x, w, b, &o);
 }
 static cg_tensor *conv_transpose2d_fn(cg_module *m, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b) {

@@ -603,10 +603,15 @@ CG_API cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *tar
  * (NaN when every row is ignored). Bad class indices as cg_cross_entropy_ex's. */
 CG_API cg_tensor *cg_nll_loss(const cg_tensor *input, const cg_tensor *targets, const cg_tensor *weight,
                               int64_t ignore_index, cg_reduction reduction);
+/* F.conv2d's and F.conv1d's padding='valid' and padding='same' (then stride must be 1; an odd total
+ * dilation (k - 1) puts its extra zero at the end, as PyTorch). EXPLICIT (0): the padding given. */
+typedef enum { CG_PADDING_EXPLICIT = 0, CG_PADDING_VALID, CG_PADDING_SAME } cg_conv_padding;
 /* F.conv2d's settings, [0] along H, [1] along W: stride >= 1, zero padding >= 0 on each side,
- * dilation >= 1 (the spacing of the kernel's taps), groups >= 1 dividing C_in and C_out. */
+ * dilation >= 1 (the spacing of the kernel's taps), groups >= 1 dividing C_in and C_out; padding_rule
+ * other than EXPLICIT replaces padding. */
 typedef struct cg_conv2d_options {
     int stride[2], padding[2], dilation[2], groups;
+    cg_conv_padding padding_rule;
 } cg_conv2d_options;
 CG_API cg_conv2d_options cg_conv2d_defaults(void); /* stride 1, padding 0, dilation 1, groups 1 */
 /* F.conv2d(x, weight, bias, stride, padding, dilation, groups): x (N, C_in, H, W), weight
@@ -619,9 +624,10 @@ CG_API cg_tensor *cg_conv2d_ex(const cg_tensor *x, const cg_tensor *weight, cons
 /* cg_conv2d_ex with the same stride and padding on both dims, dilation 1, groups 1. */
 CG_API cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride,
                      int padding);
-/* F.conv1d's settings: stride >= 1, padding >= 0, dilation >= 1, groups >= 1. */
+/* F.conv1d's settings: stride >= 1, padding >= 0, dilation >= 1, groups >= 1, padding_rule as conv2d's. */
 typedef struct cg_conv1d_options {
     int stride, padding, dilation, groups;
+    cg_conv_padding padding_rule;
 } cg_conv1d_options;
 CG_API cg_conv1d_options cg_conv1d_defaults(void); /* stride 1, padding 0, dilation 1, groups 1 */
 /* F.conv1d: x (N, C_in, L), weight (C_out, C_in / groups, k), bias (C_out) or NULL -> (N, C_out, L'),

@@ -139,6 +139,7 @@ CG_API cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64
 typedef struct cg_conv2d_layer_options {
     int64_t kernel_size[2], stride[2], padding[2], dilation[2], groups;
     bool bias;
+    cg_conv_padding padding_rule; /* padding='valid' / 'same' (cg_conv2d_options') */
 } cg_conv2d_layer_options;
 /* kernel_size x kernel_size, stride 1, padding 0, dilation 1, groups 1, bias (PyTorch's defaults). */
 CG_API cg_conv2d_layer_options cg_conv2d_layer_defaults(int64_t kernel_size);
@@ -151,6 +152,7 @@ CG_API cg_module *cg_conv2d_new_ex(int64_t in_channels, int64_t out_channels, co
 typedef struct cg_conv1d_layer_options {
     int64_t kernel_size, stride, padding, dilation, groups;
     bool bias;
+    cg_conv_padding padding_rule;
 } cg_conv1d_layer_options;
 CG_API cg_conv1d_layer_options cg_conv1d_layer_defaults(int64_t kernel_size); /* stride 1, padding 0, ..., bias */
 /* nn.Conv1d(in, out, kernel_size, stride, padding, dilation, groups, bias): weight (out, in / groups, k)

@@ -18,6 +18,7 @@ typedef struct conv_state {
     int64_t in_channels, out_channels, groups;
     int64_t kernel[2], stride[2], padding[2], output_padding[2], dilation[2];
     bool bias;
+    cg_conv_padding padding_rule;
 } conv_state;
 
 static cg_tensor *conv_forward(cg_module *m, const cg_tensor *x) {
@@ -27,11 +28,12 @@ static cg_tensor *conv_forward(cg_module *m, const cg_tensor *x) {
     switch (s->kind) {
     case CONV1D:
         return cg_conv1d(x, w, b, &(cg_conv1d_options){(int)s->stride[1], (int)s->padding[1], (int)s->dilation[1],
-                                                        (int)s->groups});
+                                                        (int)s->groups, s->padding_rule});
     case CONV2D:
         return cg_conv2d_ex(x, w, b, &(cg_conv2d_options){{(int)s->stride[0], (int)s->stride[1]},
                                                           {(int)s->padding[0], (int)s->padding[1]},
-                                                          {(int)s->dilation[0], (int)s->dilation[1]}, (int)s->groups});
+                                                          {(int)s->dilation[0], (int)s->dilation[1]}, (int)s->groups,
+                                                          s->padding_rule});
     case CONV_TRANSPOSE2D:
         return cg_conv_transpose2d(
             x, w, b, &(cg_conv_transpose2d_options){{(int)s->stride[0], (int)s->stride[1]},
@@ -104,6 +106,10 @@ static cg_status check_config(const conv_state *s, const char *fn) {
                             (long long)s->stride[1], (long long)s->dilation[0], (long long)s->dilation[1],
                             (long long)s->padding[0], (long long)s->padding[1], (long long)s->output_padding[0],
                             (long long)s->output_padding[1]);
+    if (s->padding_rule != CG_PADDING_EXPLICIT && s->padding_rule != CG_PADDING_VALID &&
+        (s->padding_rule != CG_PADDING_SAME || s->stride[0] != 1 || s->stride[1] != 1))
+        return cg__fail(CG_ERR_INVALID_ARG, "%s: padding rule %d with stride (%lld, %lld): 'same' needs stride 1", fn,
+                        (int)s->padding_rule, (long long)s->stride[0], (long long)s->stride[1]);
     int64_t shape[4], weights; /* checked before anything is allocated; the bias is a part of the weight's size */
     int ndim = weight_shape(s, shape);
     char sw[160];
@@ -141,7 +147,7 @@ cg_module *cg_conv2d_new_ex(int64_t in_channels, int64_t out_channels, const cg_
     conv_state s = {.kind = CONV2D, .in_channels = in_channels, .out_channels = out_channels, .groups = o->groups,
                     .kernel = {o->kernel_size[0], o->kernel_size[1]}, .stride = {o->stride[0], o->stride[1]},
                     .padding = {o->padding[0], o->padding[1]}, .dilation = {o->dilation[0], o->dilation[1]},
-                    .bias = o->bias};
+                    .bias = o->bias, .padding_rule = o->padding_rule};
     return conv_new(&s, d, "cg_conv2d_new_ex");
 }
 
@@ -162,7 +168,7 @@ cg_module *cg_conv1d_new(int64_t in_channels, int64_t out_channels, const cg_con
     const cg_conv1d_layer_options *o = options;
     conv_state s = {.kind = CONV1D, .in_channels = in_channels, .out_channels = out_channels, .groups = o->groups,
                     .kernel = {1, o->kernel_size}, .stride = {1, o->stride}, .padding = {0, o->padding},
-                    .dilation = {1, o->dilation}, .bias = o->bias};
+                    .dilation = {1, o->dilation}, .bias = o->bias, .padding_rule = o->padding_rule};
     return conv_new(&s, d, "cg_conv1d_new");
 }
 
