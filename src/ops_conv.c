@@ -352,16 +352,20 @@ static cg_tensor *conv_op(const conv_request *r, const cg_tensor *x, const cg_te
     return cg__finish(out, s);
 }
 
-/* x (N, C, H, W) with e[0] zero rows and e[1] zero columns after its own, through recorded ops. */
+/* x (N, C, H, W) with e[0] > 0 zero rows and/or e[1] > 0 zero columns after its own, through recorded
+ * ops (cat), so the gradient flows back to x. */
 static cg_tensor *zero_padded(const cg_tensor *x, const int64_t *e) {
-    cg_tensor *t = cg_clone(x);
-    for (int d = 0; t && d < 2; d++) {
+    cg_tensor *t = NULL; /* x extended so far, once anything was appended */
+    for (int d = 0; d < 2; d++) {
         if (e[d] == 0) continue;
-        int64_t shape[4] = {cg_size(t, 0), cg_size(t, 1), cg_size(t, 2), cg_size(t, 3)};
+        const cg_tensor *from = t ? t : x;
+        int64_t shape[4] = {cg_size(from, 0), cg_size(from, 1), cg_size(from, 2), cg_size(from, 3)};
         shape[2 + d] = e[d];
-        cg_tensor *zeros = cg_zeros_dtype(4, shape, cg_dtype_of(t), cg_device_of(t));
-        cg_tensor *parts[2] = {t, zeros}, *next = zeros ? cg_cat(2, (const cg_tensor *const *)parts, 2 + d) : NULL;
+        cg_tensor *zeros = cg_zeros_dtype(4, shape, cg_dtype_of(from), cg_device_of(from));
+        const cg_tensor *parts[2] = {from, zeros};
+        cg_tensor *next = zeros ? cg_cat(2, parts, 2 + d) : NULL;
         cg_tensor_free(zeros), cg_tensor_free(t);
+        if (!next) return NULL;
         t = next;
     }
     return t;
