@@ -450,23 +450,27 @@ typedef struct cg_gather_rows_args {
     void *dst;
 } cg_gather_rows_args;
 
-/* ---- convolution and pooling ----------------------------------------------------------------------------------- */
-/* Geometry of cg_conv2d and cg_max_pool2d: x (n, c, h, w) -> y (n, k, oh, ow) through a (kh, kw)
- * window moved by stride over x zero-padded by padding on every side. Pooling: k == c, no padding. */
-typedef struct cg_conv_geom {
+/* ---- convolution --------------------------------------------------------------------------------------------- */
+/* Geometry of a convolution (F.conv2d): x (n, c, h, w) -> y (n, k, oh, ow) through weight
+ * (k, c / groups, kh, kw) whose taps lie dilation apart, moved by stride over x zero-padded by padding
+ * on each side; [0] along h, [1] along w. Group gi's output channels [gi k/groups, (gi+1) k/groups)
+ * see its input channels [gi c/groups, (gi+1) c/groups) only. oh and ow are given (the front-end
+ * computes them), so a transposed convolution runs as this geometry's passes with x and y swapped. */
+typedef struct cg_conv2d_geom {
     int64_t n, c, h, w;
     int64_t k, kh, kw;
     int64_t oh, ow;
-    int64_t stride, padding;
-} cg_conv_geom;
+    int64_t stride[2], padding[2], dilation[2], groups;
+} cg_conv2d_geom;
 
-/* x (n, c, h, w), weight (k, c, kh, kw), bias (k) or NULL, y and gy (n, k, oh, ow); gradients are
- * written, not accumulated, and are deterministic:
- *   CONV2D_FORWARD          y = conv(x, weight) + bias
- *   CONV2D_BACKWARD_DATA    gx = the gradient of x from gy and weight
+/* x and gx (n, c, h, w), weight (k, c / groups, kh, kw), y and gy (n, k, oh, ow); outputs are written,
+ * not accumulated, and are deterministic:
+ *   CONV2D_FORWARD          y = conv(x, weight) + bias (k) or NULL
+ *   CONV2D_BACKWARD_DATA    gx = the gradient of x from gy and weight, + bias (c) or NULL (the forward
+ *                           of F.conv_transpose2d)
  *   CONV2D_BACKWARD_WEIGHT  gweight = the gradient of weight from x and gy */
 typedef struct cg_conv_args {
-    cg_conv_geom geom;
+    cg_conv2d_geom geom;
     const float *x, *weight, *bias, *gy;
     float *y, *gx, *gweight;
 } cg_conv_args;

@@ -401,14 +401,14 @@ static void test_errors(void **state) {
     CG_TEST_OK(cg_conv2d(x, w, b, 1, 0)); /* the good call */
 
     expect_conv_error(x3, w, b, 1, 0, CG_ERR_SHAPE, "(3, 5, 6)", "(N, C_in, H, W)");
-    expect_conv_error(x, b, NULL, 1, 0, CG_ERR_SHAPE, "weight (4,)", "(C_out, C_in, kh, kw)");
+    expect_conv_error(x, b, NULL, 1, 0, CG_ERR_SHAPE, "weight (4,)", "(C_out, C_in / groups, kh, kw)");
     expect_conv_error(x, w2, NULL, 1, 0, CG_ERR_SHAPE, "(2, 3, 5, 6)", "(4, 2, 3, 3)");
-    expect_conv_error(x, w7, NULL, 1, 0, CG_ERR_SHAPE, "7x7", "larger than the input 5x6");
+    expect_conv_error(x, w7, NULL, 1, 0, CG_ERR_SHAPE, "7x7", "larger than the input 5x6 padded by (0, 0)");
     expect_conv_error(x, w7, NULL, 1, 0, CG_ERR_SHAPE, "(2, 3, 5, 6)", "kernel");
     CG_TEST_OK(cg_conv2d(x, w7, NULL, 1, 1)); /* fits once padded: 7x8 */
-    expect_conv_error(x, w, b, 0, 0, CG_ERR_INVALID_ARG, "stride", "got 0");
-    expect_conv_error(x, w, b, -2, 0, CG_ERR_INVALID_ARG, "stride", "got -2");
-    expect_conv_error(x, w, b, 1, -1, CG_ERR_INVALID_ARG, "padding", "got -1");
+    expect_conv_error(x, w, b, 0, 0, CG_ERR_INVALID_ARG, "stride (0, 0)", "must be positive");
+    expect_conv_error(x, w, b, -2, 0, CG_ERR_INVALID_ARG, "stride (-2, -2)", "must be positive");
+    expect_conv_error(x, w, b, 1, -1, CG_ERR_INVALID_ARG, "padding (-1, -1)", "non-negative");
     expect_conv_error(x, w, b5, 1, 0, CG_ERR_SHAPE, "bias (5,)", "(4, 3, 3, 3)");
     expect_conv_error(x, w, w, 1, 0, CG_ERR_SHAPE, "bias (4, 3, 3, 3)", "one per output channel");
     expect_conv_error(NULL, w, b, 1, 0, CG_ERR_INVALID_ARG, "x", "NULL");
@@ -436,7 +436,7 @@ static void test_errors(void **state) {
     assert_null(cg_conv2d_new(0, 4, 3, 1, 0, true, dev()));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_conv2d_new", "in_channels (0)");
     assert_null(cg_conv2d_new(3, 4, 3, 0, 0, true, dev()));
-    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_conv2d_new", "stride (0)");
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_conv2d_new", "stride (0, 0)");
     assert_null(cg_max_pool2d_new(0, 0));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_max_pool2d_new", "kernel_size (0)");
     cg_scope_end(scope);

@@ -603,12 +603,50 @@ CG_API cg_tensor *cg_cross_entropy(const cg_tensor *logits, const cg_tensor *tar
  * (NaN when every row is ignored). Bad class indices as cg_cross_entropy_ex's. */
 CG_API cg_tensor *cg_nll_loss(const cg_tensor *input, const cg_tensor *targets, const cg_tensor *weight,
                               int64_t ignore_index, cg_reduction reduction);
-/* F.conv2d: x (N, C_in, H, W), weight (C_out, C_in, kh, kw), bias (C_out) or NULL, the same stride
- * and zero padding on both spatial dims -> (N, C_out, (H + 2p - kh) / s + 1, (W + 2p - kw) / s + 1).
- * CPU: im2col + OpenBLAS; GPU: cuDNN with deterministic algorithms chosen by fixed rules (true fp32
- * unless cg_set_allow_tf32 is on). */
+/* F.conv2d's and F.conv1d's padding='valid' and padding='same' (then stride must be 1; an odd total
+ * dilation (k - 1) puts its extra zero at the end, as PyTorch). EXPLICIT (0): the padding given. */
+typedef enum { CG_PADDING_EXPLICIT = 0, CG_PADDING_VALID, CG_PADDING_SAME } cg_conv_padding;
+/* F.conv2d's settings, [0] along H, [1] along W: stride >= 1, zero padding >= 0 on each side,
+ * dilation >= 1 (the spacing of the kernel's taps), groups >= 1 dividing C_in and C_out; padding_rule
+ * other than EXPLICIT replaces padding. */
+typedef struct cg_conv2d_options {
+    int stride[2], padding[2], dilation[2], groups;
+    cg_conv_padding padding_rule;
+} cg_conv2d_options;
+CG_API cg_conv2d_options cg_conv2d_defaults(void); /* stride 1, padding 0, dilation 1, groups 1 */
+/* F.conv2d(x, weight, bias, stride, padding, dilation, groups): x (N, C_in, H, W), weight
+ * (C_out, C_in / groups, kh, kw), bias (C_out) or NULL -> (N, C_out, H', W'), H' = (H + 2 padding -
+ * dilation (kh - 1) - 1) / stride + 1 (W' alike), at least 1. options NULL: the defaults.
+ * CPU: im2col + OpenBLAS per group; GPU: cuDNN with deterministic algorithms chosen by fixed rules (true
+ * fp32 unless cg_set_allow_tf32 is on). */
+CG_API cg_tensor *cg_conv2d_ex(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias,
+                               const cg_conv2d_options *options);
+/* cg_conv2d_ex with the same stride and padding on both dims, dilation 1, groups 1. */
 CG_API cg_tensor *cg_conv2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias, int stride,
                      int padding);
+/* F.conv1d's settings: stride >= 1, padding >= 0, dilation >= 1, groups >= 1, padding_rule as conv2d's. */
+typedef struct cg_conv1d_options {
+    int stride, padding, dilation, groups;
+    cg_conv_padding padding_rule;
+} cg_conv1d_options;
+CG_API cg_conv1d_options cg_conv1d_defaults(void); /* stride 1, padding 0, dilation 1, groups 1 */
+/* F.conv1d: x (N, C_in, L), weight (C_out, C_in / groups, k), bias (C_out) or NULL -> (N, C_out, L'),
+ * L' = (L + 2 padding - dilation (k - 1) - 1) / stride + 1. Runs as cg_conv2d_ex on views with H = 1
+ * (no copy). options NULL: the defaults. */
+CG_API cg_tensor *cg_conv1d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias,
+                            const cg_conv1d_options *options);
+/* F.conv_transpose2d's settings, [0] along H, [1] along W: as cg_conv2d_options', and output_padding
+ * >= 0, below stride or dilation (along the same dim), added to one side of the output. */
+typedef struct cg_conv_transpose2d_options {
+    int stride[2], padding[2], output_padding[2], dilation[2], groups;
+} cg_conv_transpose2d_options;
+CG_API cg_conv_transpose2d_options cg_conv_transpose2d_defaults(void); /* stride 1, dilation 1, groups 1, 0 else */
+/* F.conv_transpose2d (the gradient of cg_conv2d_ex with respect to its input): x (N, C_in, H, W), weight
+ * (C_in, C_out / groups, kh, kw), bias (C_out) or NULL -> (N, C_out, H', W'), H' = (H - 1) stride -
+ * 2 padding + dilation (kh - 1) + output_padding + 1 (W' alike), at least 1. options NULL: the defaults.
+ * Runs on cg_conv2d_ex's passes with the roles swapped (forward = its backward-data). */
+CG_API cg_tensor *cg_conv_transpose2d(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias,
+                                      const cg_conv_transpose2d_options *options);
 /* F.max_pool2d: x (N, C, H, W), a kernel x kernel window moved by stride (no padding, floor mode)
  * -> (N, C, (H - k) / s + 1, (W - k) / s + 1). The gradient goes to the first maximum of each
  * window (PyTorch's choice), NaN counting as the maximum. */

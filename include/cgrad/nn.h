@@ -135,6 +135,41 @@ CG_API cg_module *cg_sigmoid_new(void);
  * ~ U(-1/sqrt(in k k), 1/sqrt(in k k)). x (N, in, H, W) -> (N, out, H', W') (see cg_conv2d). */
 CG_API cg_module *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
                          int64_t padding, bool bias, cg_device d);
+/* nn.Conv2d's settings, [0] along H, [1] along W (see cg_conv2d_ex). */
+typedef struct cg_conv2d_layer_options {
+    int64_t kernel_size[2], stride[2], padding[2], dilation[2], groups;
+    bool bias;
+    cg_conv_padding padding_rule; /* padding='valid' / 'same' (cg_conv2d_options') */
+} cg_conv2d_layer_options;
+/* kernel_size x kernel_size, stride 1, padding 0, dilation 1, groups 1, bias (PyTorch's defaults). */
+CG_API cg_conv2d_layer_options cg_conv2d_layer_defaults(int64_t kernel_size);
+/* nn.Conv2d(in, out, kernel_size, stride, padding, dilation, groups, bias): weight (out, in / groups,
+ * kh, kw) and bias (out) ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in / groups kh kw; forward
+ * cg_conv2d_ex. groups divides in and out. */
+CG_API cg_module *cg_conv2d_new_ex(int64_t in_channels, int64_t out_channels, const cg_conv2d_layer_options *options,
+                                   cg_device d);
+/* nn.Conv1d's settings (see cg_conv1d). */
+typedef struct cg_conv1d_layer_options {
+    int64_t kernel_size, stride, padding, dilation, groups;
+    bool bias;
+    cg_conv_padding padding_rule;
+} cg_conv1d_layer_options;
+CG_API cg_conv1d_layer_options cg_conv1d_layer_defaults(int64_t kernel_size); /* stride 1, padding 0, ..., bias */
+/* nn.Conv1d(in, out, kernel_size, stride, padding, dilation, groups, bias): weight (out, in / groups, k)
+ * and bias (out) ~ U(-1/sqrt(in / groups k), ...); x (N, in, L) -> (N, out, L') through cg_conv1d. */
+CG_API cg_module *cg_conv1d_new(int64_t in_channels, int64_t out_channels, const cg_conv1d_layer_options *options,
+                                cg_device d);
+/* nn.ConvTranspose2d's settings, [0] along H, [1] along W (see cg_conv_transpose2d). */
+typedef struct cg_conv_transpose2d_layer_options {
+    int64_t kernel_size[2], stride[2], padding[2], output_padding[2], dilation[2], groups;
+    bool bias;
+} cg_conv_transpose2d_layer_options;
+CG_API cg_conv_transpose2d_layer_options cg_conv_transpose2d_layer_defaults(int64_t kernel_size);
+/* nn.ConvTranspose2d(in, out, kernel_size, stride, padding, output_padding, groups, bias, dilation):
+ * weight (in, out / groups, kh, kw) and bias (out) ~ U(-1/sqrt(fan_in), ...), fan_in = out / groups kh
+ * kw (PyTorch's fan_in of that weight: its size(1) times the kernel's); forward cg_conv_transpose2d. */
+CG_API cg_module *cg_conv_transpose2d_new(int64_t in_channels, int64_t out_channels,
+                                          const cg_conv_transpose2d_layer_options *options, cg_device d);
 /* nn.MaxPool2d(kernel_size, stride); stride 0 means stride = kernel_size, as PyTorch's default. */
 CG_API cg_module *cg_max_pool2d_new(int64_t kernel_size, int64_t stride);
 /* nn.Flatten(): (N, d1, d2, ...) -> (N, d1 * d2 * ...), a view. */

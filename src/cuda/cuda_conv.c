@@ -24,14 +24,17 @@
 
 #ifdef CGRAD_HAVE_CUDNN
 #define CONV_PLANS 16                          /* shapes cached per device (round robin) */
-#define CONV_WORKSPACE_MAX ((size_t)256 << 20) /* bytes an algorithm may ask for */
+/* Bytes an algorithm may ask for: enough for what cuDNN's heuristics rank first at ResNet sizes (batch
+ * 256 of 64 x 56 x 56), as PyTorch, which takes any workspace it can allocate, would use. */
+#define CONV_WORKSPACE_MAX ((size_t)1 << 30)
 
 typedef struct conv_plan {
     bool used;
-    cg_conv_geom g;
+    cg_conv2d_geom g;
     bool tf32;
-    cudnnTensorDescriptor_t x, y, bias; /* (n, c, h, w), (n, k, oh, ow), (1, k, 1, 1) */
-    cudnnFilterDescriptor_t w;          /* (k, c, kh, kw) */
+    cudnnTensorDescriptor_t x, y;           /* (n, c, h, w), (n, k, oh, ow) */
+    cudnnTensorDescriptor_t bias_y, bias_x; /* (1, k, 1, 1) for the forward, (1, c, 1, 1) for backward data */
+    cudnnFilterDescriptor_t w;              /* (k, c / groups, kh, kw) */
     cudnnConvolutionDescriptor_t conv;
     int fwd, bwd_data, bwd_filter;      /* the algorithms (cuDNN's enums) */
     size_t fwd_bytes, bwd_data_bytes, bwd_filter_bytes;
@@ -82,10 +85,13 @@ static cg_status pick(cudnnHandle_t h, const conv_plan *p, const candidate *c, i
     if (e != CUDNN_STATUS_SUCCESS)
         return cg__fail(CG_ERR_BACKEND,
                         "cg_conv2d: cuDNN has no deterministic %s algorithm for x (%lld, %lld, %lld, %lld), weight "
-                        "(%lld, %lld, %lld, %lld), stride %lld, padding %lld: %s",
+                        "(%lld, %lld, %lld, %lld), stride (%lld, %lld), padding (%lld, %lld), dilation (%lld, %lld), "
+                        "groups %lld: %s",
                         pass, (long long)p->g.n, (long long)p->g.c, (long long)p->g.h, (long long)p->g.w,
-                        (long long)p->g.k, (long long)p->g.c, (long long)p->g.kh, (long long)p->g.kw,
-                        (long long)p->g.stride, (long long)p->g.padding, cudnnGetErrorString(e));
+                        (long long)p->g.k, (long long)(p->g.c / p->g.groups), (long long)p->g.kh, (long long)p->g.kw,
+                        (long long)p->g.stride[0], (long long)p->g.stride[1], (long long)p->g.padding[0],
+                        (long long)p->g.padding[1], (long long)p->g.dilation[0], (long long)p->g.dilation[1],
+                        (long long)p->g.groups, cudnnGetErrorString(e));
     *algo = fallback;
     return CG_OK;
 }
@@ -121,11 +127,12 @@ static cg_status choose_algorithms(cudnnHandle_t h, conv_plan *p) {
 
 /* ---- the plan cache ------------------------------------------------------------------------------------- */
 /* Sets p's descriptors (created the first time the slot is used) to g and chooses its algorithms. */
-static cg_status plan_make(cudnnHandle_t h, conv_plan *p, const cg_conv_geom *g, bool tf32) {
+static cg_status plan_make(cudnnHandle_t h, conv_plan *p, const cg_conv2d_geom *g, bool tf32) {
     p->used = false;
     if (!p->x) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
     if (!p->y) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
-    if (!p->bias) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
+    if (!p->bias_y) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias_y));
+    if (!p->bias_x) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias_x));
     if (!p->w) CG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
     if (!p->conv) CG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
     /* the front-end checked that these fit in int */
@@ -133,11 +140,14 @@ static cg_status plan_make(cudnnHandle_t h, conv_plan *p, const cg_conv_geom *g,
                                               (int)g->w));
     CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g->n, (int)g->k,
                                               (int)g->oh, (int)g->ow));
-    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)g->k, 1, 1));
-    CG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)g->k, (int)g->c,
-                                              (int)g->kh, (int)g->kw));
-    CG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, (int)g->padding, (int)g->padding, (int)g->stride,
-                                                   (int)g->stride, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias_y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)g->k, 1, 1));
+    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias_x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)g->c, 1, 1));
+    CG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)g->k,
+                                              (int)(g->c / g->groups), (int)g->kh, (int)g->kw));
+    CG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, (int)g->padding[0], (int)g->padding[1], (int)g->stride[0],
+                                                   (int)g->stride[1], (int)g->dilation[0], (int)g->dilation[1],
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p->conv, (int)g->groups));
     CG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     p->g = *g, p->tf32 = tf32;
     CG_TRY(choose_algorithms(h, p));
@@ -145,7 +155,7 @@ static cg_status plan_make(cudnnHandle_t h, conv_plan *p, const cg_conv_geom *g,
     return CG_OK;
 }
 
-static cg_status plan_for(cg_cuda_context *ctx, const cg_conv_geom *g, conv_plan **out) {
+static cg_status plan_for(cg_cuda_context *ctx, const cg_conv2d_geom *g, conv_plan **out) {
     struct cg_conv_cache *cache = ctx->conv_cache;
     if (!cache && !(cache = ctx->conv_cache = calloc(1, sizeof *cache)))
         return cg__fail(CG_ERR_OOM, "cg_conv2d: out of host memory for cuda:%d's convolution cache", ctx->index);
@@ -167,8 +177,8 @@ static cg_status plan_for(cg_cuda_context *ctx, const cg_conv_geom *g, conv_plan
 /* ---- the three passes -------------------------------------------------------------------------------- */
 typedef enum { CONV_FORWARD, CONV_BACKWARD_DATA, CONV_BACKWARD_FILTER } conv_pass;
 
-/* forward: out y = conv(a x, b weight) + bias; backward data: out gx from a gy and b weight; backward
- * filter: out gweight from a x and b gy. */
+/* forward: out y = conv(a x, b weight) + bias (k); backward data: out gx from a gy and b weight, + bias (c);
+ * backward filter: out gweight from a x and b gy. */
 static cg_status launch_pass(cg_cuda_context *ctx, const conv_plan *p, conv_pass pass, const float *a, const float *b,
                              const float *bias, float *out, void *ws) {
     const float one = 1.0f, zero = 0.0f;
@@ -176,12 +186,13 @@ static cg_status launch_pass(cg_cuda_context *ctx, const conv_plan *p, conv_pass
     case CONV_FORWARD:
         CG_CUDNN_CHECK(cudnnConvolutionForward(ctx->cudnn, &one, p->x, a, p->w, b, p->conv,
                                                (cudnnConvolutionFwdAlgo_t)p->fwd, ws, p->fwd_bytes, &zero, p->y, out));
-        if (bias) CG_CUDNN_CHECK(cudnnAddTensor(ctx->cudnn, &one, p->bias, bias, &one, p->y, out));
+        if (bias) CG_CUDNN_CHECK(cudnnAddTensor(ctx->cudnn, &one, p->bias_y, bias, &one, p->y, out));
         return CG_OK;
     case CONV_BACKWARD_DATA:
         CG_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w, b, p->y, a, p->conv,
                                                     (cudnnConvolutionBwdDataAlgo_t)p->bwd_data, ws, p->bwd_data_bytes,
                                                     &zero, p->x, out));
+        if (bias) CG_CUDNN_CHECK(cudnnAddTensor(ctx->cudnn, &one, p->bias_x, bias, &one, p->x, out));
         return CG_OK;
     case CONV_BACKWARD_FILTER:
         CG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x, a, p->y, b, p->conv,
@@ -194,7 +205,7 @@ static cg_status launch_pass(cg_cuda_context *ctx, const conv_plan *p, conv_pass
 
 /* Runs one pass with a workspace from the caching allocator, freed right after (stream order makes its
  * reuse safe). */
-static cg_status run_pass(int index, const cg_conv_geom *g, conv_pass pass, const float *a, const float *b,
+static cg_status run_pass(int index, const cg_conv2d_geom *g, conv_pass pass, const float *a, const float *b,
                           const float *bias, float *out) {
     cg_cuda_context *ctx;
     conv_plan *p = NULL;
@@ -216,7 +227,7 @@ cg_status cg__cuda_conv2d_forward(const void *raw, int index) {
 
 cg_status cg__cuda_conv2d_backward_data(const void *raw, int index) {
     const cg_conv_args *a = raw;
-    return run_pass(index, &a->geom, CONV_BACKWARD_DATA, a->gy, a->weight, NULL, a->gx);
+    return run_pass(index, &a->geom, CONV_BACKWARD_DATA, a->gy, a->weight, a->bias, a->gx);
 }
 
 cg_status cg__cuda_conv2d_backward_weight(const void *raw, int index) {

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""PyTorch side of bench/bench_resnet_block.c: a ResNet-18 basic block, forward and backward, timed
+the same way and printed as the same `result work=... impl=pytorch median_ms=...` lines.
+
+The block: y = relu(bn2(conv2(relu(bn1(conv1(x))))) + x), conv1 and conv2 Conv2d(64, 64, 3,
+padding=1, bias=False), on x (N, 64, 56, 56) requiring grad; a run is zero_grad, forward, backward
+with a fixed output gradient. --bn 0 (default) leaves the BatchNorm2d layers out, as the C program
+does (work=resnet_block_nobn_...); --bn 1 times the whole block (work=resnet_block_bn_...). Warm-up
+runs, then the median of runs each timed alone (synchronised on the GPU). cudnn.benchmark stays off
+(PyTorch's default: cuDNN's heuristics choose the algorithms); --tf32 0 (default) sets
+torch.backends.cudnn.allow_tf32 = False, so convolutions are true fp32 like cgrad's default."""
+import argparse
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    from torch import nn
+except ImportError:
+    print("# PyTorch not available", flush=True)
+    sys.exit(3)
+
+
+def median_seconds(fn, device, warmup, runs):
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class Block(nn.Module):
+    def __init__(self, channels, bn):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels) if bn else nn.Identity()
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels) if bn else nn.Identity()
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(h)) + x)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--channels", type=int, default=64)
+    ap.add_argument("--hw", type=int, default=56)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--tf32", type=int, default=0)
+    ap.add_argument("--bn", type=int, default=0)
+    a = ap.parse_args()
+    device = torch.device(a.device)
+    torch.set_num_threads(a.threads)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = bool(a.tf32)
+    torch.manual_seed(1)
+    where = f"cpu_t{a.threads}" if device.type == "cpu" else "gpu" + ("_tf32" if a.tf32 else "")
+    block = Block(a.channels, a.bn).to(device).train()
+    x = torch.randn(a.n, a.channels, a.hw, a.hw, device=device, requires_grad=True)
+    gy = torch.randn(a.n, a.channels, a.hw, a.hw, device=device)
+
+    def run():
+        block.zero_grad(set_to_none=True)
+        x.grad = None
+        block(x).backward(gy)
+
+    t = median_seconds(run, device, 3, a.runs)
+    key = f"resnet_block_{'bn' if a.bn else 'nobn'}_fwd_bwd_{where}_n{a.n}_c{a.channels}_hw{a.hw}"
+    print(f"result work={key} impl=pytorch median_ms={1e3 * t:.4f} runs={a.runs} images_per_s={a.n / t:.0f}",
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
