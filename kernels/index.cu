@@ -14,12 +14,12 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void index_select_kernel(const T *__restrict__ x, int64_t outer, int64_t n, int64_t inner,
                                     const int64_t *__restrict__ index, int64_t nidx, T *__restrict__ out,
-                                    cg_index_error *err) {
+                                    cg_index_op op, cg_index_error *err) {
     const int64_t total = outer * nidx * inner;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t k = e % inner, r = e / inner, i = r % nidx, o = r / nidx, j = index[i];
         if (j >= 0 && j < n) out[e] = x[(o * n + j) * inner + k];
-        else cg_index_error_raise(err, CG_INDEX_OP_INDEX_SELECT, i, j, n);
+        else cg_index_error_raise(err, op, i, j, n);
     }
 }
 
@@ -27,7 +27,7 @@ template <typename T>
 cudaError_t launch_select(const cg_index_select_args *a, cg_index_error *err, cudaStream_t stream) {
     int64_t total = a->outer * a->nidx * a->inner;
     index_select_kernel<T><<<cg_launch_grid(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T *>(a->x), a->outer, a->n, a->inner, a->index, a->nidx, static_cast<T *>(a->out), err);
+        static_cast<const T *>(a->x), a->outer, a->n, a->inner, a->index, a->nidx, static_cast<T *>(a->out), (cg_index_op)a->op, err);
     return cudaGetLastError();
 }
 

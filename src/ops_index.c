@@ -65,31 +65,46 @@ cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, int64_t nidx, const i
     return cg__finish(out, s);
 }
 
-/* saved: index. The gradient of t sums g's rows that index chose, per row of t: the positions are
- * sorted by destination (a stable counting sort on the host), and each destination sums its own in
- * ascending order. */
-static cg_status index_select_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
-    const char *fn = "cg_index_select";
-    const cg_tensor *index = node->saved[0];
-    int d = CG_NODE_PARAMS(node, cg_index_select_params)->dim;
-    int64_t nidx, size = node->in_shape[0][d];
+cg_tensor *cg__index_grad(const cg_tensor *g, int d, const cg_tensor *index, int64_t skip, int ndim,
+                          const int64_t *shape, const char *fn) {
+    int64_t nidx, size = shape[d];
     int64_t *idx = index_values(index, &nidx, fn);
     if (idx && check_positions(idx, nidx, size, d, fn) != CG_OK) { /* a GPU's forward wrote nothing for it */
         free(idx);
-        return cg_last_status();
+        return NULL;
     }
     int64_t *offsets = idx ? calloc((size_t)size + 2, sizeof *offsets) : NULL, *order = NULL;
     if (idx && offsets) order = malloc((size_t)(nidx ? nidx : 1) * sizeof *order);
     if (!order) {
         free(idx), free(offsets);
-        return idx ? cg__fail(CG_ERR_OOM, "%s: out of host memory for the gradient's order", fn) : cg_last_status();
+        return idx ? CG_FAIL_NULL(CG_ERR_OOM, "%s: out of host memory for the gradient's order", fn) : NULL;
     }
-    for (int64_t i = 0; i < nidx; i++) offsets[idx[i] + 2]++;
+    for (int64_t i = 0; i < nidx; i++) offsets[idx[i] + 2] += idx[i] != skip;
     for (int64_t j = 0; j < size; j++) offsets[j + 2] += offsets[j + 1];
-    for (int64_t i = 0; i < nidx; i++) order[offsets[idx[i] + 1]++] = i; /* offsets[j] now starts j */
-    grad_in[0] = cg__index_add_sorted(g, d, nidx, order, offsets, node->in_ndim[0], node->in_shape[0]);
+    for (int64_t i = 0; i < nidx; i++)
+        if (idx[i] != skip) order[offsets[idx[i] + 1]++] = i; /* offsets[j] now starts j */
+    cg_tensor *grad = cg__index_add_sorted(g, d, nidx, order, offsets, ndim, shape);
     free(idx), free(offsets), free(order);
+    return grad;
+}
+
+/* saved: index. The gradient of t sums g's rows that index chose, per row of t (cg__index_grad). */
+static cg_status index_select_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
+    int d = CG_NODE_PARAMS(node, cg_index_select_params)->dim;
+    grad_in[0] = cg__index_grad(g, d, node->saved[0], -1, node->in_ndim[0], node->in_shape[0], "cg_index_select");
     return grad_in[0] ? CG_OK : cg_last_status();
+}
+
+cg_status cg__select_into(const cg_tensor *c, int d, const cg_tensor *index, int op, cg_tensor *out,
+                          const char *fn) {
+    const cg_tensor_impl *ti = cg__t(c);
+    /* on a GPU the kernel checks, so that no call waits for the device (kernels/index_error.h) */
+    if (ti->device.type == CG_CPU) CG_TRY(check_positions(cg__data(index), cg__t(index)->numel, ti->shape[d], d, fn));
+    if (cg__t(out)->numel == 0) return CG_OK;
+    cg_index_select_args a = {.x = cg__data(c), .bytes = cg_dtype_bytes(ti->dtype), .op = op, .n = ti->shape[d],
+                              .index = cg__data(index), .nidx = cg__t(index)->numel, .out = cg__data(out)};
+    around(ti, d, &a.outer, &a.inner);
+    return cg__run_index_select(ti->device, &a);
 }
 
 cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index) {
@@ -112,15 +127,7 @@ cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index) 
     shape[d] = ii->numel;
     cg_tensor *out = cg__tensor_new_dtype(ti->ndim, shape, ti->dtype, ti->device);
     cg_tensor *ic = out ? cg__raw_contiguous(index) : NULL, *c = ic ? cg__raw_contiguous(t) : NULL;
-    cg_status s = c ? CG_OK : cg_last_status();
-    /* on a GPU the kernel checks, so that no call waits for the device (kernels/index_error.h) */
-    if (s == CG_OK && ti->device.type == CG_CPU) s = check_positions(cg__data(ic), ii->numel, ti->shape[d], dim, fn);
-    if (s == CG_OK && cg__t(out)->numel > 0) {
-        cg_index_select_args a = {.x = cg__data(c), .bytes = cg_dtype_bytes(ti->dtype), .n = ti->shape[d],
-                                  .index = cg__data(ic), .nidx = ii->numel, .out = cg__data(out)};
-        around(ti, d, &a.outer, &a.inner);
-        s = cg__run_index_select(ti->device, &a);
-    }
+    cg_status s = c ? cg__select_into(c, d, ic, CG_INDEX_OP_INDEX_SELECT, out, fn) : cg_last_status();
     cg_tensor_free(c);
     if (s == CG_OK && cg__should_record(1, &t)) {
         const cg_tensor *saved = ic;
