@@ -286,7 +286,7 @@ static cg_tensor *norm_call(const cg_op_info *op, const cg_op_case *c, const cg_
     const cg_tensor *w = c->param[1] ? in[1] : NULL, *b = c->param[1] ? in[2] : NULL;
     if (op == &cg__op_layer_norm) return cg_layer_norm(in[0], (int)c->param[0], NULL, w, b, 1e-5f);
     if (op == &cg__op_group_norm) return cg_group_norm(in[0], c->param[0], w, b, 1e-5f);
-    int64_t ch = cg_size(in[0], 1);
+    int64_t ch = cg_size(in[0], 1); /* at most 8 in the cases below */
     float mean[8], var[8];
     for (int64_t k = 0; k < ch && k < 8; k++) mean[k] = eval_mean(k), var[k] = eval_var(k);
     bool running = !c->param[0] || c->param[2];

@@ -306,6 +306,11 @@ static void test_errors(void **state) {
     EXPECT_NULL(CG_ERR_SHAPE, cg_embedding(idx, w5, -1), "cg_embedding", "weight");
     EXPECT_NULL(CG_ERR_INVALID_ARG, cg_embedding_new(6, 2, 6, dev()), "cg_embedding_new", "padding_idx");
 
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_batch_norm(NULL, rm, rv, NULL, NULL, true, 0.1f, 1e-5f), "cg_batch_norm", "x");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_layer_norm(NULL, 1, NULL, NULL, NULL, 1e-5f), "cg_layer_norm", "x");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_group_norm(NULL, 1, NULL, NULL, 1e-5f), "cg_group_norm", "x");
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_embedding(idx, NULL, -1), "cg_embedding", "weight");
+
     cg_module_free(bn1), cg_module_free(bn2);
     cg_tensor_free(idx), cg_tensor_free(fidx), cg_tensor_free(table), cg_tensor_free(g), cg_tensor_free(single);
     cg_tensor_free(img), cg_tensor_free(one), cg_tensor_free(rv), cg_tensor_free(rm), cg_tensor_free(w5), cg_tensor_free(x);
