@@ -251,6 +251,38 @@ static void test_embedding_init(void **state) {
     cg_manual_seed(cg_test_seed());
 }
 
+/* A trained BatchNorm2d's buffers travel with cg_module_clone and through a safetensors file (PyTorch's
+ * state_dict names, num_batches_tracked as int64), and the copy normalises as the original in eval mode. */
+static void test_module_clone_and_state(void **state) {
+    (void)state;
+    cg_module *bn = module_ok(cg_batch_norm2d_new(3, cg_norm_defaults(), dev()));
+    float *xv = cg_test_uniform_buf(2 * 3 * 4 * 5, -2, 3);
+    cg_tensor *x = cg_test_tensor(xv, 4, (int64_t[]){2, 3, 4, 5});
+    cg_tensor *y = CG_TEST_OK(cg_module_forward(bn, x));
+    cg_tensor_free(y);
+    cg_module_train(bn, false);
+    cg_module *copy = module_ok(cg_module_clone(bn, dev()));
+    char path[512];
+    CG_TEST_STATUS_OK(cg_save_safetensors(bn, cg_test_tmp_path("norm_bn.safetensors", path, sizeof path)));
+    cg_module *loaded = module_ok(cg_batch_norm2d_new(3, cg_norm_defaults(), dev()));
+    CG_TEST_STATUS_OK(cg_load_safetensors(loaded, path));
+    cg_module_train(loaded, false);
+    cg_tensor *want = CG_TEST_OK(cg_module_forward(bn, x));
+    float *w = cg_test_read(want);
+    for (int k = 0; k < 2; k++) {
+        cg_module *m = k ? loaded : copy;
+        int64_t tracked = 0;
+        CG_TEST_STATUS_OK(cg_item_int64(cg_module_get_buffer(m, "num_batches_tracked"), &tracked));
+        assert_int_equal(tracked, 1);
+        cg_tensor *got = CG_TEST_OK(cg_module_forward(m, x));
+        cg_test_assert_tensor_bits(got, w, 120);
+        cg_tensor_free(got);
+    }
+    free(w), free(xv);
+    cg_tensor_free(want), cg_tensor_free(x);
+    cg_module_free(loaded), cg_module_free(copy), cg_module_free(bn);
+}
+
 /* ---- errors ------------------------------------------------------------------------------------------ */
 static void test_errors(void **state) {
     (void)state;
@@ -367,12 +399,59 @@ static void test_deterministic_backward(void **state) {
     free(xv), free(gv);
 }
 
+/* On a GPU, the kernels' other paths against the CPU: groups larger than a warp takes (a block each:
+ * batch norm over 4 x 48 x 48 values a channel, group norm over one group of 12800), float4 rows of 4096
+ * and odd rows of 1001 (a warp each). Forward and every gradient within 1e-4 relative plus 1e-5 of the
+ * largest element (float32 sums of up to 12800 terms in two orders). */
+static void run_on(cg_device d, int which, const float *xv, const float *gv, const int64_t *shape, int ndim, float **out) {
+    cg_tensor *x = CG_TEST_OK(cg_from_data(xv, ndim, shape, d)), *g = CG_TEST_OK(cg_from_data(gv, ndim, shape, d));
+    int64_t c = which == 2 ? shape[ndim - 1] : shape[1];
+    cg_tensor *w = CG_TEST_OK(cg_full(1, &c, 0.75f, d)), *b = CG_TEST_OK(cg_full(1, &c, 0.25f, d));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(x, true));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(w, true)), CG_TEST_STATUS_OK(cg_set_requires_grad(b, true));
+    cg_tensor *y = which == 0   ? CG_TEST_OK(cg_batch_norm(x, NULL, NULL, w, b, true, 0.1f, 1e-5f))
+                   : which == 1 ? CG_TEST_OK(cg_group_norm(x, 1, w, b, 1e-5f))
+                                : CG_TEST_OK(cg_layer_norm(x, 1, NULL, w, b, 1e-5f));
+    CG_TEST_STATUS_OK(cg_backward_with(y, g));
+    out[0] = cg_test_read(y), out[1] = cg_test_read(cg_grad(x));
+    out[2] = cg_test_read(cg_grad(w)), out[3] = cg_test_read(cg_grad(b));
+    cg_tensor_free(y), cg_tensor_free(b), cg_tensor_free(w), cg_tensor_free(g), cg_tensor_free(x);
+}
+
+static void test_gpu_matches_cpu(void **state) {
+    (void)state;
+    if (!cg_test_is_cuda()) skip(); /* the CPU is the reference here */
+    static const int64_t shapes[4][4] = {{4, 3, 48, 48}, {2, 8, 40, 40}, {3, 4096}, {5, 1001}};
+    static const int ndims[4] = {4, 4, 2, 2}, ops[4] = {0, 1, 2, 2};
+    for (int k = 0; k < 4; k++) {
+        int64_t n = 1;
+        for (int i = 0; i < ndims[k]; i++) n *= shapes[k][i];
+        int64_t c = ops[k] == 2 ? shapes[k][ndims[k] - 1] : shapes[k][1];
+        float *xv = cg_test_uniform_buf((size_t)n, -2, 4), *gv = cg_test_uniform_buf((size_t)n, -1, 1);
+        float *gpu[4], *cpu[4];
+        run_on(dev(), ops[k], xv, gv, shapes[k], ndims[k], gpu);
+        run_on(cg_cpu(), ops[k], xv, gv, shapes[k], ndims[k], cpu);
+        const int64_t sizes[4] = {n, n, c, c};
+        for (int t = 0; t < 4; t++) {
+            cg_test_context("case %d, output %d", k, t);
+            double *ref = cg_test_doubles((size_t)sizes[t]), scale = 0;
+            for (int64_t i = 0; i < sizes[t]; i++) ref[i] = cpu[t][i], scale = fmax(scale, fabs(ref[i]));
+            for (int64_t i = 0; i < sizes[t]; i++)
+                if (!(fabs(gpu[t][i] - ref[i]) <= 1e-4 * fabs(ref[i]) + 1e-5 * scale))
+                    fail_msg("case %d, output %d, element %lld: gpu %.8g, cpu %.8g", k, t, (long long)i,
+                             (double)gpu[t][i], ref[i]);
+            free(ref), free(gpu[t]), free(cpu[t]);
+        }
+        free(xv), free(gv);
+    }
+}
+
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
         CG_TEST(test_fixtures_f32), CG_TEST(test_fixtures_f16), CG_TEST(test_module_defaults),
-        CG_TEST(test_embedding_init), CG_TEST(test_errors), CG_TEST(test_bad_indices),
-        CG_TEST(test_deterministic_backward),
+        CG_TEST(test_embedding_init), CG_TEST(test_module_clone_and_state), CG_TEST(test_errors), CG_TEST(test_bad_indices),
+        CG_TEST(test_deterministic_backward), CG_TEST(test_gpu_matches_cpu),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }
