@@ -16,12 +16,12 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void index_select_kernel(const T *__restrict__ x, int64_t outer, int64_t n, int64_t inner,
                                     const int64_t *__restrict__ index, int64_t nidx, T *__restrict__ out,
-                                    cg_index_error *err) {
+                                    cg_index_op op, cg_index_error *err) {
     const int64_t total = outer * nidx * inner;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t k = e % inner, r = e / inner, i = r % nidx, o = r / nidx, j = index[i];
         if (j >= 0 && j < n) out[e] = x[(o * n + j) * inner + k];
-        else cg_index_error_raise(err, CG_INDEX_OP_INDEX_SELECT, i, j, n);
+        else cg_index_error_raise(err, op, i, j, n);
     }
 }
 
@@ -29,7 +29,7 @@ template <typename T>
 cudaError_t launch_select(const cg_index_select_args *a, cg_index_error *err, cudaStream_t stream) {
     int64_t total = a->outer * a->nidx * a->inner;
     index_select_kernel<T><<<cg_launch_grid(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T *>(a->x), a->outer, a->n, a->inner, a->index, a->nidx, static_cast<T *>(a->out), err);
+        static_cast<const T *>(a->x), a->outer, a->n, a->inner, a->index, a->nidx, static_cast<T *>(a->out), (cg_index_op)a->op, err);
     return cudaGetLastError();
 }
 
@@ -44,13 +44,13 @@ __global__ void index_add_kernel(cg_index_add_args a) {
     }
 }
 
-// INDEX_SORT's keys: the index as a 32-bit key, n for an index out of range (it sorts last); the values
-// are the positions.
-__global__ void sort_keys_kernel(const int64_t *__restrict__ index, int64_t nidx, int64_t n, uint32_t *__restrict__ keys,
-                                 int64_t *__restrict__ pos) {
+// INDEX_SORT's keys: the index as a 32-bit key, n for an index out of range or skipped (it sorts last);
+// the values are the positions.
+__global__ void sort_keys_kernel(const int64_t *__restrict__ index, int64_t nidx, int64_t n, int64_t skip,
+                                 uint32_t *__restrict__ keys, int64_t *__restrict__ pos) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nidx; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t j = index[i];
-        keys[i] = j >= 0 && j < n ? (uint32_t)j : (uint32_t)n;
+        keys[i] = j >= 0 && j < n && j != skip ? (uint32_t)j : (uint32_t)n;
         pos[i] = i;
     }
 }
@@ -157,7 +157,8 @@ extern "C" cudaError_t cg_launch_index_sort(const cg_index_sort_args *a, void *s
     uint32_t *keys_in = reinterpret_cast<uint32_t *>(p), *keys_out = reinterpret_cast<uint32_t *>(p + s.keys_bytes);
     int64_t *pos = reinterpret_cast<int64_t *>(p + 2 * s.keys_bytes);
     if (a->nidx > 0) {
-        sort_keys_kernel<<<cg_launch_grid(a->nidx, kThreads), kThreads, 0, stream>>>(a->index, a->nidx, a->n, keys_in, pos);
+        sort_keys_kernel<<<cg_launch_grid(a->nidx, kThreads), kThreads, 0, stream>>>(a->index, a->nidx, a->n, a->skip,
+                                                                                  keys_in, pos);
         cudaError_t e = cub::DeviceRadixSort::SortPairs(p + 2 * s.keys_bytes + s.pos_bytes, s.cub_bytes, keys_in, keys_out,
                                                         pos, a->order, (int)a->nidx, 0, s.end_bit, stream);
         if (e != cudaSuccess) return e;

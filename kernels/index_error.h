@@ -15,7 +15,8 @@
     X(NLL_LOSS, "cg_nll_loss")                 \
     X(GATHER, "cg_gather")                     \
     X(SCATTER_ADD, "cg_scatter_add")           \
-    X(INDEX_ADD, "cg_index_add")
+    X(INDEX_ADD, "cg_index_add")               \
+    X(EMBEDDING, "cg_embedding")
 
 #define CG_INDEX_OP_ENUM(NAME, ...) CG_INDEX_OP_##NAME,
 typedef enum cg_index_op { CG_INDEX_OP_NONE, CG_INDEX_OPS(CG_INDEX_OP_ENUM) CG_INDEX_OP_COUNT } cg_index_op;

@@ -59,7 +59,10 @@
     X(MAX_POOL2D_FORWARD, max_pool2d_forward, cg_pool_args)           \
     X(MAX_POOL2D_BACKWARD, max_pool2d_backward, cg_pool_args)         \
     X(POOL2D_FORWARD, pool2d_forward, cg_pool_args)                   \
-    X(POOL2D_BACKWARD, pool2d_backward, cg_pool_args)
+    X(POOL2D_BACKWARD, pool2d_backward, cg_pool_args)                 \
+    X(NORM_FORWARD, norm_forward, cg_norm_forward_args)               \
+    X(NORM_BACKWARD, norm_backward, cg_norm_backward_args)            \
+    X(NORM_AFFINE_GRAD, norm_affine_grad, cg_norm_affine_grad_args)
 
 #define CG_KERNEL_ENUM(ID, NAME, ARGS) CG_KERNEL_##ID,
 typedef enum cg_kernel_id { CG_KERNELS(CG_KERNEL_ENUM) CG_KERNEL_COUNT } cg_kernel_id;
@@ -482,6 +485,7 @@ typedef struct cg_conv_args {
 typedef struct cg_index_select_args {
     const void *x;
     int bytes;
+    int op; /* the cg_index_op a GPU names for a bad index (index_select, embedding) */
     int64_t outer, n, inner;
     const int64_t *index;
     int64_t nidx;
@@ -536,11 +540,12 @@ typedef struct cg_index_add_args {
 
 /* The order index_add reads, made where the index lives (no host round trip): order (nidx) = the
  * positions 0 .. nidx - 1 stably sorted by index[position]; offsets (n + 1): offsets[j] = the first
- * place in order whose index is j. An index outside [0, n) (which its forward reported) sorts last
- * and is left out: offsets[n] counts the others. On a GPU nidx <= INT32_MAX and n < UINT32_MAX. */
+ * place in order whose index is j. An index outside [0, n) (which its forward reported) or equal to
+ * skip (-1: none; embedding's padding_idx) sorts last and is left out: offsets[n] counts the others.
+ * On a GPU nidx <= INT32_MAX and n < UINT32_MAX. */
 typedef struct cg_index_sort_args {
     const int64_t *index;
-    int64_t nidx, n;
+    int64_t nidx, n, skip;
     int64_t *order, *offsets;
 } cg_index_sort_args;
 
@@ -595,5 +600,55 @@ typedef struct cg_pool_args {
     float *y, *gx;
     int32_t *arg; /* MAX: written by the forward, read by the backward */
 } cg_pool_args;
+
+/* ---- normalisation ------------------------------------------------------------------------------------------ */
+/* batch_norm, layer_norm and group_norm view x (contiguous) as (a, b, c): group g in [0, b) is the a * c
+ * elements x[i, g, j], normalised by the group's mean and rstd = 1 / sqrt(var + eps) (biased variance,
+ * statistics in float32). Element (i, g, j) is scaled and shifted by channel ((g % wgroups) * c + j) / wspan
+ * of weight and bias (channels = wgroups * c / wspan of them; wspan divides c):
+ *   batch_norm x (N, C, L):     a = N, b = C,     c = L,       wgroups = C, wspan = L: channel g;
+ *   layer_norm x (rows, D):     a = 1, b = rows,  c = D,       wgroups = 1, wspan = 1: channel j;
+ *   group_norm x (N, C, S), G:  a = 1, b = N * G, c = C/G * S, wgroups = G, wspan = S. */
+typedef struct cg_norm_layout {
+    int64_t a, b, c, wgroups, wspan;
+} cg_norm_layout;
+
+/* y = (x - mean) * rstd * weight + bias (weight, bias: (channels) or NULL for 1 and 0). training: the
+ * statistics are the group's own, written to mean and rstd (b); running_mean and running_var (b, or
+ * NULL) are then updated in place: r = (1 - momentum) r + momentum s, s the mean and the unbiased
+ * variance (var * n / (n - 1), n = a * c >= 2). Not training: mean = running_mean, rstd from
+ * running_var (both given), also written to mean and rstd for the backward. */
+typedef struct cg_norm_forward_args {
+    cg_norm_layout l;
+    const float *x, *weight, *bias;
+    float eps, momentum;
+    bool training;
+    float *running_mean, *running_var;
+    float *y, *mean, *rstd;
+} cg_norm_forward_args;
+
+/* The gradient of x (gx like x, or NULL) from g (like x), the saved mean and rstd: with xhat = (x - mean)
+ * rstd and gw = g * weight, training: gx = rstd (gw - mean(gw) - xhat mean(gw xhat)) over the group;
+ * not training (constant statistics): gx = rstd gw. Where each group is one channel (wgroups == b,
+ * wspan == c: batch_norm), gweight = sum(g xhat) and gbias = sum(g) per group are written here too
+ * (either NULL for none); other layouts take them from NORM_AFFINE_GRAD. */
+typedef struct cg_norm_backward_args {
+    cg_norm_layout l;
+    const float *x, *g, *weight, *mean, *rstd;
+    bool training;
+    float *gx, *gweight, *gbias;
+} cg_norm_backward_args;
+
+/* gweight[ch] = sum(g xhat), gbias[ch] = sum(g) over channel ch's elements (either NULL for none),
+ * deterministic in two passes, no atomics: each channel's elements (taken in (i, g, j) order) are cut into
+ * CG_NORM_CHUNKS runs summed apart into work (2, CG_NORM_CHUNKS, channels), then each channel adds its
+ * runs in order. */
+#define CG_NORM_CHUNKS 64
+typedef struct cg_norm_affine_grad_args {
+    cg_norm_layout l;
+    const float *x, *g, *mean, *rstd;
+    float *work;
+    float *gweight, *gbias;
+} cg_norm_affine_grad_args;
 
 #endif

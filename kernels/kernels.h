@@ -163,6 +163,11 @@ cudaError_t cg_launch_cross_entropy_backward(const cg_ce_backward_args *a, cg_in
 cudaError_t cg_launch_argmax(const cg_argmax_args *a, cudaStream_t stream);
 /* gather.cu: dst (n, row_bytes) = src rows rows[0..n) (the data loader's batches). */
 cudaError_t cg_launch_gather_rows(const cg_gather_rows_args *a, cudaStream_t stream);
+/* norm.cu: batch_norm, layer_norm and group_norm over the (a, b, c) layout (kernel_args.h): a warp or a
+ * block per group, the affine gradients in two passes. Deterministic: no atomics. */
+cudaError_t cg_launch_norm_forward(const cg_norm_forward_args *a, cudaStream_t stream);
+cudaError_t cg_launch_norm_backward(const cg_norm_backward_args *a, cudaStream_t stream);
+cudaError_t cg_launch_norm_affine_grad(const cg_norm_affine_grad_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

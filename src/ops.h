@@ -52,6 +52,17 @@ cg_status cg__reshape_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_
  * atomics, for gradients of ops that pick slices. Not recorded. (src/ops_index.c) */
 cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, const cg_tensor *order, const cg_tensor *offsets, int ndim,
                                 const int64_t *shape);
+/* The gradient of a selection along dim d by index (int64, any shape, on g's device): a new tensor (ndim,
+ * shape) whose slice j is the sum, in ascending position order, of g's slices (g: shape with index's
+ * count along d) at the positions whose index is j, except j == skip (-1: none), which gets zeros
+ * (embedding's padding_idx). The positions are sorted where they live (INDEX_SORT: no wait for a GPU);
+ * one out of [0, shape[d]) (which the forward reported) adds nothing. Not recorded. (src/ops_index.c) */
+cg_tensor *cg__index_grad(const cg_tensor *g, int d, const cg_tensor *index, int64_t skip, int ndim,
+                          const int64_t *shape);
+/* out = c (contiguous) taken along dim d at index (int64, contiguous, on c's device; out: c's shape with
+ * index's count along d): on the CPU every index is checked first (an error naming fn); a GPU records
+ * a bad one as op (kernels/index_error.h). Not recorded. (src/ops_index.c) */
+cg_status cg__select_into(const cg_tensor *c, int d, const cg_tensor *index, int op, cg_tensor *out, const char *fn);
 /* CG_OK for CG_REDUCTION_MEAN, SUM, NONE (and BATCHMEAN where batchmean_ok), else CG_ERR_INVALID_ARG naming fn
  * (src/ops_loss.c). */
 cg_status cg__check_reduction(cg_reduction reduction, bool batchmean_ok, const char *fn);

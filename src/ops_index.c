@@ -50,22 +50,37 @@ cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, const cg_tensor *orde
     return cg__finish(out, s);
 }
 
-/* saved: index (contiguous). The gradient of t sums g's rows that index chose, per row of t: the
- * positions are sorted by destination where the index lives (INDEX_SORT: no wait for a GPU), and each
- * destination sums its own in ascending order. */
-static cg_status index_select_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
-    const cg_tensor *index = node->saved[0];
-    int d = CG_NODE_PARAMS(node, cg_index_select_params)->dim;
-    int64_t nidx = cg__t(index)->numel, size = node->in_shape[0][d];
+cg_tensor *cg__index_grad(const cg_tensor *g, int d, const cg_tensor *index, int64_t skip, int ndim,
+                          const int64_t *shape) {
+    int64_t nidx = cg__t(index)->numel, size = shape[d];
     cg_device dev = cg__t(index)->device;
-    cg_tensor *order = cg__tensor_new_dtype(1, &nidx, CG_INT64, dev);
+    cg_tensor *ic = cg__raw_contiguous(index), *order = ic ? cg__tensor_new_dtype(1, &nidx, CG_INT64, dev) : NULL;
     cg_tensor *offsets = order ? cg__tensor_new_dtype(1, (int64_t[]){size + 1}, CG_INT64, dev) : NULL;
-    cg_status s = offsets ? cg__run_index_sort(dev, &(cg_index_sort_args){.index = cg__data(index), .nidx = nidx,
-                                                     .n = size, .order = cg__data(order), .offsets = cg__data(offsets)})
+    cg_status s = offsets ? cg__run_index_sort(dev, &(cg_index_sort_args){.index = cg__data(ic), .nidx = nidx, .n = size,
+                                                     .skip = skip, .order = cg__data(order), .offsets = cg__data(offsets)})
                           : cg_last_status();
-    grad_in[0] = s == CG_OK ? cg__index_add_sorted(g, d, order, offsets, node->in_ndim[0], node->in_shape[0]) : NULL;
-    cg_tensor_free(order), cg_tensor_free(offsets);
+    cg_tensor *grad = s == CG_OK ? cg__index_add_sorted(g, d, order, offsets, ndim, shape) : NULL;
+    cg_tensor_free(ic), cg_tensor_free(order), cg_tensor_free(offsets);
+    return grad;
+}
+
+/* saved: index. The gradient of t sums g's rows that index chose, per row of t (cg__index_grad). */
+static cg_status index_select_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
+    int d = CG_NODE_PARAMS(node, cg_index_select_params)->dim;
+    grad_in[0] = cg__index_grad(g, d, node->saved[0], -1, node->in_ndim[0], node->in_shape[0]);
     return grad_in[0] ? CG_OK : cg_last_status();
+}
+
+cg_status cg__select_into(const cg_tensor *c, int d, const cg_tensor *index, int op, cg_tensor *out,
+                          const char *fn) {
+    const cg_tensor_impl *ti = cg__t(c);
+    /* on a GPU the kernel checks, so that no call waits for the device (kernels/index_error.h) */
+    if (ti->device.type == CG_CPU) CG_TRY(check_positions(cg__data(index), cg__t(index)->numel, ti->shape[d], d, fn));
+    if (cg__t(out)->numel == 0) return CG_OK;
+    cg_index_select_args a = {.x = cg__data(c), .bytes = cg_dtype_bytes(ti->dtype), .op = op, .n = ti->shape[d],
+                              .index = cg__data(index), .nidx = cg__t(index)->numel, .out = cg__data(out)};
+    around(ti, d, &a.outer, &a.inner);
+    return cg__run_index_select(ti->device, &a);
 }
 
 cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index) {
@@ -88,15 +103,7 @@ cg_tensor *cg_index_select(const cg_tensor *t, int dim, const cg_tensor *index) 
     shape[d] = ii->numel;
     cg_tensor *out = cg__tensor_new_dtype(ti->ndim, shape, ti->dtype, ti->device);
     cg_tensor *ic = out ? cg__raw_contiguous(index) : NULL, *c = ic ? cg__raw_contiguous(t) : NULL;
-    cg_status s = c ? CG_OK : cg_last_status();
-    /* on a GPU the kernel checks, so that no call waits for the device (kernels/index_error.h) */
-    if (s == CG_OK && ti->device.type == CG_CPU) s = check_positions(cg__data(ic), ii->numel, ti->shape[d], dim, fn);
-    if (s == CG_OK && cg__t(out)->numel > 0) {
-        cg_index_select_args a = {.x = cg__data(c), .bytes = cg_dtype_bytes(ti->dtype), .n = ti->shape[d],
-                                  .index = cg__data(ic), .nidx = ii->numel, .out = cg__data(out)};
-        around(ti, d, &a.outer, &a.inner);
-        s = cg__run_index_select(ti->device, &a);
-    }
+    cg_status s = c ? cg__select_into(c, d, ic, CG_INDEX_OP_INDEX_SELECT, out, fn) : cg_last_status();
     cg_tensor_free(c);
     if (s == CG_OK && cg__should_record(1, &t)) {
         const cg_tensor *saved = ic;

@@ -83,6 +83,9 @@
  *  linear_device_mismatch          GPU Linear on a CPU input (GPU only)           DEVICE   cg_linear, cpu, cuda:0
  *  mse_device_mismatch             input on cuda:0, target on the CPU (GPU only)  DEVICE   cg_mse_loss, cuda:0, cpu
  *  sequential_mixed_devices        Linear on cuda:0 then one on the CPU (GPU)     DEVICE   cg_sequential_new, module 1 is on cpu, cuda:0
+ *  batch_norm_one_value            BatchNorm2d(3) training on (1, 3, 1, 1)        INVALID  more than 1 value per channel, (1, 3, 1, 1)
+ *  layer_norm_wrong_shape          LayerNorm((4,)) on x (2, 5)                    SHAPE    cg_layer_norm, weight, (4,), (2, 5)
+ *  norm_device_mismatch            GPU GroupNorm on a CPU input (GPU only)        DEVICE   cg_group_norm, cpu, cuda:0
  *
  * Covered by other tests, not repeated (nor counted) here: NULL and freed arguments of every
  * element-wise op, bad device strings, GPU out-of-memory of cg_empty / cg_full (test_errors.c);
@@ -726,6 +729,34 @@ static void mse_device_mismatch(cg_device d) {
     FREE_ALL(y, t);
 }
 
+static void batch_norm_one_value(cg_device d) {
+    cg_module *m = cg_batch_norm2d_new(3, cg_norm_defaults(), d);
+    assert_non_null(m);
+    cg_tensor *x = LEAF(d, 1, 3, 1, 1);
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_module_forward(m, x), "cg_batch_norm",
+                "Expected more than 1 value per channel when training", "(1, 3, 1, 1)");
+    cg_tensor_free(x);
+    cg_module_free(m);
+}
+
+static void layer_norm_wrong_shape(cg_device d) {
+    cg_module *m = cg_layer_norm_new(1, (int64_t[]){4}, cg_norm_defaults(), d);
+    assert_non_null(m);
+    cg_tensor *x = LEAF(d, 2, 5);
+    EXPECT_NULL(CG_ERR_SHAPE, cg_module_forward(m, x), "cg_layer_norm", "(4,)", "(2, 5)");
+    cg_tensor_free(x);
+    cg_module_free(m);
+}
+
+static void norm_device_mismatch(cg_device d) {
+    cg_module *m = cg_group_norm_new(2, 4, cg_norm_defaults(), d);
+    assert_non_null(m);
+    cg_tensor *x = LEAF(cg_cpu(), 2, 4, 3);
+    EXPECT_NULL(CG_ERR_DEVICE, cg_module_forward(m, x), "cg_group_norm", "cpu", "cuda:0");
+    cg_tensor_free(x);
+    cg_module_free(m);
+}
+
 static void sequential_mixed_devices(cg_device d) {
     cg_module *parts[2] = {cg_linear_new(3, 4, true, d), cg_linear_new(4, 2, true, cg_cpu())};
     EXPECT_NULL(CG_ERR_DEVICE, cg_sequential_new(2, parts), "cg_sequential_new", "module 1 is on cpu", "cuda:0");
@@ -766,6 +797,7 @@ static const misuse_case kCases[] = {
     CASE(device_parse_missing),          CASE(memory_stats_missing_device),   CASE(data_parallel_missing_device),
     GPU_CASE(data_parallel_device_twice), CASE(out_of_memory),                 CASE(graph_capture_failing_fn),
     GPU_CASE(linear_device_mismatch),    GPU_CASE(mse_device_mismatch),       GPU_CASE(sequential_mixed_devices),
+    CASE(batch_norm_one_value),          CASE(layer_norm_wrong_shape),        GPU_CASE(norm_device_mismatch),
 };
 enum { NCASES = sizeof kCases / sizeof kCases[0], REPEATS = 3 };
 

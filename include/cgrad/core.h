@@ -716,6 +716,29 @@ CG_API cg_tensor *cg_argmin_dim(const cg_tensor *t, int dim, bool keepdim);
  * indices. Waits for the device (the count is a host value). */
 CG_API cg_status cg_accuracy(const cg_tensor *logits, const cg_tensor *targets, int64_t *correct);
 
+/* ---- normalisation and embedding ----------------------------------------------------------------- */
+/* F.batch_norm: x (N, C) or (N, C, *) normalised per channel; weight, bias (C) or NULL. training: with the
+ * batch's mean and biased variance, and running_mean, running_var (float32 (C), contiguous, or NULL as
+ * PyTorch's track_running_stats=False) updated in place: r = (1 - momentum) r + momentum s, s the mean and
+ * the unbiased variance (N * spatial must exceed 1). Not training: with running_mean and running_var
+ * (both required). Statistics in float32; 16-bit x computes in float32. */
+CG_API cg_tensor *cg_batch_norm(const cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
+                                const cg_tensor *weight, const cg_tensor *bias, bool training, float momentum, float eps);
+/* F.layer_norm: x (*, normalized_shape) normalised over its last normalized_ndim dims (normalized_shape:
+ * those sizes, checked against x's; NULL: x's own); weight, bias of normalized_shape or NULL. Statistics
+ * in float32 (mean and rstd kept for the backward). */
+CG_API cg_tensor *cg_layer_norm(const cg_tensor *x, int normalized_ndim, const int64_t *normalized_shape,
+                                const cg_tensor *weight, const cg_tensor *bias, float eps);
+/* F.group_norm: x (N, C) or (N, C, *) normalised over each of num_groups groups of C / num_groups
+ * channels (C divisible by num_groups); weight, bias (C) or NULL. */
+CG_API cg_tensor *cg_group_norm(const cg_tensor *x, int64_t num_groups, const cg_tensor *weight, const cg_tensor *bias,
+                                float eps);
+/* F.embedding: indices int64 of any shape, weight (num_embeddings, embedding_dim) -> (*indices.shape,
+ * embedding_dim), the rows of weight the indices name. padding_idx: a row in [0, num_embeddings) whose
+ * gradient stays zero, or -1 for none (a negative PyTorch padding_idx p is num_embeddings + p here).
+ * weight's gradient sums each row's uses in a fixed order (deterministic). Bad indices as cg_index_select's. */
+CG_API cg_tensor *cg_embedding(const cg_tensor *indices, const cg_tensor *weight, int64_t padding_idx);
+
 /* ---- seeing leaks ------------------------------------------------------------------------------- */
 /* Writes to f a report of every object alive now, of every kind (tensors, modules, optimizers, data
  * sets, loaders, graphs, scopes, safetensors files, cg_dist), and stores their number in *live_out.

@@ -205,6 +205,31 @@ CG_API cg_module *cg_identity_new(void);
  * owns them. */
 CG_API cg_module *cg_sequential_new(int n, cg_module *const *modules);
 
+/* Normalisation layers' options (cg_norm_defaults(): eps 1e-5, momentum 0.1, affine, bias and
+ * track_running_stats true); each layer reads those it has. */
+typedef struct cg_norm_options {
+    float eps;
+    float momentum;           /* BatchNorm: the running statistics' update weight */
+    bool affine;              /* learnable weight (1) and bias (0); LayerNorm's elementwise_affine */
+    bool bias;                /* LayerNorm: the bias too (when affine) */
+    bool track_running_stats; /* BatchNorm: running_mean, running_var, num_batches_tracked buffers */
+} cg_norm_options;
+CG_API cg_norm_options cg_norm_defaults(void);
+/* nn.BatchNorm1d(num_features) for x (N, C) or (N, C, L), nn.BatchNorm2d for x (N, C, H, W): weight,
+ * bias (C); buffers running_mean (C) 0, running_var (C) 1, num_batches_tracked (int64, 0-dim), counted
+ * and the running statistics updated at each training forward; eval mode (cg_module_train) normalises
+ * with them (see cg_batch_norm). A float momentum only (PyTorch's momentum=None is not offered). */
+CG_API cg_module *cg_batch_norm1d_new(int64_t num_features, cg_norm_options options, cg_device d);
+CG_API cg_module *cg_batch_norm2d_new(int64_t num_features, cg_norm_options options, cg_device d);
+/* nn.LayerNorm(normalized_shape) (1 to 4 dims): weight and bias of that shape (see cg_layer_norm). */
+CG_API cg_module *cg_layer_norm_new(int ndim, const int64_t *normalized_shape, cg_norm_options options, cg_device d);
+/* nn.GroupNorm(num_groups, num_channels): weight, bias (num_channels) (see cg_group_norm). */
+CG_API cg_module *cg_group_norm_new(int64_t num_groups, int64_t num_channels, cg_norm_options options, cg_device d);
+/* nn.Embedding(num_embeddings, embedding_dim, padding_idx): weight (num, dim) ~ N(0, 1) from the seeded
+ * generator, the padding row (padding_idx in [0, num), or -1 for none) zeros; indices int64 (*) ->
+ * (*, dim) (see cg_embedding). */
+CG_API cg_module *cg_embedding_new(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx, cg_device d);
+
 /* ---- optimizers ------------------------------------------------------------------------------- */
 typedef struct cg_optimizer cg_optimizer;
 typedef struct cg_lr_scheduler cg_lr_scheduler;

@@ -75,5 +75,9 @@ cg_status cg__cpu_max_pool2d_forward(const void *args, int index);
 cg_status cg__cpu_max_pool2d_backward(const void *args, int index);
 cg_status cg__cpu_pool2d_forward(const void *args, int index);
 cg_status cg__cpu_pool2d_backward(const void *args, int index);
+/* norm: batch_norm, layer_norm, group_norm (cpu_norm.c) */
+cg_status cg__cpu_norm_forward(const void *args, int index);
+cg_status cg__cpu_norm_backward(const void *args, int index);
+cg_status cg__cpu_norm_affine_grad(const void *args, int index);
 
 #endif

@@ -68,5 +68,8 @@ const cg_backend cg__cpu_backend = {
             [CG_KERNEL_MAX_POOL2D_BACKWARD] = cg__cpu_max_pool2d_backward,
             [CG_KERNEL_POOL2D_FORWARD] = cg__cpu_pool2d_forward,
             [CG_KERNEL_POOL2D_BACKWARD] = cg__cpu_pool2d_backward,
+            [CG_KERNEL_NORM_FORWARD] = cg__cpu_norm_forward,
+            [CG_KERNEL_NORM_BACKWARD] = cg__cpu_norm_backward,
+            [CG_KERNEL_NORM_AFFINE_GRAD] = cg__cpu_norm_affine_grad,
         },
 };

@@ -50,10 +50,10 @@ cg_status cg__cpu_index_sort(const void *raw, int index) {
     const int64_t *idx = a->index;
     memset(offsets, 0, (size_t)(n + 1) * sizeof *offsets);
     for (int64_t i = 0; i < a->nidx; i++)
-        if (idx[i] >= 0 && idx[i] < n) offsets[idx[i] + 1]++;
+        if (idx[i] >= 0 && idx[i] < n && idx[i] != a->skip) offsets[idx[i] + 1]++;
     for (int64_t j = 1; j <= n; j++) offsets[j] += offsets[j - 1];
     for (int64_t i = 0; i < a->nidx; i++)
-        if (idx[i] >= 0 && idx[i] < n) a->order[offsets[idx[i]]++] = i;
+        if (idx[i] >= 0 && idx[i] < n && idx[i] != a->skip) a->order[offsets[idx[i]]++] = i;
     for (int64_t j = n; j > 0; j--) offsets[j] = offsets[j - 1];
     offsets[0] = 0;
     return CG_OK;

@@ -99,6 +99,9 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_MAX_POOL2D_BACKWARD] = cg__cuda_max_pool2d_backward,
             [CG_KERNEL_POOL2D_FORWARD] = cg__cuda_pool2d_forward,
             [CG_KERNEL_POOL2D_BACKWARD] = cg__cuda_pool2d_backward,
+            [CG_KERNEL_NORM_FORWARD] = cg__cuda_norm_forward,
+            [CG_KERNEL_NORM_BACKWARD] = cg__cuda_norm_backward,
+            [CG_KERNEL_NORM_AFFINE_GRAD] = cg__cuda_norm_affine_grad,
         },
 };
 

@@ -154,5 +154,9 @@ cg_status cg__cuda_max_pool2d_forward(const void *args, int index);
 cg_status cg__cuda_max_pool2d_backward(const void *args, int index);
 cg_status cg__cuda_pool2d_forward(const void *args, int index);
 cg_status cg__cuda_pool2d_backward(const void *args, int index);
+/* norm: batch_norm, layer_norm, group_norm (cuda_norm.c) */
+cg_status cg__cuda_norm_forward(const void *args, int index);
+cg_status cg__cuda_norm_backward(const void *args, int index);
+cg_status cg__cuda_norm_affine_grad(const void *args, int index);
 
 #endif
