@@ -171,7 +171,9 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(slice) \
     X(split) \
     X(cat) \
-    X(stack)
+    X(stack) \
+    X(lstm) \
+    X(gru)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)

@@ -150,5 +150,9 @@ cg_status cg__cuda_conv2d_backward_data(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_weight(const void *args, int index);
 cg_status cg__cuda_max_pool2d_forward(const void *args, int index);
 cg_status cg__cuda_max_pool2d_backward(const void *args, int index);
+/* rnn: LSTM and GRU stacks through cuDNN (cuda_rnn.c); listed only in builds with cuDNN */
+cg_status cg__cuda_rnn_space(const void *args, int index);
+cg_status cg__cuda_rnn_forward(const void *args, int index);
+cg_status cg__cuda_rnn_backward(const void *args, int index);
 
 #endif
