@@ -117,7 +117,7 @@ static cg_status check_weights(rnn_spec *s, const cg_tensor *input, int n, const
         const cg_tensor_impl *wi = cg__t(w[i]);
         if (wi->ndim == nd && wi->shape[0] == shape[0] && (nd == 1 || wi->shape[1] == shape[1])) continue;
         char want[64];
-        if (nd == 1) snprintf(want, sizeof want, "(%lld)", (long long)shape[0]);
+        if (nd == 1) snprintf(want, sizeof want, "(%lld,)", (long long)shape[0]);
         else snprintf(want, sizeof want, "(%lld, %lld)", (long long)shape[0], (long long)shape[1]);
         if (i == 0 && wi->ndim == 2 && wi->shape[0] == shape[0])
             return cg__fail(CG_ERR_SHAPE, "%s: input %s has %lld features but weight_ih_l0 %s expects %lld", s->fn,
