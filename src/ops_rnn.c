@@ -1,17 +1,15 @@
 /* Recurrent layers front-end: the functional nn.LSTM and nn.GRU (cg_lstm, cg_gru: torch's _VF.lstm /
  * _VF.gru), a stack of layers, each optionally bidirectional.
  *
- * Two paths compute a stack of layers:
- * - fused, where the device's backend has the RNN kernels (a GPU with cuDNN: src/cuda/cuda_rnn.c): the
- *   weights are concatenated (on the tape) into one flat buffer in the kernels' order, which is cuDNN's
- *   weight-space order, and the stack runs as one node. Its output is one flat tensor holding y, h_n,
- *   c_n, copies of h0 and c0 and cuDNN's reserve space (kept with the output, as the backward needs it);
- *   the outputs the caller gets are views of it.
- * - composed, elsewhere (the CPU; a GPU build without cuDNN): each layer and direction projects the
- *   input of every time step with one cg_linear, then per time step one cg_linear of h and the gates
- *   (cg__lstm_gates / cg__gru_gates), all recorded op by op on the tape.
- * Dropout between layers (training, p > 0) runs the stack one layer at a time with cg_dropout between.
- * bfloat16 and float16 are computed in float32. */
+ * The weights are concatenated (on the tape) into one flat buffer in the kernels' order (kernel_args.h's
+ * cg_rnn_args, which is cuDNN's weight-space order), and the stack runs as one node through the
+ * backend's RNN kernels (src/cpu/cpu_rnn.c: GEMMs and a fused gate pass; src/cuda/cuda_rnn.c: cuDNN).
+ * The node's output is one flat tensor holding y, h_n, c_n, copies of h0 and c0 and the backend's
+ * reserve (what the backward needs, kept with the output as cuDNN's reserve space is); the outputs the
+ * caller gets are views of it. Dropout between layers (training, p > 0) runs the stack one layer at a
+ * time with cg_dropout between. bfloat16 and float16 are computed in float32.
+ *
+ * The cells' step (cg__lstm_gates, cg__gru_gates: nn.LSTMCell, nn.GRUCell) is composed of recorded ops. */
 #include "ops_rnn.h"
 
 #include <limits.h>
@@ -182,63 +180,7 @@ static cg_status check_args(rnn_spec *s, const cg_tensor *input, const cg_tensor
     return CG_OK;
 }
 
-/* ---- the composed path ----------------------------------------------------------------------------------- */
-/* One direction of one layer over x (L, N, in): out (L, N, H), its last h and c (N, H) (c: LSTM only).
- * h0, c0 (N, H) or NULL for zeros. Inside the caller's scope: intermediates are freed there. */
-static cg_status composed_direction(const rnn_spec *s, const cg_tensor *x, const cg_tensor *h0, const cg_tensor *c0,
-                                    const cg_tensor *const *w, bool reverse, cg_tensor **out, cg_tensor **h_last,
-                                    cg_tensor **c_last) {
-    const cg_tensor *b_ih = s->per == 4 ? w[2] : NULL, *b_hh = s->per == 4 ? w[3] : NULL;
-    cg_device d = cg__t(x)->device;
-    const int64_t nh[2] = {s->batch, s->hidden};
-    cg_tensor *xp = cg_linear(x, w[0], b_ih); /* every time step's input projection in one GEMM */
-    cg_tensor *h = h0 ? (cg_tensor *)h0 : cg_zeros(2, nh, d);
-    cg_tensor *c = s->mode != CG_RNN_LSTM ? NULL : c0 ? (cg_tensor *)c0 : cg_zeros(2, nh, d);
-    cg_tensor **hs = calloc((size_t)s->seq, sizeof *hs);
-    if (!hs) return cg__fail(CG_ERR_OOM, "%s: out of host memory", s->fn);
-    bool ok = xp && h && (c || s->mode != CG_RNN_LSTM);
-    for (int64_t step = 0; ok && step < s->seq; step++) {
-        int64_t t = reverse ? s->seq - 1 - step : step;
-        cg_tensor *xt = cg_select(xp, 0, t), *hp = xt ? cg_linear(h, w[1], b_hh) : NULL;
-        ok = hp && (s->mode == CG_RNN_LSTM ? cg__lstm_gates(xt, hp, c, &h, &c) == CG_OK
-                                           : (h = cg__gru_gates(xt, hp, h)) != NULL);
-        hs[t] = h;
-    }
-    ok = ok && (*out = cg_stack((int)s->seq, (const cg_tensor *const *)hs, 0));
-    free(hs);
-    if (!ok) return cg_last_status();
-    *h_last = h, *c_last = c;
-    return CG_OK;
-}
-
-/* nl layers of the stack over x (L, N, in) with their weights w (nl D per), h0, c0 (nl D, N, H) or
- * NULL: y (L, N, D H), hn and cn (nl D, N, H; cn LSTM only). Inside the caller's scope. */
-static cg_status composed_stack(const rnn_spec *s, int nl, const cg_tensor *x, const cg_tensor *h0, const cg_tensor *c0,
-                                const cg_tensor *const *w, cg_tensor **y, cg_tensor **hn, cg_tensor **cn) {
-    int rows = nl * s->dirs;
-    cg_tensor **last = calloc((size_t)rows * 2, sizeof *last), *outs[2] = {NULL, NULL};
-    if (!last) return cg__fail(CG_ERR_OOM, "%s: out of host memory", s->fn);
-    const cg_tensor *in = x;
-    cg_status st = CG_OK;
-    for (int l = 0; st == CG_OK && l < nl; l++) {
-        for (int dir = 0; st == CG_OK && dir < s->dirs; dir++) {
-            int k = l * s->dirs + dir;
-            cg_tensor *hk = h0 ? cg_select(h0, 0, k) : NULL, *ck = c0 ? cg_select(c0, 0, k) : NULL;
-            if ((h0 && !hk) || (c0 && !ck)) st = cg_last_status();
-            else st = composed_direction(s, in, hk, ck, w + k * s->per, dir == 1, &outs[dir], &last[k], &last[rows + k]);
-        }
-        if (st == CG_OK && !(in = s->dirs == 2 ? cg_cat(2, (const cg_tensor *const *)outs, 2) : outs[0]))
-            st = cg_last_status();
-    }
-    if (st == CG_OK && !(*hn = cg_stack(rows, (const cg_tensor *const *)last, 0))) st = cg_last_status();
-    if (st == CG_OK && s->mode == CG_RNN_LSTM && !(*cn = cg_stack(rows, (const cg_tensor *const *)last + rows, 0)))
-        st = cg_last_status();
-    free(last);
-    if (st == CG_OK) *y = (cg_tensor *)in;
-    return st;
-}
-
-/* ---- the fused path ---------------------------------------------------------------------------------------- */
+/* ---- the stack as one node ---------------------------------------------------------------------------------- */
 /* Where each part lives in the fused node's output (in floats). */
 typedef struct rnn_layout {
     int64_t hy, cy, hx, cx, reserve, total;
@@ -313,7 +255,9 @@ static cg_tensor *part(cg_tensor *out, int64_t offset, int64_t a, int64_t b, int
     return v;
 }
 
-/* As composed_stack, through the backend's RNN kernels, recorded as one node. */
+/* nl layers of the stack over x (L, N, in) with their weights w (nl D per), h0, c0 (nl D, N, H) or NULL:
+ * y (L, N, D H), hn and cn (nl D, N, H; cn LSTM only), through the backend's RNN kernels, recorded as one
+ * node. Inside the caller's scope. */
 static cg_status fused_stack(const rnn_spec *s, const cg_op_info *op, int nl, const cg_tensor *x, const cg_tensor *h0,
                              const cg_tensor *c0, const cg_tensor *const *w, cg_tensor **y, cg_tensor **hn,
                              cg_tensor **cn) {
@@ -361,7 +305,7 @@ static cg_status fused_stack(const rnn_spec *s, const cg_op_info *op, int nl, co
 }
 
 /* ---- the stack ----------------------------------------------------------------------------------------------- */
-/* nl layers from layer `first`, on whichever path the device has. */
+/* nl layers from layer `first`. */
 static cg_status run_layers(const rnn_spec *s, const cg_op_info *op, int first, int nl, const cg_tensor *x,
                             const cg_tensor *h0, const cg_tensor *c0, const cg_tensor *const *w, cg_tensor **y,
                             cg_tensor **hn, cg_tensor **cn) {
@@ -369,9 +313,7 @@ static cg_status run_layers(const rnn_spec *s, const cg_op_info *op, int first, 
     cg_tensor *h = h0 && nl < s->layers ? cg_narrow(h0, 0, row, rows) : (cg_tensor *)h0;
     cg_tensor *c = c0 && nl < s->layers ? cg_narrow(c0, 0, row, rows) : (cg_tensor *)c0;
     if ((h0 && !h) || (c0 && !c)) return cg_last_status();
-    w += row * s->per;
-    if (cg__supports(cg__t(x)->device, CG_KERNEL_RNN_FORWARD)) return fused_stack(s, op, nl, x, h, c, w, y, hn, cn);
-    return composed_stack(s, nl, x, h, c, w, y, hn, cn);
+    return fused_stack(s, op, nl, x, h, c, w + row * s->per, y, hn, cn);
 }
 
 /* out[0..2] (output, h_n, c_n) in float32, made in the caller's scope. */

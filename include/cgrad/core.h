@@ -625,8 +625,9 @@ CG_API cg_tensor *cg_dropout(const cg_tensor *x, float p, bool training);
  * PyTorch's order, G = 4 for the LSTM (i, f, g, o), 3 for the GRU (r, z, n), with
  * n = tanh(W_in x + b_in + r (W_hn h + b_hn)). dropout (in [0, 1)) on the output of every layer but the
  * last when training. Outputs (new tensors): output (L, N, D H) (batch_first: (N, L, D H)), h_n and
- * c_n (num_layers D, N, H). bfloat16 / float16 computed in float32. GPU: cuDNN's RNN API (true fp32
- * unless cg_set_allow_tf32); CPU, or a GPU build without cuDNN: per step, ops on the tape. */
+ * c_n (num_layers D, N, H). bfloat16 / float16 computed in float32. One node per stack (per layer with
+ * dropout): on a GPU cuDNN's RNN API (true fp32 unless cg_set_allow_tf32; a build without cuDNN fails
+ * saying so), on the CPU OpenBLAS GEMMs and a fused gate pass. Deterministic. */
 typedef struct cg_rnn_options {
     int num_layers;     /* 1 */
     bool bias;          /* true */

@@ -65,5 +65,8 @@ const cg_backend cg__cpu_backend = {
             [CG_KERNEL_CONV2D_BACKWARD_WEIGHT] = cg__cpu_conv2d_backward_weight,
             [CG_KERNEL_MAX_POOL2D_FORWARD] = cg__cpu_max_pool2d_forward,
             [CG_KERNEL_MAX_POOL2D_BACKWARD] = cg__cpu_max_pool2d_backward,
+            [CG_KERNEL_RNN_SPACE] = cg__cpu_rnn_space,
+            [CG_KERNEL_RNN_FORWARD] = cg__cpu_rnn_forward,
+            [CG_KERNEL_RNN_BACKWARD] = cg__cpu_rnn_backward,
         },
 };

@@ -96,11 +96,9 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_CONV2D_BACKWARD_WEIGHT] = cg__cuda_conv2d_backward_weight,
             [CG_KERNEL_MAX_POOL2D_FORWARD] = cg__cuda_max_pool2d_forward,
             [CG_KERNEL_MAX_POOL2D_BACKWARD] = cg__cuda_max_pool2d_backward,
-#ifdef CGRAD_HAVE_CUDNN /* without cuDNN the front-end composes LSTM and GRU layers from other ops */
             [CG_KERNEL_RNN_SPACE] = cg__cuda_rnn_space,
             [CG_KERNEL_RNN_FORWARD] = cg__cuda_rnn_forward,
             [CG_KERNEL_RNN_BACKWARD] = cg__cuda_rnn_backward,
-#endif
         },
 };
 

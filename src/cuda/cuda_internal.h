@@ -150,7 +150,7 @@ cg_status cg__cuda_conv2d_backward_data(const void *args, int index);
 cg_status cg__cuda_conv2d_backward_weight(const void *args, int index);
 cg_status cg__cuda_max_pool2d_forward(const void *args, int index);
 cg_status cg__cuda_max_pool2d_backward(const void *args, int index);
-/* rnn: LSTM and GRU stacks through cuDNN (cuda_rnn.c); listed only in builds with cuDNN */
+/* rnn: LSTM and GRU stacks through cuDNN (cuda_rnn.c; without it, errors) */
 cg_status cg__cuda_rnn_space(const void *args, int index);
 cg_status cg__cuda_rnn_forward(const void *args, int index);
 cg_status cg__cuda_rnn_backward(const void *args, int index);

@@ -14,8 +14,7 @@
  * allowed, as PyTorch's default for cuDNN). Descriptors are made per call (host work only); workspaces
  * come from the caching allocator in stream order, and nothing synchronises.
  *
- * cuDNN is optional: a build without it lists none of these kernels, and the front-end composes the
- * layers from other ops instead. */
+ * cuDNN is optional: in a build without it these kernels fail with an error saying so, as convolutions do. */
 #include "cuda/cuda_internal.h"
 #include "allocator.h"
 #include "error.h"
@@ -223,4 +222,16 @@ cg_status cg__cuda_rnn_backward(const void *raw, int index) {
     if (s == CG_OK) s = backward(&c, a);
     return call_end(&c, s);
 }
+#else
+static cg_status no_cudnn(const void *raw, int index) {
+    (void)raw;
+    return cg__fail(CG_ERR_BACKEND,
+                    "cg_lstm / cg_gru: cuda:%d: cgrad was built without cuDNN, which GPU recurrent layers need (configure "
+                    "with cuDNN 9 installed and CGRAD_CUDNN=ON)",
+                    index);
+}
+
+cg_status cg__cuda_rnn_space(const void *raw, int index) { return no_cudnn(raw, index); }
+cg_status cg__cuda_rnn_forward(const void *raw, int index) { return no_cudnn(raw, index); }
+cg_status cg__cuda_rnn_backward(const void *raw, int index) { return no_cudnn(raw, index); }
 #endif
