@@ -565,8 +565,8 @@ typedef struct cg_rnn_args {
     const float *dy, *dhy, *dcy;
     float *dx, *dhx, *dcx, *dw;
     void *reserve;
-    size_t reserve_bytes;
-    size_t *reserve_bytes_out;
+    int64_t reserve_bytes;
+    int64_t *reserve_bytes_out;
 } cg_rnn_args;
 
 #endif

@@ -186,7 +186,7 @@ typedef struct rnn_layout {
     int64_t hy, cy, hx, cx, reserve, total;
 } rnn_layout;
 
-static rnn_layout layout_of(const cg_rnn_geom *g, bool has_h0, bool has_c0, size_t reserve_bytes) {
+static rnn_layout layout_of(const cg_rnn_geom *g, bool has_h0, bool has_c0, int64_t reserve_bytes) {
     int64_t y = (int64_t)g->seq * g->batch * (g->bidirectional ? 2 : 1) * g->hidden;
     int64_t state = (int64_t)g->layers * (g->bidirectional ? 2 : 1) * g->batch * g->hidden;
     rnn_layout o;
@@ -195,7 +195,7 @@ static rnn_layout layout_of(const cg_rnn_geom *g, bool has_h0, bool has_c0, size
     o.hx = o.cy + (g->mode == CG_RNN_LSTM ? state : 0);
     o.cx = o.hx + (has_h0 && g->training ? state : 0);
     o.reserve = (o.cx + (has_c0 && g->training ? state : 0) + 63) / 64 * 64; /* 256-byte aligned for cuDNN */
-    o.total = o.reserve + (int64_t)((reserve_bytes + sizeof(float) - 1) / sizeof(float));
+    o.total = o.reserve + (reserve_bytes + (int64_t)sizeof(float) - 1) / (int64_t)sizeof(float);
     return o;
 }
 
@@ -236,7 +236,7 @@ static cg_status rnn_backward(cg_node *node, const cg_tensor *g, cg_tensor **gra
                          .dx = cg__f32(made[0]), .dhx = made[1] ? cg__f32(made[1]) : NULL,
                          .dcx = made[2] ? cg__f32(made[2]) : NULL, .dw = made[3] ? cg__f32(made[3]) : NULL,
                          .reserve = at(out, o.reserve),
-                         .reserve_bytes = (size_t)(cg__t(out)->numel - o.reserve) * sizeof(float)};
+                         .reserve_bytes = (cg__t(out)->numel - o.reserve) * (int64_t)sizeof(float)};
         s = cg__run_rnn_backward(d, &a);
     }
     cg_tensor_free(gc);
@@ -273,7 +273,7 @@ static cg_status fused_stack(const rnn_spec *s, const cg_op_info *op, int nl, co
     cg_rnn_geom g = {.mode = s->mode, .seq = (int)s->seq, .batch = (int)s->batch, .input = (int)cg__t(x)->shape[2],
                      .hidden = (int)s->hidden, .layers = nl, .bidirectional = s->dirs == 2, .bias = s->per == 4,
                      .training = wflat && cg__should_record(4, inputs)};
-    size_t reserve_bytes = 0;
+    int64_t reserve_bytes = 0;
     cg_status st = wflat ? CG_OK : cg_last_status();
     if (st == CG_OK && g.training) st = cg__run_rnn_space(d, &(cg_rnn_args){.geom = g, .reserve_bytes_out = &reserve_bytes});
     rnn_layout o = layout_of(&g, h0 != NULL, c0 != NULL, reserve_bytes);

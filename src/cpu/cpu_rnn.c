@@ -147,7 +147,7 @@ static void forward_direction(const rnn_dims *r, const cg_rnn_args *a, int p, co
 cg_status cg__cpu_rnn_space(const void *raw, int index) {
     const cg_rnn_args *a = raw;
     rnn_dims r = dims_of(&a->geom);
-    *a->reserve_bytes_out = (size_t)reserve_floats(&r) * sizeof(float);
+    *a->reserve_bytes_out = reserve_floats(&r) * (int64_t)sizeof(float);
     return CG_OK;
 }
 

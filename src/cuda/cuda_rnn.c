@@ -167,20 +167,20 @@ cg_status cg__cuda_rnn_space(const void *raw, int index) {
     CG_TRY(cg__cuda_enter(index, &ctx));
     rnn_plan p = {0};
     cg_status s = plan_make(ctx->cudnn, &a->geom, CUDNN_FWD_MODE_TRAINING, &p);
-    if (s == CG_OK) *a->reserve_bytes_out = p.reserve_bytes;
+    if (s == CG_OK) *a->reserve_bytes_out = (int64_t)p.reserve_bytes;
     plan_free(&p);
     return s;
 }
 
 static cg_status forward(rnn_call *c, const cg_rnn_args *a) {
     const rnn_plan *p = &c->plan;
-    if (a->geom.training && a->reserve_bytes < p->reserve_bytes)
-        return cg__fail(CG_ERR_INVALID_ARG, "cg_lstm / cg_gru: a reserve of %zu bytes where cuDNN needs %zu",
-                        a->reserve_bytes, p->reserve_bytes);
+    if (a->geom.training && (size_t)a->reserve_bytes < p->reserve_bytes)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_lstm / cg_gru: a reserve of %lld bytes where cuDNN needs %zu",
+                        (long long)a->reserve_bytes, p->reserve_bytes);
     CG_CUDNN_CHECK(cudnnRNNForward(c->ctx->cudnn, p->rnn, a->geom.training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
                                    c->lengths, p->x, a->x, p->y, a->y, p->h, a->hx, a->hy, p->h, a->cx, a->cy,
                                    p->weight_bytes, c->space, p->work_bytes, work_area(c),
-                                   a->geom.training ? a->reserve_bytes : 0, a->geom.training ? a->reserve : NULL));
+                                   a->geom.training ? (size_t)a->reserve_bytes : 0, a->geom.training ? a->reserve : NULL));
     return CG_OK;
 }
 
@@ -196,12 +196,12 @@ cg_status cg__cuda_rnn_forward(const void *raw, int index) {
  * added into dw (or into a zeroed space of cuDNN's layout, copied out after). */
 static cg_status backward(rnn_call *c, const cg_rnn_args *a) {
     const rnn_plan *p = &c->plan;
-    if (a->reserve_bytes < p->reserve_bytes)
-        return cg__fail(CG_ERR_INVALID_ARG, "cg_lstm / cg_gru: a reserve of %zu bytes where cuDNN needs %zu",
-                        a->reserve_bytes, p->reserve_bytes);
+    if ((size_t)a->reserve_bytes < p->reserve_bytes)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_lstm / cg_gru: a reserve of %lld bytes where cuDNN needs %zu",
+                        (long long)a->reserve_bytes, p->reserve_bytes);
     CG_CUDNN_CHECK(cudnnRNNBackwardData_v8(c->ctx->cudnn, p->rnn, c->lengths, p->y, a->y, a->dy, p->x, a->dx, p->h, a->hx,
                                            a->dhy, a->dhx, p->h, a->cx, a->dcy, a->dcx, p->weight_bytes, c->space,
-                                           p->work_bytes, work_area(c), a->reserve_bytes, a->reserve));
+                                           p->work_bytes, work_area(c), (size_t)a->reserve_bytes, a->reserve));
     if (!a->dw) return CG_OK;
     void *dspace = a->dw;
     if (c->own_space) { /* the weight space is free again: reuse it for the gradient */
@@ -210,7 +210,7 @@ static cg_status backward(rnn_call *c, const cg_rnn_args *a) {
     }
     CG_CUDNN_CHECK(cudnnRNNBackwardWeights_v8(c->ctx->cudnn, p->rnn, CUDNN_WGRAD_MODE_ADD, c->lengths, p->x, a->x, p->h,
                                               a->hx, p->y, a->y, p->weight_bytes, dspace, p->work_bytes, work_area(c),
-                                              a->reserve_bytes, a->reserve));
+                                              (size_t)a->reserve_bytes, a->reserve));
     if (!c->own_space) return CG_OK;
     return walk_weights(c->ctx, p, &a->geom, WEIGHTS_FROM_SPACE, a->dw, dspace, NULL);
 }
