@@ -4,9 +4,9 @@
  * The weights are concatenated (on the tape) into one flat buffer in the kernels' order (kernel_args.h's
  * cg_rnn_args, which is cuDNN's weight-space order), and the stack runs as one node through the
  * backend's RNN kernels (src/cpu/cpu_rnn.c: GEMMs and a fused gate pass; src/cuda/cuda_rnn.c: cuDNN).
- * The node's output is one flat tensor holding y, h_n, c_n, copies of h0 and c0 and the backend's
- * reserve (what the backward needs, kept with the output as cuDNN's reserve space is); the outputs the
- * caller gets are views of it. Dropout between layers (training, p > 0) runs the stack one layer at a
+ * The node's output is one flat tensor holding y, h_n, c_n and copies of h0 and c0 (for the backward);
+ * the outputs the caller gets are views of it. The node saves the backend's reserve (what the backward
+ * needs: cuDNN's reserve space, the CPU's gate activations). Dropout between layers (training, p > 0) runs the stack one layer at a
  * time with cg_dropout between. bfloat16 and float16 are computed in float32.
  *
  * The cells' step (cg__lstm_gates, cg__gru_gates: nn.LSTMCell, nn.GRUCell) is composed of recorded ops. */
@@ -103,12 +103,10 @@ static cg_status check_weights(rnn_spec *s, const cg_tensor *input, int n, const
     char name[64], sw[160], sx[160];
     for (int i = 0; i < n; i++) CG_TRY(check_live(w[i], input, s->fn, weight_name(s, i, name, sizeof name)));
     const cg_tensor_impl *hh = cg__t(w[1]);
-    if (hh->ndim != 2 || hh->shape[1] < 1 || hh->shape[0] != s->gates * hh->shape[1])
-        return cg__fail(CG_ERR_SHAPE, "%s: weight_hh_l0 must be (%d hidden_size, hidden_size) with hidden_size >= 1, got %s",
-                        s->fn, s->gates, cg__shape_str(w[1], sw, sizeof sw));
+    if (hh->ndim != 2 || hh->shape[1] < 1 || hh->shape[1] > INT_MAX / 8 || hh->shape[0] != s->gates * hh->shape[1])
+        return cg__fail(CG_ERR_SHAPE, "%s: weight_hh_l0 must be (%d hidden_size, hidden_size) with hidden_size in [1, 2^28), "
+                        "got %s", s->fn, s->gates, cg__shape_str(w[1], sw, sizeof sw));
     s->hidden = hh->shape[1];
-    if (s->hidden > INT_MAX / 8)
-        return cg__fail(CG_ERR_SHAPE, "%s: hidden_size %lld is too large (at most %d)", s->fn, (long long)s->hidden, INT_MAX / 8);
     for (int i = 0; i < n; i++) {
         int64_t shape[2];
         int nd = weight_shape(s, i, shape);
@@ -181,12 +179,12 @@ static cg_status check_args(rnn_spec *s, const cg_tensor *input, const cg_tensor
 }
 
 /* ---- the stack as one node ---------------------------------------------------------------------------------- */
-/* Where each part lives in the fused node's output (in floats). */
+/* Where each part lives in the node's output (in floats). */
 typedef struct rnn_layout {
-    int64_t hy, cy, hx, cx, reserve, total;
+    int64_t hy, cy, hx, cx, total;
 } rnn_layout;
 
-static rnn_layout layout_of(const cg_rnn_geom *g, bool has_h0, bool has_c0, int64_t reserve_bytes) {
+static rnn_layout layout_of(const cg_rnn_geom *g, bool has_h0, bool has_c0) {
     int64_t y = (int64_t)g->seq * g->batch * (g->bidirectional ? 2 : 1) * g->hidden;
     int64_t state = (int64_t)g->layers * (g->bidirectional ? 2 : 1) * g->batch * g->hidden;
     rnn_layout o;
@@ -194,12 +192,11 @@ static rnn_layout layout_of(const cg_rnn_geom *g, bool has_h0, bool has_c0, int6
     o.cy = o.hy + state;
     o.hx = o.cy + (g->mode == CG_RNN_LSTM ? state : 0);
     o.cx = o.hx + (has_h0 && g->training ? state : 0);
-    o.reserve = (o.cx + (has_c0 && g->training ? state : 0) + 63) / 64 * 64; /* 256-byte aligned for cuDNN */
-    o.total = o.reserve + (reserve_bytes + (int64_t)sizeof(float) - 1) / (int64_t)sizeof(float);
+    o.total = o.cx + (has_c0 && g->training ? state : 0);
     return o;
 }
 
-/* saved: x contiguous, the flat weights, the node's output; the node's params: */
+/* saved: x contiguous, the flat weights, the node's output, the backend's reserve; the node's params: */
 typedef struct cg_rnn_params {
     cg_rnn_geom geom;
     bool has_h0, has_c0;
@@ -219,8 +216,8 @@ static cg_status copy_state(const cg_tensor *state, cg_tensor *p, int64_t offset
 
 static cg_status rnn_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_rnn_params *p = CG_NODE_PARAMS(node, cg_rnn_params);
-    const cg_tensor *x = node->saved[0], *w = node->saved[1], *out = node->saved[2];
-    rnn_layout o = layout_of(&p->geom, p->has_h0, p->has_c0, 0);
+    const cg_tensor *x = node->saved[0], *w = node->saved[1], *out = node->saved[2], *reserve = node->saved[3];
+    rnn_layout o = layout_of(&p->geom, p->has_h0, p->has_c0);
     cg_device d = cg__t(x)->device;
     cg_tensor *gc = cg__raw_contiguous(g), *made[4] = {NULL, NULL, NULL, NULL};
     bool ok = gc && (made[0] = cg__tensor_new(3, node->in_shape[0], d)) &&
@@ -235,8 +232,7 @@ static cg_status rnn_backward(cg_node *node, const cg_tensor *g, cg_tensor **gra
                          .dy = at(gc, 0), .dhy = at(gc, o.hy), .dcy = lstm ? at(gc, o.cy) : NULL,
                          .dx = cg__f32(made[0]), .dhx = made[1] ? cg__f32(made[1]) : NULL,
                          .dcx = made[2] ? cg__f32(made[2]) : NULL, .dw = made[3] ? cg__f32(made[3]) : NULL,
-                         .reserve = at(out, o.reserve),
-                         .reserve_bytes = (cg__t(out)->numel - o.reserve) * (int64_t)sizeof(float)};
+                         .reserve = cg__data(reserve), .reserve_bytes = cg__t(reserve)->numel * (int64_t)sizeof(float)};
         s = cg__run_rnn_backward(d, &a);
     }
     cg_tensor_free(gc);
@@ -258,7 +254,7 @@ static cg_tensor *part(cg_tensor *out, int64_t offset, int64_t a, int64_t b, int
 /* nl layers of the stack over x (L, N, in) with their weights w (nl D per), h0, c0 (nl D, N, H) or NULL:
  * y (L, N, D H), hn and cn (nl D, N, H; cn LSTM only), through the backend's RNN kernels, recorded as one
  * node. Inside the caller's scope. */
-static cg_status fused_stack(const rnn_spec *s, const cg_op_info *op, int nl, const cg_tensor *x, const cg_tensor *h0,
+static cg_status stack_node(const rnn_spec *s, const cg_op_info *op, int nl, const cg_tensor *x, const cg_tensor *h0,
                              const cg_tensor *c0, const cg_tensor *const *w, cg_tensor **y, cg_tensor **hn,
                              cg_tensor **cn) {
     int nw = nl * s->dirs * s->per;
@@ -276,23 +272,25 @@ static cg_status fused_stack(const rnn_spec *s, const cg_op_info *op, int nl, co
     int64_t reserve_bytes = 0;
     cg_status st = wflat ? CG_OK : cg_last_status();
     if (st == CG_OK && g.training) st = cg__run_rnn_space(d, &(cg_rnn_args){.geom = g, .reserve_bytes_out = &reserve_bytes});
-    rnn_layout o = layout_of(&g, h0 != NULL, c0 != NULL, reserve_bytes);
+    rnn_layout o = layout_of(&g, h0 != NULL, c0 != NULL);
+    int64_t reserve_floats = (reserve_bytes + (int64_t)sizeof(float) - 1) / (int64_t)sizeof(float);
     cg_tensor *xc = st == CG_OK ? cg__raw_contiguous(x) : NULL, *h0c = xc && h0 ? cg__raw_contiguous(h0) : NULL;
     cg_tensor *c0c = xc && c0 ? cg__raw_contiguous(c0) : NULL;
     cg_tensor *out = xc && (h0c || !h0) && (c0c || !c0) ? cg__tensor_new(1, &o.total, d) : NULL;
-    if (st == CG_OK && !out) st = cg_last_status();
+    cg_tensor *reserve = out && g.training ? cg__tensor_new(1, &reserve_floats, d) : NULL;
+    if (st == CG_OK && (!out || (g.training && !reserve))) st = cg_last_status();
     if (st == CG_OK && g.training && h0) st = copy_state(h0c, out, o.hx); /* the backward's hx and cx */
     if (st == CG_OK && g.training && c0) st = copy_state(c0c, out, o.cx);
     if (st == CG_OK) {
         bool lstm = s->mode == CG_RNN_LSTM;
         cg_rnn_args a = {.geom = g, .x = cg__f32(xc), .hx = h0 ? cg__f32(h0c) : NULL, .cx = c0 ? cg__f32(c0c) : NULL,
                          .w = cg__f32(wflat), .y = at(out, 0), .hy = at(out, o.hy), .cy = lstm ? at(out, o.cy) : NULL,
-                         .reserve = g.training ? at(out, o.reserve) : NULL, .reserve_bytes = reserve_bytes};
+                         .reserve = reserve ? cg__data(reserve) : NULL, .reserve_bytes = reserve_bytes};
         st = cg__run_rnn_forward(d, &a);
     }
     if (st == CG_OK && g.training) {
-        const cg_tensor *saved[3] = {xc, wflat, out};
-        cg_node *node = cg__record_op(out, op, 4, inputs, 3, saved);
+        const cg_tensor *saved[4] = {xc, wflat, out, reserve};
+        cg_node *node = cg__record_op(out, op, 4, inputs, 4, saved);
         if (node) *CG_NODE_PARAMS(node, cg_rnn_params) = (cg_rnn_params){g, h0 != NULL, c0 != NULL};
         else st = cg_last_status();
     }
@@ -313,7 +311,7 @@ static cg_status run_layers(const rnn_spec *s, const cg_op_info *op, int first, 
     cg_tensor *h = h0 && nl < s->layers ? cg_narrow(h0, 0, row, rows) : (cg_tensor *)h0;
     cg_tensor *c = c0 && nl < s->layers ? cg_narrow(c0, 0, row, rows) : (cg_tensor *)c0;
     if ((h0 && !h) || (c0 && !c)) return cg_last_status();
-    return fused_stack(s, op, nl, x, h, c, w + row * s->per, y, hn, cn);
+    return stack_node(s, op, nl, x, h, c, w + row * s->per, y, hn, cn);
 }
 
 /* out[0..2] (output, h_n, c_n) in float32, made in the caller's scope. */

@@ -321,6 +321,13 @@ static void test_errors(void **state) {
     wl[3] = CG_TEST_OK(cg_zeros(1, (int64_t[]){21}, dev()));
     EXPECT_STATUS(CG_ERR_SHAPE, cg_lstm(x, NULL, NULL, 4, (const cg_tensor *const *)wl, o, true, &out[0], &out[1], &out[2]),
                   "cg_lstm", "weights[3] (bias_hh_l0) must be (20,)", "got (21,)");
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_gru(NULL, NULL, 4, (const cg_tensor *const *)w, o, true, &out[0], &out[1]),
+                  "cg_gru", "input");
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_gru(x, NULL, 4, (const cg_tensor *const *)w, o, true, &out[0], NULL), "cg_gru",
+                  "output pointer 1 is NULL");
+    const cg_tensor *w_null[4] = {w[0], NULL, w[2], w[3]};
+    EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_gru(x, NULL, 4, w_null, o, true, &out[0], &out[1]), "cg_gru",
+                  "weights[1] (weight_hh_l0)");
     cg_tensor *x16 = CG_TEST_OK(cg_to_dtype(x, CG_FLOAT16));
     EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_gru(x16, NULL, 4, (const cg_tensor *const *)w, o, true, &out[0], &out[1]), "cg_gru",
                   "weights[0] (weight_ih_l0) is float32 but input is float16");
