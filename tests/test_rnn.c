@@ -269,6 +269,44 @@ static void test_dropout_between_layers(void **state) {
     cg_scope_end(scope);
 }
 
+/* ---- unbatched inputs ----------------------------------------------------------------------------------- */
+/* Each output of m on the unbatched inputs (shapes checked) equals, bit for bit, the batched call's with a
+ * batch of one. */
+static void check_unbatched(cg_module *m, int nin, cg_tensor *const *in, const int *batch_dim, int nout,
+                            const int *out_batch_dim, const int64_t (*shapes)[3], const int *ndims) {
+    cg_tensor *b[3], *ub[3], *bo[3];
+    for (int k = 0; k < nin; k++) b[k] = CG_TEST_OK(cg_unsqueeze(in[k], batch_dim[k]));
+    CG_TEST_STATUS_OK(cg_module_call(m, nin, (const cg_tensor *const *)in, nout, ub));
+    CG_TEST_STATUS_OK(cg_module_call(m, nin, (const cg_tensor *const *)b, nout, bo));
+    for (int k = 0; k < nout; k++) {
+        cg_test_assert_shape(ub[k], ndims[k], shapes[k]);
+        cg_tensor *squeezed = CG_TEST_OK(cg_squeeze(bo[k], out_batch_dim[k]));
+        float *want = cg_test_read(squeezed);
+        cg_test_assert_tensor_bits(ub[k], want, (size_t)cg_numel(squeezed));
+        free(want);
+    }
+}
+
+static void test_unbatched(void **state) {
+    (void)state;
+    cg_scope *scope = cg_scope_begin();
+    cg_rnn_options o = cg_rnn_defaults();
+    o.num_layers = 2, o.bidirectional = true, o.batch_first = true;
+    cg_module *lstm = module_ok(cg_lstm_new(7, 5, o, dev()));
+    cg_tensor *in[3] = {CG_TEST_OK(cg_randn(2, (int64_t[]){4, 7}, dev())), CG_TEST_OK(cg_randn(2, (int64_t[]){4, 5}, dev())),
+                        CG_TEST_OK(cg_randn(2, (int64_t[]){4, 5}, dev()))};
+    check_unbatched(lstm, 3, in, (const int[]){0, 1, 1}, 3, (const int[]){0, 1, 1},
+                    (const int64_t[][3]){{4, 10}, {4, 5}, {4, 5}}, (const int[]){2, 2, 2});
+    cg_tensor *h3 = CG_TEST_OK(cg_randn(3, (int64_t[]){4, 1, 5}, dev())), *out[3];
+    EXPECT_STATUS(CG_ERR_SHAPE, cg_module_call(lstm, 3, (const cg_tensor *[]){in[0], h3, h3}, 3, out), "LSTM",
+                  "for the unbatched input (4, 7) the states must be unbatched too (2-D), got (4, 1, 5)");
+    cg_module *cell = module_ok(cg_gru_cell_new(5, 7, true, dev()));
+    cg_tensor *cin[2] = {CG_TEST_OK(cg_randn(1, (int64_t[]){5}, dev())), CG_TEST_OK(cg_randn(1, (int64_t[]){7}, dev()))};
+    check_unbatched(cell, 2, cin, (const int[]){0, 0}, 1, (const int[]){0}, (const int64_t[][3]){{7}}, (const int[]){1});
+    cg_module_free(lstm), cg_module_free(cell);
+    cg_scope_end(scope);
+}
+
 /* ---- errors ------------------------------------------------------------------------------------------------- */
 static void test_errors(void **state) {
     (void)state;
@@ -287,7 +325,7 @@ static void test_errors(void **state) {
                   "(4, 3, 5)", "got (2, 3, 5)");
     EXPECT_STATUS(CG_ERR_INVALID_ARG, cg_module_call(lstm, 2, (const cg_tensor *[]){x, c}, 3, out), "LSTM",
                   "(input, h0, c0)");
-    EXPECT_STATUS(CG_ERR_SHAPE, cg_module_call(lstm, 1, (const cg_tensor *[]){cg_zeros(2, (int64_t[]){4, 7}, dev())}, 1, out),
+    EXPECT_STATUS(CG_ERR_SHAPE, cg_module_call(lstm, 1, (const cg_tensor *[]){cg_zeros(4, (int64_t[]){4, 3, 7, 1}, dev())}, 1, out),
                   "cg_lstm", "expected input (seq, batch, input_size)");
     for (int i = 0; i < 3; i++) assert_null(out[i]);
     /* dropout outside [0, 1) */
@@ -411,7 +449,7 @@ static void test_gpu_matches_cpu(void **state) {
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
-        CG_TEST(test_fixtures_f32),     CG_TEST(test_fixtures_f16),    CG_TEST(test_dropout_between_layers),
+        CG_TEST(test_fixtures_f32),     CG_TEST(test_fixtures_f16),    CG_TEST(test_dropout_between_layers), CG_TEST(test_unbatched),
         CG_TEST(test_errors),           CG_TEST(test_gpu_deterministic), CG_TEST(test_gpu_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,8 @@
  * bias_hh), all drawn from U(-1/sqrt(hidden), 1/sqrt(hidden)) as PyTorch's reset_parameters. They are
  * read from the registry at every call, so a tied parameter replaces the registered one. Called through
  * cg_module_call: (input[, h0[, c0]]) -> (output, h_n[, c_n]) for the layers, (input[, h[, c]]) ->
- * (h'[, c']) for the cells; fewer outputs may be asked for (the first ones). */
+ * (h'[, c']) for the cells; fewer outputs may be asked for (the first ones); inputs without their batch
+ * dim (unbatched, as PyTorch's) give outputs without it. */
 #include "nn/module.h"
 #include "backend.h"
 #include "checked.h"
@@ -106,10 +107,41 @@ static cg_status cell_forward(cg_module *m, int nin, const cg_tensor *const *in,
     return CG_OK;
 }
 
+static cg_status batched_forward(cg_module *m, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
+    const rnn_state *s = cg__m(m)->state;
+    return s->cell ? cell_forward(m, nin, in, nout, out) : layers_forward(m, nin, in, nout, out);
+}
+
+/* PyTorch's unbatched call: the input without its batch dim (the layers' (L, I), the cells' (I)) and the
+ * states without theirs ((num_layers D, H), (H)) run as a batch of one, the outputs' batch dim dropped. */
+static cg_status unbatched_forward(cg_module *m, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
+    const rnn_state *s = cg__m(m)->state;
+    int xdim = s->cell || s->o.batch_first ? 0 : 1, sdim = s->cell ? 0 : 1, state_ndim = s->cell ? 1 : 2;
+    for (int k = 1; k < nin; k++)
+        if (cg__t(in[k])->ndim != state_ndim) {
+            char sx[160], st[160];
+            return cg__fail(CG_ERR_SHAPE, "%s: for the unbatched input %s the states must be unbatched too (%d-D), got %s",
+                            type_name(s), cg__shape_str(in[0], sx, sizeof sx), state_ndim, cg__shape_str(in[k], st, sizeof st));
+        }
+    cg_tensor *b[3] = {NULL, NULL, NULL};
+    cg_status st = CG_OK;
+    for (int k = 0; st == CG_OK && k < nin; k++)
+        if (!(b[k] = cg_unsqueeze(in[k], k == 0 ? xdim : sdim))) st = cg_last_status();
+    if (st == CG_OK) st = batched_forward(m, nin, (const cg_tensor *const *)b, nout, out);
+    for (int k = 0; st == CG_OK && k < nout; k++) {
+        cg_tensor *one = out[k];
+        if (!(out[k] = cg_squeeze(one, k == 0 && !s->cell ? xdim : sdim))) st = cg_last_status();
+        cg_tensor_free(one);
+    }
+    for (int k = 0; k < 3; k++) cg_tensor_free(b[k]);
+    return st;
+}
+
 static cg_status rnn_forward_n(cg_module *m, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
     const rnn_state *s = cg__m(m)->state;
     CG_TRY(check_counts(s, nin, nout));
-    return s->cell ? cell_forward(m, nin, in, nout, out) : layers_forward(m, nin, in, nout, out);
+    bool unbatched = cg__t(in[0])->ndim == (s->cell ? 1 : 2);
+    return unbatched ? unbatched_forward(m, nin, in, nout, out) : batched_forward(m, nin, in, nout, out);
 }
 
 static cg_module *rnn_create(const rnn_state *config, cg_device d);
