@@ -9,12 +9,12 @@
  * GRU's W_hn h_{t-1} + b_hn, which r scales), then every layer's output but the last's (L, N, D H; the
  * last one is y). Every sum runs in an order fixed by the shapes: the same bits on every run. */
 #include "cpu/cpu.h"
+#include "allocator.h"
 #include "backend.h"
 #include "error.h"
 
 #include <cblas.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct rnn_dims {
@@ -155,12 +155,12 @@ cg_status cg__cpu_rnn_forward(const void *raw, int index) {
     const cg_rnn_args *a = raw;
     CG_TRY(cg__cpu_enter());
     rnn_dims r = dims_of(&a->geom);
-    float *own = a->geom.training ? NULL : malloc((size_t)reserve_floats(&r) * sizeof(float)); /* inference: scratch */
-    float *reserve = a->geom.training ? a->reserve : own, *q = malloc((size_t)(r.N * r.gh) * sizeof(float));
-    if (!reserve || !q) {
-        free(own), free(q);
-        return cg__fail(CG_ERR_OOM, "cg_lstm / cg_gru: out of host memory for the layers' scratch");
-    }
+    /* scratch from the caching allocator: q (N, G H), then in inference a reserve of our own */
+    size_t q_bytes = (size_t)(r.N * r.gh) * sizeof(float);
+    size_t bytes = q_bytes + (a->geom.training ? 0 : (size_t)reserve_floats(&r) * sizeof(float));
+    float *q = cg__alloc(cg_cpu(), bytes);
+    if (!q) return cg__fail_context("cg_lstm / cg_gru: the layers' scratch");
+    float *reserve = a->geom.training ? a->reserve : q + r.N * r.gh;
     const float *in = a->x;
     int64_t in_w = a->geom.input;
     for (int l = 0; l < r.layers; l++) {
@@ -168,7 +168,7 @@ cg_status cg__cpu_rnn_forward(const void *raw, int index) {
         for (int d = 0; d < r.D; d++) forward_direction(&r, a, l * r.D + d, in, in_w, reserve, out, q);
         in = out, in_w = r.dh;
     }
-    free(own), free(q);
+    cg__free(cg_cpu(), q, bytes);
     return CG_OK;
 }
 
@@ -278,12 +278,13 @@ cg_status cg__cpu_rnn_backward(const void *raw, int index) {
     rnn_dims r = dims_of(&a->geom);
     size_t gates = (size_t)(r.rows * r.gh), states = (size_t)(r.N * r.H), layer = (size_t)(r.rows * r.dh);
     size_t hprev = (size_t)(r.rows * r.H), din = r.layers > 1 ? 2 * layer : 0;
-    float *buf = malloc((2 * gates + hprev + 2 * states + din) * sizeof(float));
-    if (!buf) return cg__fail(CG_ERR_OOM, "cg_lstm / cg_gru: out of host memory for the backward's scratch");
+    size_t bytes = (2 * gates + hprev + 2 * states + din) * sizeof(float);
+    float *buf = cg__alloc(cg_cpu(), bytes); /* the caching allocator's: a step allocates nothing from the system */
+    if (!buf) return cg__fail_context("cg_lstm / cg_gru: the backward's scratch");
     rnn_scratch sc = {.gx = buf, .gh = buf + gates, .hprev = buf + 2 * gates, .dh = buf + 2 * gates + hprev};
     sc.dc = sc.dh + states;
     sc.din[0] = sc.dc + states, sc.din[1] = sc.din[0] + layer;
     cg_status s = backward(&r, a, &sc);
-    free(buf);
+    cg__free(cg_cpu(), buf, bytes);
     return s;
 }
