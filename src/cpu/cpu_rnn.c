@@ -61,7 +61,7 @@ static rnn_weights weights_of(const rnn_dims *r, const cg_rnn_geom *g, const flo
 static float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
 static float at_or_zero(const float *v, int64_t i) { return v ? v[i] : 0.0f; }
 
-/* c = a b^T (m, n) or its transposes; beta 0 overwrites, 1 adds. Single rows are skipped when empty. */
+/* c (m, n) = op(a) op(b) (op: transposed or not) + beta c: beta 0 overwrites, 1 adds. */
 static void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                  int64_t ldb, float beta, float *c, int64_t ldc) {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
