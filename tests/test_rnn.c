@@ -446,11 +446,26 @@ static void test_gpu_matches_cpu(void **state) {
     cg_module_free(m), cg_module_free(cpu);
 }
 
+/* A GPU of a build without cuDNN: the layers fail saying so (the cells, composed of ops, still run). */
+static void test_rnn_without_cudnn(void **state) {
+    (void)state;
+    cg_scope *scope = cg_scope_begin();
+    cg_module *m = module_ok(cg_gru_new(3, 4, cg_rnn_defaults(), dev()));
+    cg_tensor *x = CG_TEST_OK(cg_zeros(3, (int64_t[]){2, 1, 3}, dev())), *out[1];
+    EXPECT_STATUS(CG_ERR_BACKEND, cg_module_call(m, 1, (const cg_tensor *[]){x}, 1, out), "cg_gru", "without cuDNN");
+    cg_module *cell = module_ok(cg_gru_cell_new(3, 4, true, dev()));
+    CG_TEST_STATUS_OK(cg_module_call(cell, 1, (const cg_tensor *[]){CG_TEST_OK(cg_zeros(2, (int64_t[]){1, 3}, dev()))}, 1, out));
+    cg_module_free(m), cg_module_free(cell);
+    cg_scope_end(scope);
+}
+
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
         CG_TEST(test_fixtures_f32),     CG_TEST(test_fixtures_f16),    CG_TEST(test_dropout_between_layers), CG_TEST(test_unbatched),
         CG_TEST(test_errors),           CG_TEST(test_gpu_deterministic), CG_TEST(test_gpu_matches_cpu),
     };
+    const struct CMUnitTest without_cudnn[] = {CG_TEST(test_rnn_without_cudnn), CG_TEST(test_errors)};
+    if (!cg_test_has_conv()) return cmocka_run_group_tests(without_cudnn, NULL, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
