@@ -62,7 +62,10 @@
     X(POOL2D_BACKWARD, pool2d_backward, cg_pool_args)                 \
     X(NORM_FORWARD, norm_forward, cg_norm_forward_args)               \
     X(NORM_BACKWARD, norm_backward, cg_norm_backward_args)            \
-    X(NORM_AFFINE_GRAD, norm_affine_grad, cg_norm_affine_grad_args)
+    X(NORM_AFFINE_GRAD, norm_affine_grad, cg_norm_affine_grad_args)   \
+    X(RNN_SPACE, rnn_space, cg_rnn_args)                              \
+    X(RNN_FORWARD, rnn_forward, cg_rnn_args)                          \
+    X(RNN_BACKWARD, rnn_backward, cg_rnn_args)
 
 #define CG_KERNEL_ENUM(ID, NAME, ARGS) CG_KERNEL_##ID,
 typedef enum cg_kernel_id { CG_KERNELS(CG_KERNEL_ENUM) CG_KERNEL_COUNT } cg_kernel_id;
@@ -650,5 +653,34 @@ typedef struct cg_norm_affine_grad_args {
     float *work;
     float *gweight, *gbias;
 } cg_norm_affine_grad_args;
+/* A stack of LSTM or GRU layers (src/ops_rnn.c; the CUDA backend runs it through cuDNN). Sizes are
+ * int: the front-end checked that every array's element count fits. */
+typedef enum cg_rnn_mode { CG_RNN_LSTM = 0, CG_RNN_GRU = 1 } cg_rnn_mode;
+typedef struct cg_rnn_geom {
+    int mode;                    /* cg_rnn_mode */
+    int seq, batch, input, hidden, layers;
+    bool bidirectional, bias;
+    bool training;               /* keep what the backward needs in the reserve */
+} cg_rnn_geom;
+
+/* x (seq, batch, input); hx, cx, hy, cy (layers D, batch, hidden), D = 2 when bidirectional; hx, cx
+ * NULL: zeros; cx, cy unused by a GRU; y (seq, batch, D hidden). w: the weights of each layer and
+ * direction in turn (layer 0 forward, layer 0 reverse, layer 1 ...), each as w_ih (G hidden, in),
+ * w_hh (G hidden, hidden) and with bias b_ih, b_hh (G hidden), row-major, gates in PyTorch's order (G:
+ * 4 LSTM (i, f, g, o), 3 GRU (r, z, n)); in = input for layer 0, D hidden after. reserve:
+ * reserve_bytes (RNN_SPACE's answer for the geometry) written by the forward when training, read
+ * and overwritten by the backward. The backward writes dx, dhx, dcx (NULL: not needed) and adds
+ * the weights' gradient into dw (zeroed by the caller); dhy, dcy NULL: zero. RNN_SPACE writes
+ * *reserve_bytes only. */
+typedef struct cg_rnn_args {
+    cg_rnn_geom geom;
+    const float *x, *hx, *cx, *w;
+    float *y, *hy, *cy; /* written by the forward, y read by the backward */
+    const float *dy, *dhy, *dcy;
+    float *dx, *dhx, *dcx, *dw;
+    void *reserve;
+    int64_t reserve_bytes;
+    int64_t *reserve_bytes_out;
+} cg_rnn_args;
 
 #endif

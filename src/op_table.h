@@ -185,7 +185,9 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(batch_norm) \
     X(layer_norm) \
     X(group_norm) \
-    X(embedding)
+    X(embedding) \
+    X(lstm) \
+    X(gru)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)

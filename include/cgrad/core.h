@@ -707,6 +707,30 @@ CG_API cg_tensor *cg_upsample_bilinear2d(const cg_tensor *x, int64_t out_h, int6
 CG_API cg_tensor *cg_pixel_shuffle(const cg_tensor *x, int upscale_factor);
 /* F.pixel_unshuffle: x (*, C, H r, W r) -> (*, C r^2, H, W), cg_pixel_shuffle's inverse. */
 CG_API cg_tensor *cg_pixel_unshuffle(const cg_tensor *x, int downscale_factor);
+/* ---- recurrent layers (the functional form of nn.LSTM / nn.GRU, torch's _VF.lstm / _VF.gru) ----
+ * input (L, N, I) (batch_first: (N, L, I)); h0, c0 (num_layers D, N, H), D = 2 when bidirectional,
+ * or NULL for zeros (an LSTM takes both or neither). weights: num_layers D (bias ? 4 : 2) tensors,
+ * nn.LSTM's _flat_weights order: for layer 0 forward, layer 0 reverse, layer 1 ...: w_ih (G H, in),
+ * w_hh (G H, H), and with bias b_ih (G H), b_hh (G H); in = I for layer 0, D H after; gates in
+ * PyTorch's order, G = 4 for the LSTM (i, f, g, o), 3 for the GRU (r, z, n), with
+ * n = tanh(W_in x + b_in + r (W_hn h + b_hn)). dropout (in [0, 1)) on the output of every layer but the
+ * last when training. Outputs (new tensors): output (L, N, D H) (batch_first: (N, L, D H)), h_n and
+ * c_n (num_layers D, N, H). bfloat16 / float16 computed in float32. One node per stack (per layer with
+ * dropout): on a GPU cuDNN's RNN API (true fp32 unless cg_set_allow_tf32; a build without cuDNN fails
+ * saying so), on the CPU OpenBLAS GEMMs and a fused gate pass. Deterministic. */
+typedef struct cg_rnn_options {
+    int num_layers;     /* 1 */
+    bool bias;          /* true */
+    bool batch_first;   /* false */
+    float dropout;      /* 0 */
+    bool bidirectional; /* false */
+} cg_rnn_options;
+CG_API cg_rnn_options cg_rnn_defaults(void);
+CG_API cg_status cg_lstm(const cg_tensor *input, const cg_tensor *h0, const cg_tensor *c0, int nweights,
+                         const cg_tensor *const *weights, cg_rnn_options options, bool training, cg_tensor **output,
+                         cg_tensor **h_n, cg_tensor **c_n);
+CG_API cg_status cg_gru(const cg_tensor *input, const cg_tensor *h0, int nweights, const cg_tensor *const *weights,
+                        cg_rnn_options options, bool training, cg_tensor **output, cg_tensor **h_n);
 /* torch.argmax(t, dim, keepdim): an int64 tensor of the index of the first maximum along dim (exact
  * for any size); NaN counts as the maximum. t of any dtype but bool (integers compare exactly). Not
  * recorded on the tape. cg_argmin_dim: the first minimum, NaN counting as the minimum. */

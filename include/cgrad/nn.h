@@ -204,6 +204,20 @@ CG_API cg_module *cg_identity_new(void);
  * them; those with parameters must be on one device. On failure (NULL returned) the caller still
  * owns them. */
 CG_API cg_module *cg_sequential_new(int n, cg_module *const *modules);
+/* nn.LSTM(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional) and nn.GRU:
+ * options from cg_rnn_defaults() (cgrad/core.h); parameters weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k},
+ * bias_hh_l{k} (and _reverse), PyTorch's order and shapes, ~ U(-1/sqrt(hidden), 1/sqrt(hidden)). Called
+ * with cg_module_call: (input[, h0[, c0]]) -> (output, h_n[, c_n]) as cg_lstm / cg_gru (fewer outputs may
+ * be asked for); an unbatched input (L, I) with states (num_layers D, H) gives outputs without the batch
+ * dim, as PyTorch's; dropout between layers in train mode only. */
+CG_API cg_module *cg_lstm_new(int64_t input_size, int64_t hidden_size, cg_rnn_options options, cg_device d);
+CG_API cg_module *cg_gru_new(int64_t input_size, int64_t hidden_size, cg_rnn_options options, cg_device d);
+/* nn.LSTMCell / nn.GRUCell(input_size, hidden_size, bias): weight_ih (G hidden, input), weight_hh (G hidden,
+ * hidden), bias_ih, bias_hh (G hidden), G = 4 / 3, ~ U(-1/sqrt(hidden), 1/sqrt(hidden)). cg_module_call:
+ * LSTMCell (input (N, I)[, h, c (N, H)]) -> (h', c'); GRUCell (input[, h]) -> h'; states default to zeros;
+ * unbatched (I) and (H) give (H). */
+CG_API cg_module *cg_lstm_cell_new(int64_t input_size, int64_t hidden_size, bool bias, cg_device d);
+CG_API cg_module *cg_gru_cell_new(int64_t input_size, int64_t hidden_size, bool bias, cg_device d);
 
 /* Normalisation layers' options (cg_norm_defaults(): eps 1e-5, momentum 0.1, affine, bias and
  * track_running_stats true); each layer reads those it has. */

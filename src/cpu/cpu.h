@@ -52,6 +52,10 @@ cg_status cg__cpu_put_along(const void *args, int index);
 /* matmul (cpu_matmul.c; no GEMM_BIAS: the caller runs the bias pass) */
 cg_status cg__cpu_gemm(const void *args, int index);
 cg_status cg__cpu_gemm_batched(const void *args, int index);
+/* rnn: LSTM and GRU stacks, GEMMs and a fused gate pass (cpu_rnn.c) */
+cg_status cg__cpu_rnn_space(const void *args, int index);
+cg_status cg__cpu_rnn_forward(const void *args, int index);
+cg_status cg__cpu_rnn_backward(const void *args, int index);
 /* optim (cpu_optim.c) */
 cg_status cg__cpu_sgd_step(const void *args, int index);
 cg_status cg__cpu_adam_step(const void *args, int index);

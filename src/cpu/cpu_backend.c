@@ -71,5 +71,8 @@ const cg_backend cg__cpu_backend = {
             [CG_KERNEL_NORM_FORWARD] = cg__cpu_norm_forward,
             [CG_KERNEL_NORM_BACKWARD] = cg__cpu_norm_backward,
             [CG_KERNEL_NORM_AFFINE_GRAD] = cg__cpu_norm_affine_grad,
+            [CG_KERNEL_RNN_SPACE] = cg__cpu_rnn_space,
+            [CG_KERNEL_RNN_FORWARD] = cg__cpu_rnn_forward,
+            [CG_KERNEL_RNN_BACKWARD] = cg__cpu_rnn_backward,
         },
 };

@@ -102,6 +102,9 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_NORM_FORWARD] = cg__cuda_norm_forward,
             [CG_KERNEL_NORM_BACKWARD] = cg__cuda_norm_backward,
             [CG_KERNEL_NORM_AFFINE_GRAD] = cg__cuda_norm_affine_grad,
+            [CG_KERNEL_RNN_SPACE] = cg__cuda_rnn_space,
+            [CG_KERNEL_RNN_FORWARD] = cg__cuda_rnn_forward,
+            [CG_KERNEL_RNN_BACKWARD] = cg__cuda_rnn_backward,
         },
 };
 

@@ -158,5 +158,9 @@ cg_status cg__cuda_pool2d_backward(const void *args, int index);
 cg_status cg__cuda_norm_forward(const void *args, int index);
 cg_status cg__cuda_norm_backward(const void *args, int index);
 cg_status cg__cuda_norm_affine_grad(const void *args, int index);
+/* rnn: LSTM and GRU stacks through cuDNN (cuda_rnn.c; without it, errors) */
+cg_status cg__cuda_rnn_space(const void *args, int index);
+cg_status cg__cuda_rnn_forward(const void *args, int index);
+cg_status cg__cuda_rnn_backward(const void *args, int index);
 
 #endif
