@@ -1,26 +1,33 @@
-/* A ResNet-18 basic block's convolutions, forward and backward: y = relu(conv2(relu(conv1(x))) + x),
- * conv1 and conv2 Conv2d(64, 64, 3x3, padding 1, no bias) on x (N, 64, 56, 56) requiring grad (as
- * inside a network), backward from a fixed output gradient, parameters' gradients written after
- * zero_grad as in training. It leaves out the block's two BatchNorm2d layers: bench_resnet_block.py
- * times the same block with --bn 0 (the comparison for this program) and the full block with --bn 1.
- * GPU convolutions are true fp32 unless --tf32 1. Prints `result` lines like the other benchmarks. */
+/* A ResNet-18 basic block, forward and backward: y = relu(bn2(conv2(relu(bn1(conv1(x))))) + x), conv1 and
+ * conv2 Conv2d(64, 64, 3x3, padding 1, no bias), bn1 and bn2 BatchNorm2d(64) in training mode (--bn 0
+ * leaves them out), on x (N, 64, 56, 56) requiring grad (as inside a network), backward from a fixed
+ * output gradient, parameters' gradients written after zero_grad as in training. bench_resnet_block.py
+ * times the same block with the same --bn. GPU convolutions are true fp32 unless --tf32 1. Prints
+ * `result` lines like the other benchmarks. */
 #include <stdio.h>
 
 #include "example_util.h"
 
 typedef struct block {
-    cg_module *conv1, *conv2;
+    cg_module *conv1, *conv2, *bn1, *bn2; /* bn1, bn2 NULL without --bn */
     cg_tensor *x, *gy;
 } block;
+
+/* conv, then bn when there is one */
+static cg_tensor *conv_bn(cg_module *conv, cg_module *bn, const cg_tensor *x) {
+    cg_tensor *y = CHECK(cg_module_forward(conv, x));
+    return bn ? CHECK(cg_module_forward(bn, y)) : y;
+}
 
 static cg_status step(void *arg) {
     block *b = arg;
     cg_scope *s = cg_scope_begin();
-    CHECK_OK(cg_module_zero_grad(b->conv1));
-    CHECK_OK(cg_module_zero_grad(b->conv2));
+    cg_module *const modules[4] = {b->conv1, b->conv2, b->bn1, b->bn2};
+    for (int i = 0; i < 4; i++)
+        if (modules[i]) CHECK_OK(cg_module_zero_grad(modules[i]));
     CHECK_OK(cg_zero_grad(b->x));
-    cg_tensor *h = CHECK(cg_relu(CHECK(cg_module_forward(b->conv1, b->x))));
-    cg_tensor *y = CHECK(cg_relu(CHECK(cg_add(CHECK(cg_module_forward(b->conv2, h)), b->x))));
+    cg_tensor *h = CHECK(cg_relu(conv_bn(b->conv1, b->bn1, b->x)));
+    cg_tensor *y = CHECK(cg_relu(CHECK(cg_add(conv_bn(b->conv2, b->bn2, h), b->x))));
     CHECK_OK(cg_backward_with(y, b->gy));
     cg_scope_end(s);
     return CG_OK;
@@ -29,7 +36,7 @@ static cg_status step(void *arg) {
 int main(int argc, char **argv) {
     cg_device device = cg_cpu();
     int64_t n = 64, channels = 64, hw = 56;
-    int threads = 2, runs = 20, tf32 = 0;
+    int threads = 2, runs = 20, tf32 = 0, bn = 1;
     eu_flag flags[] = {
         {"--device", EU_DEVICE, &device, 0, "where to run"},
         {"--n", EU_SIZE, &n, 1, "batch size"},
@@ -38,8 +45,9 @@ int main(int argc, char **argv) {
         {"--threads", EU_INT, &threads, 1, "CPU threads"},
         {"--runs", EU_INT, &runs, 1, "timed runs (median)"},
         {"--tf32", EU_INT, &tf32, 0, "1: GPU convolutions may use TF32 (as PyTorch's default)"},
+        {"--bn", EU_INT, &bn, 0, "1: with the block's BatchNorm2d layers; 0: its convolutions only"},
     };
-    eu_parse_flags(argc, argv, "benchmark: a ResNet basic block's convolutions, forward and backward", flags, 7);
+    eu_parse_flags(argc, argv, "benchmark: a ResNet basic block, forward and backward", flags, 8);
     CHECK_OK(cg_set_num_threads(threads));
     cg_set_allow_tf32(tf32 != 0);
     cg_manual_seed(1);
@@ -48,6 +56,11 @@ int main(int argc, char **argv) {
     block b = {.conv1 = cg_conv2d_new_ex(channels, channels, &o, device),
                .conv2 = cg_conv2d_new_ex(channels, channels, &o, device)};
     eu_expect(b.conv1 && b.conv2, "creating the Conv2d modules");
+    if (bn) {
+        b.bn1 = cg_batch_norm2d_new(channels, cg_norm_defaults(), device);
+        b.bn2 = cg_batch_norm2d_new(channels, cg_norm_defaults(), device);
+        eu_expect(b.bn1 && b.bn2, "creating the BatchNorm2d modules");
+    }
     b.x = CHECK(cg_randn(CG_SHAPE(n, channels, hw, hw), device));
     CHECK_OK(cg_set_requires_grad(b.x, true));
     b.gy = CHECK(cg_randn(CG_SHAPE(n, channels, hw, hw), device));
@@ -55,10 +68,10 @@ int main(int argc, char **argv) {
     char where[64];
     if (device.type == CG_CPU) snprintf(where, sizeof where, "cpu_t%d", threads);
     else snprintf(where, sizeof where, "gpu%s", tf32 ? "_tf32" : "");
-    printf("result work=resnet_block_nobn_fwd_bwd_%s_n%lld_c%lld_hw%lld impl=cgrad median_ms=%.4f runs=%d "
-           "images_per_s=%.0f\n", where, (long long)n, (long long)channels, (long long)hw, t * 1e3, runs,
+    printf("result work=resnet_block_%s_fwd_bwd_%s_n%lld_c%lld_hw%lld impl=cgrad median_ms=%.4f runs=%d "
+           "images_per_s=%.0f\n", bn ? "bn" : "nobn", where, (long long)n, (long long)channels, (long long)hw, t * 1e3, runs,
            (double)n / t);
     cg_tensor_free(b.gy), cg_tensor_free(b.x);
-    cg_module_free(b.conv1), cg_module_free(b.conv2);
+    cg_module_free(b.conv1), cg_module_free(b.conv2), cg_module_free(b.bn1), cg_module_free(b.bn2);
     return 0;
 }

@@ -4,8 +4,8 @@ the same way and printed as the same `result work=... impl=pytorch median_ms=...
 
 The block: y = relu(bn2(conv2(relu(bn1(conv1(x))))) + x), conv1 and conv2 Conv2d(64, 64, 3,
 padding=1, bias=False), on x (N, 64, 56, 56) requiring grad; a run is zero_grad, forward, backward
-with a fixed output gradient. --bn 0 (default) leaves the BatchNorm2d layers out, as the C program
-does (work=resnet_block_nobn_...); --bn 1 times the whole block (work=resnet_block_bn_...). Warm-up
+with a fixed output gradient. --bn 1 (default) times the whole block (work=resnet_block_bn_...);
+--bn 0 leaves the BatchNorm2d layers out (work=resnet_block_nobn_...), as the C program's --bn. Warm-up
 runs, then the median of runs each timed alone (synchronised on the GPU). cudnn.benchmark stays off
 (PyTorch's default: cuDNN's heuristics choose the algorithms); --tf32 0 (default) sets
 torch.backends.cudnn.allow_tf32 = False, so convolutions are true fp32 like cgrad's default."""
@@ -61,7 +61,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--tf32", type=int, default=0)
-    ap.add_argument("--bn", type=int, default=0)
+    ap.add_argument("--bn", type=int, default=1)
     a = ap.parse_args()
     device = torch.device(a.device)
     torch.set_num_threads(a.threads)
