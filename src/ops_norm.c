@@ -349,7 +349,7 @@ static const cg_op_domain layer_norm_domain = {
 static const cg_op_domain group_norm_domain = {
     .lo = {-2.0f, 0.5f, -1.0f}, .hi = {2.0f, 1.5f, 1.0f},
     CG_OP_CASES({.ndim = {3, 1, 1}, .shape = {{2, 6, 3}, {6}, {6}}, .param = {3, 1}},
-                {.ndim = {2, 1, 1}, .shape = {{3, 4}, {4}, {4}}, .param = {2, 1}},
+                {.ndim = {2, 1, 1}, .shape = {{3, 6}, {6}, {6}}, .param = {2, 1}}, /* groups of 3: 2 values saturate */
                 {.ndim = {4, 1, 1}, .shape = {{2, 4, 2, 3}, {4}, {4}}, .transposed = {T}, .param = {2, 1}},
                 {.ndim = {3, 1, 1}, .shape = {{2, 6, 5}, {6}, {6}}, .param = {6, 1}}, /* one channel a group */
                 {.ndim = {3, 1, 1}, .shape = {{2, 6, 5}, {6}, {6}}, .param = {1, 0}}, /* one group */
