@@ -100,7 +100,7 @@ static cg_tensor *run_forward(const runner *r, const cg_tensor *x) {
  * output and gradients (x's where it is floating, weight's, bias's where the case has one) against the
  * fixture. */
 static void check_step(const runner *r, const cg_safetensors *st, const char *c, int k, double rtol, double atol) {
-    char what[16];
+    char what[32];
     const cg_tensor *w = r->m ? cg_module_get_parameter(r->m, "weight") : r->w;
     const cg_tensor *b = r->m ? cg_module_get_parameter(r->m, "bias") : r->b;
     if (r->m) CG_TEST_STATUS_OK(cg_module_zero_grad(r->m));
