@@ -46,12 +46,6 @@ cg_tensor *cg__recorded(cg_tensor *out, const cg_tensor *t, const struct cg_op_i
  * where the input was broadcast), or reshaped to the input's shape. */
 cg_status cg__identity_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in);
 cg_status cg__reshape_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in);
-/* A new tensor (ndim, shape) whose slice j along dim d is the sum, in this order, of g's slices
- * order[offsets[j]] .. order[offsets[j + 1] - 1] (g: shape with nidx along d; offsets: (shape[d] + 1)
- * ascending, order: (nidx) positions, both int64 on g's device), computed there: a scatter-add with no
- * atomics, for gradients of ops that pick slices. Not recorded. (src/ops_index.c) */
-cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, const cg_tensor *order, const cg_tensor *offsets, int ndim,
-                                const int64_t *shape);
 /* The gradient of a selection along dim d by index (int64, any shape, on g's device): a new tensor (ndim,
  * shape) whose slice j is the sum, in ascending position order, of g's slices (g: shape with index's
  * count along d) at the positions whose index is j, except j == skip (-1: none), which gets zeros

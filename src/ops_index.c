@@ -34,8 +34,12 @@ typedef struct cg_index_select_params {
     int dim; /* non-negative */
 } cg_index_select_params;
 
-cg_tensor *cg__index_add_sorted(const cg_tensor *g, int d, const cg_tensor *order, const cg_tensor *offsets, int ndim,
-                                const int64_t *shape) {
+/* A new tensor (ndim, shape) whose slice j along dim d is the sum, in this order, of g's slices
+ * order[offsets[j]] .. order[offsets[j + 1] - 1] (g: shape with nidx along d; offsets: (shape[d] + 1)
+ * ascending, order: (nidx) positions, both int64 on g's device), computed there: a scatter-add with no
+ * atomics, for cg__index_grad. Not recorded. */
+static cg_tensor *index_add_sorted(const cg_tensor *g, int d, const cg_tensor *order, const cg_tensor *offsets, int ndim,
+                                   const int64_t *shape) {
     cg_device dev = cg__t(g)->device;
     cg_tensor *gc = cg__raw_contiguous(g);
     cg_tensor *out = gc ? cg__tensor_new_dtype(ndim, shape, cg__t(g)->dtype, dev) : NULL;
@@ -59,7 +63,7 @@ cg_tensor *cg__index_grad(const cg_tensor *g, int d, const cg_tensor *index, int
     cg_status s = offsets ? cg__run_index_sort(dev, &(cg_index_sort_args){.index = cg__data(ic), .nidx = nidx, .n = size,
                                                      .skip = skip, .order = cg__data(order), .offsets = cg__data(offsets)})
                           : cg_last_status();
-    cg_tensor *grad = s == CG_OK ? cg__index_add_sorted(g, d, order, offsets, ndim, shape) : NULL;
+    cg_tensor *grad = s == CG_OK ? index_add_sorted(g, d, order, offsets, ndim, shape) : NULL;
     cg_tensor_free(ic), cg_tensor_free(order), cg_tensor_free(offsets);
     return grad;
 }

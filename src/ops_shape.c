@@ -177,30 +177,43 @@ typedef struct cg_slice_params {
     int64_t start, step;
 } cg_slice_params;
 
-/* The gradient into zeros of the input's shape, g's slices at their positions (a scatter of distinct
- * positions, so each place gets at most one). */
+/* The gradient: zeros of the input's shape, g's slices copied to their positions as blocks (no host
+ * arrays, nothing waits): one copy for a step of 1, else a copy per outer block or per position,
+ * whichever are fewer. Each place gets at most one slice. */
 static cg_status slice_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_slice_params *p = CG_NODE_PARAMS(n, cg_slice_params);
-    int64_t size = n->in_shape[0][p->dim];
-    cg_tensor *u = p->dropped ? cg_unsqueeze(g, p->dim) : cg__alias(g);
-    int64_t len = u ? cg__t(u)->shape[p->dim] : 0;
-    int64_t *order = u ? malloc((size_t)(len ? len : 1) * sizeof *order) : NULL;
-    int64_t *offsets = order ? malloc((size_t)(size + 1) * sizeof *offsets) : NULL;
-    if (!offsets) {
-        free(order), cg_tensor_free(u);
-        return u ? cg__fail(CG_ERR_OOM, "%s: out of host memory for the gradient's positions", n->name) : cg_last_status();
+    const int ndim = n->in_ndim[0], d = p->dim;
+    const int64_t *shape = n->in_shape[0];
+    cg_tensor *u = p->dropped ? cg_unsqueeze(g, d) : cg__alias(g), *gc = u ? cg__raw_contiguous(u) : NULL;
+    cg_tensor *out = gc ? cg__tensor_new_dtype(ndim, shape, cg__t(g)->dtype, cg__t(g)->device) : NULL;
+    cg_status s = out ? cg__fill(out, 0.0) : cg_last_status();
+    /* (outer, size, inner) the input, (outer, len, inner) g; sizes in bytes of inner elements */
+    const int64_t outer = cg__numel_of(d, shape), size = shape[d], len = gc ? cg__t(gc)->shape[d] : 0;
+    const int64_t row = cg__numel_of(ndim - d - 1, shape + d + 1) * (int64_t)cg_dtype_size(cg__t(g)->dtype);
+    const char *src = gc ? cg__data(gc) : NULL;
+    char *dst = out ? (char *)cg__data(out) + p->start * row : NULL;
+    if (s == CG_OK && outer * len * row > 0) {
+        if (p->step == 1)
+            s = cg__run_copy_blocks(cg__t(g)->device, &(cg_copy_blocks_args){src, dst, outer, len * row, len * row,
+                                                                            size * row});
+        else if (outer <= len) /* per outer block: its len positions, step apart */
+            for (int64_t o = 0; o < outer && s == CG_OK; o++)
+                s = cg__run_copy_blocks(cg__t(g)->device, &(cg_copy_blocks_args){src + o * len * row,
+                                                                                dst + o * size * row, len, row, row,
+                                                                                p->step * row});
+        else /* per position: its outer blocks */
+            for (int64_t k = 0; k < len && s == CG_OK; k++)
+                s = cg__run_copy_blocks(cg__t(g)->device, &(cg_copy_blocks_args){src + k * row,
+                                                                                dst + k * p->step * row, outer, row,
+                                                                                len * row, size * row});
     }
-    for (int64_t k = 0; k < len; k++) order[k] = k;
-    for (int64_t j = 0; j <= size; j++) { /* how many positions lie before j */
-        int64_t before = j <= p->start ? 0 : (j - p->start + p->step - 1) / p->step;
-        offsets[j] = before < len ? before : len;
+    cg_tensor_free(gc), cg_tensor_free(u);
+    if (s != CG_OK) {
+        cg_tensor_free(out);
+        return s;
     }
-    cg_device d = cg__t(u)->device;
-    cg_tensor *ord = cg_from_data_dtype(order, 1, &len, CG_INT64, d);
-    cg_tensor *offs = ord ? cg_from_data_dtype(offsets, 1, (int64_t[]){size + 1}, CG_INT64, d) : NULL;
-    grad_in[0] = offs ? cg__index_add_sorted(u, p->dim, ord, offs, n->in_ndim[0], n->in_shape[0]) : NULL;
-    free(order), free(offsets), cg_tensor_free(u), cg_tensor_free(ord), cg_tensor_free(offs);
-    return grad_in[0] ? CG_OK : cg_last_status();
+    grad_in[0] = out;
+    return CG_OK;
 }
 
 /* The cut of t (checked) along dim d: len positions from start by step. */
