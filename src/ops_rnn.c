@@ -5,10 +5,10 @@
  * cg_rnn_args, which is cuDNN's weight-space order), and the stack runs as one node through the
  * backend's RNN kernels (src/cpu/cpu_rnn.c: GEMMs and a fused gate pass; src/cuda/cuda_rnn.c: cuDNN).
  * The node's output is one tensor (rows of batch hidden floats) holding y, h_n, c_n and copies of h0 and
- * c0 (for the backward); the outputs the caller gets are views of it. The node saves the backend's reserve (what the backward
- * needs: cuDNN's reserve space, the CPU's gate activations). Dropout between layers (training, p > 0)
- * runs the stack one layer at a time with cg_dropout between. bfloat16 and float16 are computed in
- * float32.
+ * c0 (for the backward); the outputs the caller gets are views of it. The node saves the backend's
+ * reserve (what the backward needs: cuDNN's reserve space, the CPU's gate activations). Dropout between
+ * layers (training, p > 0) runs the stack one layer at a time with cg_dropout between. bfloat16 and
+ * float16 are computed in float32.
  *
  * The cells' step (cg__lstm_gates, cg__gru_gates: nn.LSTMCell, nn.GRUCell) is composed of recorded ops. */
 #include "ops_rnn.h"
