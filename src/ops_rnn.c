@@ -4,11 +4,11 @@
  * The weights are concatenated (on the tape) into one flat buffer in the kernels' order (kernel_args.h's
  * cg_rnn_args, which is cuDNN's weight-space order), and the stack runs as one node through the
  * backend's RNN kernels (src/cpu/cpu_rnn.c: GEMMs and a fused gate pass; src/cuda/cuda_rnn.c: cuDNN).
- * The node's output is one flat tensor holding y, h_n, c_n and copies of h0 and c0 (for the backward);
- * the outputs the caller gets are views of it. The node saves the backend's reserve (what the backward
- * needs: cuDNN's reserve space, the CPU's gate activations). Dropout between layers (training, p > 0)
- * runs the stack one layer at a time with cg_dropout between. bfloat16 and float16 are computed in
- * float32.
+ * The node's output is one tensor (rows of batch hidden floats) holding y, h_n, c_n and copies of h0 and
+ * c0 (for the backward); the outputs the caller gets are views of it. The node saves the backend's
+ * reserve (what the backward needs: cuDNN's reserve space, the CPU's gate activations). Dropout between
+ * layers (training, p > 0) runs the stack one layer at a time with cg_dropout between. bfloat16 and
+ * float16 are computed in float32.
  *
  * The cells' step (cg__lstm_gates, cg__gru_gates: nn.LSTMCell, nn.GRUCell) is composed of recorded ops. */
 #include "ops_rnn.h"
@@ -244,11 +244,13 @@ static cg_status rnn_backward(cg_node *node, const cg_tensor *g, cg_tensor **gra
     return s;
 }
 
-/* A view of out: n floats from offset, shaped (a, b, c). */
+/* A view of out (rows, batch hidden): a b c floats from offset (both whole rows), shaped (a, b, c). Rows,
+ * not floats, so that the narrow's backward indexes a few rows, not every float. */
 static cg_tensor *part(cg_tensor *out, int64_t offset, int64_t a, int64_t b, int64_t c) {
-    cg_tensor *flat = cg_narrow(out, 0, offset, a * b * c);
-    cg_tensor *v = flat ? cg_view(flat, 3, (const int64_t[]){a, b, c}) : NULL;
-    cg_tensor_free(flat);
+    int64_t width = cg__t(out)->shape[1];
+    cg_tensor *rows = cg_narrow(out, 0, offset / width, a * b * c / width);
+    cg_tensor *v = rows ? cg_view(rows, 3, (const int64_t[]){a, b, c}) : NULL;
+    cg_tensor_free(rows);
     return v;
 }
 
@@ -277,7 +279,9 @@ static cg_status stack_node(const rnn_spec *s, const cg_op_info *op, int nl, con
     int64_t reserve_floats = (reserve_bytes + (int64_t)sizeof(float) - 1) / (int64_t)sizeof(float);
     cg_tensor *xc = st == CG_OK ? cg__raw_contiguous(x) : NULL, *h0c = xc && h0 ? cg__raw_contiguous(h0) : NULL;
     cg_tensor *c0c = xc && c0 ? cg__raw_contiguous(c0) : NULL;
-    cg_tensor *out = xc && (h0c || !h0) && (c0c || !c0) ? cg__tensor_new(1, &o.total, d) : NULL;
+    /* every part is a whole number of rows of batch hidden floats */
+    const int64_t out_shape[2] = {o.total / (s->batch * s->hidden), s->batch * s->hidden};
+    cg_tensor *out = xc && (h0c || !h0) && (c0c || !c0) ? cg__tensor_new(2, out_shape, d) : NULL;
     cg_tensor *reserve = out && g.training ? cg__tensor_new(1, &reserve_floats, d) : NULL;
     if (st == CG_OK && (!out || (g.training && !reserve))) st = cg_last_status();
     if (st == CG_OK && g.training && h0) st = copy_state(h0c, out, o.hx); /* the backward's hx and cx */
@@ -365,13 +369,13 @@ static cg_status rnn(cg_rnn_mode mode, const char *fn, const cg_op_info *op, con
     }
     cg_tensor *out[3] = {NULL, NULL, NULL};
     if (st == CG_OK) st = run_stack(&s, op, x, h, c, w, &o, training, out);
-    for (int k = 0; st == CG_OK && k < nout; k++)
-        if (dt != CG_FLOAT32 && !(out[k] = cg_to_dtype(out[k], dt))) st = cg_last_status();
     bool kept = st == CG_OK;
     for (int k = 0; kept && k < nout; k++) cg_keep(out[k]);
     if (scope) cg_scope_end(scope);
-    for (int k = 0; kept && k < nout; k++) { /* handles of the caller's scope: whole views, on the tape */
-        if (st == CG_OK && !(*results[k] = cg_narrow(out[k], 0, 0, cg__t(out[k])->shape[0]))) st = cg_last_status();
+    /* handles of the caller's scope, on the tape, in the input's dtype: for float32 an alias, whose
+     * backward passes the gradient on as it is */
+    for (int k = 0; kept && k < nout; k++) {
+        if (st == CG_OK && !(*results[k] = cg_to_dtype(out[k], dt))) st = cg_last_status();
         cg_tensor_free(out[k]);
     }
     if (st != CG_OK)

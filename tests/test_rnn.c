@@ -446,6 +446,48 @@ static void test_gpu_matches_cpu(void **state) {
     cg_module_free(m), cg_module_free(cpu);
 }
 
+/* The GPU's plans are cached per geometry and math (src/cuda/cuda_rnn.c, 16 a device): sequence lengths
+ * 1 to 18 in turn (more geometries than the cache holds, so plans are replaced), with gradients (cuDNN's
+ * training mode) and without (inference) alternating, each forward against the CPU's (rtol 1e-3: a stale
+ * plan, its sizes or its device sequence lengths, would be far off, not a rounding away); then with TF32
+ * allowed, and back; after all of it the first geometry gives the same bits as before. */
+static void test_gpu_plan_cache(void **state) {
+    (void)state;
+    if (!cg_test_is_cuda()) skip();
+    cg_module *m = gpu_lstm(), *cpu = module_ok(cg_module_clone(m, cg_cpu()));
+    float *xs = cg_test_uniform_buf(18 * 4 * 8, -1, 1), *hs = cg_test_uniform_buf(4 * 4 * 16, -1, 1);
+    size_t n1, n2;
+    float *first = run_all(m, xs, hs, dev(), &n1);
+    for (int64_t seq = 1; seq <= 18; seq++) {
+        cg_scope *scope = cg_scope_begin();
+        bool training = seq % 2 == 1, was = cg_set_grad_enabled(training);
+        cg_tensor *out[2];
+        cg_tensor *xg = cg_test_tensor_at(xs, 3, (int64_t[]){seq, 4, 8}, dev(), __FILE__, __LINE__);
+        cg_tensor *xc = cg_test_tensor_at(xs, 3, (int64_t[]){seq, 4, 8}, cg_cpu(), __FILE__, __LINE__);
+        CG_TEST_STATUS_OK(cg_module_call(m, 1, (const cg_tensor *[]){xg}, 1, &out[0]));
+        CG_TEST_STATUS_OK(cg_module_call(cpu, 1, (const cg_tensor *[]){xc}, 1, &out[1]));
+        if (training) CG_TEST_STATUS_OK(cg_backward(CG_TEST_OK(cg_sum(out[0]))));
+        float *g = cg_test_read(out[0]), *c = cg_test_read(out[1]);
+        size_t n = (size_t)cg_numel(out[1]), worst;
+        double *ref = cg_test_doubles(n);
+        for (size_t i = 0; i < n; i++) ref[i] = c[i];
+        size_t bad = cg_test_count_bad(g, ref, n, 1e-3, &worst);
+        if (bad) fail_msg("seq %lld: %zu of %zu differ; worst at %zu: gpu %g cpu %g", (long long)seq, bad, n, worst,
+                          (double)g[worst], ref[worst]);
+        free(g), free(c), free(ref);
+        cg_set_grad_enabled(was);
+        cg_scope_end(scope);
+    }
+    cg_set_allow_tf32(true);
+    free(run_all(m, xs, hs, dev(), &n2));
+    cg_set_allow_tf32(false);
+    float *again = run_all(m, xs, hs, dev(), &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(first, again, n1 * sizeof(float));
+    free(first), free(again), free(xs), free(hs);
+    cg_module_free(m), cg_module_free(cpu);
+}
+
 /* A GPU of a build without cuDNN: the layers fail saying so (the cells, composed of ops, still run). */
 static void test_rnn_without_cudnn(void **state) {
     (void)state;
@@ -464,6 +506,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         CG_TEST(test_fixtures_f32),     CG_TEST(test_fixtures_f16),    CG_TEST(test_dropout_between_layers), CG_TEST(test_unbatched),
         CG_TEST(test_errors),           CG_TEST(test_gpu_deterministic), CG_TEST(test_gpu_matches_cpu),
+        CG_TEST(test_gpu_plan_cache),
     };
     const struct CMUnitTest without_cudnn[] = {CG_TEST(test_rnn_without_cudnn), CG_TEST(test_errors)};
     if (!cg_test_has_conv()) return cmocka_run_group_tests(without_cudnn, NULL, NULL);

@@ -76,6 +76,8 @@ typedef struct cg_cuda_context {
     cudnnHandle_t cudnn;
     struct cg_conv_cache *conv_cache; /* cuda_conv.c's descriptors and algorithms per convolution shape,
                                          made on the first convolution */
+    struct cg_rnn_cache *rnn_cache;   /* cuda_rnn.c's descriptors, sizes and sequence lengths per RNN geometry,
+                                         made on the first LSTM or GRU */
 #endif
 } cg_cuda_context;
 
