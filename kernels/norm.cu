@@ -2,8 +2,8 @@
 // serving src/cuda/cuda_norm.c, mirroring src/cpu/cpu_norm.c): batch_norm, layer_norm and group_norm over
 // the (a, b, c) layout. A group that is one row of up to kWarpMax elements (layer norm's rows) is walked
 // by a warp; any other (batch norm's channels, large groups) is split: its statistics summed in chunks by
-// a grid of (group, chunk) blocks, then a wide element-wise pass over rows of c contiguous elements, so
-// every SM has work whatever the number of groups. float4 loads and stores where rows are a multiple of 4
+// a grid of (group, chunk) blocks, added per group by a warp, then a wide element-wise pass over all of x,
+// so every SM has work whatever the number of groups and the rows' length. float4 loads and stores where rows are a multiple of 4
 // and aligned, several in flight a thread, and no division per element. Every sum is taken in a fixed
 // order (per-lane sums, butterflies, the warps' sums in warp order, the chunks in order), and the affine
 // gradients in two passes (per-run sums, then the runs in order): no atomics, so results repeat bit for
@@ -142,14 +142,14 @@ __global__ void __launch_bounds__(kThreads) norm_backward_kernel(cg_norm_backwar
 
 // ---- split groups (batch norm, and any group a warp would take too long on) ----
 // A group's statistics come from K chunks (split_chunks: a function of the layout alone, so the bits do
-// not depend on the GPU), each summed by one block into work (2, b, K); the element-wise pass then
-// walks rows (i, g) of c contiguous elements, every block a tile of one row, adding the group's K
-// partials in order itself (a few dozen floats from L2) so no kernel sits between the two passes.
+// not depend on the GPU), each summed by one block into work (2, b, K); a warp a group then adds its K
+// partials in order (the finish kernels), and an element-wise grid over all of x, tiles of kTile
+// vectors whatever the rows' length, applies them.
 
 constexpr int kUnroll = 4;                  // vectors a thread has in flight
 constexpr int64_t kChunkMin = 4096;         // elements a statistics block takes at least
 constexpr int64_t kStatBlocks = 2048;       // statistics blocks aimed for: ~16 per SM on an H100
-constexpr int64_t kTile = kThreads * kUnroll;  // vectors an element-wise block takes of a row
+constexpr int64_t kTile = kThreads * kUnroll;  // vectors an element-wise block takes
 
 // Chunks per group: enough for about kStatBlocks blocks in all, none below kChunkMin elements.
 __host__ __device__ int64_t split_chunks(const cg_norm_layout &l) {
@@ -202,48 +202,56 @@ __device__ __forceinline__ void for_chunks(const cg_norm_layout &l, float *work,
 }
 
 // Group g's two sums from its K partials in work, added in a fixed order (lane k the partials k, k + 32,
-// ..., then the butterfly), given to every thread of the block.
-__device__ __forceinline__ float2 chunk_sums(const cg_norm_layout &l, const float *work, int64_t g) {
-    __shared__ float2 shared;
+// ..., then the butterfly), given to every lane of the warp.
+__device__ __forceinline__ float2 chunk_sums(const cg_norm_layout &l, const float *work, int64_t g, int lane) {
     const int64_t chunks = split_chunks(l), items = l.b * chunks;
-    __syncthreads();  // the previous tile's readers are done with shared
-    if (threadIdx.x < 32) {
-        float s1 = 0.0f, s2 = 0.0f;
-        for (int64_t k = threadIdx.x; k < chunks; k += 32) s1 += work[g * chunks + k], s2 += work[items + g * chunks + k];
-        s1 = group_sum<32>(s1, nullptr), s2 = group_sum<32>(s2, nullptr);
-        if (threadIdx.x == 0) shared = make_float2(s1, s2);
-    }
-    __syncthreads();
-    return shared;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int64_t k = lane; k < chunks; k += 32) s1 += work[g * chunks + k], s2 += work[items + g * chunks + k];
+    return make_float2(group_sum<32>(s1, nullptr), group_sum<32>(s2, nullptr));
 }
 
-// The element-wise blocks' loop over tiles: f(r, g, e0, first) for tile e0 (in vectors) of row r = i b + g
-// (first: the tile that writes the group's own outputs once: i == 0, e0 == 0). One division per tile.
+// Calls f(t, j, g, ok) for batches of kUnroll vectors of V elements of [lo, hi) of x's vectors, x viewed
+// as a b rows of c / V (row i b + g), that this thread takes, kThreads apart: t their indices (vector t
+// is x[t V ...]), j their positions along c (in vectors), g their groups, ok whether each is in range.
+// (j, g) advance by a fixed step: a division per thread and tile, none per element.
+template <int V, typename F>
+__device__ __forceinline__ void walk_rows(const cg_norm_layout &l, int64_t lo, int64_t hi, F f) {
+    const int64_t cv = l.c / V, di = kThreads / cv, dj = kThreads % cv, dg = di % l.b;
+    int64_t t = lo + threadIdx.x, j = t % cv, g = t / cv % l.b;
+    while (t < hi) {
+        int64_t ts[kUnroll], js[kUnroll], gs[kUnroll];
+        bool ok[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++) {
+            ts[u] = t, js[u] = j, gs[u] = g, ok[u] = t < hi;
+            t += kThreads, j += dj, g += dg;
+            if (j >= cv) j -= cv, g++;
+            if (g >= l.b) g -= l.b;
+        }
+        f(ts, js, gs, ok);
+    }
+}
+
+// The element-wise blocks' loop over tiles of kTile of x's vectors.
 template <int V, typename F>
 __device__ __forceinline__ void for_tiles(const cg_norm_layout &l, F f) {
-    const int64_t per_row = (l.c / V + kTile - 1) / kTile, tiles = l.a * l.b * per_row;
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int64_t r = tile / per_row, e0 = (tile % per_row) * kTile;
-        f(r, r % l.b, e0, r < l.b && e0 == 0);
-    }
+    const int64_t vectors = l.a * l.b * (l.c / V), tiles = (vectors + kTile - 1) / kTile;
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x)
+        walk_rows<V>(l, tile * kTile, tile * kTile + kTile < vectors ? tile * kTile + kTile : vectors, f);
 }
 
-// Loads this thread's vectors of the tile: vectors e0 + u kThreads + threadIdx.x of row r that lie in it.
-template <int V>
-__device__ __forceinline__ void load_tile(const cg_norm_layout &l, const float *p, int64_t r, int64_t e0, float (*v)[V]) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; u++) {
-        const int64_t e = e0 + u * kThreads + threadIdx.x;
-        if (e < l.c / V) load<V>(p + r * l.c + e * V, v[u]);
-    }
+// Group g's first channel (cg_norm_channel_base / c) without a division where there is one group of
+// channels (layer norm) or a group is a channel (batch norm).
+__device__ __forceinline__ int64_t group_channel(const cg_norm_layout &l, int64_t g) {
+    return l.wgroups == 1 ? 0 : l.wgroups == l.b ? g : g % l.wgroups;
 }
 
-// The weight or bias p (absent: its value where p is NULL) of element j of group g (base:
-// cg_norm_channel_base): where each group is one channel's run (batch norm), the group's own, loaded
-// once a tile (p1) rather than per element.
-__device__ __forceinline__ float tile_param(const cg_norm_layout &l, const float *p, float absent, float p1,
-                                            int64_t base, int64_t j) {
-    return l.wspan == l.c ? p1 : p ? p[cg_norm_channel(&l, base, j)] : absent;
+// The weight or bias p (absent: its value where p is NULL) of element j (along c) of group g: where a group
+// is one channel's run (batch norm), the group's own.
+__device__ __forceinline__ float channel_param(const cg_norm_layout &l, const float *p, float absent, int64_t g, int64_t j) {
+    if (!p) return absent;
+    const int64_t gc = group_channel(l, g);
+    return p[l.wspan == l.c ? gc : cg_norm_channel(&l, gc * l.c, j)];
 }
 
 // Sums of x - shift and (x - shift)^2 per chunk, shift = the group's first element: close to the mean, so
@@ -271,31 +279,39 @@ __global__ void __launch_bounds__(kThreads) norm_stats_kernel(cg_norm_forward_ar
     });
 }
 
-template <int V>
-__global__ void __launch_bounds__(kThreads) norm_apply_kernel(cg_norm_forward_args a, const float *work) {
+// A warp a group: its mean and rstd (training, from the chunks' sums; else the running ones) written to
+// mean and rstd, the running statistics updated.
+__global__ void __launch_bounds__(kThreads) norm_finish_kernel(cg_norm_forward_args a, float *work) {
     const cg_norm_layout &l = a.l;
     const int64_t n = l.a * l.c;
-    for_tiles<V>(l, [&](int64_t r, int64_t g, int64_t e0, bool first) {
-        float v[kUnroll][V];
-        load_tile<V>(l, a.x, r, e0, v);  // in flight while the statistics are gathered
+    for_warp_groups(l.b, [&](int64_t g, int lane) {
         float mean = 0.0f, m2 = 0.0f;
         if (a.training) {
-            const float2 s = chunk_sums(l, work, g);
+            const float2 s = chunk_sums(l, work, g, lane);
             mean = a.x[g * l.c] + s.x / (float)n, m2 = fmaxf(s.y - s.x * (s.x / (float)n), 0.0f);
         }
         const float rstd = cg_norm_stats(&a, g, &mean, m2);
-        if (first && threadIdx.x == 0) cg_norm_save_stats(&a, g, mean, m2, rstd);
-        const int64_t base = cg_norm_channel_base(&l, g), ch1 = g % l.wgroups;
-        const float w1 = cg_norm_weight(a.weight, ch1), b1 = cg_norm_bias(a.bias, ch1);
+        if (lane == 0) cg_norm_save_stats(&a, g, mean, m2, rstd);
+    });
+}
+
+template <int V>
+__global__ void __launch_bounds__(kThreads) norm_apply_kernel(cg_norm_forward_args a, const float *) {
+    const cg_norm_layout &l = a.l;
+    for_tiles<V>(l, [&](const int64_t *t, const int64_t *j, const int64_t *g, const bool *ok) {
+        float v[kUnroll][V];
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++)
+            if (ok[u]) load<V>(a.x + t[u] * V, v[u]);
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
-            const int64_t e = e0 + u * kThreads + threadIdx.x;
-            if (e >= l.c / V) continue;
+            if (!ok[u]) continue;
+            const float mean = a.mean[g[u]], rstd = a.rstd[g[u]];
 #pragma unroll
             for (int q = 0; q < V; q++)
-                v[u][q] = cg_norm_apply(v[u][q], mean, rstd, tile_param(l, a.weight, 1.0f, w1, base, e * V + q),
-                                        tile_param(l, a.bias, 0.0f, b1, base, e * V + q));
-            store<V>(a.y + r * l.c + e * V, v[u]);
+                v[u][q] = cg_norm_apply(v[u][q], mean, rstd, channel_param(l, a.weight, 1.0f, g[u], j[u] * V + q),
+                                        channel_param(l, a.bias, 0.0f, g[u], j[u] * V + q));
+            store<V>(a.y + t[u] * V, v[u]);
         }
     });
 }
@@ -320,42 +336,50 @@ __global__ void __launch_bounds__(kThreads) norm_grad_stats_kernel(cg_norm_backw
 #pragma unroll
                 for (int q = 0; q < V; q++) {
                     if (!ok[u]) continue;
-                    const float w = per_channel ? 1.0f : cg_norm_weight(a.weight, cg_norm_channel(&l, base, j[u] * V + q));
-                    const float gw = gv[u][q] * w;
+                    const float gw = gv[u][q] * (per_channel ? 1.0f : cg_norm_weight(a.weight, cg_norm_channel(&l, base, j[u] * V + q)));
                     *s_gw += gw, *s_gwx += gw * (x[u][q] - mean) * rstd;
                 }
         });
     });
 }
 
+// A warp a group: the affine gradients where a group is a channel, and the means of g w and g w xhat
+// over the group, written after the partials in work (2 b K floats) as (2, b).
+__global__ void __launch_bounds__(kThreads) norm_grad_finish_kernel(cg_norm_backward_args a, float *work) {
+    const cg_norm_layout &l = a.l;
+    const float n = (float)(l.a * l.c);
+    float *means = work + 2 * l.b * split_chunks(l);
+    for_warp_groups(l.b, [&](int64_t g, int lane) {
+        float2 s = chunk_sums(l, work, g, lane);  // (sum of g w, sum of g w xhat)
+        if (lane != 0) return;
+        if (cg_norm_group_is_channel(&l)) {
+            if (a.gweight) a.gweight[g] = s.y;
+            if (a.gbias) a.gbias[g] = s.x;
+            s.x *= cg_norm_weight(a.weight, g), s.y *= cg_norm_weight(a.weight, g);
+        }
+        means[g] = s.x / n, means[l.b + g] = s.y / n;
+    });
+}
+
 template <int V>
 __global__ void __launch_bounds__(kThreads) norm_grad_apply_kernel(cg_norm_backward_args a, const float *work) {
     const cg_norm_layout &l = a.l;
-    const float n = (float)(l.a * l.c);
-    const bool per_channel = cg_norm_group_is_channel(&l);
-    for_tiles<V>(l, [&](int64_t r, int64_t g, int64_t e0, bool first) {
+    const float *means = work + 2 * l.b * split_chunks(l);
+    for_tiles<V>(l, [&](const int64_t *t, const int64_t *j, const int64_t *g, const bool *ok) {
         float x[kUnroll][V], gv[kUnroll][V];
-        if (a.gx) load_tile<V>(l, a.x, r, e0, x), load_tile<V>(l, a.g, r, e0, gv);
-        float2 s = chunk_sums(l, work, g);  // (sum of g w, sum of g w xhat)
-        if (per_channel) {
-            if (first && threadIdx.x == 0 && a.gweight) a.gweight[g] = s.y;
-            if (first && threadIdx.x == 0 && a.gbias) a.gbias[g] = s.x;
-            s.x *= cg_norm_weight(a.weight, g), s.y *= cg_norm_weight(a.weight, g);
-        }
-        if (!a.gx) return;
-        const float mean = a.mean[g], rstd = a.rstd[g];
-        const int64_t base = cg_norm_channel_base(&l, g);
-        const float w1 = cg_norm_weight(a.weight, g % l.wgroups);
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++)
+            if (ok[u]) load<V>(a.x + t[u] * V, x[u]), load<V>(a.g + t[u] * V, gv[u]);
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
-            const int64_t e = e0 + u * kThreads + threadIdx.x;
-            if (e >= l.c / V) continue;
+            if (!ok[u]) continue;
+            const float mean = a.mean[g[u]], rstd = a.rstd[g[u]], m_gw = means[g[u]], m_gwx = means[l.b + g[u]];
 #pragma unroll
             for (int q = 0; q < V; q++) {
-                const float w = tile_param(l, a.weight, 1.0f, w1, base, e * V + q);
-                x[u][q] = cg_norm_grad_x(gv[u][q] * w, (x[u][q] - mean) * rstd, rstd, s.x / n, s.y / n, a.training);
+                const float w = channel_param(l, a.weight, 1.0f, g[u], j[u] * V + q);
+                x[u][q] = cg_norm_grad_x(gv[u][q] * w, (x[u][q] - mean) * rstd, rstd, m_gw, m_gwx, a.training);
             }
-            store<V>(a.gx + r * l.c + e * V, x[u]);
+            store<V>(a.gx + t[u] * V, x[u]);
         }
     });
 }
@@ -375,27 +399,28 @@ bool aligned(const void *p) { return p == nullptr || reinterpret_cast<uintptr_t>
 // A warp a group where the group is one row of up to kWarpMax elements (a == 1), else the split path.
 bool warp_path(const cg_norm_layout &l) { return l.a == 1 && l.c <= kWarpMax; }
 
-// float4 where rows are a multiple of 4 elements and the arrays 16-byte aligned (every row then is too).
+// Statistics (if with_stats), finish, then the element-wise pass (if apply): float4 where rows are a
+// multiple of 4 elements and the arrays 16-byte aligned (every row then is too).
 template <typename Args>
-cudaError_t launch_split(void (*const stats[2])(Args, float *), void (*const apply[2])(Args, const float *),
-                         const Args &a, bool vec, bool with_stats, float *work, cudaStream_t stream) {
+cudaError_t launch_split(void (*const stats[2])(Args, float *), void (*const finish)(Args, float *),
+                         void (*const apply[2])(Args, const float *), const Args &a, bool vec, bool with_stats,
+                         bool with_apply, float *work, cudaStream_t stream) {
     const cg_norm_layout &l = a.l;
     const bool v4 = vec && l.c % 4 == 0;
-    const int V = v4 ? 4 : 1;
-    if (with_stats) {
-        stats[v4]<<<(unsigned)cg_launch_blocks(l.b * split_chunks(l), 32), kThreads, 0, stream>>>(a, work);
-        const cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
-    }
-    const int64_t tiles = l.a * l.b * ((l.c / V + kTile - 1) / kTile);
-    apply[v4]<<<(unsigned)cg_launch_blocks(tiles, 32), kThreads, 0, stream>>>(a, work);
+    if (with_stats) stats[v4]<<<(unsigned)cg_launch_blocks(l.b * split_chunks(l), 32), kThreads, 0, stream>>>(a, work);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    finish<<<cg_launch_grid(l.b * 32, kThreads), kThreads, 0, stream>>>(a, work);
+    if ((e = cudaGetLastError()) != cudaSuccess || !with_apply) return e;
+    const int64_t vectors = l.a * l.b * (l.c / (v4 ? 4 : 1));
+    apply[v4]<<<(unsigned)cg_launch_blocks((vectors + kTile - 1) / kTile, 32), kThreads, 0, stream>>>(a, work);
     return cudaGetLastError();
 }
 
 }  // namespace
 
 extern "C" int64_t cg_norm_work_floats(const cg_norm_layout *l) {
-    return warp_path(*l) ? 0 : 2 * l->b * split_chunks(*l);
+    return warp_path(*l) ? 0 : 2 * l->b * split_chunks(*l) + 2 * l->b;  // partials, then the backward's means
 }
 
 extern "C" cudaError_t cg_launch_norm_forward(const cg_norm_forward_args *a, float *work, cudaStream_t stream) {
@@ -407,7 +432,7 @@ extern "C" cudaError_t cg_launch_norm_forward(const cg_norm_forward_args *a, flo
     }
     static void (*const stats[2])(cg_norm_forward_args, float *) = {norm_stats_kernel<1>, norm_stats_kernel<4>};
     static void (*const apply[2])(cg_norm_forward_args, const float *) = {norm_apply_kernel<1>, norm_apply_kernel<4>};
-    return launch_split(stats, apply, *a, vec, a->training, work, stream);
+    return launch_split(stats, norm_finish_kernel, apply, *a, vec, a->training, true, work, stream);
 }
 
 extern "C" cudaError_t cg_launch_norm_backward(const cg_norm_backward_args *a, float *work, cudaStream_t stream) {
@@ -420,7 +445,7 @@ extern "C" cudaError_t cg_launch_norm_backward(const cg_norm_backward_args *a, f
     static void (*const stats[2])(cg_norm_backward_args, float *) = {norm_grad_stats_kernel<1>, norm_grad_stats_kernel<4>};
     static void (*const apply[2])(cg_norm_backward_args, const float *) = {norm_grad_apply_kernel<1>,
                                                                             norm_grad_apply_kernel<4>};
-    return launch_split(stats, apply, *a, vec, true, work, stream);
+    return launch_split(stats, norm_grad_finish_kernel, apply, *a, vec, true, a->gx != nullptr, work, stream);
 }
 
 extern "C" cudaError_t cg_launch_norm_affine_grad(const cg_norm_affine_grad_args *a, cudaStream_t stream) {

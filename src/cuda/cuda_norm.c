@@ -16,7 +16,7 @@ static cg_status run_with_work(int index, const cg_norm_layout *l, norm_launch l
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (l->a * l->b * l->c == 0) return CG_OK;
-    const size_t bytes = (size_t)cg_norm_work_floats(l) * sizeof(float); /* 2 b K floats, K <= 2048 / b + 1 */
+    const size_t bytes = (size_t)cg_norm_work_floats(l) * sizeof(float); /* 2 b (K + 1) floats, K <= 2048 / b + 1 */
     float *work = NULL;
     if (bytes && !(work = cg__alloc(cg_cuda(index), bytes))) return cg_last_status();
     const cudaError_t norm_kernels = launch(args, work, ctx->stream);
