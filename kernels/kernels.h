@@ -163,10 +163,12 @@ cudaError_t cg_launch_cross_entropy_backward(const cg_ce_backward_args *a, cg_in
 cudaError_t cg_launch_argmax(const cg_argmax_args *a, cudaStream_t stream);
 /* gather.cu: dst (n, row_bytes) = src rows rows[0..n) (the data loader's batches). */
 cudaError_t cg_launch_gather_rows(const cg_gather_rows_args *a, cudaStream_t stream);
-/* norm.cu: batch_norm, layer_norm and group_norm over the (a, b, c) layout (kernel_args.h): a warp or a
- * block per group, the affine gradients in two passes. Deterministic: no atomics. */
-cudaError_t cg_launch_norm_forward(const cg_norm_forward_args *a, cudaStream_t stream);
-cudaError_t cg_launch_norm_backward(const cg_norm_backward_args *a, cudaStream_t stream);
+/* norm.cu: batch_norm, layer_norm and group_norm over the (a, b, c) layout (kernel_args.h): a warp per
+ * row-sized group, else statistics in chunks (partial sums in work, cg_norm_work_floats(l) floats, 0 for
+ * none) and a wide element-wise pass; the affine gradients in two passes. Deterministic: no atomics. */
+int64_t cg_norm_work_floats(const cg_norm_layout *l);
+cudaError_t cg_launch_norm_forward(const cg_norm_forward_args *a, float *work, cudaStream_t stream);
+cudaError_t cg_launch_norm_backward(const cg_norm_backward_args *a, float *work, cudaStream_t stream);
 cudaError_t cg_launch_norm_affine_grad(const cg_norm_affine_grad_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus

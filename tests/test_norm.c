@@ -399,10 +399,11 @@ static void test_deterministic_backward(void **state) {
     free(xv), free(gv);
 }
 
-/* On a GPU, the kernels' other paths against the CPU: groups larger than a warp takes (a block each:
- * batch norm over 4 x 48 x 48 values a channel, group norm over one group of 12800), float4 rows of 4096
- * and odd rows of 1001 (a warp each). Forward and every gradient within 1e-4 relative plus 1e-5 of the
- * largest element (float32 sums of up to 12800 terms in two orders). */
+/* On a GPU, the kernels' other paths against the CPU: split groups (statistics in chunks, then rows of c:
+ * batch norm over 4 x 48 x 48 values a channel, over 200 rows of 49 (scalar, rows shorter than a block)
+ * and 64 rows of 144 (float4), group norm over one group of 12800), float4 rows of 4096 and odd rows of
+ * 1001 (a warp each). Forward and every gradient within 1e-4 relative plus 1e-5 of the largest element
+ * (float32 sums of up to 12800 terms in two orders). */
 static void run_on(cg_device d, int which, const float *xv, const float *gv, const int64_t *shape, int ndim, float **out) {
     cg_tensor *x = CG_TEST_OK(cg_from_data(xv, ndim, shape, d)), *g = CG_TEST_OK(cg_from_data(gv, ndim, shape, d));
     int64_t c = which == 2 ? shape[ndim - 1] : shape[1];
@@ -421,9 +422,10 @@ static void run_on(cg_device d, int which, const float *xv, const float *gv, con
 static void test_gpu_matches_cpu(void **state) {
     (void)state;
     if (!cg_test_is_cuda()) skip(); /* the CPU is the reference here */
-    static const int64_t shapes[4][4] = {{4, 3, 48, 48}, {2, 8, 40, 40}, {3, 4096}, {5, 1001}};
-    static const int ndims[4] = {4, 4, 2, 2}, ops[4] = {0, 1, 2, 2};
-    for (int k = 0; k < 4; k++) {
+    static const int64_t shapes[6][4] = {{4, 3, 48, 48}, {200, 2, 7, 7}, {64, 2, 12, 12},
+                                         {2, 8, 40, 40}, {3, 4096}, {5, 1001}};
+    static const int ndims[6] = {4, 4, 4, 4, 2, 2}, ops[6] = {0, 0, 0, 1, 2, 2};
+    for (int k = 0; k < 6; k++) {
         int64_t n = 1;
         for (int i = 0; i < ndims[k]; i++) n *= shapes[k][i];
         int64_t c = ops[k] == 2 ? shapes[k][ndims[k] - 1] : shapes[k][1];
