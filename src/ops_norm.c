@@ -163,7 +163,14 @@ cg_tensor *cg_batch_norm(const cg_tensor *x, cg_tensor *running_mean, cg_tensor 
     if (check_input(x, 2, eps, fn, "(N, C) or (N, C, *)") != CG_OK) return NULL;
     const cg_tensor_impl *xi = cg__t(x);
     const int64_t *c = xi->shape + 1;
-    if (check_optional(x, weight, -1, 1, c, fn, "weight") != CG_OK || check_optional(x, bias, -1, 1, c, fn, "bias") != CG_OK ||
+    /* weight and bias: x's dtype, or float32 with a 16-bit x (PyTorch's mixed batch norm, as under autocast) */
+    const cg_tensor *p = weight ? weight : bias;
+    int params = -1;
+    if (xi->dtype != CG_FLOAT32 && p && cg__check_tensor(p, fn, weight ? "weight" : "bias") == CG_OK &&
+        cg__t(p)->dtype == CG_FLOAT32)
+        params = CG_FLOAT32;
+    if (check_optional(x, weight, params, 1, c, fn, "weight") != CG_OK ||
+        check_optional(x, bias, params, 1, c, fn, "bias") != CG_OK ||
         check_running(x, running_mean, fn, "running_mean") != CG_OK ||
         check_running(x, running_var, fn, "running_var") != CG_OK)
         return NULL;
@@ -175,6 +182,13 @@ cg_tensor *cg_batch_norm(const cg_tensor *x, cg_tensor *running_mean, cg_tensor 
         char sx[160];
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: Expected more than 1 value per channel when training, got input size %s",
                             fn, cg__shape_str(x, sx, sizeof sx));
+    }
+    if (params == CG_FLOAT32) { /* mixed: in float32, the result converted back (both conversions recorded) */
+        cg_tensor *x32 = cg_to_dtype(x, CG_FLOAT32);
+        cg_tensor *y32 = x32 ? cg_batch_norm(x32, running_mean, running_var, weight, bias, training, momentum, eps) : NULL;
+        cg_tensor *y = y32 ? cg_to_dtype(y32, xi->dtype) : NULL;
+        cg_tensor_free(y32), cg_tensor_free(x32);
+        return y;
     }
     CG_VIA_FLOAT32(fn, cg_batch_norm(f32[0], running_mean, running_var, f32[1], f32[2], training, momentum, eps), x,
                    weight, bias);

@@ -9,9 +9,9 @@ Runs unchanged under PyTorch 1.13 (Debian's python3-torch) and 2.x; torch.manual
 Writes the safetensors format itself (no safetensors package needed):
 
   norm.safetensors      float32, computed on the CPU (with --device cuda too: the same file).
-  norm_f16.safetensors  only with --device cuda: the same cases (BatchNorm's left out: cgrad keeps its
-                        running statistics in float32) with float16 inputs and weights, PyTorch's float16
-                        CUDA outputs and gradients.
+  norm_f16.safetensors  only with --device cuda: the same cases with float16 inputs, PyTorch's float16
+                        CUDA outputs and gradients; float16 weights, except BatchNorm's, which stay float32
+                        (PyTorch's mixed batch norm: a float32 module on a float16 input, as under autocast).
 
 Each case's tensors are named "<case>.<what>". The layers' parameters are drawn at random (weight in
 [0.5, 1.5], bias in [-1, 1]; Embedding's weight N(0, 1)) so that every gradient is checked, and stored as
@@ -121,10 +121,9 @@ def cases(device, dtype):
             out[name + ".bias"] = layer.bias.detach().clone()
         step(out, name, layer, x, 1, gen, device, dtype)
 
-    if dtype == torch.float32:
-        batch_norm("bn1d", torch.nn.BatchNorm1d(5), (7, 5))
-        batch_norm("bn1dl", torch.nn.BatchNorm1d(3), (4, 3, 5))
-        batch_norm("bn2d", torch.nn.BatchNorm2d(4), (3, 4, 5, 3))
+    batch_norm("bn1d", torch.nn.BatchNorm1d(5), (7, 5))
+    batch_norm("bn1dl", torch.nn.BatchNorm1d(3), (4, 3, 5))
+    batch_norm("bn2d", torch.nn.BatchNorm2d(4), (3, 4, 5, 3))
     one_step("ln", torch.nn.LayerNorm((4, 6)), floats(3, 4, 6))
     one_step("ln1", torch.nn.LayerNorm(33), floats(5, 33))
     one_step("lnbig", torch.nn.LayerNorm(768), floats(4, 768))

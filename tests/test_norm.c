@@ -141,29 +141,35 @@ static void check_one_step_cases(const cg_safetensors *st, double rtol, double a
     }
 }
 
-static void test_fixtures_f32(void **state) {
-    (void)state;
-    cg_safetensors *st = open_fixture("norm.safetensors");
+/* The BatchNorm cases (1d over (N, C) and (N, C, L), 2d): two training steps through a module of float32
+ * parameters (with a 16-bit x: PyTorch's mixed batch norm), its running buffers, then an eval forward. */
+static void check_batch_norm_cases(const cg_safetensors *st, double rtol, double atol) {
     static const char *const bn[] = {"bn1d", "bn1dl", "bn2d"};
     static const int64_t features[] = {5, 3, 4};
     for (size_t i = 0; i < 3; i++) {
         cg_module *m = module_ok(i == 2 ? cg_batch_norm2d_new(features[i], cg_norm_defaults(), dev())
                                          : cg_batch_norm1d_new(features[i], cg_norm_defaults(), dev()));
         set_parameter(m, st, bn[i], "weight"), set_parameter(m, st, bn[i], "bias");
-        for (int k = 1; k <= 2; k++) check_step(&(runner){.m = m}, st, bn[i], k, 1e-4, 1e-5);
-        expect_fixture(cg_module_get_buffer(m, "running_mean"), st, bn[i], "running_mean", 1e-4, 1e-5);
-        expect_fixture(cg_module_get_buffer(m, "running_var"), st, bn[i], "running_var", 1e-4, 1e-5);
+        for (int k = 1; k <= 2; k++) check_step(&(runner){.m = m}, st, bn[i], k, rtol, atol);
+        expect_fixture(cg_module_get_buffer(m, "running_mean"), st, bn[i], "running_mean", rtol, atol);
+        expect_fixture(cg_module_get_buffer(m, "running_var"), st, bn[i], "running_var", rtol, atol);
         int64_t tracked = 0;
         CG_TEST_STATUS_OK(cg_item_int64(cg_module_get_buffer(m, "num_batches_tracked"), &tracked));
         assert_int_equal(tracked, 2);
         cg_module_train(m, false);
         cg_tensor *x3 = fixture(st, bn[i], "x3"), *y3 = CG_TEST_OK(cg_module_forward(m, x3));
-        expect_fixture(y3, st, bn[i], "y3", 1e-4, 1e-5);
+        expect_fixture(y3, st, bn[i], "y3", rtol, atol);
         CG_TEST_STATUS_OK(cg_item_int64(cg_module_get_buffer(m, "num_batches_tracked"), &tracked));
         assert_int_equal(tracked, 2); /* eval mode counts nothing */
         cg_tensor_free(y3), cg_tensor_free(x3);
         cg_module_free(m);
     }
+}
+
+static void test_fixtures_f32(void **state) {
+    (void)state;
+    cg_safetensors *st = open_fixture("norm.safetensors");
+    check_batch_norm_cases(st, 1e-4, 1e-5);
     check_one_step_cases(st, 1e-4, 1e-5);
     cg_safetensors_free(st);
 }
@@ -174,6 +180,7 @@ static void test_fixtures_f16(void **state) {
     (void)state;
     if (cg_cuda_device_count() == 0) skip(); /* PyTorch's fp16 results come from a GPU; none here */
     cg_safetensors *st = open_fixture("norm_f16.safetensors");
+    check_batch_norm_cases(st, 0x1p-9, 0x1p-10);
     check_one_step_cases(st, 0x1p-9, 0x1p-10);
     cg_safetensors_free(st);
 }
@@ -284,6 +291,36 @@ static void test_module_clone_and_state(void **state) {
 }
 
 /* ---- errors ------------------------------------------------------------------------------------------ */
+/* A float32 BatchNorm on a float16 input (PyTorch's mixed batch norm): the result is float16, exactly
+ * the float32 computation on the converted input rounded once, and the gradients reach the float16 input
+ * in its dtype and the float32 parameters in theirs. Parameters of a third dtype are refused. */
+static void test_mixed_batch_norm(void **state) {
+    (void)state;
+    cg_manual_seed(7);
+    cg_module *bn = module_ok(cg_batch_norm1d_new(3, cg_norm_defaults(), dev()));
+    cg_tensor *x32 = CG_TEST_OK(cg_randn(3, (int64_t[]){4, 3, 5}, dev()));
+    cg_tensor *x16 = CG_TEST_OK(cg_to_dtype(x32, CG_FLOAT16)), *back = CG_TEST_OK(cg_to_dtype(x16, CG_FLOAT32));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(x16, true));
+    cg_module_train(bn, false); /* eval: the reference below leaves the running statistics as they are */
+    cg_tensor *y16 = CG_TEST_OK(cg_module_forward(bn, x16)), *ref = CG_TEST_OK(cg_module_forward(bn, back));
+    assert_int_equal(cg_dtype_of(y16), CG_FLOAT16);
+    cg_tensor *ref16 = CG_TEST_OK(cg_to_dtype(ref, CG_FLOAT16)), *y32 = CG_TEST_OK(cg_to_dtype(y16, CG_FLOAT32));
+    cg_tensor *r32 = CG_TEST_OK(cg_to_dtype(ref16, CG_FLOAT32));
+    float *want = cg_test_read(r32);
+    cg_test_assert_tensor_bits(y32, want, 60);
+    free(want);
+    cg_tensor *loss = CG_TEST_OK(cg_sum(y32));
+    CG_TEST_STATUS_OK(cg_backward(loss));
+    assert_int_equal(cg_dtype_of(cg_grad(x16)), CG_FLOAT16);
+    assert_int_equal(cg_dtype_of(cg_grad(cg_module_get_parameter(bn, "weight"))), CG_FLOAT32);
+    cg_tensor *w16 = CG_TEST_OK(cg_full_dtype(1, (int64_t[]){3}, 1.0, CG_BFLOAT16, dev()));
+    EXPECT_NULL(CG_ERR_INVALID_ARG, cg_batch_norm(x16, NULL, NULL, w16, NULL, true, 0.1f, 1e-5f), "cg_batch_norm",
+                "weight is bfloat16");
+    cg_tensor_free(w16), cg_tensor_free(loss), cg_tensor_free(r32), cg_tensor_free(y32), cg_tensor_free(ref16);
+    cg_tensor_free(ref), cg_tensor_free(y16), cg_tensor_free(back), cg_tensor_free(x16), cg_tensor_free(x32);
+    cg_module_free(bn);
+}
+
 static void test_errors(void **state) {
     (void)state;
     cg_tensor *x = CG_TEST_OK(cg_ones(2, (int64_t[]){4, 3}, dev())), *w5 = CG_TEST_OK(cg_ones(1, (int64_t[]){5}, dev()));
@@ -452,7 +489,7 @@ int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {
         CG_TEST(test_fixtures_f32), CG_TEST(test_fixtures_f16), CG_TEST(test_module_defaults),
-        CG_TEST(test_embedding_init), CG_TEST(test_module_clone_and_state), CG_TEST(test_errors), CG_TEST(test_bad_indices),
+        CG_TEST(test_embedding_init), CG_TEST(test_module_clone_and_state), CG_TEST(test_mixed_batch_norm), CG_TEST(test_errors), CG_TEST(test_bad_indices),
         CG_TEST(test_deterministic_backward), CG_TEST(test_gpu_matches_cpu),
     };
     return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
