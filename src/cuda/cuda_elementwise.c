@@ -21,13 +21,24 @@ cg_status cg__cuda_cast(const void *raw, int index) {
     return CG_OK;
 }
 
-/* A copy engine's 2-D copy: no kernel of ours. */
+/* A copy engine's copy, no kernel of ours: one 1-D copy when the blocks are back to back on both sides;
+ * a 2-D copy while the pitches stay within what cudaMemcpy2D takes (below 2^31 bytes); else a copy per
+ * block (blocks that large are few). */
 cg_status cg__cuda_copy_blocks(const void *raw, int index) {
     const cg_copy_blocks_args *a = raw;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cudaMemcpy2DAsync(a->dst, (size_t)a->dst_pitch, a->src, (size_t)a->src_pitch, (size_t)a->row_bytes,
-                                    (size_t)a->rows, cudaMemcpyDeviceToDevice, ctx->stream));
+    const char *src = a->src;
+    char *dst = a->dst;
+    if (a->rows == 1 || (a->src_pitch == a->row_bytes && a->dst_pitch == a->row_bytes))
+        CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)(a->rows * a->row_bytes), cudaMemcpyDeviceToDevice, ctx->stream));
+    else if (a->src_pitch <= INT32_MAX && a->dst_pitch <= INT32_MAX)
+        CG_CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)a->dst_pitch, src, (size_t)a->src_pitch, (size_t)a->row_bytes,
+                                        (size_t)a->rows, cudaMemcpyDeviceToDevice, ctx->stream));
+    else
+        for (int64_t r = 0; r < a->rows; r++)
+            CG_CUDA_CHECK(cudaMemcpyAsync(dst + r * a->dst_pitch, src + r * a->src_pitch, (size_t)a->row_bytes,
+                                          cudaMemcpyDeviceToDevice, ctx->stream));
     return CG_OK;
 }
 
