@@ -1,0 +1,224 @@
+/* pytorch/examples' mnist/main.py in C, run on Fashion-MNIST: the same small CNN written as one custom
+ * module with PyTorch's names (conv1, conv2, fc1, fc2), trained with Adadelta and StepLR on nll_loss:
+ *
+ *     class Net(nn.Module):                              typedef struct { cg_module *conv1, ...; } net;
+ *         def __init__(self):                            cg_module *net_new(cg_device d)
+ *             self.conv1 = nn.Conv2d(1, 32, 3, 1) ...       n->conv1 = cg_module_register_module(m, "conv1", ...)
+ *         def forward(self, x):                          static cg_tensor *net_forward(...)
+ *             x = F.relu(self.conv1(x)) ...
+ *             return F.log_softmax(x, dim=1)
+ *
+ * Run: mnist [--batch-size 64] [--test-batch-size 1000] [--epochs 14] [--lr 1.0] [--gamma 0.7] [--no-accel]
+ *            [--dry-run] [--seed 1] [--log-interval 10] [--save-model] [--data DIR] [--device cuda]
+ * Additions for a quick check: --limit N uses the first N training and test images; --check-loss-falls
+ * exits 1 unless the last logged training loss is below the first. The images are normalised with
+ * Fashion-MNIST's mean and std (CG_FASHION_MNIST_MEAN / _STD) where main.py has MNIST's. When the data
+ * set is not found the program exits 77 (CTest's "skipped"). --save-model writes mnist_cnn.safetensors. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cgrad.h"
+#include "example_util.h"
+
+/* ---- the model ----------------------------------------------------------------------------------- */
+typedef struct net {
+    cg_module *conv1, *conv2, *dropout1, *dropout2, *fc1, *fc2;
+} net;
+
+/* x (B, 1, 28, 28) -> log-probabilities (B, 10) */
+static cg_tensor *net_forward(cg_module *self, const cg_tensor *x) {
+    const net *n = cg_module_state(self);
+    cg_tensor *h = cg_relu(cg_module_forward(n->conv1, x)); /* (B, 32, 26, 26) */
+    h = cg_relu(cg_module_forward(n->conv2, h));           /* (B, 64, 24, 24) */
+    h = cg_max_pool2d(h, 2, 2);                            /* (B, 64, 12, 12) */
+    h = cg_module_forward(n->dropout1, h);
+    h = cg_flatten(h, 1, -1); /* (B, 9216) */
+    h = cg_relu(cg_module_forward(n->fc1, h));
+    h = cg_module_forward(n->dropout2, h);
+    h = cg_module_forward(n->fc2, h); /* (B, 10) */
+    return cg_log_softmax(h, 1);
+}
+
+static cg_module *net_new(cg_device d);
+static cg_module *net_clone(const cg_module *self, cg_device d) {
+    (void)self;
+    return net_new(d);
+}
+static const cg_module_type net_type = {.name = "Net", .state_size = sizeof(net), .forward = net_forward, .clone = net_clone};
+
+static cg_module *net_new(cg_device d) {
+    cg_module *m = cg_module_new(&net_type, d);
+    if (!m) return NULL;
+    net *n = cg_module_state(m);
+    n->conv1 = cg_module_register_module(m, "conv1", cg_conv2d_new(1, 32, 3, 1, 0, true, d));
+    n->conv2 = cg_module_register_module(m, "conv2", cg_conv2d_new(32, 64, 3, 1, 0, true, d));
+    n->dropout1 = cg_module_register_module(m, "dropout1", cg_dropout_new(0.25f));
+    n->dropout2 = cg_module_register_module(m, "dropout2", cg_dropout_new(0.5f));
+    n->fc1 = cg_module_register_module(m, "fc1", cg_linear_new(9216, 128, true, d));
+    n->fc2 = cg_module_register_module(m, "fc2", cg_linear_new(128, 10, true, d));
+    if (!n->conv1 || !n->conv2 || !n->dropout1 || !n->dropout2 || !n->fc1 || !n->fc2) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* ---- training and testing, as main.py's train() and test() --------------------------------------------- */
+typedef struct args {
+    int log_interval;
+    bool dry_run;
+} args;
+
+typedef struct logged {
+    double first, last; /* the first and the last logged training loss */
+    bool any;
+} logged;
+
+static void train(const args *a, cg_module *model, cg_loader *train_loader, int64_t n, cg_optimizer *optimizer,
+                  int epoch, logged *log) {
+    cg_module_train(model, true);
+    int64_t batches = cg_loader_num_batches(train_loader), seen = 0;
+    for (int64_t batch_idx = 0;; batch_idx++) {
+        cg_scope *scope = cg_scope_begin();
+        cg_tensor *data, *target;
+        CHECK_OK(cg_loader_next(train_loader, &data, &target));
+        if (!data) {
+            cg_scope_end(scope);
+            break;
+        }
+        CHECK_OK(cg_optimizer_zero_grad(optimizer));
+        cg_tensor *output = CHECK(cg_module_forward(model, data));
+        cg_tensor *loss = CHECK(cg_nll_loss(output, target, NULL, CG_IGNORE_INDEX, CG_REDUCTION_MEAN));
+        CHECK_OK(cg_backward(loss));
+        CHECK_OK(cg_optimizer_step(optimizer));
+        bool stop = false;
+        if (a->log_interval > 0 && batch_idx % a->log_interval == 0) {
+            double value = eu_item(loss);
+            printf("Train Epoch: %d [%lld/%lld (%.0f%%)]\tLoss: %.6f\n", epoch, (long long)seen, (long long)n,
+                   100.0 * (double)batch_idx / (double)batches, value);
+            if (!log->any) log->first = value;
+            log->last = value, log->any = true;
+            stop = a->dry_run;
+        }
+        seen += cg_size(data, 0);
+        cg_scope_end(scope);
+        if (stop) break;
+    }
+    if (a->dry_run) CHECK_OK(cg_loader_set_state(train_loader, (cg_loader_state){cg_loader_get_state(train_loader).epoch + 1, 0}));
+}
+
+static void test(cg_module *model, cg_loader *test_loader, int64_t n, cg_device d) {
+    cg_module_train(model, false);
+    bool grad = cg_set_grad_enabled(false);
+    cg_tensor *test_loss = CHECK(cg_zeros(0, NULL, d));
+    int64_t correct = 0;
+    for (;;) {
+        cg_scope *scope = cg_scope_begin();
+        cg_tensor *data, *target;
+        CHECK_OK(cg_loader_next(test_loader, &data, &target));
+        if (!data) {
+            cg_scope_end(scope);
+            break;
+        }
+        cg_tensor *output = CHECK(cg_module_forward(model, data));
+        /* sum up batch loss */
+        CHECK_OK(cg_add_(test_loss, CHECK(cg_nll_loss(output, target, NULL, CG_IGNORE_INDEX, CG_REDUCTION_SUM))));
+        int64_t c = 0; /* the index of the max log-probability equals the target */
+        CHECK_OK(cg_accuracy(output, target, &c));
+        correct += c;
+        cg_scope_end(scope);
+    }
+    double average = eu_item(test_loss) / (double)n;
+    cg_tensor_free(test_loss);
+    cg_set_grad_enabled(grad);
+    printf("\nTest set: Average loss: %.4f, Accuracy: %lld/%lld (%.0f%%)\n\n", average, (long long)correct,
+           (long long)n, 100.0 * (double)correct / (double)n);
+}
+
+/* Whether dir holds the training images, as cg_idx_load names them (with or without .gz). */
+static bool have_data(const char *dir) {
+    char path[4096];
+    for (int gz = 0; gz < 2; gz++) {
+        snprintf(path, sizeof path, "%s/train-images-idx3-ubyte%s", dir, gz ? ".gz" : "");
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            fclose(f);
+            return true;
+        }
+    }
+    return false;
+}
+
+int main(int argc, char **argv) {
+    const char *data_dir = getenv("CGRAD_FASHION_MNIST_DIR") ? getenv("CGRAD_FASHION_MNIST_DIR") : CG_FASHION_MNIST_DIR;
+    eu_take_string(&argc, argv, "--data", &data_dir);
+    bool no_accel = eu_take_switch(&argc, argv, "--no-accel");
+    bool dry_run = eu_take_switch(&argc, argv, "--dry-run");
+    bool save_model = eu_take_switch(&argc, argv, "--save-model");
+    bool check_loss_falls = eu_take_switch(&argc, argv, "--check-loss-falls");
+    int64_t batch_size = 64, test_batch_size = 1000, limit = 0;
+    int epochs = 14, seed = 1, log_interval = 10;
+    float lr = 1.0f, gamma = 0.7f;
+    cg_device device = cg_default_device();
+    eu_flag flags[] = {
+        {"--batch-size", EU_SIZE, &batch_size, 1, "input batch size for training (default: 64)"},
+        {"--test-batch-size", EU_SIZE, &test_batch_size, 1, "input batch size for testing (default: 1000)"},
+        {"--epochs", EU_INT, &epochs, 1, "number of epochs to train (default: 14)"},
+        {"--lr", EU_FLOAT, &lr, 0, "learning rate (default: 1.0)"},
+        {"--gamma", EU_FLOAT, &gamma, 0, "learning rate step gamma (default: 0.7)"},
+        {"--seed", EU_INT, &seed, 0, "random seed (default: 1)"},
+        {"--log-interval", EU_INT, &log_interval, 1, "how many batches to wait before logging training status"},
+        {"--device", EU_DEVICE, &device, 0, "where the model and the data live (default: the best present)"},
+        {"--limit", EU_SIZE, &limit, 0, "use the first N training and test images only (0: all)"},
+    };
+    eu_parse_flags(argc, argv,
+                   "pytorch/examples' MNIST example (a CNN, Adadelta, StepLR) on Fashion-MNIST\n"
+                   "  --data DIR          the IDX files (default $CGRAD_FASHION_MNIST_DIR, else " CG_FASHION_MNIST_DIR ")\n"
+                   "  --no-accel          disables the accelerator: trains on the CPU\n"
+                   "  --dry-run           quickly check a single pass (one batch per epoch)\n"
+                   "  --save-model        for saving the current model (mnist_cnn.safetensors)\n"
+                   "  --check-loss-falls  exit 1 unless the last logged training loss is below the first",
+                   flags, (int)(sizeof flags / sizeof flags[0]));
+    if (no_accel) device = cg_cpu();
+    if (!have_data(data_dir)) {
+        fprintf(stderr, "%s: Fashion-MNIST not found in %s (--data DIR or $CGRAD_FASHION_MNIST_DIR): skipped\n", argv[0],
+                data_dir);
+        return 77;
+    }
+    cg_manual_seed((uint64_t)seed);
+
+    cg_dataset *dataset1 = eu_fashion_mnist(data_dir, true, limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
+    cg_dataset *dataset2 = eu_fashion_mnist(data_dir, false, limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
+    cg_loader *train_loader = CHECK_PTR(
+        cg_loader_new(dataset1, (cg_loader_options){.batch_size = batch_size, .shuffle = true, .seed = (uint64_t)seed}));
+    cg_loader *test_loader = CHECK_PTR(cg_loader_new(dataset2, (cg_loader_options){.batch_size = test_batch_size}));
+
+    cg_module *model = CHECK_PTR(net_new(device));
+    cg_adadelta_options adadelta = cg_adadelta_defaults();
+    adadelta.lr = lr;
+    cg_optimizer *optimizer = CHECK_PTR(cg_adadelta_new(model, adadelta));
+    cg_lr_scheduler *scheduler = CHECK_PTR(cg_step_lr_new(optimizer, 1, gamma));
+
+    args a = {log_interval, dry_run};
+    logged log = {NAN, NAN, false};
+    for (int epoch = 1; epoch <= epochs; epoch++) {
+        train(&a, model, train_loader, cg_dataset_size(dataset1), optimizer, epoch, &log);
+        test(model, test_loader, cg_dataset_size(dataset2), device);
+        CHECK_OK(cg_lr_scheduler_step(scheduler));
+    }
+    if (save_model) CHECK_OK(cg_save_safetensors(model, "mnist_cnn.safetensors"));
+    if (check_loss_falls) {
+        printf("first logged loss %.6f, last %.6f\n", log.first, log.last);
+        eu_expect(log.any && log.last < log.first, "the last logged training loss is below the first");
+    }
+
+    cg_lr_scheduler_free(scheduler);
+    cg_optimizer_free(optimizer);
+    cg_module_free(model);
+    cg_loader_free(test_loader);
+    cg_loader_free(train_loader);
+    cg_dataset_free(dataset2);
+    cg_dataset_free(dataset1);
+    return 0;
+}
