@@ -80,8 +80,8 @@ def now(device):
 
 
 def result(work, seed, **fields):
-    """Prints the result line; floats with 4 decimals below 1000, whole numbers above."""
+    """Prints the result line; floats with 6 significant digits (round them first for fewer)."""
     def fmt(v):
-        return f"{v:.4f}" if isinstance(v, float) and abs(v) < 1000 else f"{v:.0f}" if isinstance(v, float) else str(v)
+        return f"{v:.6g}" if isinstance(v, float) else str(v)
     print(f"result work={work} impl=pytorch seed={seed} " + " ".join(f"{k}={fmt(v)}" for k, v in fields.items()),
           flush=True)

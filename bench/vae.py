@@ -7,16 +7,13 @@ optimizer on Fashion-MNIST, read from the same IDX files, with the data set held
         int64 permutations of the 60000 training images) as safetensors, for `vae --init FILE`.
     python3 bench/vae.py [--init FILE] [--device cuda] [--epochs 10] [--batch-size 128]
         trains; --init starts from that file's weights and batch orders. The last line reads
-        "result work=vae_e<epochs> impl=pytorch test_loss=... images_per_s=..." (the median epoch's
+        "result work=vae_e<epochs> impl=pytorch seed=<s> test_loss=... images_per_s=..." (the median epoch's
         training throughput), as the C program's.
 """
 import argparse
-import gzip
-import os
 import statistics
-import time
 
-import numpy as np
+import example_common as ec
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -53,16 +50,6 @@ def loss_function(recon_x, x, mu, logvar):
     return bce + kld
 
 
-def read_images(directory, name):
-    path = os.path.join(directory, name)
-    opener = open if os.path.exists(path) else gzip.open
-    with opener(path if os.path.exists(path) else path + ".gz", "rb") as f:
-        data = f.read()
-    count = int.from_bytes(data[4:8], "big")
-    pixels = np.frombuffer(data, dtype=np.uint8, offset=16).reshape(count, 784)
-    return torch.from_numpy(pixels.astype(np.float32) / 255.0)  # transforms.ToTensor()
-
-
 def write_init(path, epochs, seed, n_train):
     from safetensors.torch import save_file
     torch.manual_seed(seed)
@@ -82,19 +69,21 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--data", default=os.environ.get("CGRAD_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+    parser.add_argument("--limit", type=int, default=0, help="use the first N training and test images only (0: all)")
+    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
+    parser.add_argument("--data", default=ec.DEFAULT_DIR)
     parser.add_argument("--init", help="weights and batch orders written by --write-init")
     parser.add_argument("--write-init", help="write initial weights and batch orders to this file, then exit")
     args = parser.parse_args()
 
-    train_x = read_images(args.data, "train-images-idx3-ubyte")
     if args.write_init:
-        write_init(args.write_init, args.epochs, args.seed, len(train_x))
+        write_init(args.write_init, args.epochs, args.seed, len(ec.read_idx(f"{args.data}/train-labels-idx1-ubyte.gz", 1)))
         return
+    device = ec.setup(args.device, args.threads)
     torch.manual_seed(args.seed)
-    device = torch.device(args.device)
-    train_x = train_x.to(device)
-    test_x = read_images(args.data, "t10k-images-idx3-ubyte").to(device)
+    # pixels in [0, 1], as transforms.ToTensor()
+    train_x = ec.fashion_mnist(args.data, True, device, flat=True, limit=args.limit, normalize=None)[0]
+    test_x = ec.fashion_mnist(args.data, False, device, flat=True, limit=args.limit, normalize=None)[0]
     model = VAE().to(device)
     orders = None
     if args.init:
@@ -109,9 +98,7 @@ def main():
         model.train()
         order = (orders[epoch] if orders is not None else torch.randperm(n)).to(device)
         train_loss = torch.zeros((), device=device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = ec.now(device)
         for i in range(0, n, b):
             data = train_x[order[i:i + b]]
             optimizer.zero_grad()
@@ -121,7 +108,7 @@ def main():
             train_loss += loss.detach()  # no sync per step, as the C program
             optimizer.step()
         total = train_loss.item()
-        rates.append(n / (time.perf_counter() - start))
+        rates.append(n / (ec.now(device) - start))
         print(f"====> Epoch: {epoch + 1} Average loss: {total / n:.4f}")
         model.eval()
         test_sum = torch.zeros((), device=device)
@@ -132,8 +119,7 @@ def main():
                 test_sum += loss_function(recon, data, mu, logvar)
         test_loss = test_sum.item() / len(test_x)
         print(f"====> Test set loss: {test_loss:.4f}")
-    print(f"result work=vae_e{args.epochs} impl=pytorch test_loss={test_loss:.4f} "
-          f"images_per_s={statistics.median(rates):.0f}")
+    ec.result(f"vae_e{args.epochs}", args.seed, test_loss=round(test_loss, 4), images_per_s=statistics.median(rates))
 
 
 if __name__ == "__main__":

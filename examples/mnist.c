@@ -13,7 +13,9 @@
  * Additions for a quick check: --limit N uses the first N training and test images; --check-loss-falls
  * exits 1 unless the last logged training loss is below the first. The images are normalised with
  * Fashion-MNIST's mean and std (CG_FASHION_MNIST_MEAN / _STD) where main.py has MNIST's. When the data
- * set is not found the program exits 77 (CTest's "skipped"). --save-model writes mnist_cnn.safetensors. */
+ * set is not found the program exits 77 (CTest's "skipped"). --save-model writes mnist_cnn.safetensors.
+ * The last line ("result work=mnist_e<E> impl=cgrad seed=<s> test_acc=<%> images_per_s=<median epoch>") is
+ * what bench/run_examples.py compares with bench/mnist.py, the same program in PyTorch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,9 +77,12 @@ typedef struct logged {
     bool any;
 } logged;
 
-static void train(const args *a, cg_module *model, cg_loader *train_loader, int64_t n, cg_optimizer *optimizer,
-                  int epoch, logged *log) {
+/* One epoch; returns its training throughput in images/s (the clock read once the device is idle). */
+static double train(const args *a, cg_module *model, cg_loader *train_loader, int64_t n, cg_optimizer *optimizer,
+                    int epoch, logged *log, cg_device d) {
     cg_module_train(model, true);
+    CHECK_OK(cg_synchronize(d));
+    double start = eu_now();
     int64_t batches = cg_loader_num_batches(train_loader), seen = 0;
     for (int64_t batch_idx = 0;; batch_idx++) {
         cg_scope *scope = cg_scope_begin();
@@ -105,10 +110,14 @@ static void train(const args *a, cg_module *model, cg_loader *train_loader, int6
         cg_scope_end(scope);
         if (stop) break;
     }
+    CHECK_OK(cg_synchronize(d));
+    double rate = (double)seen / (eu_now() - start);
     if (a->dry_run) CHECK_OK(cg_loader_set_state(train_loader, (cg_loader_state){cg_loader_get_state(train_loader).epoch + 1, 0}));
+    return rate;
 }
 
-static void test(cg_module *model, cg_loader *test_loader, int64_t n, cg_device d) {
+/* Prints the test loss and accuracy as main.py does; returns the accuracy in percent. */
+static double test(cg_module *model, cg_loader *test_loader, int64_t n, cg_device d) {
     cg_module_train(model, false);
     bool grad = cg_set_grad_enabled(false);
     cg_tensor *test_loss = CHECK(cg_zeros(0, NULL, d));
@@ -134,6 +143,7 @@ static void test(cg_module *model, cg_loader *test_loader, int64_t n, cg_device 
     cg_set_grad_enabled(grad);
     printf("\nTest set: Average loss: %.4f, Accuracy: %lld/%lld (%.0f%%)\n\n", average, (long long)correct,
            (long long)n, 100.0 * (double)correct / (double)n);
+    return 100.0 * (double)correct / (double)n;
 }
 
 /* Whether dir holds the training images, as cg_idx_load names them (with or without .gz). */
@@ -202,11 +212,17 @@ int main(int argc, char **argv) {
 
     args a = {log_interval, dry_run};
     logged log = {NAN, NAN, false};
+    double *rates = CHECK_PTR(calloc((size_t)epochs, sizeof *rates)), accuracy = NAN;
     for (int epoch = 1; epoch <= epochs; epoch++) {
-        train(&a, model, train_loader, cg_dataset_size(dataset1), optimizer, epoch, &log);
-        test(model, test_loader, cg_dataset_size(dataset2), device);
+        rates[epoch - 1] = train(&a, model, train_loader, cg_dataset_size(dataset1), optimizer, epoch, &log, device);
+        accuracy = test(model, test_loader, cg_dataset_size(dataset2), device);
         CHECK_OK(cg_lr_scheduler_step(scheduler));
     }
+    /* The line bench/run_examples.py compares with bench/mnist.py's: the final accuracy and the median
+     * epoch's training throughput. */
+    printf("result work=mnist_e%d impl=cgrad seed=%d test_acc=%.2f images_per_s=%.0f\n", epochs, seed, accuracy,
+           eu_median(rates, epochs));
+    free(rates);
     if (save_model) CHECK_OK(cg_save_safetensors(model, "mnist_cnn.safetensors"));
     if (check_loss_falls) {
         printf("first logged loss %.6f, last %.6f\n", log.first, log.last);

@@ -251,7 +251,8 @@ int main(int argc, char **argv) {
     }
     eu_expect(isfinite(test_loss), "the test loss is finite");
     eu_expect(epochs < 2 || last_loss < first_loss, "the training loss fell from the first epoch to the last");
-    printf("result work=vae_e%d impl=cgrad test_loss=%.4f images_per_s=%.0f\n", epochs, test_loss, eu_median(rates, epochs));
+    printf("result work=vae_e%d impl=cgrad seed=%d test_loss=%.4f images_per_s=%.0f\n", epochs, seed, test_loss,
+           eu_median(rates, epochs));
 
     free(rates), free(b.order);
     cg_tensor_free(flat_images);
