@@ -7,7 +7,7 @@ padding='same', output_padding), forward and every gradient.
     python3 tests/make_conv_fixtures.py --device cuda            # also tests/data/conv_f16.safetensors
 
 Runs unchanged under PyTorch 1.13 (Debian's python3-torch) and 2.x; needs no safetensors package (the
-file is written here: an 8-byte little-endian header length, the JSON header, the raw data).
+file is written by fixture_io.save: an 8-byte little-endian header length, the JSON header, the raw data).
 
 Each case (CASES below; test_conv_ex.c holds the same table) is drawn from torch.manual_seed(seed):
 x, weight, bias (when the case has one) and gout, each uniform in [-1, 1). Then
@@ -21,12 +21,11 @@ conv_f16.safetensors (--device cuda only): the same inputs rounded to float16, t
 on the GPU (cudnn.allow_tf32 off, cudnn.deterministic on), outputs and gradients as PyTorch's float16.
 """
 import argparse
-import json
 import os
-import struct
 
 import torch
 import torch.nn.functional as F
+from fixture_io import save
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
@@ -57,7 +56,6 @@ CASES = {
 }
 
 OPS = {"conv2d": F.conv2d, "conv1d": F.conv1d, "conv_transpose2d": F.conv_transpose2d}
-DTYPES = {torch.float32: ("F32", "<f"), torch.float16: ("F16", "<e")}
 
 
 def draw(name):
@@ -85,22 +83,6 @@ def run(name, inputs, dtype, device):
     return {name + "." + k: v.detach().cpu().contiguous() for k, v in result.items()}
 
 
-def save(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for key in sorted(tensors):
-        t = tensors[key]
-        code, fmt = DTYPES[t.dtype]
-        raw = b"".join(struct.pack(fmt, v) for v in t.flatten().tolist())
-        header[key] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-    print("wrote", path, os.path.getsize(path), "bytes")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -110,14 +92,14 @@ def main():
     f32 = {}
     for name in CASES:
         f32.update(run(name, inputs[name], torch.float32, "cpu"))
-    save(os.path.join(DATA, "conv.safetensors"), f32)
+    save(f32, os.path.join(DATA, "conv.safetensors"))
     if args.device == "cuda":
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.deterministic = True
         f16 = {}
         for name in CASES:
             f16.update(run(name, inputs[name], torch.float16, "cuda"))
-        save(os.path.join(DATA, "conv_f16.safetensors"), f16)
+        save(f16, os.path.join(DATA, "conv_f16.safetensors"))
 
 
 if __name__ == "__main__":

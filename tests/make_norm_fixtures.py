@@ -6,7 +6,7 @@ nn.Embedding on small odd-sized inputs, with their outputs and every gradient.
                                                   (default: cpu, tests/data next to this script)
 
 Runs unchanged under PyTorch 1.13 (Debian's python3-torch) and 2.x; torch.manual_seed(0) for everything.
-Writes the safetensors format itself (no safetensors package needed):
+Writes the safetensors format through fixture_io.save (no safetensors package needed):
 
   norm.safetensors      float32, computed on the CPU (with --device cuda too: the same file).
   norm_f16.safetensors  only with --device cuda: the same cases with float16 inputs, PyTorch's float16
@@ -30,12 +30,11 @@ The cases:
   gn    GroupNorm(3, 6) on x (2, 6, 4, 5)
   emb   Embedding(10, 4, padding_idx=2) on indices (3, 5) that repeat and include 2
 """
-import json
 import os
-import struct
 import sys
 
 import torch
+from fixture_io import save
 
 args = [a for a in sys.argv[1:]]
 DEVICE = "cpu"
@@ -44,26 +43,6 @@ if "--device" in args:
     DEVICE = args[i + 1]
     del args[i:i + 2]
 DATA = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-
-DTYPES = {torch.float32: ("F32", 4), torch.float16: ("F16", 2), torch.int64: ("I64", 8)}
-
-
-def save(tensors, path):
-    """The safetensors format: an 8-byte little-endian header length, the JSON header, the raw data."""
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().to("cpu").contiguous()
-        code, size = DTYPES[t.dtype]
-        data = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.float16 else t.numpy().tobytes()
-        assert len(data) == t.numel() * size
-        header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
 
 def affine(layer, gen):
     with torch.no_grad():

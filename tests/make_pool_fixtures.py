@@ -13,16 +13,15 @@ Writes into tests/data/:
                         PyTorch's float16 CUDA results.
 Inputs ~ N(0, 1) and gy ~ N(0, 1) from torch.manual_seed(0), drawn in float32 on the CPU in CASES order, so
 both files hold the same draws. Runs under PyTorch 1.13 (Debian's python3-torch) and 2.x; the files are
-written by save() below (the safetensors layout: an 8-byte little-endian header size, a JSON header, the
+written by fixture_io.save (the safetensors layout: an 8-byte little-endian header size, a JSON header, the
 data), so the safetensors package is not needed.
 """
 import argparse
-import json
 import os
-import struct
 
 import torch
 import torch.nn.functional as F
+from fixture_io import save
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
@@ -57,22 +56,6 @@ CASES = [
     ("pixel_shuffle", (2, 8, 3, 5), lambda x: F.pixel_shuffle(x, 2)),
     ("pixel_unshuffle", (2, 3, 6, 9), lambda x: F.pixel_unshuffle(x, 3)),
 ]
-
-
-def save(tensors, path):
-    """tensors (name -> float32 or float16 CPU tensor) as a safetensors file, in name order."""
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        blob = bytes(t.reshape(-1).view(torch.uint8).tolist())  # no numpy needed
-        dtype = {torch.float32: "F32", torch.float16: "F16"}[t.dtype]
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 def run(fn, x, gy):

@@ -16,36 +16,18 @@ Per case: the inputs (input, h0, c0 / h, c), the parameters under their PyTorch 
 the outputs, the gradient fed to each output ("dy.<output>"; the loss is the sum of output * dy over the
 outputs), and the gradient of every input and parameter ("grad.<name>"). Everything float32 from
 torch.manual_seed(0), computed on the CPU, dropout 0. The files are written in the safetensors
-format by save_file below (torch alone is needed).
+format by fixture_io.save (torch alone is needed).
 
 With --device cuda, rnn_f16.safetensors holds the same cases with the module and inputs in float16 on
 the GPU (PyTorch runs cuDNN in half precision there): inputs, parameters, dy's rounded to float16 from
 the float32 ones, and PyTorch's float16 outputs and gradients. Runs under PyTorch 1.13 and 2.x."""
 import argparse
-import json
 import os
-import struct
 
 import torch
+from fixture_io import save
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-
-
-def save_file(tensors, path):
-    """safetensors.torch.save_file's format, written here so that only torch is needed: an 8-byte
-    little-endian header size, the JSON header (padded with spaces to 8 bytes), the data in name order."""
-    names = {torch.float32: "F32", torch.float16: "F16"}
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 def cases():
@@ -118,13 +100,13 @@ def main():
     for prefix, module, inputs, call in cases():
         t, dys[prefix] = run(prefix, module, inputs, call, torch.float32, "cpu")
         f32.update(t)
-    save_file(f32, os.path.join(DATA, "rnn.safetensors"))
+    save(f32, os.path.join(DATA, "rnn.safetensors"))
     if a.device == "cuda":
         f16 = {}
         for prefix, module, inputs, call in cases():  # the same seeds: the same values, rounded
             t, _ = run(prefix, module, inputs, call, torch.float16, "cuda", dys[prefix])
             f16.update(t)
-        save_file(f16, os.path.join(DATA, "rnn_f16.safetensors"))
+        save(f16, os.path.join(DATA, "rnn_f16.safetensors"))
 
 
 if __name__ == "__main__":
