@@ -11,9 +11,7 @@ SGD(lr=0.01), loss read back (as the C bench does). Warm-up runs, then the media
 alone (synchronised on the GPU). --tf32 0 (default) sets torch.backends.cudnn.allow_tf32 = False, so
 GPU convolutions are true fp32 like cgrad's default; PyTorch's own default is True."""
 import argparse
-import statistics
 import sys
-import time
 
 try:
     import torch
@@ -22,27 +20,7 @@ except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
 
-
-def median_seconds(fn, device, warmup, runs):
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def result(key, seconds, runs, **extra):
-    fields = "".join(f" {k}={v}" for k, v in extra.items())
-    print(f"result work={key} impl=pytorch median_ms={1e3 * seconds:.4f} runs={runs}{fields}", flush=True)
+from timing import median_seconds, result
 
 
 def main():
@@ -78,7 +56,7 @@ def main():
                 y = f(x)
                 if backward:
                     y.backward(gy)
-            t = median_seconds(run, device, 3, a.runs)
+            t = median_seconds(run, device, a.runs, warmup=3)
             if backward:
                 totals["convs" if module is not None else "pools"] += t
             result(f"cnn_{name}_{'fwd_bwd' if backward else 'fwd'}_{where}_n{n}", t, a.runs)
@@ -101,7 +79,7 @@ def main():
         return loss.item()
 
     first = step()
-    t = median_seconds(step, device, 2, a.runs)
+    t = median_seconds(step, device, a.runs, warmup=2)
     last = step()
     if not (last < first):
         print(f"# warning: loss {last} not below the first step's {first}", flush=True)

@@ -8,9 +8,7 @@ time / --inner is one measurement; the median over --runs samples is printed as
 `result work=... impl=pytorch` lines for bench/run_benchmarks.sh."""
 import argparse
 import os
-import statistics
 import sys
-import time
 
 try:
     import torch
@@ -18,20 +16,7 @@ except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
 
-
-def median_time(fn, device, runs, inner, warmup=3):
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        sync()
-        times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
+from timing import median_seconds
 
 
 def main():
@@ -63,7 +48,7 @@ def main():
     # Copy bandwidth: clone, read + write.
     src = torch.rand(copy_mib * 1024 * 1024 // 4, device=device)
     assert torch.equal(src.clone(), src)
-    t_copy = median_time(lambda: src.clone(), device, a.runs, a.inner)
+    t_copy = median_seconds(lambda: src.clone(), device, a.runs, warmup=3, inner=a.inner)
     bw = 2.0 * src.numel() * 4 / t_copy
     print(f"result work=copy_{where}_{copy_mib}MiB impl=pytorch median_ms={1e3 * t_copy:.4f} "
           f"gbps={bw * 1e-9:.1f} runs={a.runs}", flush=True)
@@ -76,7 +61,7 @@ def main():
     print(f"# check: max |y - 1| = {worst:.2e}", flush=True)
     if not worst <= 2e-6:
         sys.exit("check failed: cos(x)**2 + sin(x)**2 == 1 within 2e-6")
-    t = median_time(lambda: torch.cos(x) ** 2 + torch.sin(x) ** 2, device, a.runs, a.inner)
+    t = median_seconds(lambda: torch.cos(x) ** 2 + torch.sin(x) ** 2, device, a.runs, warmup=3, inner=a.inner)
     print(f"result work=cos2sin2_{where}_n{n} impl=pytorch median_ms={1e3 * t:.4f} "
           f"floor_ms={1e3 * 40.0 * n / bw:.4f} runs={a.runs}", flush=True)
 

@@ -8,9 +8,7 @@ gradient. 3 warm-up runs, then the median of --runs runs each timed alone (synch
 --tf32 0 (default) sets torch.backends.cudnn.allow_tf32 = False, so cuDNN is true fp32 like cgrad's
 default; PyTorch's own default is True (compare with bench_lstm --tf32 1)."""
 import argparse
-import statistics
 import sys
-import time
 
 try:
     import torch
@@ -18,22 +16,7 @@ except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
 
-
-def median_seconds(fn, device, warmup, runs):
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from timing import median_seconds, result
 
 
 def main():
@@ -63,9 +46,8 @@ def main():
             y, _ = m(x)
             y.backward(gy)
 
-        t = median_seconds(run, device, 3, a.runs)
-        print(f"result work={kind}_fwd_bwd_{where}_s{a.seq}_b{a.batch}_i{a.input}_h{a.hidden} impl=pytorch "
-              f"median_ms={1e3 * t:.4f} runs={a.runs}", flush=True)
+        t = median_seconds(run, device, a.runs, warmup=3)
+        result(f"{kind}_fwd_bwd_{where}_s{a.seq}_b{a.batch}_i{a.input}_h{a.hidden}", t, a.runs)
 
 
 if __name__ == "__main__":

@@ -7,15 +7,15 @@ runs, each ending with torch.cuda.synchronize(). Prints the same `result work=..
 lines, so bench/run_benchmarks.sh can put the two side by side."""
 import argparse
 import os
-import statistics
 import sys
-import time
 
 try:
     import torch
 except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
+
+from timing import median_seconds, result
 
 
 def check_product(x, r):
@@ -32,21 +32,11 @@ def check_product(x, r):
 
 
 def bench(device, n, repeats, key):
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     x = torch.rand(n, n, device=device)  # never time on zeros
     check_product(x, x @ x)
-    for _ in range(2):  # warm-up: cuBLAS handles, caching allocator, page faults
-        x @ x
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x @ x
-        sync()  # the GPU runs asynchronously: wait before reading the clock
-        times.append(time.perf_counter() - t0)
-    t = statistics.median(times)
-    print(f"result work={key} impl=pytorch median_ms={1e3 * t:.4f} "
-          f"tflops={2.0 * n ** 3 / t * 1e-12:.3f} runs={repeats}", flush=True)
+    # two warm-ups: cuBLAS handles, caching allocator, page faults
+    t = median_seconds(lambda: x @ x, device, repeats, warmup=2)
+    result(key, t, repeats, tflops=f"{2.0 * n ** 3 / t * 1e-12:.3f}")
     del x
 
 

@@ -10,9 +10,7 @@ runs, then the median of runs each timed alone (synchronised on the GPU). cudnn.
 (PyTorch's default: cuDNN's heuristics choose the algorithms); --tf32 0 (default) sets
 torch.backends.cudnn.allow_tf32 = False, so convolutions are true fp32 like cgrad's default."""
 import argparse
-import statistics
 import sys
-import time
 
 try:
     import torch
@@ -21,22 +19,7 @@ except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
 
-
-def median_seconds(fn, device, warmup, runs):
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from timing import median_seconds, result
 
 
 class Block(nn.Module):
@@ -78,10 +61,9 @@ def main():
         x.grad = None
         block(x).backward(gy)
 
-    t = median_seconds(run, device, 3, a.runs)
+    t = median_seconds(run, device, a.runs, warmup=3)
     key = f"resnet_block_{'bn' if a.bn else 'nobn'}_fwd_bwd_{where}_n{a.n}_c{a.channels}_hw{a.hw}"
-    print(f"result work={key} impl=pytorch median_ms={1e3 * t:.4f} runs={a.runs} images_per_s={a.n / t:.0f}",
-          flush=True)
+    result(key, t, a.runs, images_per_s=f"{a.n / t:.0f}")
 
 
 if __name__ == "__main__":

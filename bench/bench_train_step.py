@@ -25,7 +25,6 @@ Workloads (--work, comma-separated; keys as in the C bench):
 import argparse
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -35,13 +34,9 @@ except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
 
+from timing import median_seconds, result
+
 WORKS = ("seed", "tiny", "wide", "cpu_seed", "first_step")
-
-
-def result(key, seconds, runs, **extra):
-    fields = "".join(f" {k}={v}" for k, v in extra.items())
-    print(f"result work={key} impl=pytorch median_ms={1e3 * seconds:.5f} runs={runs}{fields}",
-          flush=True)
 
 
 class Trainer:
@@ -72,18 +67,6 @@ class Trainer:
         return float(self.loss.item())
 
 
-def median_time(fn, sync, runs):
-    """The median of `runs` timed calls, each ending with sync(). Seconds."""
-    sync()  # start from an idle device
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        sync()  # the GPU runs asynchronously: wait before reading the clock
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def check_trained(key, before, after):
     print(f"# {key}: loss {before:.6g} after the first step, {after:.6g} after the timed steps",
           flush=True)
@@ -96,7 +79,7 @@ def time_steps(t, key, warmup, steps):
     before = t.loss_value()
     for _ in range(1, warmup):
         t.step()
-    med = median_time(t.step, t.sync, steps)
+    med = median_seconds(t.step, t.device, steps)
     check_trained(key, before, t.loss_value())
     return med
 
@@ -109,7 +92,7 @@ def copy_bandwidth(device, mib, key):
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     for _ in range(3):
         x.clone()
-    t = median_time(lambda: x.clone(), sync, 20)
+    t = median_seconds(lambda: x.clone(), device, 20)
     bw = 2.0 * numel * 4 / t
     result(key, t, 20, gbps=f"{bw * 1e-9:.1f}")
     return bw
@@ -165,7 +148,7 @@ def work_tiny(a, gpu):
         else:
             for _ in range(a.warmup):
                 g.replay()
-            med = median_time(g.replay, t.sync, a.tiny_steps)
+            med = median_seconds(g.replay, t.device, a.tiny_steps)
             check_trained(key, before, t.loss_value())
             result(key, med, a.tiny_steps)
             del g
@@ -204,10 +187,10 @@ def work_wide(a, gpu):
         check_gemm("g.T @ x", g.t(), t.x, g.t() @ t.x)
         for _ in range(a.warmup):
             t.x @ w.t()
-        fwd = median_time(lambda: t.x @ w.t(), t.sync, a.wide_steps)
+        fwd = median_seconds(lambda: t.x @ w.t(), t.device, a.wide_steps)
         for _ in range(a.warmup):
             g.t() @ t.x
-        wgrad = median_time(lambda: g.t() @ t.x, t.sync, a.wide_steps)
+        wgrad = median_seconds(lambda: g.t() @ t.x, t.device, a.wide_steps)
     result(key, med, a.wide_steps, gemm_ms=f"{1e3 * (fwd + wgrad):.5f}",
            gemm_share=f"{(fwd + wgrad) / med:.3f}")
     result(f"wide_gemms_gpu_fp32_in{a.wide}_out{a.wide}_n{a.wide_n}", fwd + wgrad, a.wide_steps,
