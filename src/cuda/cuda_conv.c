@@ -9,8 +9,8 @@
  * after run. Math: CUDNN_FMA_MATH (true fp32) unless cg_set_allow_tf32 is on, then CUDNN_DEFAULT_MATH
  * (TF32 tensor cores allowed, as PyTorch's default for convolutions).
  *
- * The descriptors and algorithms of each (geometry, math) are kept in a small cache in the device's
- * context, so a training step creates and queries nothing; workspaces come from the caching
+ * The descriptors and algorithms of each (geometry, math) are kept in the device's plan cache
+ * (cuda_plans.c), so a training step creates and queries nothing; workspaces come from the caching
  * allocator in stream order, and nothing synchronises, so a step can be captured in a CUDA graph.
  * The bias gradient is the front-end's deterministic sum (src/ops_conv.c).
  *
@@ -19,19 +19,15 @@
 #include "allocator.h"
 #include "error.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #ifdef CGRAD_HAVE_CUDNN
-#define CONV_PLANS 16                          /* shapes cached per device (round robin) */
 /* Bytes an algorithm may ask for: enough for what cuDNN's heuristics rank first at ResNet sizes (batch
  * 256 of 64 x 56 x 56), as PyTorch, which takes any workspace it can allocate, would use. */
 #define CONV_WORKSPACE_MAX ((size_t)1 << 30)
 
 typedef struct conv_plan {
-    bool used;
     cg_conv2d_geom g;
-    bool tf32;
     cudnnTensorDescriptor_t x, y;           /* (n, c, h, w), (n, k, oh, ow) */
     cudnnTensorDescriptor_t bias_y, bias_x; /* (1, k, 1, 1) for the forward, (1, c, 1, 1) for backward data */
     cudnnFilterDescriptor_t w;              /* (k, c / groups, kh, kw) */
@@ -39,11 +35,6 @@ typedef struct conv_plan {
     int fwd, bwd_data, bwd_filter;      /* the algorithms (cuDNN's enums) */
     size_t fwd_bytes, bwd_data_bytes, bwd_filter_bytes;
 } conv_plan;
-
-struct cg_conv_cache {
-    conv_plan plans[CONV_PLANS];
-    int next; /* the slot the next new shape takes */
-};
 
 /* ---- choosing algorithms ------------------------------------------------------------------------------ */
 /* One of cuDNN's ranked candidates: its algorithm, and whether cuDNN found it deterministic and runnable. */
@@ -125,10 +116,11 @@ static cg_status choose_algorithms(cudnnHandle_t h, conv_plan *p) {
                 &p->bwd_filter, &p->bwd_filter_bytes);
 }
 
-/* ---- the plan cache ------------------------------------------------------------------------------------- */
+/* ---- the plans (cached by cuda_plans.c) ------------------------------------------------------------------ */
 /* Sets p's descriptors (created the first time the slot is used) to g and chooses its algorithms. */
-static cg_status plan_make(cudnnHandle_t h, conv_plan *p, const cg_conv2d_geom *g, bool tf32) {
-    p->used = false;
+static cg_status plan_make(cg_cuda_context *ctx, void *plan, const void *geom, bool tf32) {
+    conv_plan *p = plan;
+    const cg_conv2d_geom *g = geom;
     if (!p->x) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
     if (!p->y) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
     if (!p->bias_y) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias_y));
@@ -149,30 +141,15 @@ static cg_status plan_make(cudnnHandle_t h, conv_plan *p, const cg_conv2d_geom *
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p->conv, (int)g->groups));
     CG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    p->g = *g, p->tf32 = tf32;
-    CG_TRY(choose_algorithms(h, p));
-    p->used = true;
-    return CG_OK;
+    p->g = *g;
+    return choose_algorithms(ctx->cudnn, p);
 }
 
-static cg_status plan_for(cg_cuda_context *ctx, const cg_conv2d_geom *g, conv_plan **out) {
-    struct cg_conv_cache *cache = ctx->conv_cache;
-    if (!cache && !(cache = ctx->conv_cache = calloc(1, sizeof *cache)))
-        return cg__fail(CG_ERR_OOM, "cg_conv2d: out of host memory for cuda:%d's convolution cache", ctx->index);
-    bool tf32 = cg_get_allow_tf32();
-    for (int i = 0; i < CONV_PLANS; i++) {
-        conv_plan *p = &cache->plans[i];
-        if (p->used && p->tf32 == tf32 && memcmp(&p->g, g, sizeof *g) == 0) {
-            *out = p;
-            return CG_OK;
-        }
-    }
-    conv_plan *p = &cache->plans[cache->next];
-    cache->next = (cache->next + 1) % CONV_PLANS;
-    CG_TRY(plan_make(ctx->cudnn, p, g, tf32));
-    *out = p;
-    return CG_OK;
+static bool plan_matches(const void *plan, const void *geom) {
+    return memcmp(&((const conv_plan *)plan)->g, geom, sizeof(cg_conv2d_geom)) == 0; /* int64 fields: no padding */
 }
+
+static const cg_plan_kind conv_plans = {"cg_conv2d", sizeof(conv_plan), plan_matches, plan_make};
 
 /* ---- the three passes -------------------------------------------------------------------------------- */
 typedef enum { CONV_FORWARD, CONV_BACKWARD_DATA, CONV_BACKWARD_FILTER } conv_pass;
@@ -208,9 +185,10 @@ static cg_status launch_pass(cg_cuda_context *ctx, const conv_plan *p, conv_pass
 static cg_status run_pass(int index, const cg_conv2d_geom *g, conv_pass pass, const float *a, const float *b,
                           const float *bias, float *out) {
     cg_cuda_context *ctx;
-    conv_plan *p = NULL;
+    void *plan;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_TRY(plan_for(ctx, g, &p));
+    CG_TRY(cg__plan_for(ctx, &ctx->conv_plans, &conv_plans, g, &plan));
+    const conv_plan *p = plan;
     size_t bytes = pass == CONV_FORWARD ? p->fwd_bytes : pass == CONV_BACKWARD_DATA ? p->bwd_data_bytes
                                                                                     : p->bwd_filter_bytes;
     void *ws = NULL;

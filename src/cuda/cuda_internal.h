@@ -74,12 +74,33 @@ typedef struct cg_cuda_context {
     cg_index_error *index_error_dev; /* ...and the address the device writes it through */
 #ifdef CGRAD_HAVE_CUDNN
     cudnnHandle_t cudnn;
-    struct cg_conv_cache *conv_cache; /* cuda_conv.c's descriptors and algorithms per convolution shape,
+    struct cg_plan_cache *conv_plans; /* cuda_conv.c's descriptors and algorithms per convolution shape,
                                          made on the first convolution */
-    struct cg_rnn_cache *rnn_cache;   /* cuda_rnn.c's descriptors, sizes and sequence lengths per RNN geometry,
+    struct cg_plan_cache *rnn_plans;  /* cuda_rnn.c's descriptors, sizes and sequence lengths per RNN geometry,
                                          made on the first LSTM or GRU */
 #endif
 } cg_cuda_context;
+
+#ifdef CGRAD_HAVE_CUDNN
+/* cuDNN plans (descriptors, algorithms, sizes: whatever a family needs to run a geometry without
+ * creating or querying anything) per device, for the families whose kernels are cuDNN calls
+ * (cuda_conv.c, cuda_rnn.c). A family describes its plans; the cache (cuda_plans.c) keeps
+ * CG_PLAN_SLOTS of them per (geometry, math), a new geometry taking the next slot round robin and
+ * reusing that slot's descriptors. */
+#define CG_PLAN_SLOTS 16
+typedef struct cg_plan_kind {
+    const char *op;   /* "cg_conv2d", for the out-of-memory message */
+    size_t plan_size; /* bytes of one plan; a slot starts zeroed */
+    /* whether plan, made before, was made for geom */
+    bool (*matches)(const void *plan, const void *geom);
+    /* makes plan (a slot's, made before for another geometry or zeroed) for geom and the math */
+    cg_status (*make)(cg_cuda_context *ctx, void *plan, const void *geom, bool tf32);
+} cg_plan_kind;
+/* The plan of geom under the current math (cg_get_allow_tf32) from *cache (made on the first call),
+ * made when not cached. A failed make leaves its slot empty. */
+cg_status cg__plan_for(cg_cuda_context *ctx, struct cg_plan_cache **cache, const cg_plan_kind *kind, const void *geom,
+                       void **plan);
+#endif
 
 /* Graph capture (cuda_graph.c), entries of the backend table. */
 /* waiter's stream waits for the work queued so far on signaller's stream (any two GPUs). */

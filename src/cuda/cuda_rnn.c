@@ -14,7 +14,7 @@
  * allowed, as PyTorch's default for cuDNN; PyTorch too asks for FMA math for float when TF32 is off).
  *
  * The descriptors, sizes, the weight layout's answer and the device's sequence lengths of each
- * (geometry, math) are kept in a small cache in the device's context (as cuda_conv.c keeps its plans),
+ * (geometry, math) are kept in the device's plan cache (cuda_plans.c, which convolutions share),
  * so a training step's three calls (space, forward, backward) create and query nothing; workspaces come
  * from the caching allocator in stream order, and nothing synchronises.
  *
@@ -26,15 +26,11 @@
 #ifdef CGRAD_HAVE_CUDNN
 #include <stdlib.h>
 
-#define RNN_PLANS 16 /* geometries cached per device (round robin) */
-
 /* Whether our packing of the weights is cuDNN's weight space: found on the first call with weights. */
 typedef enum { LAYOUT_UNKNOWN, LAYOUT_OURS, LAYOUT_OTHER } weight_layout;
 
 typedef struct rnn_plan {
-    bool used;
     cg_rnn_geom g;
-    bool tf32;
     cudnnRNNDescriptor_t rnn;
     cudnnDropoutDescriptor_t dropout;
     cudnnRNNDataDescriptor_t x, y;
@@ -46,16 +42,12 @@ typedef struct rnn_plan {
     bool lengths_filled; /* by a fill outside a graph capture (a captured fill runs only with its graph) */
 } rnn_plan;
 
-struct cg_rnn_cache {
-    rnn_plan plans[RNN_PLANS];
-    int next; /* the slot the next new geometry takes */
-};
-
 static int dirs(const cg_rnn_geom *g) { return g->bidirectional ? 2 : 1; }
 static int gates(const cg_rnn_geom *g) { return g->mode == CG_RNN_LSTM ? 4 : 3; }
 
-/* Field by field: the struct has padding. */
-static bool geom_equal(const cg_rnn_geom *a, const cg_rnn_geom *b) {
+/* Whether plan was made for geom: field by field, since the struct has padding. */
+static bool plan_matches(const void *plan, const void *geom) {
+    const cg_rnn_geom *a = &((const rnn_plan *)plan)->g, *b = geom;
     return a->mode == b->mode && a->seq == b->seq && a->batch == b->batch && a->input == b->input &&
            a->hidden == b->hidden && a->layers == b->layers && a->bidirectional == b->bidirectional &&
            a->bias == b->bias && a->training == b->training;
@@ -78,9 +70,10 @@ static cg_status set_data(const cg_rnn_geom *g, rnn_plan *p) {
 
 /* Sets p's descriptors (created the first time the slot is used) to g, its sizes (for training or
  * inference, as g says) and a device lengths array (its fill comes with the first forward or backward). */
-static cg_status plan_make(cg_cuda_context *ctx, rnn_plan *p, const cg_rnn_geom *g, bool tf32) {
+static cg_status plan_make(cg_cuda_context *ctx, void *plan, const void *geom, bool tf32) {
+    rnn_plan *p = plan;
+    const cg_rnn_geom *g = geom;
     cudnnHandle_t h = ctx->cudnn;
-    p->used = false;
     if (p->lengths) cg__free(cg_cuda(ctx->index), p->lengths, p->lengths_bytes); /* stream order makes it safe */
     p->lengths = NULL;
     if (!p->rnn) CG_CUDNN_CHECK(cudnnCreateRNNDescriptor(&p->rnn));
@@ -106,28 +99,17 @@ static cg_status plan_make(cg_cuda_context *ctx, rnn_plan *p, const cg_rnn_geom 
     if (!(p->lengths = cg__alloc(cg_cuda(ctx->index), p->lengths_bytes))) return cg_last_status();
     p->lengths_filled = false;
     p->layout = LAYOUT_UNKNOWN;
-    p->g = *g, p->tf32 = tf32;
-    p->used = true;
+    p->g = *g;
     return CG_OK;
 }
 
-/* The plan of g with the current math, made (into the next slot, round robin) when not cached. */
+static const cg_plan_kind rnn_plans = {"cg_lstm / cg_gru", sizeof(rnn_plan), plan_matches, plan_make};
+
+/* The plan of g with the current math, made when not cached. */
 static cg_status plan_for(cg_cuda_context *ctx, const cg_rnn_geom *g, rnn_plan **out) {
-    struct cg_rnn_cache *cache = ctx->rnn_cache;
-    if (!cache && !(cache = ctx->rnn_cache = calloc(1, sizeof *cache)))
-        return cg__fail(CG_ERR_OOM, "cg_lstm / cg_gru: out of host memory for cuda:%d's RNN cache", ctx->index);
-    bool tf32 = cg_get_allow_tf32();
-    for (int i = 0; i < RNN_PLANS; i++) {
-        rnn_plan *p = &cache->plans[i];
-        if (p->used && p->tf32 == tf32 && geom_equal(&p->g, g)) {
-            *out = p;
-            return CG_OK;
-        }
-    }
-    rnn_plan *p = &cache->plans[cache->next];
-    cache->next = (cache->next + 1) % RNN_PLANS;
-    CG_TRY(plan_make(ctx, p, g, tf32));
-    *out = p;
+    void *plan;
+    CG_TRY(cg__plan_for(ctx, &ctx->rnn_plans, &rnn_plans, g, &plan));
+    *out = plan;
     return CG_OK;
 }
 
