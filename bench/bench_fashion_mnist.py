@@ -226,9 +226,10 @@ def run(seed, args, device, train, test):
         print(f"seed {seed} epoch {epoch}: train loss {train_loss:.4f}, test accuracy {acc:.2f}%, "
               f"{n / seconds:.0f} images/s", flush=True)
     rate = statistics.median(rates)
-    tag = "_dropout" if args.dropout > 0 else f"_w{args.width}" if args.width not in (0, DEFAULT_WIDTH.get(args.model)) else ""
-    print(f"result work=fmnist_{args.model}{tag}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch test_acc={acc:.2f} "
-          f"images_per_s={rate:.0f}", flush=True)
+    tag = "_dropout" if args.dropout > 0 else \
+        f"_w{args.width}" if args.width not in (0, DEFAULT_WIDTH.get(args.model)) else ""
+    print(f"result work=fmnist_{args.model}{tag}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch "
+          f"test_acc={acc:.2f} images_per_s={rate:.0f}", flush=True)
     return acc, rate
 
 

@@ -469,7 +469,8 @@ int main(int argc, char **argv) {
     double t0 = eu_now();
     cg_dataset *train = eu_fashion_mnist(data_dir, true, limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
     eu_expect(train != NULL, cg_last_error());
-    cg_dataset *test = eu_fashion_mnist(data_dir, false, test_limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
+    cg_dataset *test =
+        eu_fashion_mnist(data_dir, false, test_limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
     eu_expect(test != NULL, cg_last_error());
     int64_t n_train = cg_dataset_size(train), n_test = cg_dataset_size(test);
     const cg_tensor *train_images = cg_dataset_images(train);

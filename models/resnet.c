@@ -29,7 +29,8 @@
 /* Conv2d(in, out, k, stride, padding=k/2, bias=False) with torchvision's kaiming_normal_(fan_out, relu) */
 static cg_module *conv(int64_t in, int64_t out, int64_t k, int64_t stride, cg_device d) {
     cg_module *c = cg_conv2d_new(in, out, k, stride, k / 2, false, d);
-    if (c && cg_init_kaiming_normal_(cg_module_get_parameter(c, "weight"), 0.0, CG_FAN_OUT, CG_NONLINEARITY_RELU) != CG_OK) {
+    cg_tensor *w = c ? cg_module_get_parameter(c, "weight") : NULL;
+    if (c && cg_init_kaiming_normal_(w, 0.0, CG_FAN_OUT, CG_NONLINEARITY_RELU) != CG_OK) {
         cg_module_free(c);
         return NULL;
     }
