@@ -22,15 +22,16 @@ Per epoch: training images/s over the whole epoch (timed with time.perf_counter,
 the GPU at the start and the end; the running loss is summed on the device and read once), then
 the test accuracy over the 10000 test images in batches of 1000 under torch.no_grad() in eval mode
 (BatchNorm normalises with its running statistics). Per seed:
-  result work=fmnist_<model>[_w<W>]_<optimizer>_e<E>_seed<S> impl=pytorch test_acc=<final %> images_per_s=<median>
-(images_per_s: the median of the epochs' rates, as the C program reports it; _w<W> when --width is
-not the model's default), and with several
-seeds a `mean` line. Convolutions and matmuls run in true fp32 (cuDNN's TF32 default switched off)
-unless --tf32 is given.
+  result work=fmnist_<model>[_w<W>]_<optimizer>_e<E>_seed<S> impl=pytorch seed=<S> test_acc=<final %>
+         images_per_s=<median>
+(one line; images_per_s: the median of the epochs' rates, as the C program reports it; _w<W> when
+--width is not the model's default), and with several seeds a `mean` line. --seed S (one seed, as
+the C program's flag) is --seeds S, so bench/run_examples.py can give both sides the same flags.
+Convolutions and matmuls run in true fp32 (cuDNN's TF32 default switched off) unless --tf32 is given.
 
 Usage: bench/bench_fashion_mnist.py [--model mlp|cnn|residual|resnet18] [--optimizer adam|sgd] [--lr LR]
-       [--momentum M] [--epochs 10] [--seeds 0,1,2] [--device cuda|cpu] [--limit N] [--test-limit N]
-       [--threads N] [--dropout P] [--width W] [--tf32] [--data DIR]"""
+       [--momentum M] [--epochs 10] [--seeds 0,1,2 | --seed S] [--device cuda|cpu] [--limit N]
+       [--test-limit N] [--threads N] [--dropout P] [--width W] [--tf32] [--data DIR]"""
 import argparse
 import gzip
 import os
@@ -229,7 +230,7 @@ def run(seed, args, device, train, test):
     tag = "_dropout" if args.dropout > 0 else \
         f"_w{args.width}" if args.width not in (0, DEFAULT_WIDTH.get(args.model)) else ""
     print(f"result work=fmnist_{args.model}{tag}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch "
-          f"test_acc={acc:.2f} images_per_s={rate:.0f}", flush=True)
+          f"seed={seed} test_acc={acc:.2f} images_per_s={rate:.0f}", flush=True)
     return acc, rate
 
 
@@ -249,6 +250,7 @@ def main():
     p.add_argument("--tf32", action="store_true", help="PyTorch's default TF32 convolutions")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
+    p.add_argument("--seed", type=int, help="one seed (the same as --seeds S)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--limit", type=int, default=0, help="train on the first N images only (0: all)")
     p.add_argument("--test-limit", type=int, default=0, help="test on the first N test images only (0: all)")
@@ -259,7 +261,7 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: default)")
     p.add_argument("--data", default=os.environ.get("CGRAD_FASHION_MNIST_DIR", DEFAULT_DIR))
     args = p.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    seeds = [args.seed] if args.seed is not None else [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.epochs < 1 or args.batch < 1 or min(args.limit, args.test_limit, args.width) < 0 or not seeds \
             or not 0 <= args.dropout < 1:
         p.error("--epochs and --batch must be >= 1, --limit, --test-limit and --width >= 0, --seeds not empty, "
