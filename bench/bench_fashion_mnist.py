@@ -7,7 +7,11 @@ Models (PyTorch's default init, torch.manual_seed(seed) first):
   mlp: Sequential(Linear(784, 256), ReLU, Linear(256, 128), ReLU, Linear(128, 10))
   cnn: Sequential(Conv2d(1, 32, 3, padding=1), ReLU, MaxPool2d(2), Conv2d(32, 64, 3, padding=1), ReLU,
        MaxPool2d(2), Flatten, Linear(3136, 128), ReLU, [Dropout(p) with --dropout p,] Linear(128, 10))
-  residual: ResidualNet below (models/residual.c): blocks relu(x + conv2(relu(conv1(x)))), 32 channels
+  residual: ResidualNet below (models/residual.c): stem conv + BatchNorm + ReLU, blocks
+       relu(x + bn2(conv2(relu(bn1(conv1(x)))))), convolutions without bias, 32 channels (--width)
+  resnet18: ResNet18 below (models/resnet.c): torchvision's resnet18 (BasicBlocks [2, 2, 2, 2], its
+       parameter names and init: kaiming_normal_(fan_out, relu) convolutions) with the small-image
+       stem, a 3x3 stride-1 conv and no max-pool; base width 64 (--width)
 Adam(lr) or SGD(lr, momentum), CrossEntropyLoss, the last partial batch kept. The whole data set
 sits on the device as float32, normalised as cgrad does ((pixel / 255 - 0.2860) / 0.3530,
 torchvision's ToTensor + Normalize); each epoch's batches are gathered on the device through a
@@ -16,15 +20,18 @@ a host-to-device copy. The IDX files are read with gzip + numpy.
 
 Per epoch: training images/s over the whole epoch (timed with time.perf_counter, synchronised on
 the GPU at the start and the end; the running loss is summed on the device and read once), then
-the test accuracy over the 10000 test images in batches of 1000 under torch.no_grad(). Per seed:
-  result work=fmnist_<model>_<optimizer>_e<E>_seed<S> impl=pytorch test_acc=<final %> images_per_s=<median>
-(images_per_s: the median of the epochs' rates, as the C program reports it), and with several
-seeds a `mean` line. Convolutions and matmuls run in true fp32 (cuDNN's TF32 default switched off)
-unless --tf32 is given.
+the test accuracy over the 10000 test images in batches of 1000 under torch.no_grad() in eval mode
+(BatchNorm normalises with its running statistics). Per seed:
+  result work=fmnist_<model>[_w<W>]_<optimizer>_e<E>_seed<S> impl=pytorch seed=<S> test_acc=<final %>
+         images_per_s=<median>
+(one line; images_per_s: the median of the epochs' rates, as the C program reports it; _w<W> when
+--width is not the model's default), and with several seeds a `mean` line. --seed S (one seed, as
+the C program's flag) is --seeds S, so bench/run_examples.py can give both sides the same flags.
+Convolutions and matmuls run in true fp32 (cuDNN's TF32 default switched off) unless --tf32 is given.
 
-Usage: bench/bench_fashion_mnist.py [--model mlp|cnn|residual] [--optimizer adam|sgd] [--lr LR]
-       [--momentum M] [--epochs 10] [--seeds 0,1,2] [--device cuda|cpu] [--limit N] [--threads N]
-       [--dropout P] [--tf32] [--data DIR]"""
+Usage: bench/bench_fashion_mnist.py [--model mlp|cnn|residual|resnet18] [--optimizer adam|sgd] [--lr LR]
+       [--momentum M] [--epochs 10] [--seeds 0,1,2 | --seed S] [--device cuda|cpu] [--limit N]
+       [--test-limit N] [--threads N] [--dropout P] [--width W] [--tf32] [--data DIR]"""
 import argparse
 import gzip
 import os
@@ -89,38 +96,93 @@ def test_accuracy(model, x, y):
     return 100.0 * float(correct) / len(x)
 
 
+def conv3x3(cin, cout, stride=1):
+    return torch.nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+
+
 class Block(torch.nn.Module):
-    """y = relu(x + conv2(relu(conv1(x)))), as models/residual.c's Block."""
+    """y = relu(x + bn2(conv2(relu(bn1(conv1(x)))))), as models/residual.c's Block."""
 
     def __init__(self, c):
         super().__init__()
-        self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1)
-        self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1)
+        self.conv1 = conv3x3(c, c)
+        self.bn1 = torch.nn.BatchNorm2d(c)
+        self.conv2 = conv3x3(c, c)
+        self.bn2 = torch.nn.BatchNorm2d(c)
 
     def forward(self, x):
-        return torch.relu(x + self.conv2(torch.relu(self.conv1(x))))
+        return torch.relu(x + self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))))
 
 
 class ResidualNet(torch.nn.Module):
-    """models/residual.c's cg_residual_net_new(1, 28, 28, 10, 32)."""
+    """models/residual.c's cg_residual_net_new(in_channels, 28, 28, num_classes, c)."""
 
-    def __init__(self, c=32):
+    def __init__(self, c=32, in_channels=1, num_classes=10):
         super().__init__()
-        self.stem = torch.nn.Conv2d(1, c, 3, padding=1)
+        self.stem = conv3x3(in_channels, c)
+        self.bn = torch.nn.BatchNorm2d(c)
         self.block1 = Block(c)
         self.block2 = Block(c)
-        self.fc = torch.nn.Linear(c * 7 * 7, 10)
+        self.fc = torch.nn.Linear(c * 7 * 7, num_classes)
 
     def forward(self, x):
-        h = torch.max_pool2d(self.block1(torch.relu(self.stem(x))), 2)
+        h = torch.max_pool2d(self.block1(torch.relu(self.bn(self.stem(x)))), 2)
         h = torch.max_pool2d(self.block2(h), 2)
         return self.fc(h.flatten(1))
 
 
-def make_model(name, dropout):
+class BasicBlock(torch.nn.Module):
+    """torchvision's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the shortcut a
+    1x1 convolution and a BatchNorm where the shape changes; models/resnet.c's basic_block."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = conv3x3(cin, cout, stride)
+        self.bn1 = torch.nn.BatchNorm2d(cout)
+        self.conv2 = conv3x3(cout, cout)
+        self.bn2 = torch.nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                                  torch.nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        h = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(h + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet18(torch.nn.Module):
+    """models/resnet.c's cg_resnet18_new(in_channels, num_classes, width): torchvision's resnet18 with
+    the small-image stem (3x3 stride-1 conv1, no max-pool), its names and its init."""
+
+    def __init__(self, in_channels=1, num_classes=10, width=64):
+        super().__init__()
+        self.conv1 = conv3x3(in_channels, width)
+        self.bn1 = torch.nn.BatchNorm2d(width)
+        for i in range(4):
+            cin, cout = width << max(i - 1, 0), width << i
+            setattr(self, f"layer{i + 1}", torch.nn.Sequential(BasicBlock(cin, cout, 2 if i else 1),
+                                                              BasicBlock(cout, cout, 1)))
+        self.fc = torch.nn.Linear(8 * width, num_classes)
+        for m in self.modules():
+            if isinstance(m, torch.nn.Conv2d):
+                torch.nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = self.layer4(self.layer3(self.layer2(self.layer1(h))))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+DEFAULT_WIDTH = {"residual": 32, "resnet18": 64}
+
+
+def make_model(name, dropout, width=0):
     nn = torch.nn
     if name == "residual":
-        return ResidualNet()
+        return ResidualNet(width or DEFAULT_WIDTH[name])
+    if name == "resnet18":
+        return ResNet18(width=width or DEFAULT_WIDTH[name])
     if name == "mlp":
         return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
                              nn.Linear(128, 10))
@@ -134,7 +196,7 @@ def run(seed, args, device, train, test):
     x_train, y_train = train
     n = len(x_train)
     torch.manual_seed(seed)
-    model = make_model(args.model, args.dropout).to(device)
+    model = make_model(args.model, args.dropout, args.width).to(device)
     if args.optimizer == "adam":
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     else:
@@ -165,8 +227,10 @@ def run(seed, args, device, train, test):
         print(f"seed {seed} epoch {epoch}: train loss {train_loss:.4f}, test accuracy {acc:.2f}%, "
               f"{n / seconds:.0f} images/s", flush=True)
     rate = statistics.median(rates)
-    print(f"result work=fmnist_{args.model}{'_dropout' if args.dropout > 0 else ''}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch test_acc={acc:.2f} "
-          f"images_per_s={rate:.0f}", flush=True)
+    tag = "_dropout" if args.dropout > 0 else \
+        f"_w{args.width}" if args.width not in (0, DEFAULT_WIDTH.get(args.model)) else ""
+    print(f"result work=fmnist_{args.model}{tag}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch "
+          f"seed={seed} test_acc={acc:.2f} images_per_s={rate:.0f}", flush=True)
     return acc, rate
 
 
@@ -179,23 +243,31 @@ def optimizer_desc(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=["mlp", "cnn", "residual"], default="mlp")
+    p.add_argument("--model", choices=["mlp", "cnn", "residual", "resnet18"], default="mlp")
     p.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum")
     p.add_argument("--dropout", type=float, default=0.0, help="CNN: Dropout(p) before the last Linear")
     p.add_argument("--tf32", action="store_true", help="PyTorch's default TF32 convolutions")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
+    p.add_argument("--seed", type=int, help="one seed (the same as --seeds S)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--limit", type=int, default=0, help="train on the first N images only (0: all)")
+    p.add_argument("--test-limit", type=int, default=0, help="test on the first N test images only (0: all)")
+    p.add_argument("--width", type=int, default=0,
+                   help="residual: channels (default 32); resnet18: base width (default 64)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: default)")
     p.add_argument("--data", default=os.environ.get("CGRAD_FASHION_MNIST_DIR", DEFAULT_DIR))
     args = p.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    if args.epochs < 1 or args.batch < 1 or args.limit < 0 or not seeds or not 0 <= args.dropout < 1:
-        p.error("--epochs and --batch must be >= 1, --limit >= 0, --seeds not empty, 0 <= --dropout < 1")
+    seeds = [args.seed] if args.seed is not None else [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.epochs < 1 or args.batch < 1 or min(args.limit, args.test_limit, args.width) < 0 or not seeds \
+            or not 0 <= args.dropout < 1:
+        p.error("--epochs and --batch must be >= 1, --limit, --test-limit and --width >= 0, --seeds not empty, "
+                "0 <= --dropout < 1")
+    if args.width > 0 and args.model not in DEFAULT_WIDTH:
+        p.error("--width applies to --model residual and resnet18 only")
     if args.dropout > 0 and args.model != "cnn":
         p.error("--dropout applies to --model cnn only")
     if args.threads > 0:
@@ -207,9 +279,10 @@ def main():
         f"CPU, {torch.get_num_threads()} threads"
     flat = args.model == "mlp"
     train = load(args.data, True, device, flat, args.limit)
-    test = load(args.data, False, device, flat)
+    test = load(args.data, False, device, flat, args.test_limit)
     print(f"# PyTorch {torch.__version__} on {device} ({name}): {len(train[0])} training images, "
-          f"{args.model.upper()}{f' with Dropout({args.dropout:g})' if args.dropout > 0 else ''}, batch {args.batch}, {optimizer_desc(args)}, {args.epochs} epochs, "
+          f"{args.model.upper()}{f' with Dropout({args.dropout:g})' if args.dropout > 0 else ''}"
+          f"{f' width {args.width}' if args.width else ''}, batch {args.batch}, {optimizer_desc(args)}, {args.epochs} epochs, "
           f"seeds {seeds}, {'TF32 convolutions' if args.tf32 else 'fp32'}",
           flush=True)
     results = [run(seed, args, device, train, test) for seed in seeds]

@@ -146,20 +146,6 @@ static double test(cg_module *model, cg_loader *test_loader, int64_t n, cg_devic
     return 100.0 * (double)correct / (double)n;
 }
 
-/* Whether dir holds the training images, as cg_idx_load names them (with or without .gz). */
-static bool have_data(const char *dir) {
-    char path[4096];
-    for (int gz = 0; gz < 2; gz++) {
-        snprintf(path, sizeof path, "%s/train-images-idx3-ubyte%s", dir, gz ? ".gz" : "");
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            fclose(f);
-            return true;
-        }
-    }
-    return false;
-}
-
 int main(int argc, char **argv) {
     const char *data_dir = getenv("CGRAD_FASHION_MNIST_DIR") ? getenv("CGRAD_FASHION_MNIST_DIR") : CG_FASHION_MNIST_DIR;
     eu_take_string(&argc, argv, "--data", &data_dir);
@@ -191,7 +177,7 @@ int main(int argc, char **argv) {
                    "  --check-loss-falls  exit 1 unless the last logged training loss is below the first",
                    flags, (int)(sizeof flags / sizeof flags[0]));
     if (no_accel) device = cg_cpu();
-    if (!have_data(data_dir)) {
+    if (!eu_have_fashion_mnist(data_dir)) {
         fprintf(stderr, "%s: Fashion-MNIST not found in %s (--data DIR or $CGRAD_FASHION_MNIST_DIR): skipped\n", argv[0],
                 data_dir);
         return 77;

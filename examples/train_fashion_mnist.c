@@ -9,7 +9,10 @@
  *   model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # --model cnn
  *                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
  *                         nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, 10)).to(device)
- *   model = ResidualNet().to(device)  # --model residual: blocks relu(x + conv(relu(conv(x)))), models/residual.c
+ *   model = ResidualNet().to(device)  # --model residual: blocks relu(x + bn(conv(relu(bn(conv(x)))))),
+ *                                     # models/residual.c
+ *   model = ResNet18().to(device)     # --model resnet18: torchvision's BasicBlocks [2, 2, 2, 2], a 3x3
+ *                                     # stride-1 stem, no max-pool (small images), models/resnet.c
  *   optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)  # or SGD(lr=0.05, momentum=0.9)
  *   loss_fn = nn.CrossEntropyLoss()
  *   for epoch in range(epochs):
@@ -18,7 +21,7 @@
  *           loss = loss_fn(model(x), y)
  *           loss.backward()
  *           optimizer.step()
- *       with torch.no_grad():          # test accuracy, batches of 1000
+ *       with torch.no_grad():          # test accuracy, batches of 1000, eval mode (BatchNorm: running stats)
  *           correct = sum((model(x).argmax(1) == y).sum() for x, y in test_loader)
  *
  * The whole data set sits on the device: the loader gathers each shuffled batch there, so no step
@@ -34,7 +37,13 @@
  * where it stopped (run it with the same flags; the learning rate comes from the file) and ends with
  * the numbers of a run that never stopped, bit for bit on the same device and build.
  * --stop-on-nonfinite ends the run at the first NaN or Inf loss, naming its epoch and step; it reads
- * each step's loss back, one device synchronisation per step, so it is off by default. */
+ * each step's loss back, one device synchronisation per step, so it is off by default.
+ *
+ * Quick checks: --limit N and --test-limit N train and test on the first N images; --width W sets the
+ * residual net's channels (default 32) or ResNet-18's base width (default 64); --check-loss-falls
+ * exits 1 unless the mean training loss over the run's last fifth of an epoch's steps is below that
+ * over its first fifth (of the first epoch); without the data set the program exits 77 (CTest's
+ * "skipped"). bench/bench_fashion_mnist.py is the PyTorch side. */
 #define _POSIX_C_SOURCE 200809L /* isatty, fileno, access */
 #include <math.h>
 #include <stddef.h> /* offsetof */
@@ -333,6 +342,23 @@ static void stop_if_nonfinite(const cg_tensor *loss, int epoch, int64_t step, bo
     exit(3);
 }
 
+/* --check-loss-falls: the mean training loss over the first `window` steps of the run and over the last
+ * `window` steps, the latter from the epoch's running sum at its step nbatches - window (mark_*) and at
+ * its end. */
+typedef struct loss_check {
+    int64_t window;
+    double first, last;
+    float mark_sum;
+    int64_t mark_seen;
+} loss_check;
+
+/* Called after each step of epoch (of epochs) with the epoch's running loss sum (on the device). */
+static void loss_check_step(loss_check *c, const cg_tensor *loss_sum, int epoch, int epochs, int64_t step,
+                            int64_t seen, int64_t nbatches) {
+    if (epoch == 1 && step == c->window) c->first = (double)eu_item(loss_sum) / (double)seen;
+    if (epoch == epochs && step == nbatches - c->window) c->mark_sum = eu_item(loss_sum), c->mark_seen = seen;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -349,9 +375,10 @@ int main(int argc, char **argv) {
     eu_take_string(&argc, argv, "--save", &save_path);
     eu_take_string(&argc, argv, "--resume", &resume_path);
     bool stop_on_nonfinite = eu_take_switch(&argc, argv, "--stop-on-nonfinite");
+    bool check_loss_falls = eu_take_switch(&argc, argv, "--check-loss-falls");
     cg_device device = cg_default_device();
     int epochs = 10, seed = 0, threads = 0;
-    int64_t batch = 128, limit = 0, save_every = 0;
+    int64_t batch = 128, limit = 0, test_limit = 0, save_every = 0, width = 0;
     float lr = 1e-3f, momentum = 0.0f, dropout = NAN; /* NaN: the model's default */
     eu_flag flags[] = {
         {"--epochs", EU_INT, &epochs, 1, "passes over the training set"},
@@ -362,13 +389,17 @@ int main(int argc, char **argv) {
         {"--device", EU_DEVICE, &device, 0, "where the model and the data live (default: the best present)"},
         {"--seed", EU_INT, &seed, 0, "seeds the initial weights and the shuffling"},
         {"--limit", EU_SIZE, &limit, 0, "train on the first N training images only (0: all 60000)"},
+        {"--test-limit", EU_SIZE, &test_limit, 0, "test on the first N test images only (0: all 10000)"},
+        {"--width", EU_SIZE, &width, 0, "residual: channels (default 32); resnet18: base width (default 64)"},
         {"--threads", EU_INT, &threads, 0, "CPU threads (0: the library's default)"},
         {"--save-every", EU_SIZE, &save_every, 0, "with --save, also checkpoint every N steps (0: after each epoch only)"},
     };
     eu_parse_flags(argc, argv,
                    "trains a classifier on Fashion-MNIST and prints the test accuracy after each epoch\n"
-                   "  --model mlp|cnn|residual  mlp: 784-256-128-10 with ReLU (default mlp); cnn: conv 32 and 64\n"
-                   "                            (3x3, ReLU, 2x2 max-pool), then 128 hidden, 10 out\n"
+                   "  --model mlp|cnn|residual|resnet18  mlp: 784-256-128-10 with ReLU (default mlp); cnn: conv\n"
+                   "                            32 and 64 (3x3, ReLU, 2x2 max-pool), then 128 hidden, 10 out;\n"
+                   "                            residual: two BatchNorm residual blocks; resnet18: ResNet-18\n"
+                   "                            with a 3x3 stem and no max-pool (small images)\n"
                    "  --optimizer adam|adamw|sgd  (default adam)\n"
                    "  --data DIR                the IDX files (default $CGRAD_FASHION_MNIST_DIR, else "
                    CG_FASHION_MNIST_DIR ")\n"
@@ -377,12 +408,26 @@ int main(int argc, char **argv) {
                    "  --save FILE               checkpoint the training state after every epoch (atomically)\n"
                    "  --resume FILE             continue the run a --save checkpoint holds (same flags)\n"
                    "  --stop-on-nonfinite       stop at the first NaN/Inf loss, naming its epoch and step\n"
-                   "                            (reads the loss back every step: one device sync per step)",
+                   "                            (reads the loss back every step: one device sync per step)\n"
+                   "  --check-loss-falls        exit 1 unless the mean training loss over the last fifth of an\n"
+                   "                            epoch's steps is below that over the first fifth",
                    flags, (int)(sizeof flags / sizeof flags[0]));
-    bool cnn = strcmp(model_name, "cnn") == 0, residual = strcmp(model_name, "residual") == 0;
-    bool images = cnn || residual; /* (B, 1, 28, 28) batches, not (B, 784) */
+    bool cnn = strcmp(model_name, "cnn") == 0, residual = strcmp(model_name, "residual") == 0,
+         resnet18 = strcmp(model_name, "resnet18") == 0;
+    bool images = cnn || residual || resnet18; /* (B, 1, 28, 28) batches, not (B, 784) */
     if (!images && strcmp(model_name, "mlp") != 0) {
-        fprintf(stderr, "%s: bad value '%s' for --model: expected mlp, cnn or residual\n", argv[0], model_name);
+        fprintf(stderr, "%s: bad value '%s' for --model: expected mlp, cnn, residual or resnet18\n", argv[0],
+                model_name);
+        return 2;
+    }
+    const int64_t default_width = residual ? 32 : resnet18 ? 64 : 0;
+    if (width > 0 && !default_width) {
+        fprintf(stderr, "%s: --width applies to --model residual and resnet18 only\n", argv[0]);
+        return 2;
+    }
+    if (width == 0) width = default_width;
+    if (check_loss_falls && resume_path) {
+        fprintf(stderr, "%s: --check-loss-falls needs the whole run: not with --resume\n", argv[0]);
         return 2;
     }
     if (strcmp(optimizer_name, "adam") != 0 && strcmp(optimizer_name, "adamw") != 0 &&
@@ -410,6 +455,11 @@ int main(int argc, char **argv) {
     }
     if (!data_dir) data_dir = getenv("CGRAD_FASHION_MNIST_DIR");
     if (!data_dir || !*data_dir) data_dir = CG_FASHION_MNIST_DIR;
+    if (!eu_have_fashion_mnist(data_dir)) {
+        fprintf(stderr, "%s: Fashion-MNIST not found in %s (--data DIR or $CGRAD_FASHION_MNIST_DIR): skipped\n",
+                argv[0], data_dir);
+        return 77;
+    }
     if (threads > 0) CHECK_OK(cg_set_num_threads(threads));
     if (device.type == CG_CPU && !cg_cuda_is_available())
         printf("no GPU: %s. Running on the CPU.\n", cg_cuda_unavailable_reason());
@@ -419,7 +469,8 @@ int main(int argc, char **argv) {
     double t0 = eu_now();
     cg_dataset *train = eu_fashion_mnist(data_dir, true, limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
     eu_expect(train != NULL, cg_last_error());
-    cg_dataset *test = cg_fashion_mnist_load(data_dir, false, device);
+    cg_dataset *test =
+        eu_fashion_mnist(data_dir, false, test_limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
     eu_expect(test != NULL, cg_last_error());
     int64_t n_train = cg_dataset_size(train), n_test = cg_dataset_size(test);
     const cg_tensor *train_images = cg_dataset_images(train);
@@ -442,7 +493,8 @@ int main(int argc, char **argv) {
     cg_manual_seed((uint64_t)seed);
     const int64_t sizes[] = {IMAGE_SIZE, 256, 128, NUM_CLASSES};
     cg_module *model = cnn        ? cg_cnn_new(1, IMAGE_SIDE, IMAGE_SIDE, NUM_CLASSES, dropout, device)
-                       : residual ? cg_residual_net_new(1, IMAGE_SIDE, IMAGE_SIDE, NUM_CLASSES, 32, device)
+                       : residual ? cg_residual_net_new(1, IMAGE_SIDE, IMAGE_SIDE, NUM_CLASSES, width, device)
+                       : resnet18 ? cg_resnet18_new(1, NUM_CLASSES, width, device)
                                   : cg_mlp_new(4, sizes, CG_ACT_RELU, device);
     eu_expect(model != NULL, cg_last_error());
     cg_optimizer *optimizer = NULL;
@@ -470,7 +522,11 @@ int main(int argc, char **argv) {
         snprintf(model_desc, sizeof model_desc, "CNN conv32-pool-conv64-pool-128-10 (ReLU, dropout %g)",
                  (double)dropout);
     else if (residual)
-        snprintf(model_desc, sizeof model_desc, "ResidualNet stem32-block-pool-block-pool-10 (custom modules)");
+        snprintf(model_desc, sizeof model_desc, "ResidualNet stem%lld-block-pool-block-pool-10 (BatchNorm, custom modules)",
+                 (long long)width);
+    else if (resnet18)
+        snprintf(model_desc, sizeof model_desc, "ResNet-18 width %lld, 3x3 stem, no max-pool (custom modules)",
+                 (long long)width);
     else
         snprintf(model_desc, sizeof model_desc, "MLP 784-256-128-10 (ReLU)");
     printf("model: %s, %lld parameters; %s, cross-entropy, %d epochs, seed %d\n", model_desc,
@@ -490,6 +546,12 @@ int main(int argc, char **argv) {
     }
     int64_t every = (nbatches + 9) / 10; /* plain progress lines: every ~10% of an epoch */
     double last_draw = 0.0;
+    loss_check check = {.window = (nbatches + 4) / 5, .first = NAN, .last = NAN};
+    if (check_loss_falls && epochs == 1 && nbatches < 2) {
+        fprintf(stderr, "%s: --check-loss-falls needs two steps or more (use more images or a smaller --batch)\n",
+                argv[0]);
+        return 2;
+    }
 
     for (int epoch = prog.done + 1; epoch <= epochs; epoch++) {
         CHECK_OK(cg_synchronize(device));
@@ -518,6 +580,7 @@ int main(int argc, char **argv) {
             cg_set_grad_enabled(previous);
             cg_scope_end(scope);
             step++, seen += b, prog.global_step++;
+            if (check_loss_falls) loss_check_step(&check, loss_sum, epoch, epochs, step, seen, nbatches);
             if (save_every > 0 && prog.global_step % save_every == 0) {
                 float sum;
                 CHECK_OK(cg_item(loss_sum, &sum));
@@ -553,6 +616,7 @@ int main(int argc, char **argv) {
         r->seconds = seconds;
         r->images_per_s = (double)seen / seconds;
         r->train_loss = (double)sum / (double)seen;
+        if (epoch == epochs) check.last = (double)(sum - check.mark_sum) / (double)(seen - check.mark_seen);
         r->test_accuracy = test_accuracy(model, test_loader);
         if (tty) printf("\r\033[K");
         printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.0f images/s\n", epoch, r->train_loss,
@@ -572,10 +636,18 @@ int main(int argc, char **argv) {
     double final_acc = rows[epochs - 1].test_accuracy;
     if (csv_path) printf("wrote %s\n", csv_path);
     if (plot_path) printf("wrote %s\n", plot_path);
-    printf("result work=fmnist_%s_%s_e%d_seed%d impl=cgrad test_acc=%.2f images_per_s=%.0f\n",
-           model_name, optimizer_name, epochs, seed, final_acc, median_rate);
     printf("final test accuracy: %.2f%%\n", final_acc);
     eu_expect(isfinite(rows[epochs - 1].train_loss), "the training loss is finite");
+    if (check_loss_falls) {
+        printf("mean training loss over the first %lld steps %.6f, over the last %lld %.6f\n",
+               (long long)check.window, check.first, (long long)check.window, check.last);
+        eu_expect(check.last < check.first, "the training loss falls (--check-loss-falls)");
+    }
+    /* The last line, for bench/run_examples.py; a width other than the model's default is part of the work */
+    char width_tag[32] = "";
+    if (width != default_width) snprintf(width_tag, sizeof width_tag, "_w%lld", (long long)width);
+    printf("result work=fmnist_%s%s_%s_e%d_seed%d impl=cgrad seed=%d test_acc=%.2f images_per_s=%.0f\n",
+           model_name, width_tag, optimizer_name, epochs, seed, seed, final_acc, median_rate);
 
     free(rates);
     free(rows);

@@ -502,25 +502,188 @@ static void test_nonstrict_load(void **state) {
 static void test_residual_net(void **state) {
     cg_module *m = cg_residual_net_new(1, 8, 8, 3, 4, dev());
     assert_non_null(m);
-    assert_int_equal(cg_module_num_parameters(m), 12);
+    assert_int_equal(cg_module_num_parameters(m), 17); /* stem, bn (2), two blocks (6 each), fc (2) */
+    assert_int_equal(cg_module_state_dict_size(m), 17 + 5 * 3);
     assert_name(m, 0, "stem.weight");
-    assert_name(m, 2, "block1.conv1.weight");
-    assert_name(m, 9, "block2.conv2.bias");
-    assert_name(m, 11, "fc.bias");
+    assert_name(m, 1, "bn.weight");
+    assert_name(m, 3, "block1.conv1.weight");
+    assert_name(m, 4, "block1.bn1.weight");
+    assert_name(m, 14, "block2.bn2.bias");
+    assert_name(m, 16, "fc.bias");
+    assert_state_name(m, 3, "bn.running_mean");
+    assert_null(cg_module_get_parameter(m, "stem.bias")); /* BatchNorm follows: no bias */
     cg_test_assert_shape(cg_module_get_parameter(m, "fc.weight"), 2, (int64_t[]){3, 4 * 2 * 2});
+    int64_t c = 4, expected = c * 9 + 2 * c + 2 * 2 * (c * c * 9 + 2 * c) + 3 * c * 4 + 3;
+    assert_int_equal(cg_module_parameter_count(m), expected);
     cg_scope *scope = cg_scope_begin();
     cg_tensor *x = CG_TEST_OK(cg_randn(4, (int64_t[]){2, 1, 8, 8}, dev()));
     cg_tensor *y = CG_TEST_OK(cg_module_forward(m, x));
     cg_test_assert_shape(y, 2, (int64_t[]){2, 3});
     cg_module *copy = cg_module_clone(m, dev());
     assert_non_null(copy);
-    float *expected = cg_test_read(y);
-    cg_test_assert_tensor_bits(CG_TEST_OK(cg_module_forward(copy, x)), expected, 6);
-    free(expected);
+    float *expected_y = cg_test_read(y);
+    cg_test_assert_tensor_bits(CG_TEST_OK(cg_module_forward(copy, x)), expected_y, 6);
+    free(expected_y);
     cg_scope_end(scope);
     cg_module_free(copy);
     assert_null(cg_residual_net_new(1, 6, 8, 3, 4, dev()));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_residual_net_new", "multiples of 4");
+    cg_module_free(m);
+}
+
+/* Parameters of cg_resnet18_new(in, classes, w) counted from torchvision's layout: the stem conv and
+ * BatchNorm; per layer of p = w 2^l planes two BasicBlocks (two 3x3 convs and two BatchNorms each),
+ * the first of layers 2..4 from p / 2 channels with a 1x1 conv and a BatchNorm on its shortcut; fc. */
+static int64_t resnet18_parameter_count(int64_t in, int64_t classes, int64_t w) {
+    int64_t n = in * w * 9 + 2 * w;
+    for (int l = 0; l < 4; l++) {
+        int64_t p = w << l, first_in = l ? p / 2 : p;
+        n += first_in * p * 9 + p * p * 9 + 4 * p; /* block 0: conv1, conv2, bn1, bn2 */
+        if (l) n += first_in * p + 2 * p;          /* its downsample */
+        n += 2 * p * p * 9 + 4 * p;                /* block 1 */
+    }
+    return n + 8 * w * classes + classes;
+}
+
+/* mean and standard deviation of t's values */
+static void moments(const cg_tensor *t, double *mean, double *std) {
+    size_t n = (size_t)cg_numel(t);
+    float *v = cg_test_read(t);
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) s += v[i], s2 += (double)v[i] * v[i];
+    *mean = s / (double)n;
+    *std = sqrt(s2 / (double)n - *mean * *mean);
+    free(v);
+}
+
+/* models/resnet.c at torchvision's width 64: names, shapes, the count of parameters, the init. */
+static void test_resnet18_layout(void **state) {
+    cg_module *m = cg_resnet18_new(1, 10, 64, dev());
+    assert_non_null(m);
+    assert_int_equal(cg_module_parameter_count(m), resnet18_parameter_count(1, 10, 64)); /* 11,172,810 */
+    assert_int_equal(cg_module_num_parameters(m), 62);           /* 20 convs, 20 BatchNorms (2 each), fc (2) */
+    assert_int_equal(cg_module_state_dict_size(m), 62 + 20 * 3); /* each BatchNorm's three buffers */
+    assert_name(m, 0, "conv1.weight");
+    assert_name(m, 1, "bn1.weight");
+    assert_name(m, 3, "layer1.0.conv1.weight");
+    assert_name(m, 21, "layer2.0.downsample.0.weight");
+    assert_name(m, 22, "layer2.0.downsample.1.weight");
+    assert_name(m, 61, "fc.bias");
+    assert_state_name(m, 3, "bn1.running_mean");
+    cg_test_assert_shape(cg_module_get_parameter(m, "conv1.weight"), 4, (int64_t[]){64, 1, 3, 3});
+    cg_test_assert_shape(cg_module_get_parameter(m, "layer2.0.conv1.weight"), 4, (int64_t[]){128, 64, 3, 3});
+    cg_test_assert_shape(cg_module_get_parameter(m, "layer3.0.downsample.0.weight"), 4, (int64_t[]){256, 128, 1, 1});
+    cg_test_assert_shape(cg_module_get_buffer(m, "layer4.0.downsample.1.running_var"), 1, (int64_t[]){512});
+    cg_test_assert_shape(cg_module_get_parameter(m, "layer4.1.conv2.weight"), 4, (int64_t[]){512, 512, 3, 3});
+    cg_test_assert_shape(cg_module_get_parameter(m, "fc.weight"), 2, (int64_t[]){10, 512});
+    assert_null(cg_module_get_submodule(m, "layer1.0.downsample")); /* same shape: the identity shortcut */
+    assert_null(cg_module_get_submodule(m, "layer2.1.downsample"));
+    assert_null(cg_module_get_parameter(m, "layer1.0.conv1.bias"));
+    /* torchvision's init: kaiming_normal_(fan_out, relu), std sqrt(2 / (out k k)); BatchNorm 1 and 0 */
+    double mean, std;
+    moments(cg_module_get_parameter(m, "layer4.1.conv2.weight"), &mean, &std); /* 2.4M values */
+    assert_true(fabs(mean) < 1e-3 && fabs(std / sqrt(2.0 / (512 * 9)) - 1.0) < 0.01);
+    moments(cg_module_get_parameter(m, "layer3.0.downsample.0.weight"), &mean, &std);
+    assert_true(fabs(std / sqrt(2.0 / 256) - 1.0) < 0.02);
+    moments(cg_module_get_parameter(m, "layer2.1.bn2.weight"), &mean, &std);
+    assert_true(mean == 1.0 && std == 0.0);
+    moments(cg_module_get_parameter(m, "layer2.1.bn2.bias"), &mean, &std);
+    assert_true(mean == 0.0 && std == 0.0);
+    cg_module_free(m);
+    assert_int_equal(resnet18_parameter_count(3, 10, 64), 11173962); /* the CIFAR ResNet-18's known size */
+    assert_null(cg_resnet18_new(1, 0, 64, dev()));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_resnet18_new", "num_classes 0");
+    assert_null(cg_resnet18_new(1, 10, INT64_MAX / 4, dev()));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_resnet18_new", "width");
+}
+
+/* ---- the residual networks against PyTorch (tests/make_resnet_fixtures.py) ------------------------- */
+typedef struct nets {
+    cg_module *resnet18, *residual;
+} nets;
+
+/* x (N, 1, 28, 28) -> (resnet18(x), residual(x)), (N, 3) each */
+static cg_status nets_forward(cg_module *self, int nin, const cg_tensor *const *in, int nout, cg_tensor **out) {
+    nets *b = cg_module_state(self);
+    if (nin != 1 || nout != 2) return cg_set_error(CG_ERR_INVALID_ARG, "Nets: 1 input, 2 outputs");
+    out[0] = cg_module_forward(b->resnet18, in[0]);
+    out[1] = cg_module_forward(b->residual, in[0]);
+    return out[0] && out[1] ? CG_OK : cg_last_status();
+}
+
+static cg_module *nets_new(cg_device d);
+static cg_module *nets_clone(const cg_module *self, cg_device d) {
+    (void)self;
+    return nets_new(d);
+}
+
+static const cg_module_type nets_type = {
+    .name = "Nets", .state_size = sizeof(nets), .forward_n = nets_forward, .clone = nets_clone};
+
+/* the fixture's container: ResNet18(1, 3, width 2) and ResidualNet(2 channels, 1, 3) */
+static cg_module *nets_new(cg_device d) {
+    cg_module *m = cg_module_new(&nets_type, d);
+    if (!m) return NULL;
+    nets *b = cg_module_state(m);
+    b->resnet18 = cg_module_register_module(m, "resnet18", cg_resnet18_new(1, 3, 2, d));
+    b->residual = cg_module_register_module(m, "residual", cg_residual_net_new(1, 28, 28, 3, 2, d));
+    if (!b->resnet18 || !b->residual) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* t against the fixture's tensor `name` (float32), relative tolerance rtol */
+static void assert_matches(const cg_tensor *t, const cg_safetensors *st, const char *name, double rtol) {
+    cg_tensor *ref = CG_TEST_OK(cg_safetensors_tensor(st, cg_safetensors_find(st, name), cg_cpu()));
+    size_t n = (size_t)cg_numel(ref);
+    float *r = cg_test_read(ref);
+    double *d = cg_test_doubles(n);
+    for (size_t i = 0; i < n; i++) d[i] = r[i];
+    cg_test_context("%s", name);
+    cg_test_assert_tensor_close(t, d, n, rtol);
+    free(d);
+    free(r);
+}
+
+/* The state PyTorch wrote loads strictly (same names, shapes and buffers), and both networks give
+ * PyTorch's outputs in eval mode (running statistics) and in training mode (batch statistics, the
+ * running mean updated with momentum 0.1); a clone in eval mode gives the same bits. */
+static void test_resnets_match_pytorch(void **state) {
+    char path[512], io_path[512];
+    snprintf(path, sizeof path, "%s/resnet_state.safetensors", CG_TEST_DATA_DIR);
+    snprintf(io_path, sizeof io_path, "%s/resnet_io.safetensors", CG_TEST_DATA_DIR);
+    cg_module *m = nets_new(dev());
+    assert_non_null(m);
+    CG_TEST_STATUS_OK(cg_load_safetensors(m, path));
+    cg_safetensors *st = NULL;
+    CG_TEST_STATUS_OK(cg_safetensors_read(io_path, &st));
+    cg_scope *scope = cg_scope_begin();
+    const cg_tensor *x = CG_TEST_OK(cg_safetensors_tensor(st, cg_safetensors_find(st, "input"), dev()));
+    cg_tensor *out[2] = {NULL};
+    cg_module_train(m, false);
+    CG_TEST_STATUS_OK(cg_module_call(m, 1, &x, 2, out));
+    assert_matches(out[0], st, "resnet18_eval", 1e-4);
+    assert_matches(out[1], st, "residual_eval", 1e-4);
+    cg_module *copy = cg_module_clone(m, dev());
+    assert_non_null(copy);
+    cg_tensor *again[2] = {NULL};
+    CG_TEST_STATUS_OK(cg_module_call(copy, 1, &x, 2, again));
+    for (int k = 0; k < 2; k++) {
+        float *bits = cg_test_read(out[k]);
+        cg_test_assert_tensor_bits(again[k], bits, 12);
+        free(bits);
+    }
+    cg_module_free(copy);
+    cg_module_train(m, true);
+    CG_TEST_STATUS_OK(cg_module_call(m, 1, &x, 2, out));
+    assert_matches(out[0], st, "resnet18_train", 1e-4);
+    assert_matches(out[1], st, "residual_train", 1e-4);
+    assert_matches(cg_module_get_buffer(m, "resnet18.bn1.running_mean"), st, "resnet18_bn_running_mean_after", 1e-5);
+    assert_matches(cg_module_get_buffer(m, "residual.bn.running_mean"), st, "residual_bn_running_mean_after", 1e-5);
+    cg_scope_end(scope);
+    cg_safetensors_free(st);
     cg_module_free(m);
 }
 
@@ -832,6 +995,7 @@ int main(void) {
         CG_TEST(test_param_groups),       CG_TEST(test_checkpoint_groups),         CG_TEST(test_nonstrict_load),           CG_TEST(test_checkpoint_user_state),
         CG_TEST(test_checkpoint_many_buffers),
         CG_TEST(test_residual_net),                CG_TEST(test_pytorch_nested_safetensors),
+        CG_TEST(test_resnet18_layout),             CG_TEST(test_resnets_match_pytorch),
     };
     return cmocka_run_group_tests(tests, cg_test_tmpdir_setup, cg_test_tmpdir_teardown);
 }

@@ -38,14 +38,34 @@ CG_API cg_module *cg_mlp_new(int n_sizes, const int64_t *sizes, cg_activation ac
  * dropout) or "10.*", as the same nn.Sequential in PyTorch. For Fashion-MNIST: (1, 28, 28, 10). */
 CG_API cg_module *cg_cnn_new(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes, float dropout,
                       cg_device d);
-/* A small residual network for (N, in_channels, H, W) images, H and W divisible by 4, built from
- * custom modules: stem Conv2d(in_channels, C, 3, padding=1) + ReLU; block1; MaxPool2d(2); block2;
- * MaxPool2d(2); Flatten; fc Linear(C * H/4 * W/4, num_classes), where a block is
- * y = relu(x + conv2(relu(conv1(x)))) with two Conv2d(C, C, 3, padding=1). Parameters
- * "stem.weight", "block1.conv1.weight", ..., "fc.bias", as the same nn.Module in PyTorch
- * (bench/bench_fashion_mnist.py --model residual). For Fashion-MNIST: (1, 28, 28, 10, 32). */
+/* A small residual network with batch normalisation for (N, in_channels, H, W) images, H and W
+ * divisible by 4, built from custom modules: stem Conv2d(in_channels, C, 3, padding=1, bias=False),
+ * bn BatchNorm2d(C), ReLU; block1; MaxPool2d(2); block2; MaxPool2d(2); Flatten; fc Linear(C * H/4 *
+ * W/4, num_classes), where a block is y = relu(x + bn2(conv2(relu(bn1(conv1(x)))))) with conv1, conv2
+ * Conv2d(C, C, 3, padding=1, bias=False) and bn1, bn2 BatchNorm2d(C). PyTorch's default init.
+ * Parameters "stem.weight", "bn.weight", "bn.bias", "block1.conv1.weight", "block1.bn1.weight", ...,
+ * "fc.bias", the BatchNorms' buffers (running_mean, running_var, num_batches_tracked) in the state
+ * dict, as the same nn.Module in PyTorch (bench/bench_fashion_mnist.py --model residual); eval mode
+ * (cg_module_train) normalises with the running statistics. For Fashion-MNIST: (1, 28, 28, 10, 32). */
 CG_API cg_module *cg_residual_net_new(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes,
                                       int64_t channels, cg_device d);
+
+/* A ResNet-18 for small images (the usual CIFAR-style variant, here for 28 x 28 Fashion-MNIST), as
+ * torchvision's resnet18 with BasicBlocks [2, 2, 2, 2] but a 3x3 stride-1 stem and no max-pool:
+ *   conv1 Conv2d(in_channels, w, 3, padding=1, bias=False), bn1 BatchNorm2d(w), ReLU,
+ *   layer1..layer4: two BasicBlocks each, of w, 2w, 4w, 8w channels, the first block of layer2..4
+ *     with stride 2 and a shortcut downsample = Sequential(Conv2d(in, out, 1, stride 2, bias=False),
+ *     BatchNorm2d(out)); a BasicBlock is relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)) with
+ *     3x3 convolutions (padding 1, no bias),
+ *   AdaptiveAvgPool2d((1, 1)), flatten, fc Linear(8w, num_classes).
+ * x (N, in_channels, H, W), any H, W >= 1 (28 x 28: 28, 14, 7, 4 per layer) -> (N, num_classes).
+ * w = width (torchvision: 64). torchvision's init: every conv weight kaiming_normal_(mode='fan_out',
+ * nonlinearity='relu'), BatchNorm weight 1 and bias 0, fc PyTorch's Linear default. Parameter and
+ * buffer names as torchvision's: "conv1.weight", "bn1.weight", "layer1.0.conv1.weight",
+ * "layer2.0.downsample.0.weight", "layer2.0.downsample.1.running_mean", ..., "fc.weight", "fc.bias"
+ * (bench/bench_fashion_mnist.py --model resnet18 is the same nn.Module). in_channels, num_classes,
+ * width > 0. For Fashion-MNIST: (1, 10, 64), 11,172,810 parameters. */
+CG_API cg_module *cg_resnet18_new(int64_t in_channels, int64_t num_classes, int64_t width, cg_device d);
 
 #ifdef __cplusplus
 }
