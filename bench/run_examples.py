@@ -49,6 +49,15 @@ PROGRAMS = {
     "vae": Program("vae", "vae.py", "--device {device} --seed {seed}",
                    "--device cpu --seed {seed} --epochs 1 --limit 12800",
                    "test_loss", ("relative", 0.01), False),
+    # models/residual.c and models/resnet.c through train_fashion_mnist: SGD 0.05 momentum 0.9, batch 128
+    "residual": Program("train_fashion_mnist", "bench_fashion_mnist.py",
+                        "--model residual --optimizer sgd --lr 0.05 --momentum 0.9 --epochs 5 --device {device} --seed {seed}",
+                        "--model residual --optimizer sgd --lr 0.05 --momentum 0.9 --epochs 1 --limit 12800 "
+                        "--device cpu --seed {seed}", "test_acc", ("points", 0.3), True),
+    "resnet18": Program("train_fashion_mnist", "bench_fashion_mnist.py",
+                        "--model resnet18 --optimizer sgd --lr 0.05 --momentum 0.9 --epochs 5 --device {device} --seed {seed}",
+                        "--model resnet18 --optimizer sgd --lr 0.05 --momentum 0.9 --epochs 1 --limit 2560 "
+                        "--test-limit 1000 --device cpu --seed {seed}", "test_acc", ("points", 0.3), True),
 }
 
 RESULT = re.compile(r"^result work=(\S+) impl=(\S+) seed=(\S+) (.*)$")
