@@ -301,6 +301,38 @@ static void idx_path(const char *dir, const char *name, char *buf, size_t len) {
     if (access(buf, R_OK) != 0) snprintf(buf, len, "%s/%s.gz", dir, name); /* errors name the .gz */
 }
 
+void eu_losses_add(eu_losses *l, double loss) {
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 64;
+        double *v = realloc(l->v, (size_t)cap * sizeof *v);
+        eu_expect(v != NULL, "host memory for the logged losses");
+        l->v = v, l->cap = cap;
+    }
+    l->v[l->n++] = loss;
+}
+
+/* The mean of v[0..n). */
+static double mean_of(const double *v, int64_t n) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += v[i];
+    return sum / (double)n;
+}
+
+void eu_expect_loss_fell(eu_losses *l) {
+    int64_t third = l->n / 3;
+    bool fell = false;
+    if (third > 0) {
+        double first = mean_of(l->v, third), last = mean_of(l->v + l->n - third, third);
+        printf("mean logged loss: %.6f over the first %lld, %.6f over the last %lld\n", first, (long long)third, last,
+               (long long)third);
+        fell = last < first;
+    }
+    free(l->v);
+    *l = (eu_losses){0};
+    eu_expect(third > 0, "at least 3 training losses logged (a smaller --log-interval or more data)");
+    eu_expect(fell, "the mean training loss over the last third of the logged steps is below that over the first");
+}
+
 bool eu_have_fashion_mnist(const char *dir) {
     char path[4096];
     idx_path(dir, "train-images-idx3-ubyte", path, sizeof path);

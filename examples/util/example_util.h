@@ -56,6 +56,18 @@ float eu_item(const cg_tensor *t);
 /* Prints "check failed: <what>" and exits 1 when ok is false (a wrong result, not an API error). */
 void eu_expect(int ok, const char *what);
 
+/* Training losses as a program logs them, for --check-loss-falls: whether the loss fell is judged on
+ * means (the first third of the logged values against the last third), not on two single batches,
+ * whose losses are noisy. Zero-initialise; eu_losses_add exits 1 when out of host memory. */
+typedef struct eu_losses {
+    double *v;
+    int64_t n, cap;
+} eu_losses;
+void eu_losses_add(eu_losses *l, double loss);
+/* Prints the two means; exits 1 unless at least 3 losses were logged and the last third's mean is
+ * below the first third's. Frees the values either way. */
+void eu_expect_loss_fell(eu_losses *l);
+
 /* Checks 25 entries of r = x @ x (x square, n x n, entries >= 0 so nothing cancels), corners
  * included, against double-precision dot products with fp32 matmul's rtol 1e-4; exits 1 if one
  * is off. */
