@@ -301,6 +301,12 @@ static void idx_path(const char *dir, const char *name, char *buf, size_t len) {
     if (access(buf, R_OK) != 0) snprintf(buf, len, "%s/%s.gz", dir, name); /* errors name the .gz */
 }
 
+bool eu_have_fashion_mnist(const char *dir) {
+    char path[4096];
+    idx_path(dir, "train-images-idx3-ubyte", path, sizeof path);
+    return access(path, R_OK) == 0;
+}
+
 cg_dataset *eu_fashion_mnist(const char *dir, bool train, int64_t limit, float mean, float std, cg_device d) {
     char images_path[4096], labels_path[4096];
     idx_path(dir, train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte", images_path, sizeof images_path);

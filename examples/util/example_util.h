@@ -39,6 +39,9 @@ void eu_take_string(int *argc, char **argv, const char *name, const char **value
 /* Fashion-MNIST's training or test set from dir ("<name>" or "<name>.gz" IDX files) on d, pixels
  * normalised as ((p / 255) - mean) / std, only the first `limit` images when 0 < limit < N. */
 cg_dataset *eu_fashion_mnist(const char *dir, bool train, int64_t limit, float mean, float std, cg_device d);
+/* Whether dir holds Fashion-MNIST's training images ("<name>" or "<name>.gz"): a program without them
+ * exits 77, CTest's "skipped". */
+bool eu_have_fashion_mnist(const char *dir);
 
 /* ---- errors: any cgrad failure ends the program with cg_last_error() and exit code 1 ------- */
 cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int line);
