@@ -29,9 +29,12 @@
  * (a status line every N steps, default 100: upstream prints every step, and each line waits for the device),
  * --check-loss-falls (exit 1 unless the discriminator's loss over the last quarter of the steps is below
  * the first quarter's); the samples are written at the end of the epoch, not every 100 steps; --manualSeed
- * defaults to 1 (upstream draws one); Fashion-MNIST missing: exit 77 (CTest's "skipped").
+ * defaults to 1 (upstream draws one); --netG / --netD read safetensors parameters (these checkpoints, or a
+ * PyTorch state_dict saved as safetensors, whose BatchNorm running statistics are not read); --dataset,
+ * --workers, --imageSize, --ngpu and --accel are not offered (one data set, at 32x32, on --device);
+ * Fashion-MNIST missing: exit 77 (CTest's "skipped").
  * --replay FILE runs the 50 steps tests/make_dcgan_fixtures.py recorded (PyTorch's initial weights, real
- * batches and noise) and prints each step's losses beside PyTorch's; --check-replay exits 1 unless every
+ * batches, noise and Adam settings) and prints each step's losses beside PyTorch's; --check-replay exits 1 unless every
  * errD and errG is within 1e-3 relative of PyTorch's. The last line of a training run reads
  * "result work=dcgan_... impl=cgrad seed=S loss_d=... loss_g=... images_per_s=..." (bench/dcgan.py's). */
 #define _POSIX_C_SOURCE 200809L /* mkdir */
@@ -521,8 +524,10 @@ int main(int argc, char **argv) {
 
     cg_tensor *images = padded_images(data_dir, o.limit, device);
     gan g = gan_new(o.nz, ngf, ndf, lr, beta1, device);
-    if (netG_path) CHECK_OK(cg_load_safetensors(g.netG, netG_path));
-    if (netD_path) CHECK_OK(cg_load_safetensors(g.netD, netD_path));
+    /* the parameters; a PyTorch state_dict's BatchNorm running statistics are left out (training mode
+     * normalises with each batch's own) */
+    if (netG_path) CHECK_OK(cg_load_safetensors_flags(g.netG, netG_path, CG_SAFETENSORS_ALLOW_UNEXPECTED));
+    if (netD_path) CHECK_OK(cg_load_safetensors_flags(g.netD, netD_path, CG_SAFETENSORS_ALLOW_UNEXPECTED));
     cg_tensor *fixed_noise = CHECK(cg_randn(4, (const int64_t[]){o.batch_size, o.nz, 1, 1}, device));
     {
         cg_scope *scope = cg_scope_begin();
