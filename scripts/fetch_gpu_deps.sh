@@ -6,7 +6,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PACKAGES=(libcmocka0 libcmocka-dev libcjson1 libcjson-dev dataset-fashion-mnist "$@")
+PACKAGES=(libcmocka0 libcmocka-dev libcjson1 libcjson-dev libpng16-16 libpng-dev dataset-fashion-mnist "$@")
 DEST=$ROOT/.deps/debs
 
 tmp=$(mktemp -d)

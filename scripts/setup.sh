@@ -19,7 +19,7 @@ cd "$ROOT"
 BUILD_DIR=${BUILD_DIR:-build}
 DEPS=$ROOT/.deps
 PACKAGES=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev zlib1g-dev
-          libopenmpi-dev openmpi-bin libcjson-dev dataset-fashion-mnist)
+          libopenmpi-dev openmpi-bin libcjson-dev libpng-dev dataset-fashion-mnist)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
