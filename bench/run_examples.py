@@ -26,6 +26,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class Program:
     """One port. `args` is the configuration both sides share ({device} and {seed} filled in);
-    `cpu_args` replaces it for CPU throughput runs. `floor` is ("points", x) or ("relative", x)."""
+    `cpu_args` replaces it for CPU throughput runs. `floor` is ("points", x) or ("relative", x); a
+    program whose check is elsewhere (dcgan's replay test) has metric None: throughput only."""
 
     def __init__(self, c, py, args, cpu_args, metric, floor, higher_is_better):
         self.c, self.py, self.args, self.cpu_args = c, py, args, cpu_args
@@ -58,15 +60,19 @@ PROGRAMS = {
                         "--model resnet18 --optimizer sgd --lr 0.05 --momentum 0.9 --epochs 5 --device {device} --seed {seed}",
                         "--model resnet18 --optimizer sgd --lr 0.05 --momentum 0.9 --epochs 1 --limit 2560 "
                         "--test-limit 1000 --device cpu --seed {seed}", "test_acc", ("points", 0.3), True),
+    # upstream's sizes (batch 64, nz 100, ngf = ndf = 64) at 32x32, 5 epochs; its check is the 50-step replay
+    "dcgan": Program("dcgan", "dcgan.py", "--device {device} --seed {seed} --niter 5",
+                     "--device cpu --seed {seed} --niter 1 --limit 3200", None, None, None),
 }
 
 RESULT = re.compile(r"^result work=(\S+) impl=(\S+) seed=(\S+) (.*)$")
 
 
-def run_side(cmd, env, log):
-    """Runs one side; returns its result fields (a dict) or None, with the output appended to log."""
+def run_side(cmd, env, log, workdir):
+    """Runs one side in workdir (where a program writes its samples and checkpoints); returns its result
+    fields (a dict) or None, with the output appended to log."""
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seconds = time.perf_counter() - start
     log.write(f"$ {shlex.join(cmd)}\n{proc.stdout}# exit {proc.returncode} after {seconds:.1f} s\n\n")
     log.flush()
@@ -97,9 +103,9 @@ def summarize(name, p, runs, device):
     rt = statistics.median(float(r[rate_key]) for r in t) if t and rate_key else None
     ratio = rc / rt if rc and rt else None
     rates = [cell(rc, ".0f"), cell(rt, ".0f"), cell(ratio, ".2f") + ("x" if ratio else "")]
-    if device == "cpu" or len(c) < 2 or len(t) < 2 or len(c) != len(runs["cgrad"]) or len(t) != len(runs["pytorch"]):
-        ok = device == "cpu" and len(c) == len(runs["cgrad"]) and len(t) == len(runs["pytorch"])
-        return [name, p.metric, "-", "-", "-", "-", "ok" if ok else "FAILED RUNS"] + rates, ok
+    if device == "cpu" or p.metric is None or len(c) < 2 or len(t) < 2 or len(c) != len(runs["cgrad"]) or len(t) != len(runs["pytorch"]):
+        ok = (device == "cpu" or p.metric is None) and len(c) == len(runs["cgrad"]) and len(t) == len(runs["pytorch"])
+        return [name, p.metric or "-", "-", "-", "-", "-", "ok" if ok else "FAILED RUNS"] + rates, ok
     mc = [float(r[p.metric]) for r in c]
     mt = [float(r[p.metric]) for r in t]
     sc, st = statistics.stdev(mc), statistics.stdev(mt)
@@ -133,8 +139,9 @@ def main():
     env = dict(os.environ)
     if args.device == "cpu":
         env["OMP_NUM_THREADS"] = str(args.threads)
+    args.build = os.path.abspath(args.build)
     rows, all_ok = [], True
-    with open(args.log, "w") as log:
+    with open(args.log, "w") as log, tempfile.TemporaryDirectory(prefix="run_examples.") as workdir:
         for name in names:
             p = PROGRAMS[name]
             print(f"# {name}", flush=True)
@@ -143,7 +150,7 @@ def main():
                 c, py = commands(name, p, args, seed)
                 order = [("cgrad", c), ("pytorch", py)] if i % 2 == 0 else [("pytorch", py), ("cgrad", c)]
                 for side, cmd in order:
-                    runs[side].append(run_side(cmd, env, log))
+                    runs[side].append(run_side(cmd, env, log, workdir))
             row, ok = summarize(name, p, runs, args.device)
             rows.append(row)
             all_ok = all_ok and ok
