@@ -27,10 +27,11 @@
  *     result work=mnist_rnn_e<epochs> impl=cgrad seed=<s> test_acc=<%> images_per_s=<rate>
  *
  * Dropout: main.py's dropout1 and dropout2 are nn.Dropout2d(0.25) and (0.5) applied to 2-D (batch, 64) and
- * (batch, 32) tensors. PyTorch (1.12 up to 2.11) warns that a 2-D input to dropout2d is deprecated, then
- * runs feature dropout on it, whose mask has the input's first two sizes, (batch, features): every element
- * is dropped on its own with probability p and the rest scaled by 1 / (1 - p), which is plain dropout. So
- * both are cg_dropout_new here (cg_dropout2d takes (N, C, H, W) or (C, H, W) only); the names stay. */
+ * (batch, 32) tensors. PyTorch (since 1.12; checked on 1.13, the version at hand) warns once that a 2-D
+ * input to dropout2d is deprecated, then runs feature dropout on it, whose mask has the input's first two
+ * sizes, (batch, features): every element is dropped on its own with probability p and the rest scaled by
+ * 1 / (1 - p), which is plain dropout. So both are cg_dropout_new here (cg_dropout2d takes (N, C, H, W) or
+ * (C, H, W) only), without the warning; the names stay. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
