@@ -1,10 +1,12 @@
 """pytorch/examples' mnist_rnn/main.py, the PyTorch side of examples/mnist_rnn.c: the same LSTM classifier
 (each image's 28 rows as 28 steps, the last step's output through BatchNorm1d, dropout, fc1, fc2), Adadelta
 and StepLR on nll_loss, with the same flags and defaults, on Fashion-MNIST held on the device and
-shuffled there (as cgrad's loader does) so that both sides time the training, not the data pipeline.
+shuffled there (as cgrad's loader does) so that both sides time the training, not the data pipeline:
+each epoch's order is a device randperm from a generator seeded with --seed. True fp32 unless --tf32.
 
-    python3 bench/mnist_rnn.py [--device cuda] [--epochs 14] [--batch-size 64] [--lr 0.1] [--gamma 0.7]
-                               [--seed 1] [--log-interval 10] [--limit N] [--threads N] [--dry-run]
+    python3 bench/mnist_rnn.py [--batch-size 64] [--test-batch-size 1000] [--epochs 14] [--lr 0.1]
+        [--gamma 0.7] [--accel | --no-accel] [--dry-run] [--seed 1] [--log-interval 10] [--save-model]
+        [--device cpu|cuda] [--limit N] [--threads N] [--data DIR]
 
 The last line reads "result work=mnist_rnn_e<epochs> impl=pytorch seed=<s> test_acc=<%> images_per_s=<rate>"
 (the final test accuracy; the median epoch's training images per second, the loop's wall time with the
@@ -42,13 +44,13 @@ class Net(nn.Module):
         return F.log_softmax(h, dim=1)
 
 
-def train(args, model, device, data, optimizer, epoch):
+def train(args, model, device, data, optimizer, epoch, generator):
     """One epoch over the shuffled training set; returns its images per second."""
     images, labels = data
     n, b = len(images), args.batch_size
     batches = (n + b - 1) // b
     model.train()
-    order = torch.randperm(n, device=device)
+    order = torch.randperm(n, device=device, generator=generator)
     start, seen = ec.now(device), 0
     for batch_idx in range(batches):
         index = order[batch_idx * b:(batch_idx + 1) * b]
@@ -92,30 +94,40 @@ def main():
     parser.add_argument("--epochs", type=int, default=14)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--gamma", type=float, default=0.7)
+    parser.add_argument("--accel", action="store_true", help="the accelerator (the default when there is one)")
+    parser.add_argument("--no-accel", action="store_true", help="trains on the CPU")
     parser.add_argument("--dry-run", action="store_true", help="one batch per epoch")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-interval", type=int, default=10)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--save-model", action="store_true", help="writes mnist_rnn.pt")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--data", default=ec.DEFAULT_DIR)
     parser.add_argument("--limit", type=int, default=0, help="the first N training and test images only")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
     parser.add_argument("--tf32", action="store_true", help="allow TF32 (the comparison is true fp32)")
     args = parser.parse_args()
 
-    device = ec.setup(args.device, args.threads, args.tf32)
+    if args.accel and args.no_accel:
+        parser.error("--accel and --no-accel contradict each other")
+    device = ec.setup("cpu" if args.no_accel else args.device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                      args.threads, args.tf32)
     torch.manual_seed(args.seed)
     train_data = ec.fashion_mnist(args.data, True, device, limit=args.limit)
     test_data = ec.fashion_mnist(args.data, False, device, limit=args.limit)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(args.seed)
     model = Net().to(device)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=args.lr)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.gamma)
     rates, accuracy = [], float("nan")
     for epoch in range(1, args.epochs + 1):
-        rates.append(train(args, model, device, train_data, optimizer, epoch))
+        rates.append(train(args, model, device, train_data, optimizer, epoch, generator))
         accuracy = test(args, model, test_data)
         scheduler.step()
-    ec.result(f"mnist_rnn_e{args.epochs}", args.seed, test_acc=f"{accuracy:.2f}",
-              images_per_s=f"{statistics.median(rates):.0f}")
+    if args.save_model:
+        torch.save(model.state_dict(), "mnist_rnn.pt")
+    ec.result(f"mnist_rnn_e{args.epochs}", args.seed, test_acc=round(accuracy, 2),
+              images_per_s=round(statistics.median(rates)))
 
 
 if __name__ == "__main__":

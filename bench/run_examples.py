@@ -63,6 +63,10 @@ PROGRAMS = {
     # upstream's sizes (batch 64, nz 100, ngf = ndf = 64) at 32x32, 5 epochs; its check is the 50-step replay
     "dcgan": Program("dcgan", "dcgan.py", "--device {device} --seed {seed} --niter 5",
                      "--device cpu --seed {seed} --niter 1 --limit 3200", None, None, None),
+    # upstream's defaults (14 epochs of batch 64, Adadelta 0.1, StepLR 0.7): about 20-30 s a side on an H100
+    "mnist_rnn": Program("mnist_rnn", "mnist_rnn.py", "--device {device} --seed {seed} --log-interval 100",
+                         "--device cpu --seed {seed} --epochs 1 --limit 6400 --log-interval 100",
+                         "test_acc", ("points", 0.3), True),
 }
 
 RESULT = re.compile(r"^result work=(\S+) impl=(\S+) seed=(\S+) (.*)$")
