@@ -20,10 +20,11 @@
  * The device is the best present unless --device or --no-accel says otherwise (main.py trains on the CPU
  * unless --accel; --accel is accepted and asks for the accelerator, the default here). Additions for a
  * quick check: --limit N uses the first N training and test images; --check-loss-falls exits 1 unless the
- * logged training loss fell (eu_expect_loss_fell: the first third against the last). The images are normalised with Fashion-MNIST's mean and
- * std (CG_FASHION_MNIST_MEAN / _STD) where main.py has MNIST's. When the data set is not found the program
- * exits 77 (CTest's "skipped"). --save-model writes mnist_rnn.safetensors. The last line gives the final
- * test accuracy and the training throughput (the median epoch's images per second):
+ * logged training loss fell (eu_expect_loss_fell: the first third against the last). The images are
+ * normalised with Fashion-MNIST's mean and std (CG_FASHION_MNIST_MEAN / _STD) where main.py has MNIST's.
+ * When the data set is not found the program exits 77 (CTest's "skipped"). --save-model writes
+ * mnist_rnn.safetensors. The last line gives the final test accuracy and the training throughput (the
+ * median epoch's images per second), as bench/mnist_rnn.py's, the same program in PyTorch:
  *     result work=mnist_rnn_e<epochs> impl=cgrad seed=<s> test_acc=<%> images_per_s=<rate>
  *
  * Dropout: main.py's dropout1 and dropout2 are nn.Dropout2d(0.25) and (0.5) applied to 2-D (batch, 64) and
