@@ -7,10 +7,11 @@ characters of Shakespeare read from the same file, the data held on the device.
 
 The tokens are the distinct bytes of the whole file, sorted; its first 90% (size * 9 // 10 bytes) is the
 training text, the rest the validation text. --bench is the measured configuration: one epoch over the
-whole corpus (--epochs 1) with upstream's other defaults (lr 20, clip 0.25, batch 20, bptt 35, 2 x 200). The last line reads "result work=wlm_e<epochs>[_mb<N>][_n<N>] impl=pytorch
-seed=<s> val_ppl=<the best epoch's validation perplexity> tokens_per_s=<the median epoch's training
-throughput>", as the C program's. As the C program, the training loss is summed on the device (no
-sync per step, where upstream calls loss.item() at every batch).
+whole corpus (--epochs 1) with upstream's other defaults (lr 20, clip 0.25, batch 20, bptt 35, 2 x 200).
+The last line reads "result work=wlm_e<epochs>[_mb<N>][_n<N>] impl=pytorch seed=<s> val_ppl=<the best
+epoch's validation perplexity> tokens_per_s=<the median epoch's training throughput>", as the C
+program's. As the C program, the training loss is summed on the device (no sync per step, where
+upstream calls loss.item() at every batch).
 """
 import argparse
 import math

@@ -5,7 +5,7 @@
  *
  *     class RNNModel(nn.Module):                         typedef struct { cg_module *drop, *encoder, ...; } rnn_model;
  *         def __init__(self, rnn_type, ntoken, ...):     cg_module *rnn_model_new(const config *c, cg_device d)
- *             self.encoder = nn.Embedding(ntoken, ninp)     m->encoder = cg_module_register_module(..., cg_embedding_new(...))
+ *             self.encoder = nn.Embedding(ntoken, ninp)     m->encoder = cg_module_register_module(..., embedding)
  *             self.rnn = nn.LSTM(ninp, nhid, nlayers, dropout=dropout)
  *             self.decoder = nn.Linear(nhid, ntoken)
  *         def forward(self, input, hidden):              static cg_status rnn_model_forward(...)
@@ -103,7 +103,8 @@ static cg_module *rnn_model_new(const config *c, cg_device d) {
     m->decoder = cg_module_register_module(model, "decoder", cg_linear_new(c->nhid, c->ntoken, true, d));
     bool ok = m->drop && m->encoder && m->rnn && m->decoder;
     /* self.decoder.weight = self.encoder.weight (Press & Wolf 2016, Inan et al. 2016) */
-    if (ok && c->tied) ok = cg_module_tie_parameter(m->decoder, "weight", cg_module_get_parameter(m->encoder, "weight")) == CG_OK;
+    if (ok && c->tied)
+        ok = cg_module_tie_parameter(m->decoder, "weight", cg_module_get_parameter(m->encoder, "weight")) == CG_OK;
     if (!ok || init_weights(model) != CG_OK) {
         cg_module_free(model);
         return NULL;
@@ -247,7 +248,7 @@ int main(int argc, char **argv) {
     int64_t emsize = 200, nhid = 200, batch_size = 20, bptt = 35, limit = 0, max_batches = 0;
     int nlayers = 2, epochs = 40, seed = 1111, log_interval = 200;
     float lr = 20.0f, clip = 0.25f, dropout = 0.2f;
-    if (bench) epochs = 1; /* the measured configuration: one epoch over the whole corpus (bench/word_language_model.py) */
+    if (bench) epochs = 1; /* the measured configuration: one epoch of the whole corpus */
     cg_device device = cg_default_device();
     eu_flag flags[] = {
         {"--emsize", EU_SIZE, &emsize, 1, "size of word embeddings"},
