@@ -63,6 +63,11 @@ PROGRAMS = {
     # upstream's sizes (batch 64, nz 100, ngf = ndf = 64) at 32x32, 5 epochs; its check is the 50-step replay
     "dcgan": Program("dcgan", "dcgan.py", "--device {device} --seed {seed} --niter 5",
                      "--device cpu --seed {seed} --niter 1 --limit 3200", None, None, None),
+    # upstream's LSTM (2 x 200, batch 20, bptt 35, SGD lr 20, clip 0.25) on Shakespeare's characters: one epoch
+    "word_language_model": Program("word_language_model", "word_language_model.py",
+                                   "--device {device} --seed {seed} --bench",
+                                   "--device cpu --seed {seed} --epochs 1 --max-batches 200 --limit 1000000",
+                                   "val_ppl", ("relative", 0.02), False),
 }
 
 RESULT = re.compile(r"^result work=(\S+) impl=(\S+) seed=(\S+) (.*)$")
