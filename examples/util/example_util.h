@@ -43,6 +43,27 @@ cg_dataset *eu_fashion_mnist(const char *dir, bool train, int64_t limit, float m
  * CTest's "skipped". */
 bool eu_have_fashion_mnist(const char *dir);
 
+/* A byte-level text corpus split 90/10 (word_language_model; the GPT of #33 reads it too): the tokens are
+ * the distinct bytes of the whole file, sorted (vocab of them), ids 0 .. vocab - 1 in byte order; the
+ * first size * 9 / 10 bytes (integer division) are the training text, the rest the validation text. */
+typedef struct eu_corpus {
+    unsigned char *text; /* the first `size` bytes of the file */
+    int64_t size, n_train;
+    int vocab;
+    unsigned char itos[256]; /* token id -> byte */
+    int stoi[256];           /* byte -> token id, -1 for a byte the file lacks */
+} eu_corpus;
+/* Where the Shakespeare corpus is: $CGRAD_SHAKESPEARE, else CG_SHAKESPEARE_PATH (CMake: .deps/shakespeare/
+ * shakespeare.txt in the source tree, which scripts/fetch_shakespeare.sh writes). */
+const char *eu_shakespeare_path(void);
+/* Reads path into c, only the first `limit` bytes when 0 < limit < the file's size (the vocabulary is
+ * still the whole file's). Returns false, c untouched, when the file cannot be opened (the caller
+ * skips: exit 77); exits 1 on a read error or when a split would be empty. */
+bool eu_corpus_read(const char *path, int64_t limit, eu_corpus *c);
+/* The training (or validation) text as token ids: int64 (n) on d. */
+cg_tensor *eu_corpus_tokens(const eu_corpus *c, bool train, cg_device d);
+void eu_corpus_free(eu_corpus *c);
+
 /* ---- errors: any cgrad failure ends the program with cg_last_error() and exit code 1 ------- */
 cg_tensor *eu_check_tensor(cg_tensor *t, const char *expr, const char *file, int line);
 void *eu_check_ptr(void *p, const char *expr, const char *file, int line);
