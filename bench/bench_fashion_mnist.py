@@ -33,13 +33,8 @@ Usage: bench/bench_fashion_mnist.py [--model mlp|cnn|residual|resnet18] [--optim
        [--momentum M] [--epochs 10] [--seeds 0,1,2 | --seed S] [--device cuda|cpu] [--limit N]
        [--test-limit N] [--threads N] [--dropout P] [--width W] [--tf32] [--data DIR]"""
 import argparse
-import gzip
-import os
 import statistics
 import sys
-import time
-
-import numpy as np
 
 try:
     import torch
@@ -47,43 +42,7 @@ except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
 
-MEAN, STD = 0.2860, 0.3530
-DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path, ndim):
-    """A uint8 IDX file (gzip-compressed or plain) as a numpy array, with its header checked."""
-    if not os.path.exists(path) and path.endswith(".gz") and os.path.exists(path[:-3]):
-        path = path[:-3]
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    magic = int.from_bytes(data[0:4], "big")
-    if magic != 0x0800 | ndim:
-        raise ValueError(f"{path}: bad magic 0x{magic:08x} (want 0x{0x0800 | ndim:08x})")
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if body.size != int(np.prod(dims)):
-        raise ValueError(f"{path}: {body.size} bytes of data for dims {dims}")
-    return body.reshape(dims)
-
-
-def load(data_dir, train, device, flat, limit=0):
-    """(images (N, 784) if flat else (N, 1, 28, 28), float32 normalised; labels (N) int64) on the device."""
-    prefix = "train" if train else "t10k"
-    images = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"), 3)
-    labels = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"), 1)
-    if limit > 0:
-        images, labels = images[:limit], labels[:limit]
-    shape = (len(images), -1) if flat else (len(images), 1, images.shape[1], images.shape[2])
-    x = (images.reshape(shape).astype(np.float32) / np.float32(255.0) - np.float32(MEAN)) \
-        / np.float32(STD)
-    return (torch.from_numpy(x).to(device), torch.from_numpy(labels.astype(np.int64)).to(device))
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+import example_common as ec  # noqa: E402 (after the check that PyTorch is there)
 
 
 def test_accuracy(model, x, y):
@@ -207,8 +166,7 @@ def run(seed, args, device, train, test):
     nbatches = (n + args.batch - 1) // args.batch
     rates, acc = [], float("nan")
     for epoch in range(1, args.epochs + 1):
-        sync(device)
-        start = time.perf_counter()
+        start = ec.now(device)
         perm = torch.randperm(n, device=device, generator=gen)
         loss_sum = torch.zeros((), device=device)
         for b in range(nbatches):
@@ -220,8 +178,7 @@ def run(seed, args, device, train, test):
             optimizer.step()
             loss_sum += loss.detach() * len(idx)
         train_loss = float(loss_sum) / n  # waits for the epoch's work
-        sync(device)
-        seconds = time.perf_counter() - start
+        seconds = ec.now(device) - start
         rates.append(n / seconds)
         acc = test_accuracy(model, *test)
         print(f"seed {seed} epoch {epoch}: train loss {train_loss:.4f}, test accuracy {acc:.2f}%, "
@@ -259,7 +216,7 @@ def main():
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: default)")
-    p.add_argument("--data", default=os.environ.get("CGRAD_FASHION_MNIST_DIR", DEFAULT_DIR))
+    p.add_argument("--data", default=ec.DEFAULT_DIR)
     args = p.parse_args()
     seeds = [args.seed] if args.seed is not None else [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.epochs < 1 or args.batch < 1 or min(args.limit, args.test_limit, args.width) < 0 or not seeds \
@@ -278,8 +235,8 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"CPU, {torch.get_num_threads()} threads"
     flat = args.model == "mlp"
-    train = load(args.data, True, device, flat, args.limit)
-    test = load(args.data, False, device, flat, args.test_limit)
+    train = ec.fashion_mnist(args.data, True, device, flat, args.limit)
+    test = ec.fashion_mnist(args.data, False, device, flat, args.test_limit)
     print(f"# PyTorch {torch.__version__} on {device} ({name}): {len(train[0])} training images, "
           f"{args.model.upper()}{f' with Dropout({args.dropout:g})' if args.dropout > 0 else ''}"
           f"{f' width {args.width}' if args.width else ''}, batch {args.batch}, {optimizer_desc(args)}, {args.epochs} epochs, "

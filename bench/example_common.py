@@ -79,6 +79,52 @@ def now(device):
     return time.perf_counter()
 
 
+def nll_train(model, device, data, optimizer, epoch, generator, batch_size, log_interval, dry_run):
+    """train() of pytorch/examples' mnist/main.py (mnist_rnn/main.py repeats it): one epoch of nll_loss
+    steps over data (images, labels) in a device randperm from generator, its "Train Epoch" lines (each
+    reads the loss back); with dry_run, one batch. Returns the epoch's images per second."""
+    images, labels = data
+    n = len(images)
+    batches = (n + batch_size - 1) // batch_size
+    model.train()
+    start = now(device)
+    order = torch.randperm(n, device=device, generator=generator)
+    seen = 0
+    for batch_idx in range(batches):
+        index = order[batch_idx * batch_size:(batch_idx + 1) * batch_size]
+        optimizer.zero_grad()
+        loss = torch.nn.functional.nll_loss(model(images[index]), labels[index])
+        loss.backward()
+        optimizer.step()
+        stop = False
+        if batch_idx % log_interval == 0:
+            print(f"Train Epoch: {epoch} [{seen}/{n} ({100.0 * batch_idx / batches:.0f}%)]\tLoss: {loss.item():.6f}")
+            stop = dry_run
+        seen += len(index)
+        if stop:
+            break
+    return seen / (now(device) - start)
+
+
+def nll_test(model, data, batch_size, one_batch=False):
+    """test() of mnist/main.py: the summed nll_loss and the correct predictions over data in eval mode,
+    without gradients (one batch only with one_batch, as mnist_rnn's dry run), its "Test set" line.
+    Returns the accuracy in percent."""
+    images, labels = data
+    model.eval()
+    test_loss, correct = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(images), batch_size):
+            output = model(images[i:i + batch_size])
+            test_loss += torch.nn.functional.nll_loss(output, labels[i:i + batch_size], reduction="sum").item()
+            correct += (output.argmax(dim=1) == labels[i:i + batch_size]).sum().item()
+            if one_batch:
+                break
+    n = len(images)
+    print(f"\nTest set: Average loss: {test_loss / n:.4f}, Accuracy: {correct}/{n} ({100.0 * correct / n:.0f}%)\n")
+    return 100.0 * correct / n
+
+
 def result(work, seed, **fields):
     """Prints the result line; floats with 6 significant digits (round them first for fewer)."""
     def fmt(v):

@@ -41,44 +41,6 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-def train(args, model, device, data, optimizer, epoch, generator):
-    """One epoch; returns its training throughput in images/s."""
-    model.train()
-    x, y = data
-    n = len(x)
-    start = ec.now(device)
-    order = torch.randperm(n, device=device, generator=generator)
-    seen = 0
-    for batch_idx, i in enumerate(range(0, n, args.batch_size)):
-        idx = order[i:i + args.batch_size]
-        optimizer.zero_grad()
-        loss = F.nll_loss(model(x[idx]), y[idx])
-        loss.backward()
-        optimizer.step()
-        if batch_idx % args.log_interval == 0:
-            print(f"Train Epoch: {epoch} [{seen}/{n} ({100.0 * batch_idx / ((n + args.batch_size - 1) // args.batch_size):.0f}%)]"
-                  f"\tLoss: {loss.item():.6f}")
-            if args.dry_run:
-                break
-        seen += len(idx)
-    return seen / (ec.now(device) - start)
-
-
-def test(args, model, data):
-    """Prints the test loss and accuracy as main.py does; returns the accuracy in percent."""
-    model.eval()
-    x, y = data
-    test_loss, correct = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(x), args.test_batch_size):
-            output = model(x[i:i + args.test_batch_size])
-            test_loss += F.nll_loss(output, y[i:i + args.test_batch_size], reduction="sum").item()
-            correct += (output.argmax(dim=1) == y[i:i + args.test_batch_size]).sum().item()
-    test_loss /= len(x)
-    print(f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {correct}/{len(x)} ({100.0 * correct / len(x):.0f}%)\n")
-    return 100.0 * correct / len(x)
-
-
 def main():
     p = argparse.ArgumentParser(description="PyTorch MNIST Example (on Fashion-MNIST)")
     p.add_argument("--batch-size", type=int, default=64)
@@ -110,8 +72,9 @@ def main():
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
     rates, accuracy = [], float("nan")
     for epoch in range(1, args.epochs + 1):
-        rates.append(train(args, model, device, train_data, optimizer, epoch, generator))
-        accuracy = test(args, model, test_data)
+        rates.append(ec.nll_train(model, device, train_data, optimizer, epoch, generator, args.batch_size,
+                                  args.log_interval, args.dry_run))
+        accuracy = ec.nll_test(model, test_data, args.test_batch_size)
         scheduler.step()
     if args.save_model:
         torch.save(model.state_dict(), "mnist_cnn.pt")

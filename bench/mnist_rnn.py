@@ -44,49 +44,6 @@ class Net(nn.Module):
         return F.log_softmax(h, dim=1)
 
 
-def train(args, model, device, data, optimizer, epoch, generator):
-    """One epoch over the shuffled training set; returns its images per second."""
-    images, labels = data
-    n, b = len(images), args.batch_size
-    batches = (n + b - 1) // b
-    model.train()
-    order = torch.randperm(n, device=device, generator=generator)
-    start, seen = ec.now(device), 0
-    for batch_idx in range(batches):
-        index = order[batch_idx * b:(batch_idx + 1) * b]
-        x, target = images[index], labels[index]
-        optimizer.zero_grad()
-        loss = F.nll_loss(model(x), target)
-        loss.backward()
-        optimizer.step()
-        stop = False
-        if batch_idx % args.log_interval == 0:
-            print(f"Train Epoch: {epoch} [{seen}/{n} ({100.0 * batch_idx / batches:.0f}%)]\tLoss: {loss.item():.6f}")
-            stop = args.dry_run
-        seen += len(x)
-        if stop:
-            break
-    return seen / (ec.now(device) - start)
-
-
-def test(args, model, data):
-    """The test set's accuracy in percent."""
-    images, labels = data
-    model.eval()
-    test_loss, correct = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(images), args.test_batch_size):
-            x, target = images[i:i + args.test_batch_size], labels[i:i + args.test_batch_size]
-            output = model(x)
-            test_loss += F.nll_loss(output, target, reduction="sum").item()
-            correct += (output.argmax(dim=1) == target).sum().item()
-            if args.dry_run:
-                break
-    n = len(images)
-    print(f"\nTest set: Average loss: {test_loss / n:.4f}, Accuracy: {correct}/{n} ({100.0 * correct / n:.0f}%)\n")
-    return 100.0 * correct / n
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch-size", type=int, default=64)
@@ -121,8 +78,9 @@ def main():
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.gamma)
     rates, accuracy = [], float("nan")
     for epoch in range(1, args.epochs + 1):
-        rates.append(train(args, model, device, train_data, optimizer, epoch, generator))
-        accuracy = test(args, model, test_data)
+        rates.append(ec.nll_train(model, device, train_data, optimizer, epoch, generator, args.batch_size,
+                                  args.log_interval, args.dry_run))
+        accuracy = ec.nll_test(model, test_data, args.test_batch_size, one_batch=args.dry_run)
         scheduler.step()
     if args.save_model:
         torch.save(model.state_dict(), "mnist_rnn.pt")

@@ -86,87 +86,6 @@ static cg_module *net_new(cg_device d) {
     return m;
 }
 
-/* ---- training and testing, as main.py's train() and test() --------------------------------------------- */
-typedef struct args {
-    int log_interval;
-    bool dry_run;
-    cg_device device;
-} args;
-
-/* One epoch; returns its training throughput in images per second (the loop's wall time, the device's
- * queued work included). */
-static double train(const args *a, cg_module *model, cg_loader *train_loader, int64_t n, cg_optimizer *optimizer,
-                    int epoch, eu_losses *log) {
-    cg_module_train(model, true);
-    int64_t batches = cg_loader_num_batches(train_loader), seen = 0;
-    CHECK_OK(cg_synchronize(a->device));
-    double start = eu_now();
-    for (int64_t batch_idx = 0;; batch_idx++) {
-        cg_scope *scope = cg_scope_begin();
-        cg_tensor *data, *target;
-        CHECK_OK(cg_loader_next(train_loader, &data, &target));
-        if (!data) {
-            cg_scope_end(scope);
-            break;
-        }
-        CHECK_OK(cg_optimizer_zero_grad(optimizer));
-        cg_tensor *output = CHECK(cg_module_forward(model, data));
-        cg_tensor *loss = CHECK(cg_nll_loss(output, target, NULL, CG_IGNORE_INDEX, CG_REDUCTION_MEAN));
-        CHECK_OK(cg_backward(loss));
-        CHECK_OK(cg_optimizer_step(optimizer));
-        bool stop = false;
-        if (a->log_interval > 0 && batch_idx % a->log_interval == 0) {
-            double value = eu_item(loss);
-            printf("Train Epoch: %d [%lld/%lld (%.0f%%)]\tLoss: %.6f\n", epoch, (long long)seen, (long long)n,
-                   100.0 * (double)batch_idx / (double)batches, value);
-            eu_losses_add(log, value);
-            stop = a->dry_run;
-        }
-        seen += cg_size(data, 0);
-        cg_scope_end(scope);
-        if (stop) break;
-    }
-    CHECK_OK(cg_synchronize(a->device));
-    double seconds = eu_now() - start;
-    if (a->dry_run) CHECK_OK(cg_loader_set_state(train_loader, (cg_loader_state){cg_loader_get_state(train_loader).epoch + 1, 0}));
-    return (double)seen / seconds;
-}
-
-/* The test set's accuracy in percent (main.py prints it rounded; the result line has two decimals). */
-static double test(const args *a, cg_module *model, cg_loader *test_loader, int64_t n) {
-    cg_module_train(model, false);
-    bool grad = cg_set_grad_enabled(false);
-    cg_tensor *test_loss = CHECK(cg_zeros(0, NULL, a->device));
-    int64_t correct = 0;
-    for (;;) {
-        cg_scope *scope = cg_scope_begin();
-        cg_tensor *data, *target;
-        CHECK_OK(cg_loader_next(test_loader, &data, &target));
-        if (!data) {
-            cg_scope_end(scope);
-            break;
-        }
-        cg_tensor *output = CHECK(cg_module_forward(model, data));
-        /* sum up batch loss */
-        CHECK_OK(cg_add_(test_loss, CHECK(cg_nll_loss(output, target, NULL, CG_IGNORE_INDEX, CG_REDUCTION_SUM))));
-        int64_t c = 0; /* the index of the max log-probability equals the target */
-        CHECK_OK(cg_accuracy(output, target, &c));
-        correct += c;
-        cg_scope_end(scope);
-        if (a->dry_run) {
-            CHECK_OK(cg_loader_set_state(test_loader, (cg_loader_state){cg_loader_get_state(test_loader).epoch + 1, 0}));
-            break;
-        }
-    }
-    double average = eu_item(test_loss) / (double)n;
-    cg_tensor_free(test_loss);
-    cg_set_grad_enabled(grad);
-    double accuracy = 100.0 * (double)correct / (double)n;
-    printf("\nTest set: Average loss: %.4f, Accuracy: %lld/%lld (%.0f%%)\n\n", average, (long long)correct,
-           (long long)n, accuracy);
-    return accuracy;
-}
-
 int main(int argc, char **argv) {
     const char *data_dir = getenv("CGRAD_FASHION_MNIST_DIR") ? getenv("CGRAD_FASHION_MNIST_DIR") : CG_FASHION_MNIST_DIR;
     eu_take_string(&argc, argv, "--data", &data_dir);
@@ -223,12 +142,13 @@ int main(int argc, char **argv) {
     cg_optimizer *optimizer = CHECK_PTR(cg_adadelta_new(model, adadelta));
     cg_lr_scheduler *scheduler = CHECK_PTR(cg_step_lr_new(optimizer, 1, gamma));
 
-    args a = {log_interval, dry_run, device};
     eu_losses log = {0};
+    /* main.py's train() and test(), as mnist/main.py's: in examples/util/example_util.c */
+    eu_nll_run run = {model, optimizer, device, log_interval, dry_run, true, &log};
     double *rates = CHECK_PTR(calloc((size_t)epochs, sizeof *rates)), accuracy = NAN;
     for (int epoch = 1; epoch <= epochs; epoch++) {
-        rates[epoch - 1] = train(&a, model, train_loader, cg_dataset_size(dataset1), optimizer, epoch, &log);
-        accuracy = test(&a, model, test_loader, cg_dataset_size(dataset2));
+        rates[epoch - 1] = eu_nll_train(&run, train_loader, cg_dataset_size(dataset1), epoch);
+        accuracy = eu_nll_test(&run, test_loader, cg_dataset_size(dataset2));
         CHECK_OK(cg_lr_scheduler_step(scheduler));
     }
     if (save_model) CHECK_OK(cg_save_safetensors(model, "mnist_rnn.safetensors"));

@@ -333,6 +333,79 @@ void eu_expect_loss_fell(eu_losses *l) {
     eu_expect(fell, "the mean training loss over the last third of the logged steps is below that over the first");
 }
 
+/* The next batch of loader into *data and *target in a fresh scope (*scope), or false at the epoch's end. */
+static bool next_batch(cg_loader *loader, cg_scope **scope, cg_tensor **data, cg_tensor **target) {
+    *scope = cg_scope_begin();
+    CHECK_OK(cg_loader_next(loader, data, target));
+    if (*data) return true;
+    cg_scope_end(*scope);
+    return false;
+}
+
+/* Moves loader to the next epoch, for a dry run that left this one early. */
+static void skip_epoch(cg_loader *loader) {
+    CHECK_OK(cg_loader_set_state(loader, (cg_loader_state){cg_loader_get_state(loader).epoch + 1, 0}));
+}
+
+double eu_nll_train(const eu_nll_run *r, cg_loader *loader, int64_t n, int epoch) {
+    cg_module_train(r->model, true);
+    int64_t batches = cg_loader_num_batches(loader), seen = 0;
+    CHECK_OK(cg_synchronize(r->device));
+    double start = eu_now();
+    cg_scope *scope;
+    cg_tensor *data, *target;
+    for (int64_t batch_idx = 0; next_batch(loader, &scope, &data, &target); batch_idx++) {
+        CHECK_OK(cg_optimizer_zero_grad(r->optimizer));
+        cg_tensor *output = CHECK(cg_module_forward(r->model, data));
+        cg_tensor *loss = CHECK(cg_nll_loss(output, target, NULL, CG_IGNORE_INDEX, CG_REDUCTION_MEAN));
+        CHECK_OK(cg_backward(loss));
+        CHECK_OK(cg_optimizer_step(r->optimizer));
+        bool stop = false;
+        if (r->log_interval > 0 && batch_idx % r->log_interval == 0) {
+            double value = eu_item(loss);
+            printf("Train Epoch: %d [%lld/%lld (%.0f%%)]\tLoss: %.6f\n", epoch, (long long)seen, (long long)n,
+                   100.0 * (double)batch_idx / (double)batches, value);
+            eu_losses_add(r->log, value);
+            stop = r->dry_run;
+        }
+        seen += cg_size(data, 0);
+        cg_scope_end(scope);
+        if (stop) break;
+    }
+    CHECK_OK(cg_synchronize(r->device));
+    double rate = (double)seen / (eu_now() - start);
+    if (r->dry_run) skip_epoch(loader);
+    return rate;
+}
+
+double eu_nll_test(const eu_nll_run *r, cg_loader *loader, int64_t n) {
+    cg_module_train(r->model, false);
+    bool grad = cg_set_grad_enabled(false);
+    cg_tensor *test_loss = CHECK(cg_zeros(0, NULL, r->device));
+    int64_t correct = 0;
+    cg_scope *scope;
+    cg_tensor *data, *target;
+    while (next_batch(loader, &scope, &data, &target)) {
+        cg_tensor *output = CHECK(cg_module_forward(r->model, data));
+        /* sum up batch loss */
+        CHECK_OK(cg_add_(test_loss, CHECK(cg_nll_loss(output, target, NULL, CG_IGNORE_INDEX, CG_REDUCTION_SUM))));
+        int64_t c = 0; /* the index of the max log-probability equals the target */
+        CHECK_OK(cg_accuracy(output, target, &c));
+        correct += c;
+        cg_scope_end(scope);
+        if (r->dry_run && r->dry_run_test) {
+            skip_epoch(loader);
+            break;
+        }
+    }
+    double average = eu_item(test_loss) / (double)n, accuracy = 100.0 * (double)correct / (double)n;
+    cg_tensor_free(test_loss);
+    cg_set_grad_enabled(grad);
+    printf("\nTest set: Average loss: %.4f, Accuracy: %lld/%lld (%.0f%%)\n\n", average, (long long)correct,
+           (long long)n, accuracy);
+    return accuracy;
+}
+
 bool eu_have_fashion_mnist(const char *dir) {
     char path[4096];
     idx_path(dir, "train-images-idx3-ubyte", path, sizeof path);
