@@ -7,8 +7,10 @@ bench/run_examples.py and bench/results.awk read:
 
 Import it as `import example_common as ec` from a script in bench/ (Python puts the script's own
 folder first on the import path)."""
+import argparse
 import gzip
 import os
+import statistics
 import sys
 import time
 
@@ -123,6 +125,54 @@ def nll_test(model, data, batch_size, one_batch=False):
     n = len(images)
     print(f"\nTest set: Average loss: {test_loss / n:.4f}, Accuracy: {correct}/{n} ({100.0 * correct / n:.0f}%)\n")
     return 100.0 * correct / n
+
+
+def mnist_main(net, name, about, lr, save_as, dry_run_test=False):
+    """main() of mnist/main.py, which mnist_rnn/main.py repeats around another model: the flags (upstream's,
+    and --device --limit --threads --tf32 --data), Fashion-MNIST on the device, Adadelta(lr) and
+    StepLR(1, gamma) on nll_loss, the epochs, --save-model to save_as, and the result line
+    <name>_e<E> with the final accuracy and the median epoch's images per second. net() makes the model;
+    dry_run_test: --dry-run cuts the test pass to one batch too (mnist_rnn's test() does)."""
+    p = argparse.ArgumentParser(description=about)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--test-batch-size", type=int, default=1000)
+    p.add_argument("--epochs", type=int, default=14)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--gamma", type=float, default=0.7)
+    p.add_argument("--accel", action="store_true", help="the accelerator (the default when there is one)")
+    p.add_argument("--no-accel", action="store_true", help="trains on the CPU")
+    p.add_argument("--dry-run", action="store_true", help="one batch per epoch")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--log-interval", type=int, default=10)
+    p.add_argument("--save-model", action="store_true", help=f"writes {save_as}")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--limit", type=int, default=0, help="the first N training and test images only (0: all)")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
+    p.add_argument("--tf32", action="store_true", help="allow TF32 (the comparison is true fp32)")
+    p.add_argument("--data", default=DEFAULT_DIR)
+    args = p.parse_args()
+    if args.accel and args.no_accel:
+        p.error("--accel and --no-accel contradict each other")
+
+    device = setup("cpu" if args.no_accel else args.device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                   args.threads, args.tf32)
+    torch.manual_seed(args.seed)
+    train_data = fashion_mnist(args.data, True, device, limit=args.limit)
+    test_data = fashion_mnist(args.data, False, device, limit=args.limit)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(args.seed)
+    model = net().to(device)
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=args.lr)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.gamma)
+    rates, accuracy = [], float("nan")
+    for epoch in range(1, args.epochs + 1):
+        rates.append(nll_train(model, device, train_data, optimizer, epoch, generator, args.batch_size,
+                               args.log_interval, args.dry_run))
+        accuracy = nll_test(model, test_data, args.test_batch_size, one_batch=args.dry_run and dry_run_test)
+        scheduler.step()
+    if args.save_model:
+        torch.save(model.state_dict(), save_as)
+    result(f"{name}_e{args.epochs}", args.seed, test_acc=round(accuracy, 2), images_per_s=statistics.median(rates))
 
 
 def result(work, seed, **fields):

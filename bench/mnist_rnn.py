@@ -14,8 +14,6 @@ device synchronised at both ends), as the C program's. main.py's nn.Dropout2d la
 features) tensors: PyTorch warns that this is deprecated and drops single elements (its feature mask has the
 input's two sizes), which is what the C program's cg_dropout does; the warning is silenced here.
 """
-import argparse
-import statistics
 import warnings
 
 import example_common as ec
@@ -44,49 +42,6 @@ class Net(nn.Module):
         return F.log_softmax(h, dim=1)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--test-batch-size", type=int, default=1000)
-    parser.add_argument("--epochs", type=int, default=14)
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--gamma", type=float, default=0.7)
-    parser.add_argument("--accel", action="store_true", help="the accelerator (the default when there is one)")
-    parser.add_argument("--no-accel", action="store_true", help="trains on the CPU")
-    parser.add_argument("--dry-run", action="store_true", help="one batch per epoch")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--log-interval", type=int, default=10)
-    parser.add_argument("--save-model", action="store_true", help="writes mnist_rnn.pt")
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
-    parser.add_argument("--data", default=ec.DEFAULT_DIR)
-    parser.add_argument("--limit", type=int, default=0, help="the first N training and test images only")
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
-    parser.add_argument("--tf32", action="store_true", help="allow TF32 (the comparison is true fp32)")
-    args = parser.parse_args()
-
-    if args.accel and args.no_accel:
-        parser.error("--accel and --no-accel contradict each other")
-    device = ec.setup("cpu" if args.no_accel else args.device or ("cuda" if torch.cuda.is_available() else "cpu"),
-                      args.threads, args.tf32)
-    torch.manual_seed(args.seed)
-    train_data = ec.fashion_mnist(args.data, True, device, limit=args.limit)
-    test_data = ec.fashion_mnist(args.data, False, device, limit=args.limit)
-    generator = torch.Generator(device=device)
-    generator.manual_seed(args.seed)
-    model = Net().to(device)
-    optimizer = torch.optim.Adadelta(model.parameters(), lr=args.lr)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.gamma)
-    rates, accuracy = [], float("nan")
-    for epoch in range(1, args.epochs + 1):
-        rates.append(ec.nll_train(model, device, train_data, optimizer, epoch, generator, args.batch_size,
-                                  args.log_interval, args.dry_run))
-        accuracy = ec.nll_test(model, test_data, args.test_batch_size, one_batch=args.dry_run)
-        scheduler.step()
-    if args.save_model:
-        torch.save(model.state_dict(), "mnist_rnn.pt")
-    ec.result(f"mnist_rnn_e{args.epochs}", args.seed, test_acc=round(accuracy, 2),
-              images_per_s=round(statistics.median(rates)))
-
-
 if __name__ == "__main__":
-    main()
+    ec.mnist_main(Net, "mnist_rnn", "PyTorch MNIST Example using an RNN (on Fashion-MNIST)", lr=0.1,
+                  save_as="mnist_rnn.pt", dry_run_test=True)

@@ -33,12 +33,8 @@
  * sizes, (batch, features): every element is dropped on its own with probability p and the rest scaled by
  * 1 / (1 - p), which is plain dropout. So both are cg_dropout_new here (cg_dropout2d takes (N, C, H, W) or
  * (C, H, W) only), without the warning; the names stay. */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-
 #include "cgrad.h"
-#include "example_util.h"
+#include "mnist_main.h"
 
 /* ---- the model ----------------------------------------------------------------------------------- */
 typedef struct net {
@@ -86,84 +82,16 @@ static cg_module *net_new(cg_device d) {
     return m;
 }
 
+/* main.py's flags, data, Adadelta + StepLR, train() and test(): examples/util/mnist_main.c, which
+ * mnist shares (its main.py is this one's around another model). */
 int main(int argc, char **argv) {
-    const char *data_dir = getenv("CGRAD_FASHION_MNIST_DIR") ? getenv("CGRAD_FASHION_MNIST_DIR") : CG_FASHION_MNIST_DIR;
-    eu_take_string(&argc, argv, "--data", &data_dir);
-    bool accel = eu_take_switch(&argc, argv, "--accel");
-    bool no_accel = eu_take_switch(&argc, argv, "--no-accel");
-    bool dry_run = eu_take_switch(&argc, argv, "--dry-run");
-    bool save_model = eu_take_switch(&argc, argv, "--save-model");
-    bool check_loss_falls = eu_take_switch(&argc, argv, "--check-loss-falls");
-    int64_t batch_size = 64, test_batch_size = 1000, limit = 0;
-    int epochs = 14, seed = 1, log_interval = 10;
-    float lr = 0.1f, gamma = 0.7f;
-    cg_device device = cg_default_device();
-    eu_flag flags[] = {
-        {"--batch-size", EU_SIZE, &batch_size, 1, "input batch size for training"},
-        {"--test-batch-size", EU_SIZE, &test_batch_size, 1, "input batch size for testing"},
-        {"--epochs", EU_INT, &epochs, 1, "number of epochs to train"},
-        {"--lr", EU_FLOAT, &lr, 0, "learning rate"},
-        {"--gamma", EU_FLOAT, &gamma, 0, "learning rate step gamma"},
-        {"--seed", EU_INT, &seed, 0, "random seed"},
-        {"--log-interval", EU_INT, &log_interval, 1, "how many batches to wait before logging training status"},
-        {"--device", EU_DEVICE, &device, 0, "where the model and the data live (default: the best present)"},
-        {"--limit", EU_SIZE, &limit, 0, "use the first N training and test images only (0: all)"},
+    const eu_mnist_program program = {
+        .name = "mnist_rnn",
+        .save_as = "mnist_rnn.safetensors",
+        .about = "pytorch/examples' MNIST example using an RNN (an LSTM, BatchNorm1d, Adadelta, StepLR) on Fashion-MNIST",
+        .lr = 0.1f,
+        .dry_run_test = true,
+        .net_new = net_new,
     };
-    eu_parse_flags(argc, argv,
-                   "pytorch/examples' MNIST example using an RNN (an LSTM, BatchNorm1d, Adadelta, StepLR) on Fashion-MNIST\n"
-                   "  --data DIR          the IDX files (default $CGRAD_FASHION_MNIST_DIR, else " CG_FASHION_MNIST_DIR ")\n"
-                   "  --accel             enables the accelerator (the default when there is one)\n"
-                   "  --no-accel          disables the accelerator: trains on the CPU\n"
-                   "  --dry-run           quickly check a single pass (one batch per epoch)\n"
-                   "  --save-model        for saving the current model (mnist_rnn.safetensors)\n"
-                   "  --check-loss-falls  exit 1 unless the logged training loss fell (first third against last)",
-                   flags, (int)(sizeof flags / sizeof flags[0]));
-    if (accel && no_accel) {
-        fprintf(stderr, "%s: --accel and --no-accel contradict each other\n", argv[0]);
-        return 2;
-    }
-    if (no_accel) device = cg_cpu();
-    if (!eu_have_fashion_mnist(data_dir)) {
-        fprintf(stderr, "%s: Fashion-MNIST not found in %s (--data DIR or $CGRAD_FASHION_MNIST_DIR): skipped\n", argv[0],
-                data_dir);
-        return 77;
-    }
-    cg_manual_seed((uint64_t)seed);
-
-    cg_dataset *dataset1 = eu_fashion_mnist(data_dir, true, limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
-    cg_dataset *dataset2 = eu_fashion_mnist(data_dir, false, limit, CG_FASHION_MNIST_MEAN, CG_FASHION_MNIST_STD, device);
-    cg_loader *train_loader = CHECK_PTR(
-        cg_loader_new(dataset1, (cg_loader_options){.batch_size = batch_size, .shuffle = true, .seed = (uint64_t)seed}));
-    cg_loader *test_loader = CHECK_PTR(cg_loader_new(dataset2, (cg_loader_options){.batch_size = test_batch_size}));
-
-    cg_module *model = CHECK_PTR(net_new(device));
-    cg_adadelta_options adadelta = cg_adadelta_defaults();
-    adadelta.lr = lr;
-    cg_optimizer *optimizer = CHECK_PTR(cg_adadelta_new(model, adadelta));
-    cg_lr_scheduler *scheduler = CHECK_PTR(cg_step_lr_new(optimizer, 1, gamma));
-
-    eu_losses log = {0};
-    /* main.py's train() and test(), as mnist/main.py's: in examples/util/example_util.c */
-    eu_nll_run run = {model, optimizer, device, log_interval, dry_run, true, &log};
-    double *rates = CHECK_PTR(calloc((size_t)epochs, sizeof *rates)), accuracy = NAN;
-    for (int epoch = 1; epoch <= epochs; epoch++) {
-        rates[epoch - 1] = eu_nll_train(&run, train_loader, cg_dataset_size(dataset1), epoch);
-        accuracy = eu_nll_test(&run, test_loader, cg_dataset_size(dataset2));
-        CHECK_OK(cg_lr_scheduler_step(scheduler));
-    }
-    if (save_model) CHECK_OK(cg_save_safetensors(model, "mnist_rnn.safetensors"));
-    if (check_loss_falls) eu_expect_loss_fell(&log);
-    free(log.v);
-    /* The last line, which bench/run_examples.py compares with bench/mnist_rnn.py's. */
-    printf("result work=mnist_rnn_e%d impl=cgrad seed=%d test_acc=%.2f images_per_s=%.0f\n", epochs, seed, accuracy,
-           eu_median(rates, epochs));
-    free(rates);
-    cg_lr_scheduler_free(scheduler);
-    cg_optimizer_free(optimizer);
-    cg_module_free(model);
-    cg_loader_free(test_loader);
-    cg_loader_free(train_loader);
-    cg_dataset_free(dataset2);
-    cg_dataset_free(dataset1);
-    return 0;
+    return eu_mnist_main(argc, argv, &program);
 }

@@ -89,24 +89,6 @@ void eu_losses_add(eu_losses *l, double loss);
  * below the first third's. Frees the values either way. */
 void eu_expect_loss_fell(eu_losses *l);
 
-/* ---- pytorch/examples' classifier loops: train() and test() of mnist/main.py, which mnist_rnn/main.py
- * repeats (examples/mnist.c, examples/mnist_rnn.c) ----------------------------------------------------- */
-typedef struct eu_nll_run {
-    cg_module *model;        /* images -> log-probabilities (B, classes) */
-    cg_optimizer *optimizer;
-    cg_device device;
-    int log_interval;        /* batches between "Train Epoch" lines, each reading the loss back */
-    bool dry_run;            /* one training batch an epoch */
-    bool dry_run_test;       /* with dry_run, one test batch too (mnist_rnn's test() stops; mnist's does not) */
-    eu_losses *log;          /* every logged loss goes here */
-} eu_nll_run;
-/* main.py's train(): one epoch of nll_loss steps over loader (n images), its "Train Epoch" lines;
- * returns the epoch's images per second (the loop's wall time, the device waited for at both ends). */
-double eu_nll_train(const eu_nll_run *r, cg_loader *loader, int64_t n, int epoch);
-/* main.py's test(): the summed nll_loss and the correct predictions over loader (n images) in eval
- * mode and without gradients, its "Test set" line; returns the accuracy in percent. */
-double eu_nll_test(const eu_nll_run *r, cg_loader *loader, int64_t n);
-
 /* Checks 25 entries of r = x @ x (x square, n x n, entries >= 0 so nothing cancels), corners
  * included, against double-precision dot products with fp32 matmul's rtol 1e-4; exits 1 if one
  * is off. */
