@@ -111,13 +111,9 @@ int main(int argc, char **argv) {
         {"--tf32", EU_INT, &tf32, 0, "1: GPU convolutions may use TF32 (as PyTorch's default)"},
     };
     eu_parse_flags(argc, argv, "benchmark: the Fashion-MNIST CNN's conv and pool layers, forward and backward",
-                   flags, 5);
-    CHECK_OK(cg_set_num_threads(threads));
-    cg_set_allow_tf32(tf32 != 0);
-    cg_manual_seed(1);
+                   flags, (int)(sizeof flags / sizeof flags[0]));
     char where[64];
-    if (device.type == CG_CPU) snprintf(where, sizeof where, "cpu_t%d", threads);
-    else snprintf(where, sizeof where, "gpu%s", tf32 ? "_tf32" : "");
+    eu_bench_setup(device, threads, tf32 != 0, where, sizeof where);
     layer conv1 = {.name = "conv1", .m = cg_conv2d_new(1, 32, 3, 1, 1, true, device)};
     layer conv2 = {.name = "conv2", .m = cg_conv2d_new(32, 64, 3, 1, 1, true, device)};
     layer pool1 = {.name = "pool1"}, pool2 = {.name = "pool2"};

@@ -20,22 +20,15 @@ except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
 
-from timing import median_seconds, result
+from timing import layer_args, layer_setup, median_seconds, result
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cpu")
     ap.add_argument("--n", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--tf32", type=int, default=0)
+    layer_args(ap)
     a = ap.parse_args()
-    device = torch.device(a.device)
-    torch.set_num_threads(a.threads)
-    torch.backends.cudnn.allow_tf32 = bool(a.tf32)
-    torch.manual_seed(1)
-    where = f"cpu_t{a.threads}" if device.type == "cpu" else "gpu" + ("_tf32" if a.tf32 else "")
+    device, where = layer_setup(a)
     n = a.n
 
     layers = [("conv1", nn.Conv2d(1, 32, 3, padding=1).to(device), (n, 1, 28, 28), False),

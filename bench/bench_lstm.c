@@ -53,13 +53,10 @@ int main(int argc, char **argv) {
         {"--runs", EU_INT, &runs, 1, "timed runs (median)"},
         {"--tf32", EU_INT, &tf32, 0, "1: cuDNN may use TF32 (PyTorch's default)"},
     };
-    eu_parse_flags(argc, argv, "benchmark: nn.LSTM and nn.GRU forward + backward", flags, 9);
-    CHECK_OK(cg_set_num_threads(threads));
-    cg_set_allow_tf32(tf32 != 0);
-    cg_manual_seed(1);
+    eu_parse_flags(argc, argv, "benchmark: nn.LSTM and nn.GRU forward + backward",
+                   flags, (int)(sizeof flags / sizeof flags[0]));
     char where[64];
-    if (device.type == CG_CPU) snprintf(where, sizeof where, "cpu_t%d", threads);
-    else snprintf(where, sizeof where, "gpu%s", tf32 ? "_tf32" : "");
+    eu_bench_setup(device, threads, tf32 != 0, where, sizeof where);
     cg_rnn_options o = cg_rnn_defaults();
     o.num_layers = layers;
     bench("lstm", cg_lstm_new(input, hidden, o, device), device, seq, batch, input, hidden, where, runs);

@@ -16,26 +16,19 @@ except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
 
-from timing import median_seconds, result
+from timing import layer_args, layer_setup, median_seconds, result
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cpu")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--input", type=int, default=256)
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--tf32", type=int, default=0)
+    layer_args(ap)
     a = ap.parse_args()
-    device = torch.device(a.device)
-    torch.set_num_threads(a.threads)
-    torch.backends.cudnn.allow_tf32 = bool(a.tf32)
-    torch.manual_seed(1)
-    where = f"cpu_t{a.threads}" if device.type == "cpu" else "gpu" + ("_tf32" if a.tf32 else "")
+    device, where = layer_setup(a)
     for kind, cls in (("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU)):
         m = cls(a.input, a.hidden, num_layers=a.layers).to(device)
         x = torch.randn(a.seq, a.batch, a.input, device=device)

@@ -47,10 +47,10 @@ int main(int argc, char **argv) {
         {"--tf32", EU_INT, &tf32, 0, "1: GPU convolutions may use TF32 (as PyTorch's default)"},
         {"--bn", EU_INT, &bn, 0, "1: with the block's BatchNorm2d layers; 0: its convolutions only"},
     };
-    eu_parse_flags(argc, argv, "benchmark: a ResNet basic block, forward and backward", flags, 8);
-    CHECK_OK(cg_set_num_threads(threads));
-    cg_set_allow_tf32(tf32 != 0);
-    cg_manual_seed(1);
+    eu_parse_flags(argc, argv, "benchmark: a ResNet basic block, forward and backward",
+                   flags, (int)(sizeof flags / sizeof flags[0]));
+    char where[64];
+    eu_bench_setup(device, threads, tf32 != 0, where, sizeof where);
     cg_conv2d_layer_options o = cg_conv2d_layer_defaults(3);
     o.padding[0] = o.padding[1] = 1, o.bias = false;
     block b = {.conv1 = cg_conv2d_new_ex(channels, channels, &o, device),
@@ -65,12 +65,9 @@ int main(int argc, char **argv) {
     CHECK_OK(cg_set_requires_grad(b.x, true));
     b.gy = CHECK(cg_randn(CG_SHAPE(n, channels, hw, hw), device));
     double t = eu_time_median(device, 3, runs, step, &b);
-    char where[64];
-    if (device.type == CG_CPU) snprintf(where, sizeof where, "cpu_t%d", threads);
-    else snprintf(where, sizeof where, "gpu%s", tf32 ? "_tf32" : "");
     printf("result work=resnet_block_%s_fwd_bwd_%s_n%lld_c%lld_hw%lld impl=cgrad median_ms=%.4f runs=%d "
-           "images_per_s=%.0f\n", bn ? "bn" : "nobn", where, (long long)n, (long long)channels, (long long)hw, t * 1e3, runs,
-           (double)n / t);
+           "images_per_s=%.0f\n",
+           bn ? "bn" : "nobn", where, (long long)n, (long long)channels, (long long)hw, t * 1e3, runs, (double)n / t);
     cg_tensor_free(b.gy), cg_tensor_free(b.x);
     cg_module_free(b.conv1), cg_module_free(b.conv2), cg_module_free(b.bn1), cg_module_free(b.bn2);
     return 0;

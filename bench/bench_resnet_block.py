@@ -19,7 +19,7 @@ except ImportError:
     print("# PyTorch not available", flush=True)
     sys.exit(3)
 
-from timing import median_seconds, result
+from timing import layer_args, layer_setup, median_seconds, result
 
 
 class Block(nn.Module):
@@ -37,21 +37,14 @@ class Block(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cpu")
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--channels", type=int, default=64)
     ap.add_argument("--hw", type=int, default=56)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--tf32", type=int, default=0)
     ap.add_argument("--bn", type=int, default=1)
+    layer_args(ap)
     a = ap.parse_args()
-    device = torch.device(a.device)
-    torch.set_num_threads(a.threads)
+    device, where = layer_setup(a)
     torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.allow_tf32 = bool(a.tf32)
-    torch.manual_seed(1)
-    where = f"cpu_t{a.threads}" if device.type == "cpu" else "gpu" + ("_tf32" if a.tf32 else "")
     block = Block(a.channels, a.bn).to(device).train()
     x = torch.randn(a.n, a.channels, a.hw, a.hw, device=device, requires_grad=True)
     gy = torch.randn(a.n, a.channels, a.hw, a.hw, device=device)

@@ -8,6 +8,24 @@ import time
 import torch
 
 
+def layer_args(ap, runs=20):
+    """The flags the layer benchmarks share (bench_conv, bench_lstm, bench_resnet_block), as their C twins."""
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=runs)
+    ap.add_argument("--tf32", type=int, default=0, help="1: cuDNN may use TF32 (PyTorch's default)")
+
+
+def layer_setup(a):
+    """torch.device(a.device) with a.threads CPU threads, cuDNN's TF32 as a.tf32 says, seed 1; and the
+    result key's device part, as eu_bench_setup writes it: "cpu_t<threads>", "gpu" or "gpu_tf32"."""
+    torch.set_num_threads(a.threads)
+    torch.backends.cudnn.allow_tf32 = bool(a.tf32)
+    torch.manual_seed(1)
+    device = torch.device(a.device)
+    return device, f"cpu_t{a.threads}" if device.type == "cpu" else "gpu" + ("_tf32" if a.tf32 else "")
+
+
 def sync(device):
     """Waits for the device's queued work (nothing to wait for on the CPU)."""
     if device.type == "cuda":

@@ -333,6 +333,14 @@ void eu_expect_loss_fell(eu_losses *l) {
     eu_expect(fell, "the mean training loss over the last third of the logged steps is below that over the first");
 }
 
+void eu_bench_setup(cg_device d, int threads, bool tf32, char *where, size_t len) {
+    CHECK_OK(cg_set_num_threads(threads));
+    cg_set_allow_tf32(tf32);
+    cg_manual_seed(1);
+    if (d.type == CG_CPU) snprintf(where, len, "cpu_t%d", threads);
+    else snprintf(where, len, "gpu%s", tf32 ? "_tf32" : "");
+}
+
 bool eu_have_fashion_mnist(const char *dir) {
     char path[4096];
     idx_path(dir, "train-images-idx3-ubyte", path, sizeof path);

@@ -121,6 +121,11 @@ void eu_time_turns(int warmup, int runs, int ways, const eu_run_fn *fns, void *c
 bool eu_time_eager_and_graph(int n, const cg_device *devices, int warmup, int runs, eu_run_fn fn, void *ctx,
                              eu_run_fn wait, void *wait_ctx, double *eager_t, double *graph_t);
 
+/* The set-up the layer benchmarks share (bench_conv, bench_lstm, bench_resnet_block): `threads` CPU
+ * threads, TF32 allowed or not, seed 1; writes their result key's device part to where (at least 32
+ * bytes): "cpu_t<threads>", "gpu" or "gpu_tf32". Exits 1 on failure. */
+void eu_bench_setup(cg_device d, int threads, bool tf32, char *where, size_t len);
+
 /* The median of v[0..n) (sorts v in place); 0 when n < 1. */
 double eu_median(double *v, int n);
 
