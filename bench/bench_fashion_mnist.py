@@ -27,11 +27,13 @@ the test accuracy over the 10000 test images in batches of 1000 under torch.no_g
 (one line; images_per_s: the median of the epochs' rates, as the C program reports it; _w<W> when
 --width is not the model's default), and with several seeds a `mean` line. --seed S (one seed, as
 the C program's flag) is --seeds S, so bench/run_examples.py can give both sides the same flags.
-Convolutions and matmuls run in true fp32 (cuDNN's TF32 default switched off) unless --tf32 is given.
+Convolutions and matmuls run in true fp32 (cuDNN's TF32 default switched off) unless --tf32 is given;
+--deterministic restricts cuDNN to deterministic algorithms, as cgrad's default (the C program's
+--nondeterministic is PyTorch's default, and accepted here so both sides take the same flags).
 
 Usage: bench/bench_fashion_mnist.py [--model mlp|cnn|residual|resnet18] [--optimizer adam|sgd] [--lr LR]
        [--momentum M] [--epochs 10] [--seeds 0,1,2 | --seed S] [--device cuda|cpu] [--limit N]
-       [--test-limit N] [--threads N] [--dropout P] [--width W] [--tf32] [--data DIR]"""
+       [--test-limit N] [--threads N] [--dropout P] [--width W] [--tf32] [--deterministic | --nondeterministic] [--data DIR]"""
 import argparse
 import statistics
 import sys
@@ -205,6 +207,10 @@ def main():
     p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum")
     p.add_argument("--dropout", type=float, default=0.0, help="CNN: Dropout(p) before the last Linear")
     p.add_argument("--tf32", action="store_true", help="PyTorch's default TF32 convolutions")
+    p.add_argument("--deterministic", action="store_true",
+                   help="cuDNN's deterministic convolution algorithms only (cgrad's default)")
+    p.add_argument("--nondeterministic", action="store_true",
+                   help="PyTorch's default, accepted so both sides take the same flags")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
     p.add_argument("--seed", type=int, help="one seed (the same as --seeds S)")
@@ -231,6 +237,7 @@ def main():
         torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cudnn.deterministic = args.deterministic
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"CPU, {torch.get_num_threads()} threads"

@@ -376,6 +376,7 @@ int main(int argc, char **argv) {
     eu_take_string(&argc, argv, "--resume", &resume_path);
     bool stop_on_nonfinite = eu_take_switch(&argc, argv, "--stop-on-nonfinite");
     bool check_loss_falls = eu_take_switch(&argc, argv, "--check-loss-falls");
+    bool nondeterministic = eu_take_switch(&argc, argv, "--nondeterministic");
     cg_device device = cg_default_device();
     int epochs = 10, seed = 0, threads = 0;
     int64_t batch = 128, limit = 0, test_limit = 0, save_every = 0, width = 0;
@@ -410,7 +411,9 @@ int main(int argc, char **argv) {
                    "  --stop-on-nonfinite       stop at the first NaN/Inf loss, naming its epoch and step\n"
                    "                            (reads the loss back every step: one device sync per step)\n"
                    "  --check-loss-falls        exit 1 unless the mean training loss over the last fifth of an\n"
-                   "                            epoch's steps is below that over the first fifth",
+                   "                            epoch's steps is below that over the first fifth\n"
+                   "  --nondeterministic        let cuDNN pick convolution algorithms that sum with atomics\n"
+                   "                            (PyTorch's default; cg_set_deterministic(false))",
                    flags, (int)(sizeof flags / sizeof flags[0]));
     bool cnn = strcmp(model_name, "cnn") == 0, residual = strcmp(model_name, "residual") == 0,
          resnet18 = strcmp(model_name, "resnet18") == 0;
@@ -461,6 +464,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     if (threads > 0) CHECK_OK(cg_set_num_threads(threads));
+    cg_set_deterministic(!nondeterministic);
     if (device.type == CG_CPU && !cg_cuda_is_available())
         printf("no GPU: %s. Running on the CPU.\n", cg_cuda_unavailable_reason());
     bool tty = isatty(fileno(stdout));

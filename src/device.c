@@ -17,6 +17,7 @@ static atomic_uint_fast64_t seed_generation = 1;
 static atomic_uint_fast64_t cpu_rng_counter = 0;
 static atomic_uint_fast64_t cuda_rng_offset[CG_MAX_CUDA];
 static atomic_bool allow_tf32 = false;
+static atomic_bool deterministic = true;
 
 #ifndef CGRAD_HAVE_CUDA
 int cg__cuda_probe(void) { return 0; }
@@ -176,3 +177,5 @@ void cg__rng_set_state(const cg_rng_state *s) {
 
 void cg_set_allow_tf32(bool allow) { atomic_store_explicit(&allow_tf32, allow, memory_order_relaxed); }
 bool cg_get_allow_tf32(void) { return atomic_load_explicit(&allow_tf32, memory_order_relaxed); }
+void cg_set_deterministic(bool on) { atomic_store_explicit(&deterministic, on, memory_order_relaxed); }
+bool cg_get_deterministic(void) { return atomic_load_explicit(&deterministic, memory_order_relaxed); }

@@ -526,6 +526,20 @@ static void test_gpu_matches_cpu(void **state) {
             cg_test_assert_rel_l2(tf32.gw, ref, nw, 1e-2); /* 10-bit mantissas: about 1e-3 */
             free(ref), free_results(&tf32);
         }
+        if (i == 1) { /* non-deterministic algorithms allowed: other plans, the same sums to rounding; and
+                       * deterministic again, the first plans' bits */
+            assert_true(cg_get_deterministic());
+            cg_set_deterministic(false);
+            conv_results any = run_conv(dev(), cc, pool, hx, hw, hb, hgy);
+            cg_set_deterministic(true);
+            conv_results back = run_conv(dev(), cc, pool, hx, hw, hb, hgy);
+            assert_rel_close(what, any.gx, cpu.gx, nx);
+            assert_rel_close(what, any.gw, cpu.gw, nw);
+            cg_test_context("%s: deterministic again", what);
+            assert_memory_equal(gpu.gw, back.gw, nw * sizeof(float));
+            assert_memory_equal(gpu.gx, back.gx, nx * sizeof(float));
+            free_results(&any), free_results(&back);
+        }
         free_results(&cpu), free_results(&gpu), free_results(&again);
         free(hx), free(hw), free(hb), free(hgy);
     }

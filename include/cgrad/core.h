@@ -91,6 +91,11 @@ CG_API int cg_get_num_threads(void);
 CG_API void cg_manual_seed(uint64_t seed); /* seeds the CPU generator and every GPU's generator */
 CG_API void cg_set_allow_tf32(bool allow); /* GPU matmul in TF32; off by default (true fp32) */
 CG_API bool cg_get_allow_tf32(void);
+/* On by default: the same inputs give the same bits, run after run (GPU convolutions take only cuDNN's
+ * deterministic algorithms). Off, cuDNN may pick faster ones that sum with atomics, as PyTorch does
+ * unless torch.use_deterministic_algorithms(True); every other op is deterministic either way. */
+CG_API void cg_set_deterministic(bool on);
+CG_API bool cg_get_deterministic(void);
 
 /* ---- caching allocator ------------------------------------------------------------------ */
 typedef struct cg_memory_stats {
@@ -618,7 +623,7 @@ CG_API cg_conv2d_options cg_conv2d_defaults(void); /* stride 1, padding 0, dilat
  * (C_out, C_in / groups, kh, kw), bias (C_out) or NULL -> (N, C_out, H', W'), H' = (H + 2 padding -
  * dilation (kh - 1) - 1) / stride + 1 (W' alike), at least 1. options NULL: the defaults.
  * CPU: im2col + OpenBLAS per group; GPU: cuDNN with deterministic algorithms chosen by fixed rules (true
- * fp32 unless cg_set_allow_tf32 is on). */
+ * fp32 unless cg_set_allow_tf32 is on; any of cuDNN's algorithms after cg_set_deterministic(false)). */
 CG_API cg_tensor *cg_conv2d_ex(const cg_tensor *x, const cg_tensor *weight, const cg_tensor *bias,
                                const cg_conv2d_options *options);
 /* cg_conv2d_ex with the same stride and padding on both dims, dilation 1, groups 1. */

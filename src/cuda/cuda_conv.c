@@ -6,8 +6,9 @@
  * run nothing), first candidate that reports success, is deterministic, runs with our math type and
  * needs at most CONV_WORKSPACE_MAX bytes; failing all, an always-deterministic algorithm
  * (IMPLICIT_GEMM, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1). So the same inputs give the same bits, run
- * after run. Math: CUDNN_FMA_MATH (true fp32) unless cg_set_allow_tf32 is on, then CUDNN_DEFAULT_MATH
- * (TF32 tensor cores allowed, as PyTorch's default for convolutions).
+ * after run; cg_set_deterministic(false) drops "is deterministic", as PyTorch's default does. Math:
+ * CUDNN_FMA_MATH (true fp32) unless cg_set_allow_tf32 is on, then CUDNN_DEFAULT_MATH (TF32 tensor cores
+ * allowed, as PyTorch's default for convolutions).
  *
  * The descriptors and algorithms of each (geometry, math) are kept in the device's plan cache
  * (cuda_plans.c), so a training step creates and queries nothing; workspaces come from the caching
@@ -37,16 +38,18 @@ typedef struct conv_plan {
 } conv_plan;
 
 /* ---- choosing algorithms ------------------------------------------------------------------------------ */
-/* One of cuDNN's ranked candidates: its algorithm, and whether cuDNN found it deterministic and runnable. */
+/* One of cuDNN's ranked candidates: its algorithm, and whether we may take it (runnable; deterministic
+ * unless cg_set_deterministic(false)). */
 typedef struct candidate {
     int algo;
     bool eligible;
 } candidate;
 
-#define CANDIDATES(perf, count, out)                                                                         \
+#define CANDIDATES(perf, count, deterministic, out)                                                           \
     for (int cg__i = 0; cg__i < (count); cg__i++)                                                            \
-    (out)[cg__i] = (candidate){(int)(perf)[cg__i].algo, (perf)[cg__i].status == CUDNN_STATUS_SUCCESS &&      \
-                                                           (perf)[cg__i].determinism == CUDNN_DETERMINISTIC}
+    (out)[cg__i] = (candidate){(int)(perf)[cg__i].algo,                                                     \
+                               (perf)[cg__i].status == CUDNN_STATUS_SUCCESS &&                               \
+                                   (!(deterministic) || (perf)[cg__i].determinism == CUDNN_DETERMINISTIC)}
 
 /* The workspace that pass's algorithm needs with the plan's descriptors (math type included); an
  * error status when the algorithm does not support them. */
@@ -93,32 +96,32 @@ _Static_assert((int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= MAX_CANDIDATES &&
                    (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT <= MAX_CANDIDATES,
                "a pass with more algorithms than the candidate array holds");
 
-static cg_status choose_algorithms(cudnnHandle_t h, conv_plan *p) {
+static cg_status choose_algorithms(cudnnHandle_t h, conv_plan *p, bool deterministic) {
     candidate c[MAX_CANDIDATES];
     int count = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     CG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                           &count, fwd));
-    CANDIDATES(fwd, count, c);
+    CANDIDATES(fwd, count, deterministic, c);
     CG_TRY(pick(h, p, c, count, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, fwd_workspace, "forward", &p->fwd,
                 &p->fwd_bytes));
     cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     CG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x,
                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, data));
-    CANDIDATES(data, count, c);
+    CANDIDATES(data, count, deterministic, c);
     CG_TRY(pick(h, p, c, count, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, bwd_data_workspace, "backward-data", &p->bwd_data,
                 &p->bwd_data_bytes));
     cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     CG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->conv, p->w,
                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, filter));
-    CANDIDATES(filter, count, c);
+    CANDIDATES(filter, count, deterministic, c);
     return pick(h, p, c, count, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, bwd_filter_workspace, "backward-filter",
                 &p->bwd_filter, &p->bwd_filter_bytes);
 }
 
 /* ---- the plans (cached by cuda_plans.c) ------------------------------------------------------------------ */
 /* Sets p's descriptors (created the first time the slot is used) to g and chooses its algorithms. */
-static cg_status plan_make(cg_cuda_context *ctx, void *plan, const void *geom, bool tf32) {
+static cg_status plan_make(cg_cuda_context *ctx, void *plan, const void *geom, cg_plan_math math) {
     conv_plan *p = plan;
     const cg_conv2d_geom *g = geom;
     if (!p->x) CG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
@@ -140,9 +143,9 @@ static cg_status plan_make(cg_cuda_context *ctx, void *plan, const void *geom, b
                                                    (int)g->stride[1], (int)g->dilation[0], (int)g->dilation[1],
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p->conv, (int)g->groups));
-    CG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    CG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, math.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     p->g = *g;
-    return choose_algorithms(ctx->cudnn, p);
+    return choose_algorithms(ctx->cudnn, p, math.deterministic);
 }
 
 static bool plan_matches(const void *plan, const void *geom) {

@@ -88,15 +88,19 @@ typedef struct cg_cuda_context {
  * CG_PLAN_SLOTS of them per (geometry, math), a new geometry taking the next slot round robin and
  * reusing that slot's descriptors. */
 #define CG_PLAN_SLOTS 16
+/* The settings a plan depends on besides its geometry: cg_get_allow_tf32, cg_get_deterministic. */
+typedef struct cg_plan_math {
+    bool tf32, deterministic;
+} cg_plan_math;
 typedef struct cg_plan_kind {
     const char *op;   /* "cg_conv2d", for the out-of-memory message */
     size_t plan_size; /* bytes of one plan; a slot starts zeroed */
     /* whether plan, made before, was made for geom */
     bool (*matches)(const void *plan, const void *geom);
     /* makes plan (a slot's, made before for another geometry or zeroed) for geom and the math */
-    cg_status (*make)(cg_cuda_context *ctx, void *plan, const void *geom, bool tf32);
+    cg_status (*make)(cg_cuda_context *ctx, void *plan, const void *geom, cg_plan_math math);
 } cg_plan_kind;
-/* The plan of geom under the current math (cg_get_allow_tf32) from *cache (made on the first call),
+/* The plan of geom under the current math (cg_plan_math) from *cache (made on the first call),
  * made when not cached. A failed make leaves its slot empty. */
 cg_status cg__plan_for(cg_cuda_context *ctx, struct cg_plan_cache **cache, const cg_plan_kind *kind, const void *geom,
                        void **plan);

@@ -7,7 +7,8 @@
 
 struct cg_plan_cache {
     unsigned char *plans; /* CG_PLAN_SLOTS plans of the kind's plan_size */
-    bool used[CG_PLAN_SLOTS], tf32[CG_PLAN_SLOTS];
+    bool used[CG_PLAN_SLOTS];
+    cg_plan_math math[CG_PLAN_SLOTS];
     int next; /* the slot the next new geometry takes */
 };
 
@@ -23,10 +24,10 @@ cg_status cg__plan_for(cg_cuda_context *ctx, struct cg_plan_cache **cache, const
                        void **plan) {
     if (!*cache) CG_TRY(cache_new(ctx, kind, cache));
     struct cg_plan_cache *c = *cache;
-    bool tf32 = cg_get_allow_tf32();
+    cg_plan_math math = {cg_get_allow_tf32(), cg_get_deterministic()};
     for (int i = 0; i < CG_PLAN_SLOTS; i++) {
         void *p = c->plans + (size_t)i * kind->plan_size;
-        if (c->used[i] && c->tf32[i] == tf32 && kind->matches(p, geom)) {
+        if (c->used[i] && c->math[i].tf32 == math.tf32 && c->math[i].deterministic == math.deterministic && kind->matches(p, geom)) {
             *plan = p;
             return CG_OK;
         }
@@ -35,8 +36,8 @@ cg_status cg__plan_for(cg_cuda_context *ctx, struct cg_plan_cache **cache, const
     c->next = (c->next + 1) % CG_PLAN_SLOTS;
     void *p = c->plans + (size_t)i * kind->plan_size;
     c->used[i] = false;
-    CG_TRY(kind->make(ctx, p, geom, tf32));
-    c->used[i] = true, c->tf32[i] = tf32;
+    CG_TRY(kind->make(ctx, p, geom, math));
+    c->used[i] = true, c->math[i] = math;
     *plan = p;
     return CG_OK;
 }

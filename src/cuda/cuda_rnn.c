@@ -70,7 +70,7 @@ static cg_status set_data(const cg_rnn_geom *g, rnn_plan *p) {
 
 /* Sets p's descriptors (created the first time the slot is used) to g, its sizes (for training or
  * inference, as g says) and a device lengths array (its fill comes with the first forward or backward). */
-static cg_status plan_make(cg_cuda_context *ctx, void *plan, const void *geom, bool tf32) {
+static cg_status plan_make(cg_cuda_context *ctx, void *plan, const void *geom, cg_plan_math math) {
     rnn_plan *p = plan;
     const cg_rnn_geom *g = geom;
     cudnnHandle_t h = ctx->cudnn;
@@ -87,7 +87,7 @@ static cg_status plan_make(cg_cuda_context *ctx, void *plan, const void *geom, b
     CG_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
         p->rnn, CUDNN_RNN_ALGO_STANDARD, g->mode == CG_RNN_LSTM ? CUDNN_LSTM : CUDNN_GRU,
         g->bias ? CUDNN_RNN_DOUBLE_BIAS : CUDNN_RNN_NO_BIAS, g->bidirectional ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL,
-        CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, g->input,
+        CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, math.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, g->input,
         g->hidden, g->hidden, g->layers, p->dropout, CUDNN_RNN_PADDED_IO_DISABLED));
     CG_TRY(set_data(g, p));
     const int dims[3] = {g->layers * dirs(g), g->batch, g->hidden}, strides[3] = {g->batch * g->hidden, g->hidden, 1};
