@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autocast.h"
 #include "autograd.h"
 #include "backend.h"
 #include "backward.h"
@@ -272,7 +273,10 @@ cg_status cg_backward_with(cg_tensor *output, const cg_tensor *grad_output) {
                          cg__shape_str(grad_output, sg, sizeof sg), cg__shape_str(output, so, sizeof so));
         grad = s == CG_OK ? cg__alias(grad_output) : NULL;
     }
+    cg__autocast_hold(+1); /* each node's backward runs in the dtypes its forward chose */
     cg_status s = grad ? backward_from(output, grad) : cg_last_status();
+    cg__autocast_hold(-1);
+    cg__autocast_cache_clear(); /* the parameters' conversions' nodes are spent */
     cg_set_grad_enabled(previous);
     return s == CG_OK ? cg__check_device_errors(outputi->device) : s;
 }

@@ -108,24 +108,26 @@ static cg_tensor *binary_call(const cg_op_info *op, const cg_op_case *c, const c
 }
 
 /* ---- the element-wise part of the table ---------------------------------------------------------------------------------------- */
-#define UNARY_DOMAIN(NAME, PUB, SAVES, FWD, BWD, LO, HI, S) \
+#define UNARY_DOMAIN(NAME, PUB, SAVES, FWD, BWD, LO, HI, S, AC) \
     static const cg_op_domain unary_domain_##NAME = {.lo = {LO}, .hi = {HI}, .elementwise = true};
 CG_UNARY_OPS(UNARY_DOMAIN)
 #undef UNARY_DOMAIN
-#define BINARY_DOMAIN(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB) \
+#define BINARY_DOMAIN(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB, AC) \
     static const cg_op_domain binary_domain_##NAME = {.lo = {LA, LB}, .hi = {HA, HB}, .elementwise = true};
 CG_BINARY_OPS(BINARY_DOMAIN)
 #undef BINARY_DOMAIN
 
 static const cg_op_info table[] = {
-#define UNARY_ENTRY(NAME, PUB, SAVES, FWD, BWD, LO, HI, S)                                                          \
+#define UNARY_ENTRY(NAME, PUB, SAVES, FWD, BWD, LO, HI, S, AC)                                                      \
     {.name = PUB, .ninputs = 1, .grad_inputs = SAVES != CG_NO_GRAD ? 1u : 0u, .domain = &unary_domain_##NAME,             \
-     .dtypes = CG_OP_FLOATS, .call = unary_call, .reference = unary_reference, .id = CG_UNARY_##NAME, .s = (float)(S)},
+     .dtypes = CG_OP_FLOATS, .call = unary_call, .reference = unary_reference, .id = CG_UNARY_##NAME, .s = (float)(S),   \
+     .autocast = CG_AUTOCAST_##AC},
     CG_UNARY_OPS(UNARY_ENTRY)
 #undef UNARY_ENTRY
-#define BINARY_ENTRY(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB)                                                 \
+#define BINARY_ENTRY(NAME, PUB, SAVES, FWD, BA, BB, LA, HA, LB, HB, AC)                                             \
     {.name = PUB, .ninputs = 2, .grad_inputs = SAVES != CG_NO_GRAD ? 3u : 0u, .domain = &binary_domain_##NAME,            \
-     .dtypes = CG_OP_FLOATS, .call = binary_call, .reference = binary_reference, .id = CG_BINARY_##NAME},
+     .dtypes = CG_OP_FLOATS, .call = binary_call, .reference = binary_reference, .id = CG_BINARY_##NAME,                 \
+     .autocast = CG_AUTOCAST_##AC},
     CG_BINARY_OPS(BINARY_ENTRY)
 #undef BINARY_ENTRY
 };

@@ -10,6 +10,7 @@
 
 #include "cgrad/core.h"
 
+#include "autocast.h"
 #include "autograd.h"
 #include "tensor_impl.h" /* the walker (tests/test_ops.c) names shapes with cg__dims_str */
 
@@ -73,6 +74,7 @@ struct cg_op_info {
      * takes the name and the backward from here. (Element-wise ops record their family's backward,
      * kernels/elementwise_ops.h.) */
     cg_backward_fn backward;
+    cg_autocast_rule autocast; /* what it does inside an autocast region (src/autocast.h); its front-end applies it */
     int id;  /* element-wise ops: their cg_unary_op / cg_binary_op */
     float s; /* unary ops: the scalar parameter tested */
 };

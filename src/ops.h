@@ -24,6 +24,8 @@ cg_status cg__ew_into(cg_ew_kind kind, int op, int which, float s, const cg_tens
 /* The recorded (autograd-aware) element-wise ops behind the public functions; fn names the caller. */
 cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char *fn);
 cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b, const char *fn);
+/* The autocast rule of op's list entry (src/autocast.h), for front-ends built on it (the pair losses). */
+int cg__binary_rule(cg_binary_op op); /* a cg_autocast_rule */
 /* cg_clamp's passes for a tensor of floating dtype dt: pass k is ops[k] (CG_UNARY_CLAMP_MIN, then
  * CG_UNARY_CLAMP_MAX) with scalar s[k], the bound as dt holds it (PyTorch converts it to the tensor's
  * dtype first). Returns their count: one for each finite bound, and with none, one that copies (a

@@ -67,6 +67,7 @@ static cg_tensor *softmax_op(const cg_tensor *x, int dim, cg_softmax_kind kind, 
     const cg_tensor_impl *xi = cg__t(x);
     int d = cg__dim_of(x, dim, xi->ndim ? xi->ndim : 1, fn); /* a 0-dim x takes dim 0 or -1, as PyTorch */
     if (d < 0) return NULL;
+    CG_AUTOCAST(cg__op_softmax.autocast, fn, softmax_op(ac[0], dim, kind, keepdim, fn), x); /* the family's rule */
     CG_VIA_FLOAT32(fn, softmax_op(f32[0], dim, kind, keepdim, fn), x);
     int64_t outer, n, inner, shape[CG_MAX_DIMS];
     rows_along(xi, d, &outer, &n, &inner);
@@ -303,6 +304,10 @@ cg_tensor *cg_cross_entropy_ex(const cg_tensor *logits, const cg_tensor *targets
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: ignore_index %lld is not supported for class-probability targets "
                             "(as PyTorch: pass a negative one, e.g. the default CG_IGNORE_INDEX)", fn,
                             (long long)o.ignore_index);
+    CG_AUTOCAST(cg__op_cross_entropy.autocast, fn,
+                cg_cross_entropy_ex(ac[0], ac[1], &(cg_cross_entropy_options){ac[2], o.ignore_index, o.reduction,
+                                                                              o.label_smoothing}),
+                logits, targets, o.weight);
     CG_VIA_FLOAT32(fn, cg_cross_entropy_ex(f32[0], f32[1], &(cg_cross_entropy_options){f32[2], o.ignore_index, o.reduction,
                                                                                        o.label_smoothing}),
                    logits, targets, o.weight);
@@ -321,6 +326,8 @@ cg_tensor *cg_nll_loss(const cg_tensor *logp, const cg_tensor *targets, const cg
     if (check_class_targets(logp, "input", targets, false, fn, &sh) != CG_OK ||
         check_class_weight(logp, weight, sh.c, fn) != CG_OK || cg__check_reduction(reduction, false, fn) != CG_OK)
         return NULL;
+    CG_AUTOCAST(cg__op_nll_loss.autocast, fn, cg_nll_loss(ac[0], ac[1], ac[2], ignore_index, reduction), logp, targets,
+                weight);
     CG_VIA_FLOAT32(fn, cg_nll_loss(f32[0], f32[1], f32[2], ignore_index, reduction), logp, targets, weight);
     return class_loss(&cg__op_nll_loss, logp, targets, weight, sh, ignore_index, reduction, 0.0f, false);
 }
@@ -373,13 +380,13 @@ static const cg_op_domain softmax_domain = {
 
 CG_OP_DEFINE(softmax) = {.name = "cg_softmax", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
                          .domain = &softmax_domain, .call = softmax_call, .reference = softmax_reference,
-                         .backward = softmax_backward};
+                         .backward = softmax_backward, .autocast = CG_AUTOCAST_FP32};
 CG_OP_DEFINE(log_softmax) = {.name = "cg_log_softmax", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
                              .domain = &softmax_domain, .call = softmax_call, .reference = softmax_reference,
-                             .backward = softmax_backward};
+                             .backward = softmax_backward, .autocast = CG_AUTOCAST_FP32};
 CG_OP_DEFINE(logsumexp) = {.name = "cg_logsumexp", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
                            .domain = &softmax_domain, .call = softmax_call, .reference = softmax_reference,
-                           .backward = softmax_backward};
+                           .backward = softmax_backward, .autocast = CG_AUTOCAST_FP32};
 
 /* ---- cross-entropy's and nll_loss's op-table entries (src/op_table.h) ------------------------------------
  * in[0] the logits (nll_loss: log-probabilities), in[1] the targets, in[2] the class weights. Class indices
@@ -524,7 +531,8 @@ static const cg_op_domain nll_loss_domain = {
 
 #define CLASS_LOSS_ENTRY(NAME, PUB, GRADS, DOMAIN)                                                                    \
     CG_OP_DEFINE(NAME) = {.name = PUB, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = GRADS, .domain = &DOMAIN, \
-                          .call = class_loss_call, .reference = class_loss_reference, .backward = class_loss_backward}
+                          .call = class_loss_call, .reference = class_loss_reference, .backward = class_loss_backward,   \
+                          .autocast = CG_AUTOCAST_FP32}
 CLASS_LOSS_ENTRY(cross_entropy, "cg_cross_entropy", 1u, cross_entropy_domain);
 CLASS_LOSS_ENTRY(cross_entropy_ex, "cg_cross_entropy_ex", 1u, cross_entropy_ex_domain);
 CLASS_LOSS_ENTRY(cross_entropy_probs, "cg_cross_entropy", 3u, cross_entropy_probs_domain);

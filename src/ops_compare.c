@@ -168,5 +168,5 @@ static const cg_op_domain where_domain = {
                 {.ndim = {2, 2, 2}, .shape = {{3, 4}, {3, 4}, {3, 4}}, .transposed = {T, T, false}},
                 {.ndim = {2, 2, 2}, .shape = {{0, 3}, {1, 3}, {0, 1}}})};                      /* empty */
 #undef T
-CG_OP_DEFINE(where) = {.name = "cg_where", .ninputs = 3, .dtypes = CG_OP_ANY, .grad_inputs = 6u, .domain = &where_domain,
+CG_OP_DEFINE(where) = {.name = "cg_where", .autocast = CG_AUTOCAST_PROMOTE, /* natively */ .ninputs = 3, .dtypes = CG_OP_ANY, .grad_inputs = 6u, .domain = &where_domain,
                        .call = where_call, .reference = where_reference, .backward = where_backward};

@@ -296,6 +296,7 @@ static cg_tensor *conv_op(const conv_request *r, const cg_tensor *x, const cg_te
     cg_conv2d_geom g;
     int64_t y_shape[4];
     if (check_conv(r, x, weight, bias, &g, y_shape) != CG_OK) return NULL;
+    CG_AUTOCAST(cg__op_conv2d.autocast, r->fn, conv_op(r, ac[0], ac[1], ac[2]), x, weight, bias); /* the family's */
     CG_VIA_FLOAT32(r->fn, conv_op(r, f32[0], f32[1], f32[2]), x, weight, bias);
     const cg_tensor_impl *xi = cg__t(x);
     cg_tensor *xc = cg__raw_contiguous(x), *wc = xc ? cg__raw_contiguous(weight) : NULL;
@@ -599,12 +600,12 @@ static const cg_op_domain conv_transpose2d_domain = {
                 {.ndim = {4, 4, 1}, .shape = {{0, 2, 3, 3}, {2, 3, 3, 3}, {3}}, .param = {2}})}; /* N = 0 */
 #undef T
 
-CG_OP_DEFINE(conv2d) = {.name = "cg_conv2d", .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &conv2d_domain,
+CG_OP_DEFINE(conv2d) = {.name = "cg_conv2d", .autocast = CG_AUTOCAST_LOWER, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &conv2d_domain,
                                   .call = conv2d_call, .reference = conv2d_reference, .backward = conv_backward};
-CG_OP_DEFINE(conv2d_nobias) = {.name = "cg_conv2d", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &conv2d_domain,
+CG_OP_DEFINE(conv2d_nobias) = {.name = "cg_conv2d", .autocast = CG_AUTOCAST_LOWER, .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &conv2d_domain,
                                          .call = conv2d_call, .reference = conv2d_reference, .backward = conv_backward};
-CG_OP_DEFINE(conv1d) = {.name = "cg_conv1d", .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &conv1d_domain,
+CG_OP_DEFINE(conv1d) = {.name = "cg_conv1d", .autocast = CG_AUTOCAST_LOWER, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &conv1d_domain,
                         .call = conv1d_call, .reference = conv1d_reference, .backward = NULL}; /* views and a conv2d's node */
-CG_OP_DEFINE(conv_transpose2d) = {.name = "cg_conv_transpose2d", .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u,
+CG_OP_DEFINE(conv_transpose2d) = {.name = "cg_conv_transpose2d", .autocast = CG_AUTOCAST_LOWER, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u,
                                   .domain = &conv_transpose2d_domain, .call = conv_transpose2d_call,
                                   .reference = conv_transpose2d_reference, .backward = conv_backward};

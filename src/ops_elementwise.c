@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "autocast.h"
 #include "autograd.h"
 #include "backend.h"
 #include "error.h"
@@ -66,6 +67,20 @@ static const cg_saves binary_saves[] = {
 #undef SAVES
 };
 
+/* What each op does inside an autocast region (src/autocast.h), as its list entry says. */
+static const cg_autocast_rule unary_autocast[] = {
+#define RULE(NAME, PUB, SAVED, FWD, BWD, LO, HI, S, AC) CG_AUTOCAST_##AC,
+    CG_UNARY_OPS(RULE)
+#undef RULE
+};
+static const cg_autocast_rule binary_autocast[] = {
+#define RULE(NAME, PUB, SAVED, FWD, BA, BB, LA, HA, LB, HB, AC) CG_AUTOCAST_##AC,
+    CG_BINARY_OPS(RULE)
+#undef RULE
+};
+
+int cg__binary_rule(cg_binary_op op) { return (int)binary_autocast[op]; }
+
 /* Whether a gradient is g itself (its formula is "g"): then it is a view of g, not a pass. */
 static const bool unary_grad_is_g[] = {
 #define IS_G(NAME, PUB, SAVED, FWD, BWD, ...) sizeof(#BWD) == 2,
@@ -110,6 +125,7 @@ static cg_status binary_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 /* ---- forward ------------------------------------------------------------------------------------ */
 cg_tensor *cg__unary_op(cg_unary_op op, float s, const cg_tensor *x, const char *fn) {
     if (cg__check_tensor(x, fn, "a") != CG_OK || cg__check_floating(x, fn, "a") != CG_OK) return NULL;
+    CG_AUTOCAST(unary_autocast[op], fn, cg__unary_op(op, s, ac[0], fn), x);
     cg_tensor *out = cg__tensor_like(x);
     if (!out) return NULL;
     if (cg__unary_into(op, s, x, out) != CG_OK) {
@@ -132,6 +148,7 @@ cg_tensor *cg__binary_op(cg_binary_op op, const cg_tensor *a, const cg_tensor *b
     int ndim;
     int64_t shape[CG_MAX_DIMS];
     if (cg__check_same_device(a, b, fn) != CG_OK) return NULL;
+    CG_AUTOCAST(binary_autocast[op], fn, cg__binary_op(op, ac[0], ac[1], fn), a, b);
     CG_PROMOTED(fn, cg__binary_op(op, a, b, fn), a, b); /* as PyTorch, then the op on one dtype */
     if (op == CG_BINARY_DIV && !cg_dtype_floating(cg__t(a)->dtype)) { /* true division, as torch.div: in float32 */
         cg_tensor *fa = cg_to_dtype(a, CG_FLOAT32), *fb = fa ? cg_to_dtype(b, CG_FLOAT32) : NULL;

@@ -37,6 +37,7 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
         cg__check_same_device(input, target, "cg_mse_loss") != CG_OK || cg__check_floating(input, "cg_mse_loss", "input") != CG_OK ||
         cg__check_floating(target, "cg_mse_loss", "target") != CG_OK)
         return NULL;
+    CG_AUTOCAST(cg__op_mse_loss.autocast, "cg_mse_loss", cg_mse_loss(ac[0], ac[1], reduction), input, target);
     CG_VIA_FLOAT32("cg_mse_loss", cg_mse_loss(f32[0], f32[1], reduction), input, target);
     const cg_tensor_impl *inputi = cg__t(input), *targeti = cg__t(target);
     if (inputi->ndim != targeti->ndim || memcmp(inputi->shape, targeti->shape, (size_t)inputi->ndim * sizeof(int64_t)))
@@ -106,7 +107,8 @@ static const cg_op_domain mse_domain = {
 #undef T
 
 CG_OP_DEFINE(mse_loss) = {.name = "cg_mse_loss", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &mse_domain,
-                                    .call = mse_call, .reference = mse_reference, .backward = mse_backward};
+                                    .call = mse_call, .reference = mse_reference, .backward = mse_backward,
+                                    .autocast = CG_AUTOCAST_FP32};
 
 /* ---- element-wise losses: l1, smooth_l1, huber, bce_with_logits, kl_div ----------------------------------- */
 cg_status cg__check_reduction(cg_reduction reduction, bool batchmean_ok, const char *fn) {
@@ -188,6 +190,7 @@ static cg_status check_bce(const cg_tensor *input, const cg_tensor *target, cons
 cg_tensor *cg_binary_cross_entropy(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight,
                                    cg_reduction reduction) {
     if (check_bce(input, target, weight, reduction) != CG_OK) return NULL;
+    CG_AUTOCAST(cg__op_binary_cross_entropy.autocast, BCE, NULL, input, target, weight); /* REFUSE: returns NULL */
     CG_VIA_FLOAT32(BCE, cg_binary_cross_entropy(f32[0], f32[1], f32[2], reduction), input, target, weight);
     if (check_probabilities(input, "input") != CG_OK || check_probabilities(target, "target") != CG_OK) return NULL;
     cg_tensor *loss = cg__binary_op(CG_BINARY_BCE, input, target, BCE);
@@ -241,7 +244,8 @@ static const cg_op_domain bce_domain = {
 #undef T
 
 CG_OP_DEFINE(binary_cross_entropy) = {.name = BCE, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u,
-                                      .domain = &bce_domain, .call = bce_call, .reference = bce_reference};
+                                      .domain = &bce_domain, .call = bce_call, .reference = bce_reference,
+                                      .autocast = CG_AUTOCAST_REFUSE};
 
 /* input and target: live, one device, one float dtype, one shape (PyTorch broadcasts other shapes with a
  * warning, for all but bce_with_logits; a C call cannot warn, so a mismatch, usually (N, 1) against (N), is
@@ -264,7 +268,17 @@ static cg_status check_pair_loss(const cg_tensor *input, const cg_tensor *target
     return cg__check_reduction(reduction, batchmean_ok, fn);
 }
 
+/* The pair losses' front-ends, before their checks (which want one dtype): inside an autocast region,
+ * `return` CALL run on input and target as the element-wise op's rule converts them (ac[0], ac[1]). */
+#define PAIR_AUTOCAST(OP, FN, CALL, ...)                                                                      \
+    do {                                                                                                     \
+        if (cg__check_tensor(input, FN, "input") != CG_OK || cg__check_tensor(target, FN, "target") != CG_OK) \
+            return NULL;                                                                                     \
+        CG_AUTOCAST(cg__binary_rule(OP), FN, CALL, input, target, __VA_ARGS__);                               \
+    } while (0)
+
 cg_tensor *cg_l1_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction) {
+    PAIR_AUTOCAST(CG_BINARY_L1, "cg_l1_loss", cg_l1_loss(ac[0], ac[1], reduction), NULL);
     if (check_pair_loss(input, target, reduction, false, "cg_l1_loss") != CG_OK) return NULL;
     return reduced(cg__binary_op(CG_BINARY_L1, input, target, "cg_l1_loss"), reduction);
 }
@@ -282,6 +296,7 @@ static cg_tensor *difference_loss(cg_binary_op op, const cg_tensor *input, const
 
 cg_tensor *cg_smooth_l1_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, float beta) {
     const char *fn = "cg_smooth_l1_loss";
+    PAIR_AUTOCAST(CG_BINARY_SMOOTH_L1, fn, cg_smooth_l1_loss(ac[0], ac[1], reduction, beta), NULL);
     if (check_pair_loss(input, target, reduction, false, fn) != CG_OK) return NULL;
     if (!(beta >= 0.0f))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: beta %g is negative (or NaN); smooth_l1_loss takes beta >= 0", fn,
@@ -291,6 +306,7 @@ cg_tensor *cg_smooth_l1_loss(const cg_tensor *input, const cg_tensor *target, cg
 
 cg_tensor *cg_huber_loss(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, float delta) {
     const char *fn = "cg_huber_loss";
+    PAIR_AUTOCAST(CG_BINARY_HUBER, fn, cg_huber_loss(ac[0], ac[1], reduction, delta), NULL);
     if (check_pair_loss(input, target, reduction, false, fn) != CG_OK) return NULL;
     if (!(delta > 0.0f))
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: delta %g is not positive; huber_loss takes delta > 0", fn,
@@ -299,6 +315,7 @@ cg_tensor *cg_huber_loss(const cg_tensor *input, const cg_tensor *target, cg_red
 }
 
 cg_tensor *cg_kl_div(const cg_tensor *input, const cg_tensor *target, cg_reduction reduction, bool log_target) {
+    PAIR_AUTOCAST(CG_BINARY_KL_DIV, "cg_kl_div", cg_kl_div(ac[0], ac[1], reduction, log_target), NULL);
     if (check_pair_loss(input, target, reduction, true, "cg_kl_div") != CG_OK) return NULL;
     return reduced(cg__binary_op(log_target ? CG_BINARY_KL_DIV_LOG : CG_BINARY_KL_DIV, input, target, "cg_kl_div"),
                    reduction);
@@ -333,6 +350,11 @@ static cg_status check_loss_weight(const cg_tensor *input, const cg_tensor *w, c
  * softplus(-x), PyTorch's formula; times weight; reduced. */
 cg_tensor *cg_binary_cross_entropy_with_logits(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight,
                                                const cg_tensor *pos_weight, cg_reduction reduction) {
+    if ((weight && cg__check_tensor(weight, BCEL, "weight") != CG_OK) ||
+        (pos_weight && cg__check_tensor(pos_weight, BCEL, "pos_weight") != CG_OK))
+        return NULL;
+    PAIR_AUTOCAST(CG_BINARY_BCE_LOGITS, BCEL,
+                  cg_binary_cross_entropy_with_logits(ac[0], ac[1], ac[2], ac[3], reduction), weight, pos_weight);
     if (check_pair_loss(input, target, reduction, false, BCEL) != CG_OK ||
         check_loss_weight(input, weight, "weight", BCEL) != CG_OK ||
         check_loss_weight(input, pos_weight, "pos_weight", BCEL) != CG_OK)

@@ -162,6 +162,7 @@ cg_tensor *cg_bmm(const cg_tensor *a, const cg_tensor *b) {
         return CG_FAIL_NULL(CG_ERR_SHAPE, "%s: expected 3-D tensors (batch, m, k) and (batch, k, n) of one batch size, got %s "
                             "and %s", fn, cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb));
     if (ai->shape[2] != bi->shape[1]) return (cannot_multiply(a, b, ai->shape[2], bi->shape[1], fn), NULL);
+    CG_AUTOCAST(cg__op_bmm.autocast, fn, cg_bmm(ac[0], ac[1]), a, b);
     CG_VIA_FLOAT32(fn, cg_bmm(f32[0], f32[1]), a, b);
     const int64_t shape[3] = {ai->shape[0], ai->shape[1], bi->shape[2]};
     if (cg__check_result_shape(3, shape, fn, "a", a, "b", b) != CG_OK) return NULL;
@@ -240,6 +241,7 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
                             cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb));
     int64_t ka = ai->shape[ai->ndim - 1], kb = bi->shape[bi->ndim == 1 ? 0 : bi->ndim - 2];
     if (ka != kb) return (cannot_multiply(a, b, ka, kb, fn), NULL);
+    CG_AUTOCAST(cg__op_matmul.autocast, fn, cg_matmul(ac[0], ac[1]), a, b);
     if (ai->ndim == 2 && bi->ndim == 2) {
         CG_VIA_FLOAT32(fn, cg_matmul(f32[0], f32[1]), a, b);
         return matmul_2d(a, b);
@@ -329,6 +331,7 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
         cg__check_floating(x, "cg_linear", "input") != CG_OK || cg__check_floating(weight, "cg_linear", "weight") != CG_OK ||
         (bias && cg__check_floating(bias, "cg_linear", "bias") != CG_OK))
         return NULL;
+    CG_AUTOCAST(cg__op_linear.autocast, "cg_linear", cg_linear(ac[0], ac[1], ac[2]), x, weight, bias);
     CG_VIA_FLOAT32("cg_linear", cg_linear(f32[0], f32[1], f32[2]), x, weight, bias);
     const cg_tensor_impl *xi = cg__t(x), *weighti = cg__t(weight);
     if (cg__check_same_device(x, weight, "cg_linear") != CG_OK) return NULL;
@@ -506,17 +509,17 @@ static cg_tensor *bmm_call(const cg_op_info *op, const cg_op_case *c, const cg_t
     return cg_bmm(in[0], in[1]);
 }
 
-CG_OP_DEFINE(matmul) = {.name = "cg_matmul", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &matmul_domain,
+CG_OP_DEFINE(matmul) = {.name = "cg_matmul", .autocast = CG_AUTOCAST_LOWER, .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &matmul_domain,
                                   .call = matmul_call, .reference = matmul_reference, .backward = matmul_backward};
-CG_OP_DEFINE(matmul_nd) = {.name = "cg_matmul", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u,
+CG_OP_DEFINE(matmul_nd) = {.name = "cg_matmul", .autocast = CG_AUTOCAST_LOWER, .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u,
                            .domain = &matmul_nd_domain, .call = matmul_call, .reference = matmul_nd_reference,
                            .backward = matmul_backward};
-CG_OP_DEFINE(bmm) = {.name = "cg_bmm", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &bmm_domain,
+CG_OP_DEFINE(bmm) = {.name = "cg_bmm", .autocast = CG_AUTOCAST_LOWER, .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &bmm_domain,
                      .call = bmm_call, .reference = matmul_nd_reference, .backward = bmm_backward};
-CG_OP_DEFINE(linear) = {.name = "cg_linear", .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &linear_domain,
+CG_OP_DEFINE(linear) = {.name = "cg_linear", .autocast = CG_AUTOCAST_LOWER, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &linear_domain,
                                   .call = linear_call, .reference = linear_reference, .backward = linear_backward};
-CG_OP_DEFINE(linear_nobias) = {.name = "cg_linear", .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &linear_domain,
+CG_OP_DEFINE(linear_nobias) = {.name = "cg_linear", .autocast = CG_AUTOCAST_LOWER, .ninputs = 2, .dtypes = CG_OP_FLOATS, .grad_inputs = 3u, .domain = &linear_domain,
                                          .call = linear_call, .reference = linear_reference, .backward = linear_backward};
-CG_OP_DEFINE(linear_nd) = {.name = "cg_linear", .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u,
+CG_OP_DEFINE(linear_nd) = {.name = "cg_linear", .autocast = CG_AUTOCAST_LOWER, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u,
                            .domain = &linear_nd_domain, .call = linear_call, .reference = linear_reference,
                            .backward = linear_backward};

@@ -114,6 +114,12 @@ static cg_tensor *norm_forward(const cg_op_info *op, norm_kind kind, int64_t arg
     return cg__finish(y, s);
 }
 
+/* weight and bias, where given, are live handles (before autocast reads their dtypes). */
+static cg_status check_live(const cg_tensor *weight, const cg_tensor *bias, const char *fn) {
+    if (weight) CG_TRY(cg__check_tensor(weight, fn, "weight"));
+    return bias ? cg__check_tensor(bias, fn, "bias") : CG_OK;
+}
+
 /* Checks an optional argument t (NULL passes): live, on x's device, of `dtype` (-1: x's), and of the
  * shape (ndim, shape), named `name` in the error. */
 static cg_status check_optional(const cg_tensor *x, const cg_tensor *t, int dtype, int ndim, const int64_t *shape,
@@ -199,7 +205,9 @@ cg_tensor *cg_batch_norm(const cg_tensor *x, cg_tensor *running_mean, cg_tensor 
 cg_tensor *cg_layer_norm(const cg_tensor *x, int normalized_ndim, const int64_t *normalized_shape,
                          const cg_tensor *weight, const cg_tensor *bias, float eps) {
     const char *fn = "cg_layer_norm";
-    if (check_input(x, 0, eps, fn, "(*, normalized_shape)") != CG_OK) return NULL;
+    if (check_input(x, 0, eps, fn, "(*, normalized_shape)") != CG_OK || check_live(weight, bias, fn) != CG_OK) return NULL;
+    CG_AUTOCAST(cg__op_layer_norm.autocast, fn, cg_layer_norm(ac[0], normalized_ndim, normalized_shape, ac[1], ac[2], eps),
+                x, weight, bias);
     const cg_tensor_impl *xi = cg__t(x);
     if (normalized_ndim < 1 || normalized_ndim > xi->ndim) {
         char sx[160];
@@ -223,7 +231,8 @@ cg_tensor *cg_layer_norm(const cg_tensor *x, int normalized_ndim, const int64_t 
 cg_tensor *cg_group_norm(const cg_tensor *x, int64_t num_groups, const cg_tensor *weight, const cg_tensor *bias,
                          float eps) {
     const char *fn = "cg_group_norm";
-    if (check_input(x, 2, eps, fn, "(N, C) or (N, C, *)") != CG_OK) return NULL;
+    if (check_input(x, 2, eps, fn, "(N, C) or (N, C, *)") != CG_OK || check_live(weight, bias, fn) != CG_OK) return NULL;
+    CG_AUTOCAST(cg__op_group_norm.autocast, fn, cg_group_norm(ac[0], num_groups, ac[1], ac[2], eps), x, weight, bias);
     const int64_t *c = cg__t(x)->shape + 1;
     if (num_groups < 1 || *c % num_groups != 0) {
         char sx[160];
@@ -369,12 +378,13 @@ static const cg_op_domain group_norm_domain = {
                 {.ndim = {3, 1, 1}, .shape = {{2, 6, 5}, {6}, {6}}, .param = {1, 0}}, /* one group */
                 {.ndim = {3, 1, 1}, .shape = {{0, 4, 3}, {4}, {4}}, .param = {2, 1}})}; /* empty */
 
-#define NORM_ENTRY(NAME, PUB, DOMAIN)                                                                                \
+#define NORM_ENTRY(NAME, PUB, DOMAIN, AC)                                                                            \
     CG_OP_DEFINE(NAME) = {.name = PUB, .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u, .domain = &DOMAIN, \
-                          .call = norm_call, .reference = norm_reference, .backward = norm_backward}
-NORM_ENTRY(batch_norm, "cg_batch_norm", batch_norm_domain);
-NORM_ENTRY(layer_norm, "cg_layer_norm", layer_norm_domain);
-NORM_ENTRY(group_norm, "cg_group_norm", group_norm_domain);
+                          .call = norm_call, .reference = norm_reference, .backward = norm_backward,                 \
+                          .autocast = CG_AUTOCAST_##AC}
+NORM_ENTRY(batch_norm, "cg_batch_norm", batch_norm_domain, NONE); /* 16-bit x with float32 parameters, as cuDNN's */
+NORM_ENTRY(layer_norm, "cg_layer_norm", layer_norm_domain, FP32);
+NORM_ENTRY(group_norm, "cg_group_norm", group_norm_domain, FP32);
 
 /* in: weight (num, dim), indices (drawn as integers in [0, 4], converted to int64); param[0]: padding_idx. */
 static cg_tensor *embedding_call(const cg_op_info *op, const cg_op_case *c, const cg_tensor *const *in) {

@@ -88,6 +88,7 @@ static cg_tensor *reduce_int(const cg_tensor *t, int dim, bool all, bool keepdim
 static cg_tensor *reduce(const cg_tensor *t, int dim, bool all, bool keepdim, bool mean, const cg_op_info *op) {
     const char *fn = op->name;
     if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
+    CG_AUTOCAST(op->autocast, fn, reduce(ac[0], dim, all, keepdim, mean, op), t);
     CG_VIA_FLOAT32(fn, reduce(f32[0], dim, all, keepdim, mean, op), t);
     if (!cg_dtype_floating(cg__t(t)->dtype)) return reduce_int(t, dim, all, keepdim, mean, fn);
     const cg_tensor_impl *ti = cg__t(t);
@@ -147,9 +148,12 @@ typedef struct compose {
 static cg_status compose_begin(compose *c) {
     c->was = cg_set_grad_enabled(false);
     c->scope = cg_scope_begin();
-    if (c->scope) return CG_OK;
-    cg_set_grad_enabled(c->was);
-    return cg_last_status();
+    if (!c->scope) {
+        cg_set_grad_enabled(c->was);
+        return cg_last_status();
+    }
+    cg__autocast_hold(+1); /* the inner ops keep the dtypes the composed op chose */
+    return CG_OK;
 }
 
 /* result (made inside the scope, or NULL) as a handle of the caller's scope; everything else the scope
@@ -158,6 +162,7 @@ static cg_tensor *compose_end(compose *c, cg_tensor *result) {
     if (result) cg_keep(result);
     cg_scope_end(c->scope);
     cg_set_grad_enabled(c->was);
+    cg__autocast_hold(-1);
     cg_tensor *out = result ? cg__alias(result) : NULL;
     cg_tensor_free(result);
     return out;
@@ -276,6 +281,7 @@ static cg_tensor *norm(const cg_tensor *t, double p, int dim, bool all, bool kee
     const char *fn = op->name;
     if (cg__check_tensor(t, fn, "t") != CG_OK || cg__check_floating(t, fn, "t") != CG_OK) return NULL;
     if (isnan(p)) return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: p is NaN", fn);
+    CG_AUTOCAST(op->autocast, fn, norm(ac[0], p, dim, all, keepdim, op), t);
     CG_VIA_FLOAT32(fn, norm(f32[0], p, dim, all, keepdim, op), t);
     int d, ndim;
     int64_t outer, n, inner, shape[CG_MAX_DIMS];
@@ -349,6 +355,7 @@ static cg_status cumsum_backward(cg_node *n, const cg_tensor *g, cg_tensor **gra
 cg_tensor *cg_cumsum(const cg_tensor *t, int dim) {
     const char *fn = "cg_cumsum";
     if (cg__check_tensor(t, fn, "t") != CG_OK) return NULL;
+    CG_AUTOCAST(cg__op_cumsum.autocast, fn, cg_cumsum(ac[0], dim), t);
     CG_VIA_FLOAT32(fn, cg_cumsum(f32[0], dim), t);
     const cg_tensor_impl *ti = cg__t(t);
     int d = cg__dim_of(t, dim, ti->ndim ? ti->ndim : 1, fn);
@@ -446,11 +453,11 @@ static const cg_op_domain reduce_dim_domain = {
                 {.ndim = {2}, .shape = {{3, 0}}, .param = {-1, true}}, /* along an empty dim: 0 each, mean NaN */
                 {.ndim = {2}, .shape = {{3, 300}}, .param = {0, false}})};
 
-CG_OP_DEFINE(sum) = {.name = "cg_sum", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &reduce_all_domain,
+CG_OP_DEFINE(sum) = {.name = "cg_sum", .autocast = CG_AUTOCAST_FP32, .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &reduce_all_domain,
                                .call = sum_call, .reference = sum_reference, .backward = reduce_backward};
 CG_OP_DEFINE(mean) = {.name = "cg_mean", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_all_domain,
                                 .call = mean_call, .reference = mean_reference, .backward = reduce_backward};
-CG_OP_DEFINE(sum_dim) = {.name = "cg_sum_dim", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &reduce_dim_domain,
+CG_OP_DEFINE(sum_dim) = {.name = "cg_sum_dim", .autocast = CG_AUTOCAST_FP32, .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1, .domain = &reduce_dim_domain,
                                    .call = sum_dim_call, .reference = sum_dim_reference, .backward = reduce_backward};
 CG_OP_DEFINE(mean_dim) = {.name = "cg_mean_dim", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1, .domain = &reduce_dim_domain,
                                     .call = mean_dim_call, .reference = mean_dim_reference, .backward = reduce_backward};
@@ -570,9 +577,9 @@ CG_OP_DEFINE(var_dim) = {.name = "cg_var_dim", .ninputs = 1, .dtypes = CG_OP_FLO
 CG_OP_DEFINE(std_dim) = {.name = "cg_std_dim", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
                          .domain = &moments_dim_domain, .call = stat_call, .reference = stat_entry_reference,
                          .backward = moments_backward};
-CG_OP_DEFINE(norm) = {.name = "cg_norm", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u, .domain = &norm_all_domain,
+CG_OP_DEFINE(norm) = {.name = "cg_norm", .autocast = CG_AUTOCAST_FP32, .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u, .domain = &norm_all_domain,
                       .call = stat_call, .reference = stat_entry_reference, .backward = norm_backward};
-CG_OP_DEFINE(norm_dim) = {.name = "cg_norm_dim", .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
+CG_OP_DEFINE(norm_dim) = {.name = "cg_norm_dim", .autocast = CG_AUTOCAST_FP32, .ninputs = 1, .dtypes = CG_OP_FLOATS, .grad_inputs = 1u,
                           .domain = &norm_dim_domain, .call = stat_call, .reference = stat_entry_reference,
                           .backward = norm_backward};
 
@@ -609,5 +616,5 @@ static const cg_op_domain cumsum_domain = {
                 {.ndim = {2}, .shape = {{0, 3}}, .param = {1}},
                 {.ndim = {2}, .shape = {{3, 0}}, .param = {1}},
                 {.ndim = {2}, .shape = {{3, 100}}, .param = {1}})};
-CG_OP_DEFINE(cumsum) = {.name = "cg_cumsum", .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1u, .domain = &cumsum_domain,
+CG_OP_DEFINE(cumsum) = {.name = "cg_cumsum", .autocast = CG_AUTOCAST_FP32, .ninputs = 1, .dtypes = CG_OP_ANY, .grad_inputs = 1u, .domain = &cumsum_domain,
                         .call = cumsum_call, .reference = cumsum_reference, .backward = cumsum_backward};

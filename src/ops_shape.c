@@ -766,19 +766,19 @@ static const cg_op_domain stack_domain = {
                 {.ndim = {2, 2, 2}, .shape = {{2, 3}, {2, 3}, {2, 3}}, .transposed = {T, false, T}, .param = {-2}})};
 #undef T
 
-#define SHAPE_OP(op_name, backward_fn, n, grads)                                                                      \
+#define SHAPE_OP(op_name, backward_fn, n, grads, rule)                                                                \
     CG_OP_DEFINE(op_name) = {.name = "cg_" #op_name, .ninputs = n, .dtypes = CG_OP_ANY, .grad_inputs = grads,         \
                              .domain = &op_name##_domain, .call = op_name##_call, .reference = op_name##_reference, \
-                             .backward = backward_fn}
-SHAPE_OP(unsqueeze, cg__reshape_backward, 1, 1u);
-SHAPE_OP(squeeze, cg__reshape_backward, 1, 1u);
-SHAPE_OP(flatten, NULL, 1, 1u); /* a reshape's node */
-SHAPE_OP(expand, cg__identity_backward, 1, 1u);
-SHAPE_OP(repeat, NULL, 1, 1u); /* expand and reshape nodes */
-SHAPE_OP(narrow, slice_backward, 1, 1u);
-SHAPE_OP(select, slice_backward, 1, 1u);
-SHAPE_OP(slice, slice_backward, 1, 1u);
-SHAPE_OP(split, NULL, 1, 1u); /* narrow nodes */
-SHAPE_OP(cat, cat_backward, 3, 7u);
-SHAPE_OP(stack, NULL, 3, 7u); /* unsqueeze nodes into a cat */
+                             .backward = backward_fn, .autocast = CG_AUTOCAST_##rule}
+SHAPE_OP(unsqueeze, cg__reshape_backward, 1, 1u, NONE);
+SHAPE_OP(squeeze, cg__reshape_backward, 1, 1u, NONE);
+SHAPE_OP(flatten, NULL, 1, 1u, NONE); /* a reshape's node */
+SHAPE_OP(expand, cg__identity_backward, 1, 1u, NONE);
+SHAPE_OP(repeat, NULL, 1, 1u, NONE); /* expand and reshape nodes */
+SHAPE_OP(narrow, slice_backward, 1, 1u, NONE);
+SHAPE_OP(select, slice_backward, 1, 1u, NONE);
+SHAPE_OP(slice, slice_backward, 1, 1u, NONE);
+SHAPE_OP(split, NULL, 1, 1u, NONE); /* narrow nodes */
+SHAPE_OP(cat, cat_backward, 3, 7u, PROMOTE); /* cat promotes mixed dtypes in any case, as PyTorch's */
+SHAPE_OP(stack, NULL, 3, 7u, PROMOTE); /* unsqueeze nodes into a cat */
 #undef SHAPE_OP

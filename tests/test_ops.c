@@ -109,8 +109,10 @@ static float *read_any(const cg_tensor *t) {
     return v;
 }
 
+/* Input k of case c: values drawn from dom and rounded to dt, in a leaf of dtype store (dt, or float32
+ * holding dt's values exactly), requiring grad when grad and floating. */
 static void make_input(input *in, const cg_op_case *c, int k, const cg_op_domain *dom, bool grad, cg_dtype dt,
-                       cg_device d) {
+                       cg_dtype store, cg_device d) {
     int ndim = c->ndim[k];
     in->ref.ndim = ndim;
     memcpy(in->ref.shape, c->shape[k], sizeof in->ref.shape);
@@ -124,8 +126,8 @@ static void make_input(input *in, const cg_op_case *c, int k, const cg_op_domain
     int64_t shape[CG_MAX_DIMS]; /* the leaf's */
     memcpy(shape, c->shape[k], sizeof shape);
     if (in->transposed) shape[ndim - 2] = c->shape[k][ndim - 1], shape[ndim - 1] = c->shape[k][ndim - 2];
-    in->leaf = tensor_in(stored, ndim, shape, dt, d);
-    CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad && cg_dtype_is_floating(dt)));
+    in->leaf = tensor_in(stored, ndim, shape, store, d);
+    CG_TEST_STATUS_OK(cg_set_requires_grad(in->leaf, grad && cg_dtype_is_floating(store)));
     in->arg = in->transposed ? CG_TEST_OK(cg_transpose(in->leaf, ndim - 2, ndim - 1)) : in->leaf;
     if (in->transposed && shape[ndim - 2] > 1 && shape[ndim - 1] > 1) assert_false(cg_is_contiguous(in->arg));
     free(stored);
@@ -223,7 +225,7 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_dtype dt, c
     const cg_tensor *args[CG_OP_MAX_INPUTS];
     cg_ref_tensor refs[CG_OP_MAX_INPUTS];
     for (int k = 0; k < op->ninputs; k++) {
-        make_input(&in[k], c, k, op->domain, (op->grad_inputs >> k) & 1u, dt, d);
+        make_input(&in[k], c, k, op->domain, (op->grad_inputs >> k) & 1u, dt, dt, d);
         args[k] = in[k].arg, refs[k] = in[k].ref;
     }
     cg_tensor *out = CG_TEST_OK(op->call(op, c, args)); /* first: the op checks the case's shapes for the reference */
@@ -268,17 +270,21 @@ static void check_case(const cg_op_info *op, const cg_op_case *c, cg_dtype dt, c
     for (int k = 0; k < op->ninputs; k++) free_input(&in[k]);
 }
 
-static void check_op(const cg_op_info *op, cg_device d) {
+/* The cases op is tested on: its domain's, or the element-wise set. */
+static const cg_op_case *cases_of(const cg_op_info *op, int *ncases) {
     if (!op->domain) fail_msg("op %s has no test domain: its entry in the op table must give one", op->name);
+    *ncases = op->domain->ncases;
+    if (op->domain->elementwise)
+        *ncases = op->ninputs == 1 ? (int)(sizeof kUnaryCases / sizeof kUnaryCases[0])
+                                   : (int)(sizeof kBinaryCases / sizeof kBinaryCases[0]);
+    if (*ncases < 1) fail_msg("op %s: its test domain has no cases", op->name);
+    return !op->domain->elementwise ? op->domain->cases : op->ninputs == 1 ? kUnaryCases : kBinaryCases;
+}
+
+static void check_op(const cg_op_info *op, cg_device d) {
     if (!(op->dtypes & CG_OP_FLOAT32)) fail_msg("op %s: its entry's dtypes must include float32", op->name);
-    const cg_op_case *cases = op->domain->cases;
-    int ncases = op->domain->ncases;
-    if (op->domain->elementwise) {
-        cases = op->ninputs == 1 ? kUnaryCases : kBinaryCases;
-        ncases = op->ninputs == 1 ? (int)(sizeof kUnaryCases / sizeof kUnaryCases[0])
-                                  : (int)(sizeof kBinaryCases / sizeof kBinaryCases[0]);
-    }
-    if (ncases < 1) fail_msg("op %s: its test domain has no cases", op->name);
+    int ncases;
+    const cg_op_case *cases = cases_of(op, &ncases);
     const cg_dtype dtypes[] = {CG_FLOAT32, CG_BFLOAT16, CG_FLOAT16, CG_INT64, CG_BOOL};
     for (int t = 0; t < 5; t++)
         for (int i = 0; i < ncases && (op->dtypes >> dtypes[t] & 1u); i++) check_case(op, &cases[i], dtypes[t], d);
@@ -289,6 +295,84 @@ static void test_every_op(void **state) {
     (void)state;
     assert_true(cg__op_count() > 0);
     for (int i = 0; i < cg__op_count(); i++) check_op(cg__op_at(i), cg_test_device());
+}
+
+/* ---- autocast: every op does inside a region what its entry's rule says (src/autocast.h) ------------- */
+/* The dtypes rule's test gives input k (rounded to, stored as) inside a region of dtype lower: LOWER's and
+ * NONE's inputs float32 (LOWER's holding lower's values, so that the conversion is exact), FP32's in lower,
+ * PROMOTE's first input in lower and the others float32. */
+static void autocast_input_dtypes(cg_autocast_rule rule, cg_dtype lower, int k, cg_dtype *round, cg_dtype *store) {
+    *round = rule == CG_AUTOCAST_LOWER || rule == CG_AUTOCAST_FP32 || (rule == CG_AUTOCAST_PROMOTE && k == 0) ? lower
+                                                                                                          : CG_FLOAT32;
+    *store = rule == CG_AUTOCAST_LOWER ? CG_FLOAT32 : *round;
+}
+
+/* One case of op inside a region of dtype lower on d: the result's dtype is the rule's, its values the
+ * reference's on the rounded inputs (to the result dtype's precision), and the inputs' gradients come
+ * back in the inputs' own dtypes (a parameter's stays float32); REFUSE is an error naming autocast. */
+static void check_autocast_case(const cg_op_info *op, const cg_op_case *c, cg_dtype lower, cg_device d) {
+    char where[256], dev[16], label[320];
+    snprintf(label, sizeof label, "%s on %s in an autocast region of %s, inputs %s", op->name,
+             cg_device_str(d, dev, sizeof dev), cg_dtype_name(lower), case_str(op, c, where, sizeof where));
+    cg_test_context("%s", label);
+    input in[CG_OP_MAX_INPUTS];
+    const cg_tensor *args[CG_OP_MAX_INPUTS];
+    cg_ref_tensor refs[CG_OP_MAX_INPUTS];
+    for (int k = 0; k < op->ninputs; k++) {
+        cg_dtype round, store;
+        autocast_input_dtypes(op->autocast, lower, k, &round, &store);
+        make_input(&in[k], c, k, op->domain, (op->grad_inputs >> k) & 1u, round, store, d);
+        args[k] = in[k].arg, refs[k] = in[k].ref;
+    }
+    cg_dtype expected = CG_FLOAT32; /* FP32, NONE on float32 inputs, PROMOTE of lower with float32 */
+    if (op->autocast == CG_AUTOCAST_LOWER || (op->autocast == CG_AUTOCAST_PROMOTE && op->ninputs == 1)) expected = lower;
+    cg_tensor *plain = NULL;
+    if (op->autocast == CG_AUTOCAST_NONE) plain = CG_TEST_OK(op->call(op, c, args)); /* the dtype outside a region */
+    CG_TEST_STATUS_OK(cg_autocast_enter(d.type, true, lower));
+    cg_clear_error();
+    cg_tensor *out = op->call(op, c, args);
+    CG_TEST_STATUS_OK(cg_autocast_exit(d.type));
+    if (op->autocast == CG_AUTOCAST_REFUSE) {
+        assert_null(out);
+        cg_test_assert_error(CG_ERR_INVALID_ARG, op->name, "unsafe to autocast");
+    } else {
+        if (!out) fail_msg("%s: failed: %s", label, cg_last_error());
+        if (plain) expected = cg_dtype_of(plain);
+        if (cg_dtype_of(out) != expected)
+            fail_msg("%s: the result is %s, the rule gives %s", label, cg_dtype_name(cg_dtype_of(out)),
+                     cg_dtype_name(expected));
+        cg_ref_tensor ref = {0};
+        CG_TEST_STATUS_OK(op->reference(op, c, refs, &ref));
+        int64_t n = numel_of(ref.ndim, ref.shape);
+        assert_output(out, ref.data, n, cg_dtype_is_floating(expected) ? expected : CG_FLOAT32, label);
+        free(ref.data);
+        if (cg_requires_grad(out) && n > 0) {
+            CG_TEST_STATUS_OK(cg_backward_with(out, CG_TEST_OK(cg_ones_like(out))));
+            for (int k = 0; k < op->ninputs; k++)
+                if (cg_grad(in[k].leaf)) assert_int_equal(cg_dtype_of(cg_grad(in[k].leaf)), cg_dtype_of(in[k].leaf));
+        }
+    }
+    cg_tensor_free(out), cg_tensor_free(plain);
+    for (int k = 0; k < op->ninputs; k++) free_input(&in[k]);
+}
+
+/* Every op of the table, every case, in regions of both 16-bit dtypes; and one rule per public function
+ * (its entries must agree: the front-end applies one). */
+static void test_autocast_rules(void **state) {
+    (void)state;
+    for (int i = 0; i < cg__op_count(); i++) {
+        const cg_op_info *op = cg__op_at(i);
+        for (int j = 0; j < i; j++)
+            if (strcmp(cg__op_at(j)->name, op->name) == 0 && cg__op_at(j)->autocast != op->autocast)
+                fail_msg("%s: two entries with different autocast rules (%d, %d)", op->name, (int)cg__op_at(j)->autocast,
+                         (int)op->autocast);
+        int ncases;
+        const cg_op_case *cases = cases_of(op, &ncases);
+        for (int k = 0; k < ncases; k++) {
+            check_autocast_case(op, &cases[k], CG_BFLOAT16, cg_test_device());
+            check_autocast_case(op, &cases[k], CG_FLOAT16, cg_test_device());
+        }
+    }
 }
 
 /* A kernel a backend lacks is an error naming the kernel and the backend, and cg__supports says so
@@ -307,6 +391,6 @@ static void test_unsupported_kernel(void **state) {
 
 int main(void) {
     cg_test_init();
-    const struct CMUnitTest tests[] = {CG_TEST(test_every_op), CG_TEST(test_unsupported_kernel)};
+    const struct CMUnitTest tests[] = {CG_TEST(test_every_op), CG_TEST(test_autocast_rules), CG_TEST(test_unsupported_kernel)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

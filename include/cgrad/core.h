@@ -506,6 +506,33 @@ CG_API bool cg_set_grad_enabled(bool enabled);
 CG_API bool cg_is_grad_enabled(void);
 CG_API cg_tensor *cg_detach(const cg_tensor *t); /* a view with no history */
 
+/* ---- autocast (torch.autocast) ---------------------------------------------------------------------- */
+/* Opens an autocast region on this thread for tensors on devices of `type` (torch.autocast(device_type,
+ * dtype, enabled)): inside it, ops convert their inputs by PyTorch's CUDA lists, on the CPU as well:
+ *   - to dtype (CG_BFLOAT16 or CG_FLOAT16): cg_matmul, cg_bmm, cg_linear, cg_conv1d / 2d,
+ *     cg_conv_transpose2d;
+ *   - to float32: cg_softmax, cg_log_softmax, cg_logsumexp, cg_layer_norm, cg_group_norm, every loss
+ *     (cg_cross_entropy, cg_nll_loss, cg_mse_loss, cg_l1_loss, cg_smooth_l1_loss, cg_huber_loss,
+ *     cg_kl_div, cg_binary_cross_entropy_with_logits), cg_exp, cg_log, cg_log1p, cg_expm1, cg_rsqrt,
+ *     cg_reciprocal, cg_pow, cg_pow_scalar, cg_softplus, cg_sum (and _dim), cg_cumsum, cg_norm (and _dim);
+ *   - to the widest floating input: cg_add, cg_sub, cg_mul, cg_div, cg_maximum, cg_minimum, cg_cat,
+ *     cg_stack, cg_where;
+ *   - refused (CG_ERR_INVALID_ARG): cg_binary_cross_entropy, as in PyTorch (use the with-logits form);
+ *   - every other op runs on its inputs as given (cg_batch_norm takes 16-bit inputs with float32
+ *     parameters, as cuDNN's does). Unlike PyTorch's, cg_lstm and cg_gru are not converted: they compute
+ *     in float32 in any case.
+ * A float32 parameter (a leaf that requires grad) is converted once and the conversion reused until
+ * the parameter is written, a backward pass or optimizer step ends, or the outermost region closes.
+ * Gradients flow back through the conversions, so parameters' gradients stay float32. Backward passes
+ * run the dtypes their forward ops chose, whether or not a region is open; no-grad mode changes
+ * nothing. enabled false opens a region that turns autocast off inside an enclosing one. Regions
+ * nest (at most 64 a device type) and close with cg_autocast_exit, innermost first. */
+CG_API cg_status cg_autocast_enter(cg_device_type type, bool enabled, cg_dtype dtype);
+CG_API cg_status cg_autocast_exit(cg_device_type type);
+CG_API bool cg_autocast_enabled(cg_device_type type); /* torch.is_autocast_enabled(device_type) */
+/* The innermost region's dtype; with none open, PyTorch's defaults: float16 for CUDA, bfloat16 for the CPU. */
+CG_API cg_dtype cg_autocast_dtype(cg_device_type type);
+
 /* ---- functional NN ops ---------------------------------------------------------------------------- */
 /* y = x W^T + b: x (..., in), weight (out, in), bias (out) or NULL -> (..., out) (F.linear); the
  * leading dims are flattened into one GEMM. */

@@ -1,6 +1,7 @@
 /* The optimizer core: construction checks, roots (a module or its replicas), zero_grad, dispatch of
  * step/free by kind, the learning-rate setters and schedules, and the buffers checkpoints restore. */
 #include "optim/optimizer.h"
+#include "autocast.h"
 #include "backend.h"
 #include "checked.h"
 #include "error.h"
@@ -119,6 +120,7 @@ cg_status cg_optimizer_step(cg_optimizer *opt) {
     CG_TRY(cg__check_optimizer(opt, "cg_optimizer_step"));
     const cg_optimizer_impl *o = cg__opt(opt);
     for (int r = 0; r < o->nroots; r++) CG_TRY(cg__check_device_errors(cg__m(o->roots[r])->device));
+    cg__autocast_cache_clear(); /* the parameters' 16-bit conversions are stale once they are written */
     return o->ops->step(opt);
 }
 
