@@ -47,10 +47,17 @@ except ImportError:
 import example_common as ec  # noqa: E402 (after the check that PyTorch is there)
 
 
+AMP = None  # --amp bf16: forward passes and losses under torch.autocast(device, torch.bfloat16)
+
+
+def autocast(device):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=AMP is not None)
+
+
 def test_accuracy(model, x, y):
     model.eval()
     correct = 0
-    with torch.no_grad():
+    with torch.no_grad(), autocast(x.device):
         for i in range(0, len(x), 1000):
             correct += (model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum()
     model.train()
@@ -175,7 +182,8 @@ def run(seed, args, device, train, test):
             idx = perm[b * args.batch:(b + 1) * args.batch]
             xb, yb = x_train[idx], y_train[idx]
             optimizer.zero_grad()
-            loss = loss_fn(model(xb), yb)
+            with autocast(xb.device):
+                loss = loss_fn(model(xb), yb)
             loss.backward()
             optimizer.step()
             loss_sum += loss.detach() * len(idx)
@@ -188,6 +196,7 @@ def run(seed, args, device, train, test):
     rate = statistics.median(rates)
     tag = "_dropout" if args.dropout > 0 else \
         f"_w{args.width}" if args.width not in (0, DEFAULT_WIDTH.get(args.model)) else ""
+    tag += "_bf16" if AMP else ""
     print(f"result work=fmnist_{args.model}{tag}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch "
           f"seed={seed} test_acc={acc:.2f} images_per_s={rate:.0f}", flush=True)
     return acc, rate
@@ -209,6 +218,7 @@ def main():
     p.add_argument("--tf32", action="store_true", help="PyTorch's default TF32 convolutions")
     p.add_argument("--deterministic", action="store_true",
                    help="cuDNN's deterministic convolution algorithms only (cgrad's default)")
+    p.add_argument("--amp", choices=["bf16"], help="forward passes and losses under bfloat16 autocast")
     p.add_argument("--nondeterministic", action="store_true",
                    help="PyTorch's default, accepted so both sides take the same flags")
     p.add_argument("--epochs", type=int, default=10)
@@ -238,6 +248,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.backends.cudnn.deterministic = args.deterministic
+    global AMP
+    AMP = args.amp
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"CPU, {torch.get_num_threads()} threads"

@@ -20,6 +20,9 @@
  *             and its two GEMMs timed alone: forward x W^T and weight gradient g^T x
  *             [wide_gemms_gpu_fp32_..: their sum; gemm_fwd_ms, gemm_wgrad_ms fields]
  *   cpu_seed  the seed's step on the CPU at --cpu-seed-threads threads [seed_cpu_t2_..]
+ *   mlp       (only when listed) issue 32's MLP: --mlp-layers Linear(w, w) with ReLU between, w =
+ *             --mlp-width, n = --mlp-n, on the GPU in true fp32, TF32, and under a bfloat16 autocast
+ *             region around forward and loss [mlp_gpu_<fp32|tf32|bf16>_w.._l.._n..]
  *   first_step  (alone, in a fresh process: --first-step) the seed's model built on the CPU and
  *             moved to the GPU, data drawn on the GPU, a synchronisation, then the clock runs to
  *             the end of the first step (synchronised) [first_step_gpu_..]. Lazy initialisation
@@ -40,7 +43,8 @@
 /* ---- one training step ---------------------------------------------------------------------- */
 typedef struct {
     cg_device device;
-    cg_module *model;        /* Linear: weight (out, in), bias (out) */
+    cg_module *model;        /* Linear: weight (out, in), bias (out); or the MLP */
+    cg_dtype amp;            /* forward and loss in an autocast region of this dtype; float32: none */
     cg_optimizer *optimizer; /* SGD(lr=0.01) */
     cg_tensor *x;            /* (n, in) */
     cg_tensor *y;            /* (n, out) targets */
@@ -52,9 +56,12 @@ static cg_status train_step(void *ctx) {
     trainer *t = ctx;
     cg_scope *scope = cg_scope_begin();
     cg_status s = cg_optimizer_zero_grad(t->optimizer);
+    bool amp = t->amp != CG_FLOAT32;
+    if (s == CG_OK && amp) s = cg_autocast_enter(t->device.type, true, t->amp);
     cg_tensor *out = s == CG_OK ? cg_module_forward(t->model, t->x) : NULL;
     cg_tensor *loss = out ? cg_mse_loss(out, t->y, CG_REDUCTION_MEAN) : NULL;
     if (s == CG_OK && !loss) s = cg_last_status();
+    if (amp) cg_autocast_exit(t->device.type);
     if (s == CG_OK) s = cg_backward(loss);
     if (s == CG_OK) s = cg_optimizer_step(t->optimizer);
     cg_tensor_free(t->loss);
@@ -74,6 +81,21 @@ static trainer trainer_new(cg_device d, int64_t in, int64_t out, int64_t n) {
     eu_expect(t.optimizer != NULL, cg_last_error());
     t.x = CHECK(cg_randn(CG_SHAPE(n, in), d));
     t.y = CHECK(cg_randn(CG_SHAPE(n, out), d));
+    return t;
+}
+
+/* Issue 32's MLP: layers Linear(width, width) with ReLU between, built on d, SGD(lr=0.01), n examples. */
+static trainer trainer_mlp_new(cg_device d, int64_t width, int layers, int64_t n, cg_dtype amp) {
+    trainer t = {.device = d, .amp = amp};
+    int64_t sizes[17];
+    eu_expect(layers >= 1 && layers <= 16, "--mlp-layers is 1 to 16");
+    for (int i = 0; i <= layers; i++) sizes[i] = width;
+    t.model = cg_mlp_new(layers + 1, sizes, CG_ACT_RELU, d);
+    eu_expect(t.model != NULL, cg_last_error());
+    t.optimizer = cg_sgd_new(t.model, (cg_sgd_options){.lr = 0.01f});
+    eu_expect(t.optimizer != NULL, cg_last_error());
+    t.x = CHECK(cg_randn(CG_SHAPE(n, width), d));
+    t.y = CHECK(cg_randn(CG_SHAPE(n, width), d));
     return t;
 }
 
@@ -225,6 +247,8 @@ typedef struct {
     bool have_gpu;
     int64_t in, out, n;        /* the seed's Linear(in, out) and examples */
     int64_t wide, wide_n;      /* Linear(wide, wide), wide_n examples */
+    int64_t mlp_width, mlp_n;  /* the MLP's width and examples */
+    int mlp_layers, mlp_steps;
     int64_t copy_mib;
     int warmup, steps, tiny_steps, cpu_tiny_steps, wide_steps, cpu_seed_steps;
     int tiny_threads, cpu_seed_threads;
@@ -347,8 +371,27 @@ static void work_first_step(const config *c) {
     print_result(key, first, 1, extra);
 }
 
+static void work_mlp(const config *c) {
+    static const struct {
+        const char *name;
+        bool tf32;
+        cg_dtype amp;
+    } modes[] = {{"fp32", false, CG_FLOAT32}, {"tf32", true, CG_FLOAT32}, {"bf16", false, CG_BFLOAT16}};
+    bool tf32 = cg_get_allow_tf32();
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "mlp_gpu_%s_w%lld_l%d_n%lld", modes[i].name, (long long)c->mlp_width, c->mlp_layers,
+                 (long long)c->mlp_n);
+        cg_set_allow_tf32(modes[i].tf32);
+        trainer t = trainer_mlp_new(c->gpu, c->mlp_width, c->mlp_layers, c->mlp_n, modes[i].amp);
+        print_result(key, time_steps(&t, key, c->warmup, c->mlp_steps), c->mlp_steps, "");
+        trainer_free(&t);
+    }
+    cg_set_allow_tf32(tf32);
+}
+
 /* ---- flags -------------------------------------------------------------------------------------- */
-enum { W_SEED = 1, W_TINY = 2, W_WIDE = 4, W_CPU_SEED = 8, W_FIRST = 16 };
+enum { W_SEED = 1, W_TINY = 2, W_WIDE = 4, W_CPU_SEED = 8, W_FIRST = 16, W_MLP = 32 };
 
 /* Takes --work LIST / --work=LIST and --first-step out of argv (eu_parse_flags has no string or
  * boolean flags); returns the workload mask, or exits 2 on a bad list. */
@@ -377,8 +420,9 @@ static int take_work_flags(int *argc, char **argv) {
             else if (strcmp(tok, "wide") == 0) mask |= W_WIDE;
             else if (strcmp(tok, "cpu_seed") == 0) mask |= W_CPU_SEED;
             else if (strcmp(tok, "first_step") == 0) mask |= W_FIRST;
+            else if (strcmp(tok, "mlp") == 0) mask |= W_MLP;
             else {
-                fprintf(stderr, "%s: unknown workload '%s' in --work (seed, tiny, wide, cpu_seed, "
+                fprintf(stderr, "%s: unknown workload '%s' in --work (seed, tiny, wide, cpu_seed, mlp, "
                                 "first_step)\n", argv[0], tok);
                 exit(2);
             }
@@ -400,6 +444,7 @@ int main(int argc, char **argv) {
         .in = 100000, .out = 10, .n = 10000, .wide = 1024, .wide_n = 4096, .copy_mib = 1024,
         .warmup = 5, .steps = 50, .tiny_steps = 2000, .cpu_tiny_steps = 20000, .wide_steps = 200,
         .cpu_seed_steps = 5, .tiny_threads = 1, .cpu_seed_threads = 2,
+        .mlp_width = 4096, .mlp_n = 8192, .mlp_layers = 4, .mlp_steps = 20,
     };
     int mask = take_work_flags(&argc, argv);
     eu_flag flags[] = {
@@ -418,11 +463,15 @@ int main(int argc, char **argv) {
         {"--cpu-seed-steps", EU_INT, &c.cpu_seed_steps, 1, "timed steps of the seed step on the CPU"},
         {"--tiny-threads", EU_INT, &c.tiny_threads, 1, "CPU threads for the tiny step"},
         {"--cpu-seed-threads", EU_INT, &c.cpu_seed_threads, 1, "CPU threads for the seed step"},
+        {"--mlp-width", EU_SIZE, &c.mlp_width, 1, "MLP: width of each Linear"},
+        {"--mlp-layers", EU_INT, &c.mlp_layers, 1, "MLP: Linear layers (1 to 16)"},
+        {"--mlp-n", EU_SIZE, &c.mlp_n, 1, "MLP: examples per step"},
+        {"--mlp-steps", EU_INT, &c.mlp_steps, 1, "timed steps of the MLP, each mode"},
     };
     eu_parse_flags(argc, argv,
                    "benchmark: training steps (zero_grad, forward, MSELoss, backward, SGD step, "
                    "synchronise) of nn.Linear models.\n"
-                   "  --work LIST   comma-separated: seed,tiny,wide,cpu_seed (default all) or "
+                   "  --work LIST   comma-separated: seed,tiny,wide,cpu_seed (default), mlp, or "
                    "first_step\n"
                    "  --first-step  the same as --work first_step (run it in a fresh process)",
                    flags, (int)(sizeof flags / sizeof flags[0]));
@@ -434,8 +483,8 @@ int main(int argc, char **argv) {
         printf("# cpu: %s\n", eu_device_desc(cg_cpu(), desc, sizeof desc));
         if (c.have_gpu) printf("# gpu: %s\n", eu_device_desc(c.gpu, desc, sizeof desc));
     }
-    if (!c.have_gpu && (mask & (W_SEED | W_WIDE | W_FIRST)))
-        printf("# no GPU rows for seed/wide/first_step (%s)\n",
+    if (!c.have_gpu && (mask & (W_SEED | W_WIDE | W_FIRST | W_MLP)))
+        printf("# no GPU rows for seed/wide/first_step/mlp (%s)\n",
                !cg_cuda_is_available() ? cg_cuda_unavailable_reason() : "--device cpu");
     fflush(stdout);
 
@@ -444,5 +493,6 @@ int main(int argc, char **argv) {
     if (mask & W_TINY) work_tiny(&c);
     if ((mask & W_WIDE) && c.have_gpu) work_wide(&c);
     if (mask & W_CPU_SEED) work_cpu_seed(&c);
+    if ((mask & W_MLP) && c.have_gpu) work_mlp(&c);
     return 0;
 }

@@ -20,6 +20,9 @@ Workloads (--work, comma-separated; keys as in the C bench):
   wide      Linear(1024, 1024), n=4096, true fp32 (allow_tf32 = False); its forward GEMM
             x @ W.T and weight-gradient GEMM g.T @ x timed alone [wide_gemms_...]
   cpu_seed  the seed step on the CPU at --cpu-seed-threads threads
+  mlp       (only when listed) issue 32's MLP: --mlp-layers nn.Linear(w, w) with nn.ReLU between,
+            w = --mlp-width, n = --mlp-n, in true fp32, TF32, and with forward and loss under
+            torch.autocast("cuda", torch.bfloat16) [mlp_gpu_<fp32|tf32|bf16>_w.._l.._n..]
   first_step  (alone, fresh process: --first-step) model built on the CPU and moved to the GPU,
             data drawn on the GPU, synchronise, then time the first step (synchronised)."""
 import argparse
@@ -36,7 +39,7 @@ except ImportError:
 
 from timing import median_seconds, result
 
-WORKS = ("seed", "tiny", "wide", "cpu_seed", "first_step")
+WORKS = ("seed", "tiny", "wide", "cpu_seed", "mlp", "first_step")
 
 
 class Trainer:
@@ -55,10 +58,13 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    amp = None  # forward and loss under torch.autocast of this dtype; None: no autocast
+
     def step(self):
         self.optimizer.zero_grad()
-        output = self.model(self.x)
-        loss = self.loss_fn(output, self.y)
+        with torch.autocast(self.device.type, dtype=self.amp or torch.bfloat16, enabled=self.amp is not None):
+            output = self.model(self.x)
+            loss = self.loss_fn(output, self.y)
         loss.backward()
         self.optimizer.step()
         self.loss = loss  # a handle, not a read: no synchronisation
@@ -197,6 +203,20 @@ def work_wide(a, gpu):
            gemm_fwd_ms=f"{1e3 * fwd:.5f}", gemm_wgrad_ms=f"{1e3 * wgrad:.5f}")
 
 
+def work_mlp(a, gpu):
+    for name, tf32, amp in (("fp32", False, None), ("tf32", True, None), ("bf16", False, torch.bfloat16)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        key = f"mlp_gpu_{name}_w{a.mlp_width}_l{a.mlp_layers}_n{a.mlp_n}"
+        t = Trainer(gpu, a.mlp_width, a.mlp_width, a.mlp_n)
+        layers = [m for _ in range(a.mlp_layers) for m in (torch.nn.Linear(a.mlp_width, a.mlp_width), torch.nn.ReLU())]
+        t.model = torch.nn.Sequential(*layers[:-1]).to(gpu)
+        t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.01)
+        t.amp = amp
+        result(key, time_steps(t, key, a.warmup, a.mlp_steps), a.mlp_steps)
+        del t
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def work_cpu_seed(a):
     threads = torch.get_num_threads()
     torch.set_num_threads(a.cpu_seed_threads)
@@ -234,7 +254,7 @@ def main():
         description="benchmark: training steps (zero_grad, forward, MSELoss, backward, SGD step, "
                     "synchronise) of nn.Linear models with PyTorch")
     p.add_argument("--work", default=None,
-                   help="comma-separated: seed,tiny,wide,cpu_seed, or first_step alone")
+                   help="comma-separated: seed,tiny,wide,cpu_seed (default), mlp, or first_step alone")
     p.add_argument("--first-step", action="store_true", help="the same as --work first_step")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="the GPU (cuda, cuda:N); cpu skips the GPU workloads")
@@ -252,6 +272,10 @@ def main():
     p.add_argument("--cpu-seed-steps", type=int, default=5, help="timed seed steps on the CPU")
     p.add_argument("--tiny-threads", type=int, default=1, help="CPU threads for the tiny step")
     p.add_argument("--cpu-seed-threads", type=int, default=2, help="CPU threads for the seed step")
+    p.add_argument("--mlp-width", type=int, default=4096, help="MLP: width of each Linear")
+    p.add_argument("--mlp-layers", type=int, default=4, help="MLP: Linear layers")
+    p.add_argument("--mlp-n", type=int, default=8192, help="MLP: examples per step")
+    p.add_argument("--mlp-steps", type=int, default=20, help="timed steps of the MLP, each mode")
     a = p.parse_args()
     works = [w for w in (a.work or "seed,tiny,wide,cpu_seed").split(",") if w]
     if a.first_step:
@@ -263,7 +287,7 @@ def main():
         p.error("first_step runs alone, in a fresh process")
     for name in ("n_in", "out", "n", "wide", "wide_n", "copy_mib", "warmup", "steps", "tiny_steps",
                  "cpu_tiny_steps", "wide_steps", "cpu_seed_steps", "tiny_threads",
-                 "cpu_seed_threads"):
+                 "cpu_seed_threads", "mlp_width", "mlp_layers", "mlp_n", "mlp_steps"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-').replace('n-in', 'in')} must be >= 1")
     try:
@@ -292,6 +316,8 @@ def main():
         work_wide(a, gpu)
     if "cpu_seed" in works:
         work_cpu_seed(a)
+    if "mlp" in works and gpu is not None:
+        work_mlp(a, gpu)
 
 
 if __name__ == "__main__":

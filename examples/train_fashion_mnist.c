@@ -64,9 +64,21 @@
 /* ---- data ---------------------------------------------------------------------------------------- */
 /* ---- evaluation ---------------------------------------------------------------------------------- */
 /* Test accuracy in percent: grad mode off, eval mode, batches of TEST_BATCH in order. */
-static double test_accuracy(cg_module *model, cg_loader *test) {
+/* The forward passes and losses run inside an autocast region of this dtype on the model's device
+ * (--amp bf16: torch.autocast(device_type, torch.bfloat16)); float32: none. */
+static cg_dtype amp = CG_FLOAT32;
+
+static void amp_begin(cg_device d) {
+    if (amp != CG_FLOAT32) CHECK_OK(cg_autocast_enter(d.type, true, amp));
+}
+static void amp_end(cg_device d) {
+    if (amp != CG_FLOAT32) CHECK_OK(cg_autocast_exit(d.type));
+}
+
+static double test_accuracy(cg_module *model, cg_loader *test, cg_device d) {
     bool previous = cg_set_grad_enabled(false);
     cg_module_train(model, false);
+    amp_begin(d);
     int64_t correct = 0, seen = 0;
     for (;;) {
         cg_scope *scope = cg_scope_begin();
@@ -82,6 +94,7 @@ static double test_accuracy(cg_module *model, cg_loader *test) {
         seen += cg_size(y, 0);
         cg_scope_end(scope);
     }
+    amp_end(d);
     cg_module_train(model, true);
     cg_set_grad_enabled(previous);
     return seen > 0 ? 100.0 * (double)correct / (double)seen : NAN;
@@ -374,6 +387,8 @@ int main(int argc, char **argv) {
     eu_take_string(&argc, argv, "--plot", &plot_path);
     eu_take_string(&argc, argv, "--save", &save_path);
     eu_take_string(&argc, argv, "--resume", &resume_path);
+    const char *amp_name = NULL;
+    eu_take_string(&argc, argv, "--amp", &amp_name);
     bool stop_on_nonfinite = eu_take_switch(&argc, argv, "--stop-on-nonfinite");
     bool check_loss_falls = eu_take_switch(&argc, argv, "--check-loss-falls");
     bool nondeterministic = eu_take_switch(&argc, argv, "--nondeterministic");
@@ -413,7 +428,9 @@ int main(int argc, char **argv) {
                    "  --check-loss-falls        exit 1 unless the mean training loss over the last fifth of an\n"
                    "                            epoch's steps is below that over the first fifth\n"
                    "  --nondeterministic        let cuDNN pick convolution algorithms that sum with atomics\n"
-                   "                            (PyTorch's default; cg_set_deterministic(false))",
+                   "                            (PyTorch's default; cg_set_deterministic(false))\n"
+                   "  --amp bf16                forward passes and losses in a bfloat16 autocast region\n"
+                   "                            (float32 weights, gradients and optimizer state)",
                    flags, (int)(sizeof flags / sizeof flags[0]));
     bool cnn = strcmp(model_name, "cnn") == 0, residual = strcmp(model_name, "residual") == 0,
          resnet18 = strcmp(model_name, "resnet18") == 0;
@@ -465,6 +482,13 @@ int main(int argc, char **argv) {
     }
     if (threads > 0) CHECK_OK(cg_set_num_threads(threads));
     cg_set_deterministic(!nondeterministic);
+    if (amp_name && strcmp(amp_name, "bf16") == 0) {
+        amp = CG_BFLOAT16;
+    } else if (amp_name) {
+        fprintf(stderr, "%s: bad value '%s' for --amp: expected bf16 (fp16 needs the gradient scaler, not built yet)\n",
+                argv[0], amp_name);
+        return 2;
+    }
     if (device.type == CG_CPU && !cg_cuda_is_available())
         printf("no GPU: %s. Running on the CPU.\n", cg_cuda_unavailable_reason());
     bool tty = isatty(fileno(stdout));
@@ -574,8 +598,10 @@ int main(int argc, char **argv) {
             }
             int64_t b = cg_size(x, 0);
             CHECK_OK(cg_optimizer_zero_grad(optimizer));
+            amp_begin(device);
             cg_tensor *logits = CHECK(cg_module_forward(model, x)); /* (B, 10) */
-            cg_tensor *loss = CHECK(cg_cross_entropy(logits, y));   /* 0-dim */
+            cg_tensor *loss = CHECK(cg_cross_entropy(logits, y));   /* 0-dim, float32 */
+            amp_end(device);
             if (stop_on_nonfinite) stop_if_nonfinite(loss, epoch, step + 1, tty);
             CHECK_OK(cg_backward(loss));
             CHECK_OK(cg_optimizer_step(optimizer));
@@ -621,7 +647,7 @@ int main(int argc, char **argv) {
         r->images_per_s = (double)seen / seconds;
         r->train_loss = (double)sum / (double)seen;
         if (epoch == epochs) check.last = (double)(sum - check.mark_sum) / (double)(seen - check.mark_seen);
-        r->test_accuracy = test_accuracy(model, test_loader);
+        r->test_accuracy = test_accuracy(model, test_loader, device);
         if (tty) printf("\r\033[K");
         printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.0f images/s\n", epoch, r->train_loss,
                r->test_accuracy, r->images_per_s);
@@ -650,8 +676,9 @@ int main(int argc, char **argv) {
     /* The last line, for bench/run_examples.py; a width other than the model's default is part of the work */
     char width_tag[32] = "";
     if (width != default_width) snprintf(width_tag, sizeof width_tag, "_w%lld", (long long)width);
-    printf("result work=fmnist_%s%s_%s_e%d_seed%d impl=cgrad seed=%d test_acc=%.2f images_per_s=%.0f\n",
-           model_name, width_tag, optimizer_name, epochs, seed, seed, final_acc, median_rate);
+    printf("result work=fmnist_%s%s%s_%s_e%d_seed%d impl=cgrad seed=%d test_acc=%.2f images_per_s=%.0f\n",
+           model_name, width_tag, amp != CG_FLOAT32 ? "_bf16" : "", optimizer_name, epochs, seed, seed, final_acc,
+           median_rate);
 
     free(rates);
     free(rows);

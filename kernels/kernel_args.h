@@ -33,6 +33,7 @@
     X(MSE_BACKWARD, mse_backward, cg_mse_backward_args)               \
     X(GEMM, gemm, cg_gemm_args)                                       \
     X(GEMM_BIAS, gemm_bias, cg_gemm_args)                             \
+    X(GEMM_16, gemm_16, cg_gemm16_args)                               \
     X(SGD_STEP, sgd_step, cg_sgd_step_args)                           \
     X(ADAM_STEP, adam_step, cg_adam_step_args)                        \
     X(ADAPTIVE_STEP, adaptive_step, cg_adaptive_step_args)            \
@@ -277,6 +278,18 @@ typedef struct cg_gemm_args {
     float *bias_grad;  /* GEMM_BIAS only */
     bool *fused;       /* GEMM_BIAS only */
 } cg_gemm_args;
+
+/* GEMM_16: batch GEMMs as cg_gemm_batched_args describes, on bfloat16 or float16 operands and result
+ * (dtype's elements), accumulated in float32 (tensor cores on a GPU). A backend without it has the
+ * front-end compute 16-bit products in float32. */
+typedef struct cg_gemm16_args {
+    bool trans_a, trans_b;
+    cg_dtype dtype;
+    int64_t m, n, k, lda, ldb, ldc;
+    int64_t batch, stride_a, stride_b, stride_c;
+    const void *a, *b;
+    void *c;
+} cg_gemm16_args;
 
 /* batch GEMMs as cg_gemm_args describes (bias fields unused), the i-th reading gemm.a + i stride_a and
  * gemm.b + i stride_b (a stride may be 0: one matrix for every batch) and writing gemm.c + i stride_c. */

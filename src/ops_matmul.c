@@ -29,13 +29,34 @@ static cg_status operand_of(const cg_tensor *t, gemm_operand *op) {
     } else if (ti->strides[r] == 1 && (ti->strides[c] >= ti->shape[r] || ti->shape[c] == 1)) {
         op->trans = true, op->ld = ti->shape[c] == 1 ? ti->shape[r] : ti->strides[c];
     } else {
-        op->copy = cg__tensor_new(ti->ndim, ti->shape, ti->device);
+        op->copy = cg__tensor_new_dtype(ti->ndim, ti->shape, ti->dtype, ti->device);
         if (!op->copy) return cg_last_status();
         CG_TRY(cg__unary_into(CG_UNARY_COPY, 0.0f, t, op->copy));
         op->t = op->copy, op->trans = false, op->ld = ti->shape[c], op->stride = ti->shape[r] * ti->shape[c];
     }
     if (op->ld < 1) op->ld = 1;
     return CG_OK;
+}
+
+/* Whether the product of these operands (live or NULL) runs in their 16-bit dtype on their device
+ * (GEMM_16); otherwise a 16-bit product is computed in float32 (CG_VIA_FLOAT32), which also refuses
+ * operands of different dtypes. */
+static bool native_16(const cg_tensor *a, const cg_tensor *b, const cg_tensor *c) {
+    cg_dtype dt = cg__t(a)->dtype;
+    return dt != CG_FLOAT32 && cg__t(b)->dtype == dt && (!c || cg__t(c)->dtype == dt) &&
+           cg__supports(cg__t(a)->device, CG_KERNEL_GEMM_16);
+}
+
+/* count GEMMs out (count, m, n) = a (count, m, k) @ b (count, k, n) in a's 16-bit dtype, as oa and ob
+ * hand them over (count 1: one 2-D product). */
+static cg_status gemm_16(const gemm_operand *oa, const gemm_operand *ob, int64_t count, cg_tensor *out) {
+    const cg_tensor_impl *oi = cg__t(out);
+    int64_t m = oi->shape[oi->ndim - 2], n = oi->shape[oi->ndim - 1];
+    cg_gemm16_args g = {.trans_a = oa->trans, .trans_b = ob->trans, .dtype = oi->dtype, .m = m, .n = n,
+                        .k = cg__t(oa->t)->shape[cg__t(oa->t)->ndim - 1], .lda = oa->ld, .ldb = ob->ld,
+                        .ldc = n, .batch = count, .stride_a = oa->stride, .stride_b = ob->stride, .stride_c = m * n,
+                        .a = cg__data(oa->t), .b = cg__data(ob->t), .c = cg__data(out)};
+    return cg__run_gemm_16(oi->device, &g);
 }
 
 /* out (m, n) = a (m, k) @ b (k, n); a and b may be transposed views. With bias (n,) or bias_grad (m,)
@@ -52,6 +73,11 @@ static cg_status gemm_bias_into(const cg_tensor *a, const cg_tensor *b, const cg
     gemm_operand oa, ob = {0};
     cg_status s = operand_of(a, &oa);
     if (s == CG_OK) s = operand_of(b, &ob);
+    if (s == CG_OK && ai->dtype != CG_FLOAT32) { /* the front-end chose GEMM_16 (native_16); the bias pass is the caller's */
+        s = gemm_16(&oa, &ob, 1, out);
+        cg_tensor_free(oa.copy), cg_tensor_free(ob.copy);
+        return s;
+    }
     cg_gemm_args args = {oa.trans, ob.trans, m, n, k, s == CG_OK ? cg__data(oa.t) : NULL, oa.ld,
                          s == CG_OK ? cg__data(ob.t) : NULL, ob.ld, cg__data(out), n, NULL, NULL, fused};
     if (s == CG_OK && (bias || bias_grad) && cg__supports(ai->device, CG_KERNEL_GEMM_BIAS)) {
@@ -124,7 +150,7 @@ static cg_tensor *matmul_2d(const cg_tensor *a, const cg_tensor *b) {
     /* a (m, 0) and b (0, n) are empty, but the result (m, n) is not */
     const int64_t shape[2] = {cg__t(a)->shape[0], cg__t(b)->shape[1]};
     if (cg__check_result_shape(2, shape, "cg_matmul", "a", a, "b", b) != CG_OK) return NULL;
-    cg_tensor *out = cg__tensor_new(2, shape, cg__t(a)->device);
+    cg_tensor *out = cg__tensor_new_dtype(2, shape, cg__t(a)->dtype, cg__t(a)->device);
     if (!out) return NULL;
     cg_status s = gemm_into(a, b, out);
     const cg_tensor *inputs[2] = {a, b};
@@ -141,7 +167,9 @@ static cg_status bmm_into(const cg_tensor *a, const cg_tensor *b, cg_tensor *out
     gemm_operand oa, ob = {0};
     cg_status s = operand_of(a, &oa);
     if (s == CG_OK) s = operand_of(b, &ob);
-    if (s == CG_OK) {
+    if (s == CG_OK && ai->dtype != CG_FLOAT32) {
+        s = gemm_16(&oa, &ob, oi->shape[0], out);
+    } else if (s == CG_OK) {
         cg_gemm_args g = {.trans_a = oa.trans, .trans_b = ob.trans, .m = oi->shape[1], .n = oi->shape[2], .k = ai->shape[2],
                           .a = cg__data(oa.t), .lda = oa.ld, .b = cg__data(ob.t), .ldb = ob.ld, .c = cg__data(out),
                           .ldc = oi->shape[2]};
@@ -163,10 +191,10 @@ cg_tensor *cg_bmm(const cg_tensor *a, const cg_tensor *b) {
                             "and %s", fn, cg__shape_str(a, sa, sizeof sa), cg__shape_str(b, sb, sizeof sb));
     if (ai->shape[2] != bi->shape[1]) return (cannot_multiply(a, b, ai->shape[2], bi->shape[1], fn), NULL);
     CG_AUTOCAST(cg__op_bmm.autocast, fn, cg_bmm(ac[0], ac[1]), a, b);
-    CG_VIA_FLOAT32(fn, cg_bmm(f32[0], f32[1]), a, b);
+    if (!native_16(a, b, NULL)) CG_VIA_FLOAT32(fn, cg_bmm(f32[0], f32[1]), a, b);
     const int64_t shape[3] = {ai->shape[0], ai->shape[1], bi->shape[2]};
     if (cg__check_result_shape(3, shape, fn, "a", a, "b", b) != CG_OK) return NULL;
-    cg_tensor *out = cg__tensor_new(3, shape, ai->device);
+    cg_tensor *out = cg__tensor_new_dtype(3, shape, ai->dtype, ai->device);
     if (!out) return NULL;
     cg_status s = bmm_into(a, b, out);
     const cg_tensor *inputs[2] = {a, b};
@@ -243,7 +271,7 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     if (ka != kb) return (cannot_multiply(a, b, ka, kb, fn), NULL);
     CG_AUTOCAST(cg__op_matmul.autocast, fn, cg_matmul(ac[0], ac[1]), a, b);
     if (ai->ndim == 2 && bi->ndim == 2) {
-        CG_VIA_FLOAT32(fn, cg_matmul(f32[0], f32[1]), a, b);
+        if (!native_16(a, b, NULL)) CG_VIA_FLOAT32(fn, cg_matmul(f32[0], f32[1]), a, b);
         return matmul_2d(a, b);
     }
     /* the result: the batch dims, then m unless a is 1-D, then n unless b is 1-D */
@@ -279,7 +307,8 @@ static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x,
                              bool *bias_done) {
     const cg_tensor_impl *gi = cg__t(g);
     cg_tensor *dw = cg__leaf_grad_target(n, 1), *db = fuse_bias ? cg__leaf_grad_target(n, 2) : NULL;
-    cg_tensor *new_dw = dw ? NULL : cg__tensor_new(2, (int64_t[]){gi->shape[1], cg__t(x)->shape[1]}, gi->device);
+    cg_tensor *new_dw = dw ? NULL : cg__tensor_new_dtype(2, (int64_t[]){gi->shape[1], cg__t(x)->shape[1]}, gi->dtype,
+                                                         gi->device);
     cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new(1, &gi->shape[1], gi->device) : NULL;
     cg_tensor *gt = transposed(g);
     *bias_done = false;
@@ -307,12 +336,13 @@ static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x,
  * out of dW's GEMM (cuBLASLt's epilogue, or the skinny kernel's pass over g). */
 static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *x = n->saved[0], *w = n->saved[1];
-    bool want_db = n->ninputs == 3 && n->needs_grad[2], db_done = false;
+    bool want_db = n->ninputs == 3 && n->needs_grad[2], db_done = false, f32 = cg__t(g)->dtype == CG_FLOAT32;
     if (n->needs_grad[0] && !(grad_in[0] = cg_matmul(g, w))) return cg_last_status();
     if (n->needs_grad[1])
-        CG_TRY(weight_grad(n, g, x, want_db && cg__supports(cg__t(g)->device, CG_KERNEL_GEMM_BIAS), grad_in, &db_done));
+        CG_TRY(weight_grad(n, g, x, want_db && f32 && cg__supports(cg__t(g)->device, CG_KERNEL_GEMM_BIAS), grad_in,
+                           &db_done));
     if (want_db && !db_done) {
-        cg_tensor *dst = cg__leaf_grad_target(n, 2);
+        cg_tensor *dst = f32 ? cg__leaf_grad_target(n, 2) : NULL; /* the sum_rows pass is float32's */
         if (dst) {
             CG_TRY(cg__sum_rows_into(g, dst));
             cg__leaf_grad_written(n, 2);
@@ -332,7 +362,7 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
         (bias && cg__check_floating(bias, "cg_linear", "bias") != CG_OK))
         return NULL;
     CG_AUTOCAST(cg__op_linear.autocast, "cg_linear", cg_linear(ac[0], ac[1], ac[2]), x, weight, bias);
-    CG_VIA_FLOAT32("cg_linear", cg_linear(f32[0], f32[1], f32[2]), x, weight, bias);
+    if (!native_16(x, weight, bias)) CG_VIA_FLOAT32("cg_linear", cg_linear(f32[0], f32[1], f32[2]), x, weight, bias);
     const cg_tensor_impl *xi = cg__t(x), *weighti = cg__t(weight);
     if (cg__check_same_device(x, weight, "cg_linear") != CG_OK) return NULL;
     if (bias && cg__check_same_device(x, bias, "cg_linear") != CG_OK) return NULL;
@@ -353,7 +383,7 @@ cg_tensor *cg_linear(const cg_tensor *x, const cg_tensor *weight, const cg_tenso
     /* x (N, 0) and weight (out, 0) are empty, but y (N, out) is not */
     const int64_t shape[2] = {xi->shape[0], weighti->shape[0]};
     if (cg__check_result_shape(2, shape, "cg_linear", "input", x, "weight", weight) != CG_OK) return NULL;
-    cg_tensor *out = cg__tensor_new(2, shape, xi->device);
+    cg_tensor *out = cg__tensor_new_dtype(2, shape, xi->dtype, xi->device);
     cg_tensor *wt = out ? transposed(weight) : NULL;
     bool fused = false;
     cg_status s = wt ? gemm_bias_into(x, wt, bias && cg__is_contiguous(cg__t(bias)) ? bias : NULL, NULL, out, &fused)

@@ -78,6 +78,7 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_GEMM] = cg__cuda_gemm,
             [CG_KERNEL_GEMM_BIAS] = cg__cuda_gemm_bias,
             [CG_KERNEL_GEMM_BATCHED] = cg__cuda_gemm_batched,
+            [CG_KERNEL_GEMM_16] = cg__cuda_gemm_16,
             [CG_KERNEL_CUMSUM] = cg__cuda_cumsum,
             [CG_KERNEL_SORT] = cg__cuda_sort,
             [CG_KERNEL_PUT_ALONG] = cg__cuda_put_along,

@@ -158,6 +158,7 @@ cg_status cg__cuda_put_along(const void *args, int index);
 cg_status cg__cuda_gemm(const void *args, int index);
 cg_status cg__cuda_gemm_bias(const void *args, int index);
 cg_status cg__cuda_gemm_batched(const void *args, int index);
+cg_status cg__cuda_gemm_16(const void *args, int index);
 /* optim (cuda_optim.c) */
 cg_status cg__cuda_sgd_step(const void *args, int index);
 cg_status cg__cuda_adam_step(const void *args, int index);

@@ -1,7 +1,8 @@
-/* The matmul family on CUDA (kernels/kernel_args.h: GEMM, GEMM_BIAS, GEMM_BATCHED; mirrors src/cpu/cpu_matmul.c
- * and kernels/matmul.cu): cuBLAS's SGEMM, the skinny kernels of kernels/matmul.cu for shapes with a
- * side of at most 16, cuBLAS's strided-batched SGEMM for batches, and for GEMM_BIAS the bias pass fused into the skinny kernels or into
- * cuBLASLt's epilogue. */
+/* The matmul family on CUDA (kernels/kernel_args.h: GEMM, GEMM_BIAS, GEMM_BATCHED, GEMM_16; mirrors
+ * src/cpu/cpu_matmul.c and kernels/matmul.cu): cuBLAS's SGEMM, the skinny kernels of kernels/matmul.cu for
+ * shapes with a side of at most 16, cuBLAS's strided-batched SGEMM for batches, for GEMM_BIAS the bias pass
+ * fused into the skinny kernels or into cuBLASLt's epilogue, and for 16-bit operands cuBLAS's strided-batched
+ * GemmEx on tensor cores, accumulating in float32. */
 #include "cuda/cuda_internal.h"
 #include "allocator.h"
 #include "backend.h"
@@ -276,5 +277,27 @@ cg_status cg__cuda_gemm_batched(const void *raw, int index) {
                                               g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k,
                                               &one, g->b, (int)g->ldb, a->stride_b, g->a, (int)g->lda, a->stride_a,
                                               &zero, g->c, (int)g->ldc, a->stride_c, (int)a->batch));
+    return CG_OK;
+}
+
+/* bfloat16 or float16 operands and result, float32 accumulation (CUBLAS_COMPUTE_32F: tensor cores, the
+ * products exact and summed in float32, as PyTorch's default for both), one call for every batch, the
+ * operands swapped as in cg__cuda_gemm. */
+cg_status cg__cuda_gemm_16(const void *raw, int index) {
+    const cg_gemm16_args *g = raw;
+    cg_cuda_context *ctx;
+    CG_TRY(cg__cuda_enter(index, &ctx));
+    if (!dims_fit_int(g->m, g->n, g->k, g->lda, g->ldb, g->ldc) || g->batch > INT_MAX)
+        return cg__fail(CG_ERR_SHAPE, "cuda gemm_16: %lld GEMMs of dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int",
+                        (long long)g->batch, (long long)g->m, (long long)g->n, (long long)g->k);
+    if (g->dtype != CG_BFLOAT16 && g->dtype != CG_FLOAT16)
+        return cg__fail(CG_ERR_INVALID_ARG, "cuda gemm_16: operands of %s", cg_dtype_name(g->dtype));
+    cudaDataType_t type = g->dtype == CG_BFLOAT16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float one = 1.0f, zero = 0.0f;
+    CG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx->cublas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                               g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k,
+                                               &one, g->b, type, (int)g->ldb, g->stride_b, g->a, type, (int)g->lda,
+                                               g->stride_a, &zero, g->c, type, (int)g->ldc, g->stride_c, (int)g->batch,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return CG_OK;
 }
