@@ -249,6 +249,7 @@ typedef struct {
     int64_t wide, wide_n;      /* Linear(wide, wide), wide_n examples */
     int64_t mlp_width, mlp_n;  /* the MLP's width and examples */
     int mlp_layers, mlp_steps;
+    const char *mlp_modes;     /* comma-separated: fp32,tf32,bf16 */
     int64_t copy_mib;
     int warmup, steps, tiny_steps, cpu_tiny_steps, wide_steps, cpu_seed_steps;
     int tiny_threads, cpu_seed_threads;
@@ -371,6 +372,14 @@ static void work_first_step(const config *c) {
     print_result(key, first, 1, extra);
 }
 
+/* Whether the comma-separated list holds name as one of its items. */
+static bool listed(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return true;
+    return false;
+}
+
 static void work_mlp(const config *c) {
     static const struct {
         const char *name;
@@ -379,6 +388,7 @@ static void work_mlp(const config *c) {
     } modes[] = {{"fp32", false, CG_FLOAT32}, {"tf32", true, CG_FLOAT32}, {"bf16", false, CG_BFLOAT16}};
     bool tf32 = cg_get_allow_tf32();
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        if (!listed(c->mlp_modes, modes[i].name)) continue;
         char key[128];
         snprintf(key, sizeof key, "mlp_gpu_%s_w%lld_l%d_n%lld", modes[i].name, (long long)c->mlp_width, c->mlp_layers,
                  (long long)c->mlp_n);
@@ -447,6 +457,8 @@ int main(int argc, char **argv) {
         .mlp_width = 4096, .mlp_n = 8192, .mlp_layers = 4, .mlp_steps = 20,
     };
     int mask = take_work_flags(&argc, argv);
+    c.mlp_modes = "fp32,tf32,bf16";
+    eu_take_string(&argc, argv, "--mlp-modes", &c.mlp_modes);
     eu_flag flags[] = {
         {"--device", EU_DEVICE, &c.gpu, 0, "the GPU (cpu: GPU workloads are skipped)"},
         {"--in", EU_SIZE, &c.in, 1, "seed model: in_features (seed, cpu_seed, first_step)"},
@@ -473,7 +485,8 @@ int main(int argc, char **argv) {
                    "synchronise) of nn.Linear models.\n"
                    "  --work LIST   comma-separated: seed,tiny,wide,cpu_seed (default), mlp, or "
                    "first_step\n"
-                   "  --first-step  the same as --work first_step (run it in a fresh process)",
+                   "  --first-step  the same as --work first_step (run it in a fresh process)\n"
+                   "  --mlp-modes LIST  the MLP's modes, comma-separated: fp32,tf32,bf16 (default all)",
                    flags, (int)(sizeof flags / sizeof flags[0]));
     c.have_gpu = c.gpu.type == CG_CUDA;
     cg_manual_seed(0);

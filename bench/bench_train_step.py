@@ -205,6 +205,8 @@ def work_wide(a, gpu):
 
 def work_mlp(a, gpu):
     for name, tf32, amp in (("fp32", False, None), ("tf32", True, None), ("bf16", False, torch.bfloat16)):
+        if name not in a.mlp_modes.split(","):
+            continue
         torch.backends.cuda.matmul.allow_tf32 = tf32
         key = f"mlp_gpu_{name}_w{a.mlp_width}_l{a.mlp_layers}_n{a.mlp_n}"
         t = Trainer(gpu, a.mlp_width, a.mlp_width, a.mlp_n)
@@ -276,6 +278,7 @@ def main():
     p.add_argument("--mlp-layers", type=int, default=4, help="MLP: Linear layers")
     p.add_argument("--mlp-n", type=int, default=8192, help="MLP: examples per step")
     p.add_argument("--mlp-steps", type=int, default=20, help="timed steps of the MLP, each mode")
+    p.add_argument("--mlp-modes", default="fp32,tf32,bf16", help="the MLP's modes, comma-separated")
     a = p.parse_args()
     works = [w for w in (a.work or "seed,tiny,wide,cpu_seed").split(",") if w]
     if a.first_step:
