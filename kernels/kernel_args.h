@@ -480,6 +480,8 @@ typedef struct cg_conv2d_geom {
     int64_t k, kh, kw;
     int64_t oh, ow;
     int64_t stride[2], padding[2], dilation[2], groups;
+    int64_t dtype; /* the cg_dtype of every tensor of the pass: float32, or a 16-bit one where the backend's
+                    * conv_dtypes has it (int64: the plan caches compare geometries as bytes, with no padding) */
 } cg_conv2d_geom;
 
 /* x and gx (n, c, h, w), weight (k, c / groups, kh, kw), y and gy (n, k, oh, ow); outputs are written,
@@ -490,8 +492,8 @@ typedef struct cg_conv2d_geom {
  *   CONV2D_BACKWARD_WEIGHT  gweight = the gradient of weight from x and gy */
 typedef struct cg_conv_args {
     cg_conv2d_geom geom;
-    const float *x, *weight, *bias, *gy;
-    float *y, *gx, *gweight;
+    const void *x, *weight, *bias, *gy; /* geom.dtype's elements; bias float32 only (16 bits: the front-end's) */
+    void *y, *gx, *gweight;
 } cg_conv_args;
 
 /* ---- indexing ----------------------------------------------------------------------------------------------- */

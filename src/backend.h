@@ -37,6 +37,7 @@ typedef struct cg_backend {
     void (*graph_destroy)(void *exec);
     /* compute: outputs are allocated by the caller; NULL where the backend lacks the kernel */
     cg_kernel kernels[CG_KERNEL_COUNT];
+    unsigned conv_dtypes; /* bit dt: its CONV2D_* kernels take dtype dt (cg_conv2d_geom.dtype) */
 } cg_backend;
 
 extern const cg_backend cg__cpu_backend;
@@ -67,6 +68,11 @@ static inline cg_status cg__run(cg_device d, cg_kernel_id k, const void *args) {
 static inline bool cg__supports(cg_device d, cg_kernel_id k) {
     const cg_backend *be = cg__backend_for(d);
     return be && be->kernels[k];
+}
+/* Whether d's convolution kernels take tensors of dtype dt (else a 16-bit convolution runs in float32). */
+static inline bool cg__conv_takes(cg_device d, cg_dtype dt) {
+    const cg_backend *be = cg__backend_for(d);
+    return be && (be->conv_dtypes >> dt & 1u);
 }
 /* cg__run with the kernel's own argument type: cg__run_fill(d, &(cg_fill_args){...}). */
 #define CG_RUN_TYPED(ID, NAME, ARGS) \

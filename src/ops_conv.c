@@ -51,9 +51,11 @@ typedef struct conv_request {
 
 /* The geometry of the passes for an op with input x (N, C_in, H, W), weight w and output size y_hw
  * (H', W'): for a convolution x is its x and the output its y; for a transposed one, swapped. */
-static cg_conv2d_geom geom_of(const int64_t *x, const int64_t *w, const int64_t *y_hw, const cg_conv_params *p) {
+static cg_conv2d_geom geom_of(const int64_t *x, const int64_t *w, const int64_t *y_hw, const cg_conv_params *p,
+                              cg_dtype dt) {
     cg_conv2d_geom g = {.kh = w[2], .kw = w[3], .groups = p->groups, .stride = {p->stride[0], p->stride[1]},
-                        .padding = {p->padding[0], p->padding[1]}, .dilation = {p->dilation[0], p->dilation[1]}};
+                        .padding = {p->padding[0], p->padding[1]}, .dilation = {p->dilation[0], p->dilation[1]},
+                        .dtype = dt};
     g.n = x[0];
     if (!p->transposed) g.c = x[1], g.h = x[2], g.w = x[3], g.k = w[0], g.oh = y_hw[0], g.ow = y_hw[1];
     else g.c = w[1] * p->groups, g.h = y_hw[0], g.w = y_hw[1], g.k = x[1], g.oh = x[2], g.ow = x[3];
@@ -199,7 +201,7 @@ static cg_status check_conv(const conv_request *r, const cg_tensor *x, const cg_
     int64_t y_hw[2];
     bool overflow = !out_extent(r, 0, xi->shape[2], wi->shape[2], &y_hw[0]) ||
                     !out_extent(r, 1, xi->shape[3], wi->shape[3], &y_hw[1]);
-    *g = geom_of(xi->shape, wi->shape, y_hw, &r->p);
+    *g = geom_of(xi->shape, wi->shape, y_hw, &r->p, xi->dtype);
     CG_TRY(check_output(r, x, weight, y_hw, overflow, g));
     y_shape[0] = xi->shape[0], y_shape[1] = c_out, y_shape[2] = y_hw[0], y_shape[3] = y_hw[1];
     return CG_OK;
@@ -230,14 +232,26 @@ typedef struct conv_pass_args {
     const cg_tensor *x, *w, *gy; /* the op's input and weight (contiguous), the output's gradient */
 } conv_pass_args;
 
+/* y (n, channels, h, w) += bias (channels) on every pixel, in y's dtype: the 16-bit passes' bias. */
+static cg_status add_channel_bias(cg_tensor *y, const cg_tensor *bias) {
+    cg_tensor *b = cg__view_new(bias, 4, (int64_t[]){1, cg__t(bias)->shape[0], 1, 1}, NULL, cg__t(bias)->offset);
+    if (!b) return cg_last_status();
+    const cg_tensor *inputs[2] = {y, b};
+    cg_status s = cg__ew_into(CG_EW_BINARY, CG_BINARY_ADD, 0, 0.0f, inputs, y);
+    cg_tensor_free(b);
+    return s;
+}
+
 static cg_status op_forward(const conv_pass_args *a, const cg_tensor *bias, cg_tensor *y) {
     cg_device d = cg__t(y)->device;
-    const float *b = bias ? cg__data(bias) : NULL;
-    if (a->transposed)
-        return cg__run_conv2d_backward_data(d, &(cg_conv_args){.geom = a->g, .gy = cg__data(a->x),
-                                                                .weight = cg__data(a->w), .bias = b, .gx = cg__data(y)});
-    return cg__run_conv2d_forward(d, &(cg_conv_args){.geom = a->g, .x = cg__data(a->x), .weight = cg__data(a->w),
-                                                     .bias = b, .y = cg__data(y)});
+    const void *b = bias && a->g.dtype == CG_FLOAT32 ? cg__data(bias) : NULL; /* the kernels' bias is float32 */
+    cg_status s = a->transposed
+                      ? cg__run_conv2d_backward_data(d, &(cg_conv_args){.geom = a->g, .gy = cg__data(a->x),
+                                                                         .weight = cg__data(a->w), .bias = b,
+                                                                         .gx = cg__data(y)})
+                      : cg__run_conv2d_forward(d, &(cg_conv_args){.geom = a->g, .x = cg__data(a->x),
+                                                                  .weight = cg__data(a->w), .bias = b, .y = cg__data(y)});
+    return s == CG_OK && bias && !b ? add_channel_bias(y, bias) : s;
 }
 
 static cg_status grad_x(const conv_pass_args *a, cg_tensor *dst) {
@@ -254,7 +268,16 @@ static cg_status grad_weight(const conv_pass_args *a, cg_tensor *dst) {
                                                           .gy = cg__data(a->transposed ? a->x : a->gy),
                                                           .gweight = cg__data(dst)});
 }
-static cg_status grad_bias(const conv_pass_args *a, cg_tensor *dst) { return channel_sum_into(a->gy, dst); }
+/* The bias's gradient: the deterministic channel sums; in 16 bits through the public sums (in float32,
+ * rounded once). */
+static cg_status grad_bias(const conv_pass_args *a, cg_tensor *dst) {
+    if (a->g.dtype == CG_FLOAT32) return channel_sum_into(a->gy, dst);
+    cg_tensor *s3 = cg_sum_dim(a->gy, 3, false), *s2 = s3 ? cg_sum_dim(s3, 2, false) : NULL;
+    cg_tensor *s0 = s2 ? cg_sum_dim(s2, 0, false) : NULL;
+    cg_status s = s0 ? cg_copy_(dst, s0) : cg_last_status();
+    cg_tensor_free(s0), cg_tensor_free(s2), cg_tensor_free(s3);
+    return s;
+}
 
 typedef cg_status (*grad_writer)(const conv_pass_args *a, cg_tensor *dst);
 
@@ -263,7 +286,8 @@ typedef cg_status (*grad_writer)(const conv_pass_args *a, cg_tensor *dst);
 static cg_status write_grad(cg_node *node, int k, grad_writer compute, const conv_pass_args *a, cg_tensor **grad_in) {
     const cg_tensor_impl *gyi = cg__t(a->gy);
     cg_tensor *dst = cg__leaf_grad_target(node, k), *fresh = NULL;
-    if (!dst && !(dst = fresh = cg__tensor_new(node->in_ndim[k], node->in_shape[k], gyi->device)))
+    if (dst && cg__t(dst)->dtype != gyi->dtype) dst = NULL; /* only a buffer of the pass's dtype takes it */
+    if (!dst && !(dst = fresh = cg__tensor_new_dtype(node->in_ndim[k], node->in_shape[k], gyi->dtype, gyi->device)))
         return cg_last_status();
     cg_status s = gyi->numel == 0 ? cg__fill(dst, 0.0f) : compute(a, dst);
     if (s != CG_OK) {
@@ -281,7 +305,8 @@ static cg_status conv_backward(cg_node *node, const cg_tensor *gy, cg_tensor **g
     const cg_tensor_impl *gyi = cg__t(gy);
     cg_tensor *gyc = cg__raw_contiguous(gy);
     if (!gyc) return cg_last_status();
-    conv_pass_args a = {.g = geom_of(cg__t(node->saved[0])->shape, cg__t(node->saved[1])->shape, gyi->shape + 2, p),
+    conv_pass_args a = {.g = geom_of(cg__t(node->saved[0])->shape, cg__t(node->saved[1])->shape, gyi->shape + 2, p,
+                                     gyi->dtype),
                         .transposed = p->transposed, .x = node->saved[0], .w = node->saved[1], .gy = gyc};
     cg_status s = CG_OK;
     if (node->needs_grad[0]) s = write_grad(node, 0, grad_x, &a, grad_in);
@@ -297,11 +322,13 @@ static cg_tensor *conv_op(const conv_request *r, const cg_tensor *x, const cg_te
     int64_t y_shape[4];
     if (check_conv(r, x, weight, bias, &g, y_shape) != CG_OK) return NULL;
     CG_AUTOCAST(cg__op_conv2d.autocast, r->fn, conv_op(r, ac[0], ac[1], ac[2]), x, weight, bias); /* the family's */
-    CG_VIA_FLOAT32(r->fn, conv_op(r, f32[0], f32[1], f32[2]), x, weight, bias);
     const cg_tensor_impl *xi = cg__t(x);
+    bool native = cg__conv_takes(xi->device, xi->dtype) && cg__t(weight)->dtype == xi->dtype &&
+                  (!bias || cg__t(bias)->dtype == xi->dtype);
+    if (!native) CG_VIA_FLOAT32(r->fn, conv_op(r, f32[0], f32[1], f32[2]), x, weight, bias);
     cg_tensor *xc = cg__raw_contiguous(x), *wc = xc ? cg__raw_contiguous(weight) : NULL;
     cg_tensor *bc = wc && bias ? cg__raw_contiguous(bias) : NULL;
-    cg_tensor *out = wc && (bc || !bias) ? cg__tensor_new(4, y_shape, xi->device) : NULL;
+    cg_tensor *out = wc && (bc || !bias) ? cg__tensor_new_dtype(4, y_shape, xi->dtype, xi->device) : NULL;
     cg_status s = out ? CG_OK : cg_last_status();
     conv_pass_args a = {.g = g, .transposed = r->p.transposed, .x = xc, .w = wc};
     if (s == CG_OK && cg__t(out)->numel > 0) s = op_forward(&a, bc, out); /* then x has elements too */
@@ -524,7 +551,7 @@ static cg_status conv_reference(const cg_op_info *op, const conv_request *r, con
     const cg_ref_tensor *x = &in[0], *w = &in[1];
     int64_t y_hw[2] = {0, 0}; /* the op ran on these shapes, so the sizes fit */
     out_extent(r, 0, x->shape[2], w->shape[2], &y_hw[0]), out_extent(r, 1, x->shape[3], w->shape[3], &y_hw[1]);
-    cg_conv2d_geom g = geom_of(x->shape, w->shape, y_hw, &r->p);
+    cg_conv2d_geom g = geom_of(x->shape, w->shape, y_hw, &r->p, CG_FLOAT32);
     int64_t c_out = r->p.transposed ? g.c : g.k, pixels = y_hw[0] * y_hw[1];
     CG_TRY(cg__ref_alloc(out, 4, (int64_t[]){g.n, c_out, y_hw[0], y_hw[1]}));
     for (int64_t i = 0; i < g.n * c_out * pixels; i++) out->data[i] = op->ninputs == 3 ? in[2].data[i / pixels % c_out] : 0.0;

@@ -307,6 +307,7 @@ static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x,
                              bool *bias_done) {
     const cg_tensor_impl *gi = cg__t(g);
     cg_tensor *dw = cg__leaf_grad_target(n, 1), *db = fuse_bias ? cg__leaf_grad_target(n, 2) : NULL;
+    if (dw && cg__t(dw)->dtype != gi->dtype) dw = NULL; /* only a buffer of the GEMM's dtype takes it */
     cg_tensor *new_dw = dw ? NULL : cg__tensor_new_dtype(2, (int64_t[]){gi->shape[1], cg__t(x)->shape[1]}, gi->dtype,
                                                          gi->device);
     cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new(1, &gi->shape[1], gi->device) : NULL;

@@ -21,6 +21,7 @@ static cg_status cpu_synchronize(int index) { return CG_OK; }
 
 const cg_backend cg__cpu_backend = {
     .name = "cpu",
+    .conv_dtypes = 1u << CG_FLOAT32,
     .raw_alloc = cpu_raw_alloc,
     .raw_free = cpu_raw_free,
     .memcpy_from_host = cpu_memcpy,

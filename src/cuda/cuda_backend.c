@@ -45,6 +45,11 @@ static cg_status cuda_synchronize(int index) {
 
 static const cg_backend cuda_backend = {
     .name = "cuda",
+#ifdef CGRAD_HAVE_CUDNN
+    .conv_dtypes = 1u << CG_FLOAT32 | 1u << CG_BFLOAT16 | 1u << CG_FLOAT16, /* cuDNN, float32 accumulation */
+#else
+    .conv_dtypes = 1u << CG_FLOAT32, /* (convolutions then fail, saying cuDNN is missing) */
+#endif
     .raw_alloc = cuda_raw_alloc,
     .raw_free = cuda_raw_free,
     .memcpy_from_host = cuda_from_host,

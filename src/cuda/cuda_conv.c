@@ -8,7 +8,9 @@
  * (IMPLICIT_GEMM, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1). So the same inputs give the same bits, run
  * after run; cg_set_deterministic(false) drops "is deterministic", as PyTorch's default does. Math:
  * CUDNN_FMA_MATH (true fp32) unless cg_set_allow_tf32 is on, then CUDNN_DEFAULT_MATH (TF32 tensor cores
- * allowed, as PyTorch's default for convolutions).
+ * allowed, as PyTorch's default for convolutions). bfloat16 and float16 tensors (the geometry's dtype)
+ * run on tensor cores (CUDNN_TENSOR_OP_MATH), accumulating in float32 (the convolution's compute type);
+ * their bias is the front-end's pass.
  *
  * The descriptors and algorithms of each (geometry, math) are kept in the device's plan cache
  * (cuda_plans.c), so a training step creates and queries nothing; workspaces come from the caching
@@ -131,19 +133,23 @@ static cg_status plan_make(cg_cuda_context *ctx, void *plan, const void *geom, c
     if (!p->w) CG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
     if (!p->conv) CG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
     /* the front-end checked that these fit in int */
-    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g->n, (int)g->c, (int)g->h,
-                                              (int)g->w));
-    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g->n, (int)g->k,
-                                              (int)g->oh, (int)g->ow));
+    cudnnDataType_t type = g->dtype == CG_BFLOAT16 ? CUDNN_DATA_BFLOAT16
+                           : g->dtype == CG_FLOAT16 ? CUDNN_DATA_HALF
+                                                    : CUDNN_DATA_FLOAT;
+    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, type, (int)g->n, (int)g->c, (int)g->h, (int)g->w));
+    CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, type, (int)g->n, (int)g->k, (int)g->oh,
+                                              (int)g->ow));
     CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias_y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)g->k, 1, 1));
     CG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias_x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)g->c, 1, 1));
-    CG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)g->k,
+    CG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, type, CUDNN_TENSOR_NCHW, (int)g->k,
                                               (int)(g->c / g->groups), (int)g->kh, (int)g->kw));
     CG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, (int)g->padding[0], (int)g->padding[1], (int)g->stride[0],
                                                    (int)g->stride[1], (int)g->dilation[0], (int)g->dilation[1],
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p->conv, (int)g->groups));
-    CG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, math.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    CG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, type != CUDNN_DATA_FLOAT ? CUDNN_TENSOR_OP_MATH
+                                                        : math.tf32                ? CUDNN_DEFAULT_MATH
+                                                                                   : CUDNN_FMA_MATH));
     p->g = *g;
     return choose_algorithms(ctx->cudnn, p, math.deterministic);
 }
@@ -159,8 +165,8 @@ typedef enum { CONV_FORWARD, CONV_BACKWARD_DATA, CONV_BACKWARD_FILTER } conv_pas
 
 /* forward: out y = conv(a x, b weight) + bias (k); backward data: out gx from a gy and b weight, + bias (c);
  * backward filter: out gweight from a x and b gy. */
-static cg_status launch_pass(cg_cuda_context *ctx, const conv_plan *p, conv_pass pass, const float *a, const float *b,
-                             const float *bias, float *out, void *ws) {
+static cg_status launch_pass(cg_cuda_context *ctx, const conv_plan *p, conv_pass pass, const void *a, const void *b,
+                             const void *bias, void *out, void *ws) {
     const float one = 1.0f, zero = 0.0f;
     switch (pass) {
     case CONV_FORWARD:
@@ -185,8 +191,8 @@ static cg_status launch_pass(cg_cuda_context *ctx, const conv_plan *p, conv_pass
 
 /* Runs one pass with a workspace from the caching allocator, freed right after (stream order makes its
  * reuse safe). */
-static cg_status run_pass(int index, const cg_conv2d_geom *g, conv_pass pass, const float *a, const float *b,
-                          const float *bias, float *out) {
+static cg_status run_pass(int index, const cg_conv2d_geom *g, conv_pass pass, const void *a, const void *b,
+                          const void *bias, void *out) {
     cg_cuda_context *ctx;
     void *plan;
     CG_TRY(cg__cuda_enter(index, &ctx));
