@@ -460,7 +460,8 @@ CG_API cg_status cg_topk(const cg_tensor *x, int64_t k, int dim, bool largest, b
  * GEMM; otherwise the batch dims (all but the last two) broadcast: (B, H, T, D) @ (B, H, D, T) ->
  * (B, H, T, T) as one batched GEMM, a broadcast operand expanded. A transposed view (cg_transpose) is
  * passed to BLAS as a transpose flag, with no copy. True fp32 unless cg_set_allow_tf32; bfloat16 and
- * float16 computed in float32. Gradients for both, summed over broadcast batch dims. */
+ * float16 summed in float32 and rounded once (a GPU multiplies them on tensor cores; the CPU converts them
+ * to float32). Gradients for both, summed over broadcast batch dims. */
 CG_API cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b);
 /* torch.bmm: (batch, m, k) @ (batch, k, n) -> (batch, m, n), one batch size, no broadcasting. */
 CG_API cg_tensor *cg_bmm(const cg_tensor *a, const cg_tensor *b);
