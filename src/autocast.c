@@ -145,8 +145,8 @@ static cg_tensor *converted(const cg_tensor *t, cg_dtype dt, bool *owned) {
     return cast;
 }
 
-/* The dtype rule gives the op's floating inputs in a region of dtype `lower`; false for an input
- * left as it is. */
+/* The dtype the rule gives the op's floating inputs in a region of dtype `lower` (PROMOTE: their
+ * common type; CG_INT64 when none is floating). */
 static cg_dtype target_of(cg_autocast_rule rule, cg_dtype lower, int n, const cg_tensor *const *in) {
     if (rule == CG_AUTOCAST_LOWER) return lower;
     if (rule == CG_AUTOCAST_FP32) return CG_FLOAT32;

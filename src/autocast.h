@@ -12,7 +12,7 @@
  * follows the same ones). */
 typedef enum cg_autocast_rule {
     CG_AUTOCAST_NONE = 0, /* runs on its inputs as given (relu, pooling, views, ...) */
-    CG_AUTOCAST_LOWER,    /* to the region's 16-bit dtype: matmul, linear, conv, RNNs */
+    CG_AUTOCAST_LOWER,    /* to the region's 16-bit dtype: matmul, linear, conv */
     CG_AUTOCAST_FP32,     /* to float32: softmax, norms, losses, exp, log, pow, sum, ... */
     CG_AUTOCAST_PROMOTE,  /* to the widest of its floating inputs: add, mul, cat, ... */
     CG_AUTOCAST_REFUSE,   /* an error: binary_cross_entropy, unsafe in 16 bits */
@@ -54,7 +54,7 @@ void cg__autocast_cache_clear(void);
         if (ac_r < 0) return NULL;                                                       \
         if (ac_r > 0) {                                                                  \
             cg_tensor *ac_out = (CALL);                                                  \
-            cg__autocast_done(ac_n, ac, ac_made);                                         \
+            cg__autocast_done(ac_n, ac, ac_made);                                        \
             return ac_out;                                                               \
         }                                                                                \
     } while (0)

@@ -7,7 +7,8 @@
 #include "error.h"
 #include "thread.h"
 
-#define MAX_EXIT_HOOKS 4 /* the backward engine's stacks, the CPU GEMM's buffer, the GPUs a thread drives */
+/* the backward engine's stacks, the CPU GEMM's buffer, the GPUs a thread drives, the autocast cache */
+#define MAX_EXIT_HOOKS 8
 
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;

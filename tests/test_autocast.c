@@ -5,8 +5,9 @@
  * float32 gradients close to the float32 step's. Each parameter is converted once per region however
  * often it is used, converted again once written (by an optimizer step or cg_copy_) or after a backward
  * pass, and the conversions are released when the outermost region closes: counted by the live
- * handles cg_leak_report sees. */
+ * handles cg_leak_report sees. Regions belong to the thread that opened them. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -204,9 +205,48 @@ static void test_weight_cast_cache(void **state) {
     assert_int_equal(live(), base - 2);
 }
 
+/* Another thread sees no region of this one's, and its own region ends with it. */
+typedef struct thread_check {
+    cg_tensor *x, *w;
+    bool enabled_seen;
+    cg_dtype inside, outside;
+} thread_check;
+
+static void *other_thread(void *arg) {
+    thread_check *c = arg;
+    c->enabled_seen = cg_autocast_enabled(here());
+    cg_tensor *y = cg_linear(c->x, c->w, NULL); /* this thread has no region: float32 */
+    c->outside = y ? cg_dtype_of(y) : CG_BOOL;
+    cg_tensor_free(y);
+    if (cg_autocast_enter(here(), true, CG_FLOAT16) == CG_OK) { /* left open: the thread's exit ends it */
+        cg_tensor *z = cg_linear(c->x, c->w, NULL);
+        c->inside = z ? cg_dtype_of(z) : CG_BOOL;
+        cg_tensor_free(z);
+    }
+    return NULL;
+}
+
+static void test_per_thread(void **state) {
+    (void)state;
+    thread_check c = {.x = uniform(4, 8), .w = uniform(3, 8), .inside = CG_BOOL, .outside = CG_BOOL};
+    CG_TEST_STATUS_OK(cg_set_requires_grad(c.w, true)); /* the other thread caches its conversion */
+    CG_TEST_STATUS_OK(cg_autocast_enter(here(), true, CG_BFLOAT16));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, other_thread, &c), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_true(cg_autocast_enabled(here())); /* this thread's region is untouched */
+    cg_tensor *y = CG_TEST_OK(cg_linear(c.x, c.w, NULL));
+    CG_TEST_STATUS_OK(cg_autocast_exit(here()));
+    assert_false(c.enabled_seen);
+    assert_int_equal(c.outside, CG_FLOAT32);
+    assert_int_equal(c.inside, CG_FLOAT16);
+    assert_int_equal(cg_dtype_of(y), CG_BFLOAT16);
+    cg_tensor_free(y), cg_tensor_free(c.x), cg_tensor_free(c.w);
+}
+
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {CG_TEST(test_regions_nest), CG_TEST(test_misuse), CG_TEST(test_losses_mixed),
-                                       CG_TEST(test_mlp_step), CG_TEST(test_weight_cast_cache)};
+                                       CG_TEST(test_mlp_step), CG_TEST(test_weight_cast_cache), CG_TEST(test_per_thread)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
