@@ -189,8 +189,10 @@ static cg_status check_bce(const cg_tensor *input, const cg_tensor *target, cons
  * step recorded, so the gradient is PyTorch's product g / numel * weight * (x - t) / max((1 - x) x, eps). */
 cg_tensor *cg_binary_cross_entropy(const cg_tensor *input, const cg_tensor *target, const cg_tensor *weight,
                                    cg_reduction reduction) {
+    /* refused inside an autocast region before any other check, as PyTorch's (REFUSE: CALL never runs) */
+    if (cg__check_tensor(input, BCE, "input") != CG_OK) return NULL;
+    CG_AUTOCAST(cg__op_binary_cross_entropy.autocast, BCE, NULL, input);
     if (check_bce(input, target, weight, reduction) != CG_OK) return NULL;
-    CG_AUTOCAST(cg__op_binary_cross_entropy.autocast, BCE, NULL, input, target, weight); /* REFUSE: returns NULL */
     CG_VIA_FLOAT32(BCE, cg_binary_cross_entropy(f32[0], f32[1], f32[2], reduction), input, target, weight);
     if (check_probabilities(input, "input") != CG_OK || check_probabilities(target, "target") != CG_OK) return NULL;
     cg_tensor *loss = cg__binary_op(CG_BINARY_BCE, input, target, BCE);
