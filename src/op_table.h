@@ -189,7 +189,8 @@ cg_status cg__ref_view(const cg_ref_tensor *in, int ndim, const int64_t *shape, 
     X(group_norm) \
     X(embedding) \
     X(lstm) \
-    X(gru)
+    X(gru) \
+    X(scaled_dot_product_attention)
 
 #define CG_OP_EXTERN(name) extern const cg_op_info cg__op_##name;
 CG_OP_ENTRIES(CG_OP_EXTERN)

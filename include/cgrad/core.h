@@ -796,6 +796,15 @@ CG_API cg_tensor *cg_group_norm(const cg_tensor *x, int64_t num_groups, const cg
  * weight's gradient sums each row's uses in a fixed order (deterministic). Bad indices as cg_index_select's. */
 CG_API cg_tensor *cg_embedding(const cg_tensor *indices, const cg_tensor *weight, int64_t padding_idx);
 
+/* ---- attention ------------------------------------------------------------------------------------- */
+/* F.scaled_dot_product_attention(q, k, v, is_causal=is_causal): q (..., L, E), k (..., S, E), v (..., S, Ev)
+ * -> (..., L, Ev) = softmax(q k^T / sqrt(E), masked above the diagonal when is_causal (top-left aligned,
+ * as PyTorch's)) v; the batch dims broadcast as cg_matmul's. Composed of recorded ops (gradients for
+ * all three), the (L, S) scores materialised; bfloat16 and float16 computed in float32, rounded once.
+ * Inside an autocast region it runs in the region's dtype. */
+CG_API cg_tensor *cg_scaled_dot_product_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                                                  bool is_causal);
+
 /* ---- seeing leaks ------------------------------------------------------------------------------- */
 /* Writes to f a report of every object alive now, of every kind (tensors, modules, optimizers, data
  * sets, loaders, graphs, scopes, safetensors files, cg_dist), and stores their number in *live_out.
