@@ -67,6 +67,19 @@ CG_API cg_module *cg_residual_net_new(int64_t in_channels, int64_t height, int64
  * width > 0. For Fashion-MNIST: (1, 10, 64), 11,172,810 parameters. */
 CG_API cg_module *cg_resnet18_new(int64_t in_channels, int64_t num_classes, int64_t width, cg_device d);
 
+/* GPT-2 (nanoGPT's model) from a config: token and position embeddings, n_layer pre-LayerNorm blocks
+ * (causal self-attention through cg_scaled_dot_product_attention, then an MLP of 4 n_embd with GELU),
+ * a final LayerNorm and an output head tied to the token embedding. idx (B, T) int64, T <= block_size
+ * -> logits (B, T, vocab_size). nanoGPT's names ("transformer.wte.weight", "transformer.h.0.attn.c_attn.
+ * weight", ..., "lm_head.weight" tied), so its state dicts load; GPT-2's init (N(0, 0.02), residual
+ * projections N(0, 0.02 / sqrt(2 n_layer)), biases 0). dropout must be 0 for now. */
+typedef struct cg_gpt_config {
+    int64_t n_layer, n_head, n_embd, block_size, vocab_size;
+    float dropout;
+    bool bias; /* Linear and LayerNorm biases (GPT-2: true) */
+} cg_gpt_config;
+CG_API cg_module *cg_gpt_new(cg_gpt_config config, cg_device d);
+
 #ifdef __cplusplus
 }
 #endif

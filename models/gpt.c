@@ -1,0 +1,239 @@
+/* GPT-2 as custom modules with nanoGPT's names (the public API only, as any program built on cgrad), so
+ * a state dict PyTorch wrote for nanoGPT's model loads as it is. The model beside the C:
+ *
+ *     class CausalSelfAttention(nn.Module):               attention_forward()
+ *         def forward(self, x):                           # x (B, T, C)
+ *             q, k, v = self.c_attn(x).split(C, dim=2)    # each (B, T, C) -> (B, nh, T, hs)
+ *             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+ *             y = y.transpose(1, 2).contiguous().view(B, T, C)
+ *             return self.resid_dropout(self.c_proj(y))
+ *     class MLP(nn.Module):                               mlp_forward(): c_proj(gelu(c_fc(x))), dropout
+ *     class Block(nn.Module):                             block_forward()
+ *         def forward(self, x):
+ *             x = x + self.attn(self.ln_1(x))
+ *             return x + self.mlp(self.ln_2(x))
+ *     class GPT(nn.Module):                               cg_gpt_new(config, d)
+ *         self.transformer = nn.ModuleDict(wte, wpe, drop, h = [Block] * n_layer, ln_f)
+ *         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+ *         self.transformer.wte.weight = self.lm_head.weight  # tied
+ *         def forward(self, idx):                         # idx (B, T) -> logits (B, T, vocab_size)
+ *             x = self.transformer.drop(wte(idx) + wpe(arange(T)))
+ *             return self.lm_head(self.transformer.ln_f(self.transformer.h(x)))
+ *
+ * Here `transformer` is a module whose forward is the trunk (embeddings to ln_f) and `h` a Sequential
+ * of the blocks ("h.0", "h.1", ...), which gives the same names. nanoGPT's GELU is nn.GELU() (erf). */
+#include "cgrad/init.h"
+#include "cgrad/models.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* ---- attention ------------------------------------------------------------------------------------- */
+typedef struct attention {
+    cg_module *c_attn, *c_proj, *resid_dropout;
+    int64_t n_head, n_embd;
+} attention;
+
+/* t (B, T, C), one of q, k, v, as (B, nh, T, hs) */
+static cg_tensor *heads(const cg_tensor *t, int64_t n_head) {
+    if (!t) return NULL;
+    int64_t b = cg_size(t, 0), n = cg_size(t, 1), c = cg_size(t, 2);
+    cg_tensor *split = cg_reshape(t, 4, (int64_t[]){b, n, n_head, c / n_head});
+    return split ? cg_transpose(split, 1, 2) : NULL;
+}
+
+static cg_tensor *attention_forward(cg_module *self, const cg_tensor *x) {
+    const attention *a = cg_module_state(self);
+    cg_tensor *qkv = cg_module_forward(a->c_attn, x), *parts[3] = {NULL, NULL, NULL}; /* (B, T, 3C) */
+    if (!qkv || cg_chunk(qkv, 3, 2, 3, parts) != 3) return NULL;
+    cg_tensor *y = cg_scaled_dot_product_attention(heads(parts[0], a->n_head), heads(parts[1], a->n_head),
+                                                   heads(parts[2], a->n_head), true); /* (B, nh, T, hs) */
+    cg_tensor *merged = y ? cg_contiguous(cg_transpose(y, 1, 2)) : NULL;
+    cg_tensor *flat = merged ? cg_reshape(merged, 3, (int64_t[]){cg_size(x, 0), cg_size(x, 1), a->n_embd}) : NULL;
+    return cg_module_forward(a->resid_dropout, cg_module_forward(a->c_proj, flat));
+}
+
+static const cg_module_type attention_type = {
+    .name = "CausalSelfAttention", .state_size = sizeof(attention), .forward = attention_forward};
+
+/* ---- MLP and Block ----------------------------------------------------------------------------------- */
+typedef struct mlp {
+    cg_module *c_fc, *c_proj, *dropout;
+} mlp;
+
+static cg_tensor *mlp_forward(cg_module *self, const cg_tensor *x) {
+    const mlp *m = cg_module_state(self);
+    cg_tensor *h = cg_gelu(cg_module_forward(m->c_fc, x), CG_GELU_NONE);
+    return cg_module_forward(m->dropout, cg_module_forward(m->c_proj, h));
+}
+
+static const cg_module_type mlp_type = {.name = "MLP", .state_size = sizeof(mlp), .forward = mlp_forward};
+
+typedef struct block {
+    cg_module *ln_1, *attn, *ln_2, *mlp;
+} block;
+
+static cg_tensor *block_forward(cg_module *self, const cg_tensor *x) {
+    const block *b = cg_module_state(self);
+    cg_tensor *h = cg_add(x, cg_module_forward(b->attn, cg_module_forward(b->ln_1, x)));
+    return cg_add(h, cg_module_forward(b->mlp, cg_module_forward(b->ln_2, h)));
+}
+
+static const cg_module_type block_type = {.name = "Block", .state_size = sizeof(block), .forward = block_forward};
+
+/* nn.Linear(in, out, bias) with GPT-2's init: weight N(0, std), bias 0. */
+static cg_module *linear(int64_t in, int64_t out, bool bias, double std, cg_device d) {
+    cg_module *l = cg_linear_new(in, out, bias, d);
+    if (l && cg_init_normal_(cg_module_get_parameter(l, "weight"), 0.0, std) == CG_OK &&
+        (!bias || cg_init_zeros_(cg_module_get_parameter(l, "bias")) == CG_OK))
+        return l;
+    cg_module_free(l);
+    return NULL;
+}
+
+static cg_module *layer_norm(const cg_gpt_config *c, cg_device d) {
+    cg_norm_options o = cg_norm_defaults(); /* eps 1e-5, weight 1, bias 0 */
+    o.bias = c->bias;
+    return cg_layer_norm_new(1, &c->n_embd, o, d);
+}
+
+static cg_module *block_new(const cg_gpt_config *c, cg_device d) {
+    double proj_std = 0.02 / sqrt(2.0 * (double)c->n_layer); /* GPT-2's scaled init of the residual projections */
+    cg_module *m = cg_module_new(&block_type, d), *attn = cg_module_new(&attention_type, d),
+              *ffn = cg_module_new(&mlp_type, d);
+    if (attn) {
+        attention *a = cg_module_state(attn);
+        a->n_head = c->n_head, a->n_embd = c->n_embd;
+        a->c_attn = cg_module_register_module(attn, "c_attn", linear(c->n_embd, 3 * c->n_embd, c->bias, 0.02, d));
+        a->c_proj = cg_module_register_module(attn, "c_proj", linear(c->n_embd, c->n_embd, c->bias, proj_std, d));
+        a->resid_dropout = cg_module_register_module(attn, "resid_dropout", cg_dropout_new(c->dropout));
+    }
+    if (ffn) {
+        mlp *f = cg_module_state(ffn);
+        f->c_fc = cg_module_register_module(ffn, "c_fc", linear(c->n_embd, 4 * c->n_embd, c->bias, 0.02, d));
+        f->c_proj = cg_module_register_module(ffn, "c_proj", linear(4 * c->n_embd, c->n_embd, c->bias, proj_std, d));
+        f->dropout = cg_module_register_module(ffn, "dropout", cg_dropout_new(c->dropout));
+    }
+    if (!m) {
+        cg_module_free(attn), cg_module_free(ffn);
+        return NULL;
+    }
+    block *b = cg_module_state(m);
+    b->ln_1 = cg_module_register_module(m, "ln_1", layer_norm(c, d));
+    b->attn = cg_module_register_module(m, "attn", attn);
+    b->ln_2 = cg_module_register_module(m, "ln_2", layer_norm(c, d));
+    b->mlp = cg_module_register_module(m, "mlp", ffn);
+    const attention *a = b->attn ? cg_module_state(b->attn) : NULL;
+    const mlp *f = b->mlp ? cg_module_state(b->mlp) : NULL;
+    if (!(b->ln_1 && b->ln_2 && a && a->c_attn && a->c_proj && a->resid_dropout && f && f->c_fc && f->c_proj &&
+          f->dropout)) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* ---- the trunk, the tied head, the model ------------------------------------------------------------- */
+typedef struct trunk {
+    cg_module *wte, *wpe, *drop, *h, *ln_f;
+    int64_t block_size;
+} trunk;
+
+/* idx (B, T) int64 -> ln_f(h(drop(wte(idx) + wpe(0..T-1)))) (B, T, C) */
+static cg_tensor *trunk_forward(cg_module *self, const cg_tensor *idx) {
+    const trunk *t = cg_module_state(self);
+    if (!idx || cg_ndim(idx) != 2 || cg_size(idx, 1) > t->block_size || cg_dtype_of(idx) != CG_INT64) {
+        if (idx)
+            cg_set_error(CG_ERR_SHAPE, "GPT: expected idx (B, T) int64 with T <= block_size %lld, got %d dims%s%lld of %s",
+                         (long long)t->block_size, cg_ndim(idx), cg_ndim(idx) == 2 ? ", T " : ", size ",
+                         (long long)cg_size(idx, cg_ndim(idx) == 2 ? 1 : 0), cg_dtype_name(cg_dtype_of(idx)));
+        return NULL;
+    }
+    cg_tensor *pos = cg_arange_dtype(0, (double)cg_size(idx, 1), 1, CG_INT64, cg_device_of(idx)); /* (T) */
+    cg_tensor *x = cg_add(cg_module_forward(t->wte, idx), cg_module_forward(t->wpe, pos));
+    cg_tensor_free(pos);
+    return cg_module_forward(t->ln_f, cg_module_forward(t->h, cg_module_forward(t->drop, x)));
+}
+
+static const cg_module_type trunk_type = {.name = "Transformer", .state_size = sizeof(trunk), .forward = trunk_forward};
+
+/* lm_head: nn.Linear(n_embd, vocab_size, bias=False) whose weight is wte's */
+static cg_tensor *head_forward(cg_module *self, const cg_tensor *x) {
+    return cg_linear(x, cg_module_get_parameter(self, "weight"), NULL);
+}
+
+static const cg_module_type head_type = {.name = "Linear", .forward = head_forward};
+
+typedef struct gpt {
+    cg_module *transformer, *lm_head;
+    cg_gpt_config config;
+} gpt;
+
+static cg_tensor *gpt_forward(cg_module *self, const cg_tensor *idx) {
+    const gpt *g = cg_module_state(self);
+    cg_tensor *h = cg_module_forward(g->transformer, idx); /* NULL: the trunk's error stands */
+    return h ? cg_module_forward(g->lm_head, h) : NULL;
+}
+
+static cg_module *gpt_clone(const cg_module *self, cg_device d) {
+    return cg_gpt_new(((const gpt *)cg_module_state(self))->config, d);
+}
+
+static const cg_module_type gpt_type = {.name = "GPT", .state_size = sizeof(gpt), .forward = gpt_forward, .clone = gpt_clone};
+
+static cg_module *trunk_new(const cg_gpt_config *c, cg_device d) {
+    cg_module *m = cg_module_new(&trunk_type, d);
+    if (!m) return NULL;
+    trunk *t = cg_module_state(m);
+    t->block_size = c->block_size;
+    t->wte = cg_module_register_module(m, "wte", cg_embedding_new(c->vocab_size, c->n_embd, -1, d));
+    t->wpe = cg_module_register_module(m, "wpe", cg_embedding_new(c->block_size, c->n_embd, -1, d));
+    t->drop = cg_module_register_module(m, "drop", cg_dropout_new(c->dropout));
+    cg_module *blocks[64];
+    int n = 0;
+    while (n < c->n_layer && (blocks[n] = block_new(c, d))) n++;
+    cg_module *h = n == c->n_layer ? cg_sequential_new(n, blocks) : NULL;
+    if (!h)
+        for (int i = 0; i < n; i++) cg_module_free(blocks[i]);
+    t->h = cg_module_register_module(m, "h", h);
+    t->ln_f = cg_module_register_module(m, "ln_f", layer_norm(c, d));
+    bool ok = t->wte && t->wpe && t->drop && t->h && t->ln_f &&
+              cg_init_normal_(cg_module_get_parameter(t->wte, "weight"), 0.0, 0.02) == CG_OK &&
+              cg_init_normal_(cg_module_get_parameter(t->wpe, "weight"), 0.0, 0.02) == CG_OK;
+    if (!ok) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+cg_module *cg_gpt_new(cg_gpt_config c, cg_device d) {
+    if (c.n_layer < 1 || c.n_layer > 64 || c.n_head < 1 || c.n_embd < 1 || c.n_embd % c.n_head != 0 ||
+        c.block_size < 1 || c.vocab_size < 1 || !(c.dropout == 0.0f)) {
+        cg_set_error(CG_ERR_INVALID_ARG,
+                     "cg_gpt_new: need 1 <= n_layer <= 64, n_head >= 1 dividing n_embd, block_size and vocab_size "
+                     ">= 1, and dropout 0 (attention dropout is not built yet); got n_layer %lld, n_head %lld, n_embd "
+                     "%lld, block_size %lld, vocab_size %lld, dropout %g",
+                     (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd, (long long)c.block_size,
+                     (long long)c.vocab_size, (double)c.dropout);
+        return NULL;
+    }
+    cg_module *m = cg_module_new(&gpt_type, d), *head = cg_module_new(&head_type, d);
+    if (!m || !head) {
+        cg_module_free(m), cg_module_free(head);
+        return NULL;
+    }
+    gpt *g = cg_module_state(m);
+    g->config = c;
+    g->transformer = cg_module_register_module(m, "transformer", trunk_new(&c, d));
+    cg_tensor *wte = g->transformer ? cg_module_get_parameter(g->transformer, "wte.weight") : NULL;
+    if (!wte || !cg_module_register_parameter(head, "weight", wte)) { /* tied: one parameter, two names */
+        cg_module_free(head), cg_module_free(m);
+        return NULL;
+    }
+    if (!(g->lm_head = cg_module_register_module(m, "lm_head", head))) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,126 @@
+/* models/gpt.c against PyTorch (tests/make_gpt_fixtures.py: a 2-layer GPT with nanoGPT's names, its
+ * state dict, logits and 10 AdamW steps): the PyTorch-written state dict loads (strict, the tied
+ * lm_head.weight included), the logits match within 1e-5 relative (||a - ref|| / ||ref||), and 10 fp32
+ * steps with nanoGPT's decay / no-decay groups give PyTorch's losses within 1e-4 relative. Bad configs,
+ * a sequence longer than block_size and non-integer ids are errors. */
+#include <math.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#ifndef CG_TEST_DATA_DIR
+#error "CG_TEST_DATA_DIR must name tests/data (set by tests/CMakeLists.txt)"
+#endif
+
+static const cg_gpt_config kConfig = {.n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = 16, .vocab_size = 65,
+                                      .dropout = 0.0f, .bias = true};
+
+static cg_tensor *fixture(const cg_safetensors *st, const char *name) {
+    int i = cg_safetensors_find(st, name);
+    if (i < 0) fail_msg("gpt_io.safetensors has no %s", name);
+    return CG_TEST_OK(cg_safetensors_tensor(st, i, cg_test_device()));
+}
+
+static float *to_floats(const cg_tensor *t) { return cg_test_read(t); }
+
+static cg_module *loaded_model(void) {
+    cg_module *m = cg_gpt_new(kConfig, cg_test_device());
+    if (!m) fail_msg("cg_gpt_new: %s", cg_last_error());
+    CG_TEST_STATUS_OK(cg_load_safetensors(m, CG_TEST_DATA_DIR "/gpt_state.safetensors"));
+    return m;
+}
+
+static void test_logits(void **state) {
+    (void)state;
+    cg_safetensors *st;
+    CG_TEST_STATUS_OK(cg_safetensors_read(CG_TEST_DATA_DIR "/gpt_io.safetensors", &st));
+    cg_module *m = loaded_model();
+    cg_tensor *idx = fixture(st, "idx"), *ref = fixture(st, "logits");
+    cg_tensor *logits = CG_TEST_OK(cg_module_forward(m, idx));
+    assert_int_equal(cg_ndim(logits), 3);
+    assert_int_equal(cg_size(logits, 2), kConfig.vocab_size);
+    size_t n = (size_t)cg_numel(ref);
+    float *got = to_floats(logits), *want = to_floats(ref);
+    double *w = cg_test_doubles(n);
+    for (size_t i = 0; i < n; i++) w[i] = want[i];
+    cg_test_context("GPT logits against PyTorch's");
+    cg_test_assert_rel_l2(got, w, n, 1e-5);
+    free(got), free(want), free(w);
+    cg_tensor_free(logits), cg_tensor_free(ref), cg_tensor_free(idx);
+    cg_module_free(m);
+    cg_safetensors_free(st);
+}
+
+static void test_adamw_steps(void **state) {
+    (void)state;
+    cg_safetensors *st;
+    CG_TEST_STATUS_OK(cg_safetensors_read(CG_TEST_DATA_DIR "/gpt_io.safetensors", &st));
+    cg_module *m = loaded_model();
+    int np = cg_module_num_parameters(m), nd = 0, nn = 0;
+    cg_tensor **decay = calloc((size_t)np, sizeof *decay), **no_decay = calloc((size_t)np, sizeof *no_decay);
+    for (int i = 0; i < np; i++) {
+        cg_tensor *p = cg_module_parameter(m, i, NULL);
+        if (cg_ndim(p) >= 2) decay[nd++] = p;
+        else no_decay[nn++] = p;
+    }
+    cg_adam_options o = cg_adamw_defaults();
+    o.lr = 1e-3, o.beta2 = 0.99, o.weight_decay = 0.1;
+    cg_adam_options o0 = o;
+    o0.weight_decay = 0.0;
+    cg_optimizer *opt = cg_adamw_new_groups(m, 2, (cg_adam_group[]){{nd, decay, o}, {nn, no_decay, o0}});
+    if (!opt) fail_msg("cg_adamw_new_groups: %s", cg_last_error());
+    cg_tensor *x = fixture(st, "x"), *y = fixture(st, "y"), *ref = fixture(st, "loss");
+    float *want = to_floats(ref);
+    int64_t steps = cg_size(x, 0);
+    for (int64_t s = 0; s < steps; s++) {
+        cg_scope *scope = cg_scope_begin();
+        cg_tensor *xs = CG_TEST_OK(cg_select(x, 0, s)), *ys = CG_TEST_OK(cg_select(y, 0, s));
+        CG_TEST_STATUS_OK(cg_optimizer_zero_grad(opt));
+        cg_tensor *logits = CG_TEST_OK(cg_module_forward(m, xs));
+        cg_tensor *flat = CG_TEST_OK(cg_reshape(logits, 2, (int64_t[]){-1, kConfig.vocab_size}));
+        cg_tensor *targets = CG_TEST_OK(cg_reshape(ys, 1, (int64_t[]){-1}));
+        cg_tensor *loss = CG_TEST_OK(cg_cross_entropy(flat, targets));
+        CG_TEST_STATUS_OK(cg_backward(loss));
+        CG_TEST_STATUS_OK(cg_optimizer_step(opt));
+        float got;
+        CG_TEST_STATUS_OK(cg_item(loss, &got));
+        if (!(fabs((double)got - want[s]) <= 1e-4 * fabs((double)want[s])))
+            fail_msg("step %lld: loss %.8g, PyTorch's %.8g", (long long)s, (double)got, (double)want[s]);
+        cg_scope_end(scope);
+    }
+    free(want), free(decay), free(no_decay);
+    cg_tensor_free(x), cg_tensor_free(y), cg_tensor_free(ref);
+    cg_optimizer_free(opt);
+    cg_module_free(m);
+    cg_safetensors_free(st);
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    cg_gpt_config c = kConfig;
+    c.n_head = 5; /* does not divide 32 */
+    assert_null(cg_gpt_new(c, cg_test_device()));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_gpt_new", "n_head", "5");
+    c = kConfig, c.dropout = 0.1f;
+    assert_null(cg_gpt_new(c, cg_test_device()));
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "dropout 0.1");
+    cg_module *m = cg_gpt_new(kConfig, cg_test_device());
+    if (!m) fail_msg("cg_gpt_new: %s", cg_last_error());
+    int64_t ids[17] = {0};
+    cg_tensor *long_idx = cg_test_int64_tensor(ids, 2, (int64_t[]){1, 17});
+    cg_clear_error();
+    assert_null(cg_module_forward(m, long_idx));
+    cg_test_assert_error(CG_ERR_SHAPE, "block_size 16", "T 17");
+    float f[4] = {0};
+    cg_tensor *float_idx = cg_test_tensor(f, 2, (int64_t[]){1, 4});
+    assert_null(cg_module_forward(m, float_idx));
+    cg_test_assert_error(CG_ERR_SHAPE, "int64", "float32");
+    cg_tensor_free(long_idx), cg_tensor_free(float_idx);
+    cg_module_free(m);
+}
+
+int main(void) {
+    cg_test_init();
+    const struct CMUnitTest tests[] = {CG_TEST(test_logits), CG_TEST(test_adamw_steps), CG_TEST(test_bad_input)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
