@@ -4,7 +4,8 @@
  *     class CausalSelfAttention(nn.Module):               attention_forward()
  *         def forward(self, x):                           # x (B, T, C)
  *             q, k, v = self.c_attn(x).split(C, dim=2)    # each (B, T, C) -> (B, nh, T, hs)
- *             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+ *             y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+ *                                                dropout_p=self.dropout if self.training else 0)
  *             y = y.transpose(1, 2).contiguous().view(B, T, C)
  *             return self.resid_dropout(self.c_proj(y))
  *     class MLP(nn.Module):                               mlp_forward(): c_proj(gelu(c_fc(x))), dropout
@@ -21,18 +22,34 @@
  *             return self.lm_head(self.transformer.ln_f(self.transformer.h(x)))
  *
  * Here `transformer` is a module whose forward is the trunk (embeddings to ln_f) and `h` a Sequential
- * of the blocks ("h.0", "h.1", ...), which gives the same names. nanoGPT's GELU is nn.GELU() (erf). */
+ * of the blocks ("h.0", "h.1", ...), which gives the same names. nanoGPT's GELU is nn.GELU() (erf).
+ *
+ * Decoding (cg_gpt_decode) keeps each attention's keys and values of the tokens seen so far (the KV
+ * cache) in its module's state: a call runs only the new tokens, at positions after the cached ones. */
 #include "cgrad/init.h"
 #include "cgrad/models.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 /* ---- attention ------------------------------------------------------------------------------------- */
 typedef struct attention {
     cg_module *c_attn, *c_proj, *resid_dropout;
     int64_t n_head, n_embd;
+    float dropout;
+    bool decoding;                /* during cg_gpt_decode: read and extend the cache */
+    cg_tensor *k_cache, *v_cache; /* (B, nh, T_past, hs) each, owned; NULL when empty */
 } attention;
+
+/* *cache = cat(*cache, t) along the time dim (t itself when empty), owned here. */
+static cg_status cache_append(cg_tensor **cache, cg_tensor *t) {
+    cg_tensor *joined = *cache ? cg_cat(2, (const cg_tensor *[]){*cache, t}, 2) : cg_contiguous(t);
+    if (!joined) return cg_last_status();
+    cg_tensor_free(*cache);
+    *cache = cg_keep(joined);
+    return CG_OK;
+}
 
 /* t (B, T, C), one of q, k, v, as (B, nh, T, hs) */
 static cg_tensor *heads(const cg_tensor *t, int64_t n_head) {
@@ -43,18 +60,30 @@ static cg_tensor *heads(const cg_tensor *t, int64_t n_head) {
 }
 
 static cg_tensor *attention_forward(cg_module *self, const cg_tensor *x) {
-    const attention *a = cg_module_state(self);
+    attention *a = cg_module_state(self);
     cg_tensor *qkv = cg_module_forward(a->c_attn, x), *parts[3] = {NULL, NULL, NULL}; /* (B, T, 3C) */
     if (!qkv || cg_chunk(qkv, 3, 2, 3, parts) != 3) return NULL;
-    cg_tensor *y = cg_scaled_dot_product_attention(heads(parts[0], a->n_head), heads(parts[1], a->n_head),
-                                                   heads(parts[2], a->n_head), true); /* (B, nh, T, hs) */
+    cg_tensor *q = heads(parts[0], a->n_head), *k = heads(parts[1], a->n_head), *v = heads(parts[2], a->n_head);
+    cg_attention_options o = {.is_causal = true, .dropout_p = cg_module_is_training(self) ? a->dropout : 0.0f};
+    if (a->decoding && q && k && v) { /* the new tokens attend to every cached one and, causally, to each other */
+        o.is_causal = !a->k_cache; /* after the prefill, one token a call: it sees all */
+        if (cache_append(&a->k_cache, k) != CG_OK || cache_append(&a->v_cache, v) != CG_OK) return NULL;
+        k = a->k_cache, v = a->v_cache;
+    }
+    cg_tensor *y = cg_scaled_dot_product_attention_ex(q, k, v, &o); /* (B, nh, T, hs) */
     cg_tensor *merged = y ? cg_contiguous(cg_transpose(y, 1, 2)) : NULL;
     cg_tensor *flat = merged ? cg_reshape(merged, 3, (int64_t[]){cg_size(x, 0), cg_size(x, 1), a->n_embd}) : NULL;
     return cg_module_forward(a->resid_dropout, cg_module_forward(a->c_proj, flat));
 }
 
-static const cg_module_type attention_type = {
-    .name = "CausalSelfAttention", .state_size = sizeof(attention), .forward = attention_forward};
+static void attention_destroy(cg_module *self) {
+    attention *a = cg_module_state(self);
+    cg_tensor_free(a->k_cache), cg_tensor_free(a->v_cache);
+    a->k_cache = a->v_cache = NULL;
+}
+
+static const cg_module_type attention_type = {.name = "CausalSelfAttention", .state_size = sizeof(attention),
+                                              .forward = attention_forward, .destroy = attention_destroy};
 
 /* ---- MLP and Block ----------------------------------------------------------------------------------- */
 typedef struct mlp {
@@ -103,7 +132,7 @@ static cg_module *block_new(const cg_gpt_config *c, cg_device d) {
               *ffn = cg_module_new(&mlp_type, d);
     if (attn) {
         attention *a = cg_module_state(attn);
-        a->n_head = c->n_head, a->n_embd = c->n_embd;
+        a->n_head = c->n_head, a->n_embd = c->n_embd, a->dropout = c->dropout;
         a->c_attn = cg_module_register_module(attn, "c_attn", linear(c->n_embd, 3 * c->n_embd, c->bias, 0.02, d));
         a->c_proj = cg_module_register_module(attn, "c_proj", linear(c->n_embd, c->n_embd, c->bias, proj_std, d));
         a->resid_dropout = cg_module_register_module(attn, "resid_dropout", cg_dropout_new(c->dropout));
@@ -137,19 +166,22 @@ static cg_module *block_new(const cg_gpt_config *c, cg_device d) {
 typedef struct trunk {
     cg_module *wte, *wpe, *drop, *h, *ln_f;
     int64_t block_size;
+    int64_t past; /* tokens in the KV cache: the next ones' first position */
 } trunk;
 
 /* idx (B, T) int64 -> ln_f(h(drop(wte(idx) + wpe(0..T-1)))) (B, T, C) */
 static cg_tensor *trunk_forward(cg_module *self, const cg_tensor *idx) {
     const trunk *t = cg_module_state(self);
-    if (!idx || cg_ndim(idx) != 2 || cg_size(idx, 1) > t->block_size || cg_dtype_of(idx) != CG_INT64) {
+    if (!idx || cg_ndim(idx) != 2 || t->past + cg_size(idx, 1) > t->block_size || cg_dtype_of(idx) != CG_INT64) {
         if (idx)
-            cg_set_error(CG_ERR_SHAPE, "GPT: expected idx (B, T) int64 with T <= block_size %lld, got %d dims%s%lld of %s",
-                         (long long)t->block_size, cg_ndim(idx), cg_ndim(idx) == 2 ? ", T " : ", size ",
-                         (long long)cg_size(idx, cg_ndim(idx) == 2 ? 1 : 0), cg_dtype_name(cg_dtype_of(idx)));
+            cg_set_error(CG_ERR_SHAPE, "GPT: expected idx (B, T) int64 with %lld cached + T <= block_size %lld, got %d "
+                         "dims%s%lld of %s", (long long)t->past, (long long)t->block_size, cg_ndim(idx),
+                         cg_ndim(idx) == 2 ? ", T " : ", size ", (long long)cg_size(idx, cg_ndim(idx) == 2 ? 1 : 0),
+                         cg_dtype_name(cg_dtype_of(idx)));
         return NULL;
     }
-    cg_tensor *pos = cg_arange_dtype(0, (double)cg_size(idx, 1), 1, CG_INT64, cg_device_of(idx)); /* (T) */
+    cg_tensor *pos = cg_arange_dtype((double)t->past, (double)(t->past + cg_size(idx, 1)), 1, CG_INT64,
+                                     cg_device_of(idx)); /* (T): after the cached tokens */
     cg_tensor *x = cg_add(cg_module_forward(t->wte, idx), cg_module_forward(t->wpe, pos));
     cg_tensor_free(pos);
     return cg_module_forward(t->ln_f, cg_module_forward(t->h, cg_module_forward(t->drop, x)));
@@ -209,11 +241,11 @@ static cg_module *trunk_new(const cg_gpt_config *c, cg_device d) {
 
 cg_module *cg_gpt_new(cg_gpt_config c, cg_device d) {
     if (c.n_layer < 1 || c.n_layer > 64 || c.n_head < 1 || c.n_embd < 1 || c.n_embd % c.n_head != 0 ||
-        c.block_size < 1 || c.vocab_size < 1 || !(c.dropout == 0.0f)) {
+        c.block_size < 1 || c.vocab_size < 1 || !(c.dropout >= 0.0f && c.dropout < 1.0f)) {
         cg_set_error(CG_ERR_INVALID_ARG,
                      "cg_gpt_new: need 1 <= n_layer <= 64, n_head >= 1 dividing n_embd, block_size and vocab_size "
-                     ">= 1, and dropout 0 (attention dropout is not built yet); got n_layer %lld, n_head %lld, n_embd "
-                     "%lld, block_size %lld, vocab_size %lld, dropout %g",
+                     ">= 1, and dropout in [0, 1); got n_layer %lld, n_head %lld, n_embd %lld, block_size %lld, "
+                     "vocab_size %lld, dropout %g",
                      (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd, (long long)c.block_size,
                      (long long)c.vocab_size, (double)c.dropout);
         return NULL;
@@ -236,4 +268,52 @@ cg_module *cg_gpt_new(cg_gpt_config c, cg_device d) {
         return NULL;
     }
     return m;
+}
+
+/* ---- decoding with the KV cache ---------------------------------------------------------------------- */
+/* Sets every attention's decoding flag (on: read and extend its cache; reset: also empty it). */
+static void attentions_set(cg_module *m, bool decoding, bool reset) {
+    const gpt *g = cg_module_state(m);
+    trunk *t = cg_module_state(g->transformer);
+    for (int i = 0; i < g->config.n_layer; i++) {
+        attention *a = cg_module_state(((const block *)cg_module_state(cg_module_child(t->h, i, NULL)))->attn);
+        a->decoding = decoding;
+        if (reset) attention_destroy(((const block *)cg_module_state(cg_module_child(t->h, i, NULL)))->attn);
+    }
+    if (reset) t->past = 0;
+}
+
+/* m is a GPT that cg_gpt_new made (its type's name, then its state). */
+static cg_status check_gpt(const cg_module *m, const char *fn) {
+    const char *type = m ? cg_module_type_name(m) : NULL;
+    if (!type || strcmp(type, gpt_type.name) != 0 || !((const gpt *)cg_module_state(m))->transformer) {
+        cg_set_error(CG_ERR_INVALID_ARG, "%s: not a GPT from cg_gpt_new (%s)", fn, type ? type : "no module");
+        return CG_ERR_INVALID_ARG;
+    }
+    return CG_OK;
+}
+
+cg_status cg_gpt_decode_reset(cg_module *m) {
+    cg_status s = check_gpt(m, "cg_gpt_decode_reset");
+    if (s != CG_OK) return s;
+    attentions_set(m, false, true);
+    return CG_OK;
+}
+
+cg_tensor *cg_gpt_decode(cg_module *m, const cg_tensor *idx) {
+    if (check_gpt(m, "cg_gpt_decode") != CG_OK) return NULL;
+    trunk *t = cg_module_state(((const gpt *)cg_module_state(m))->transformer);
+    if (idx && t->past > 0 && cg_ndim(idx) == 2 && cg_size(idx, 1) != 1) {
+        cg_set_error(CG_ERR_SHAPE, "cg_gpt_decode: after the first call, one token a call (idx (B, 1)); got T %lld",
+                     (long long)cg_size(idx, 1));
+        return NULL;
+    }
+    bool was = cg_set_grad_enabled(false); /* the cache holds values, not a graph */
+    attentions_set(m, true, false);
+    cg_tensor *logits = cg_module_forward(m, idx);
+    attentions_set(m, false, false);
+    cg_set_grad_enabled(was);
+    if (logits) t->past += cg_size(idx, 1);
+    else attentions_set(m, false, true); /* a failed call may have extended some caches: start over */
+    return logits;
 }

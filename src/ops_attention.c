@@ -43,27 +43,42 @@ static cg_status check_qkv(const cg_tensor *q, const cg_tensor *k, const cg_tens
     return CG_OK;
 }
 
-cg_tensor *cg_scaled_dot_product_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool is_causal) {
+cg_attention_options cg_attention_defaults(void) { return (cg_attention_options){0}; }
+
+cg_tensor *cg_scaled_dot_product_attention_ex(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                                              const cg_attention_options *options) {
     const char *fn = "cg_scaled_dot_product_attention";
+    cg_attention_options o = options ? *options : cg_attention_defaults();
     if (check_qkv(q, k, v, fn) != CG_OK) return NULL;
-    CG_AUTOCAST(cg__op_scaled_dot_product_attention.autocast, fn, cg_scaled_dot_product_attention(ac[0], ac[1], ac[2],
-                                                                                                    is_causal),
+    if (!(o.dropout_p >= 0.0f && o.dropout_p <= 1.0f) || !(o.scale >= 0.0 && isfinite(o.scale)))
+        return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: dropout_p must be in [0, 1] and scale finite and >= 0 (0: 1 / "
+                            "sqrt(E)); got dropout_p %g, scale %g", fn, (double)o.dropout_p, o.scale);
+    CG_AUTOCAST(cg__op_scaled_dot_product_attention.autocast, fn, cg_scaled_dot_product_attention_ex(ac[0], ac[1], ac[2], &o),
                 q, k, v);
-    CG_VIA_FLOAT32(fn, cg_scaled_dot_product_attention(f32[0], f32[1], f32[2], is_causal), q, k, v); /* rounded once */
+    CG_VIA_FLOAT32(fn, cg_scaled_dot_product_attention_ex(f32[0], f32[1], f32[2], &o), q, k, v); /* rounded once */
     const cg_tensor_impl *qi = cg__t(q), *ki = cg__t(k);
     int64_t l = qi->shape[qi->ndim - 2], s = ki->shape[ki->ndim - 2], e = qi->shape[qi->ndim - 1];
-    float scale = (float)(1.0 / sqrt((double)(e > 0 ? e : 1))); /* PyTorch's default, 1 / sqrt(E) */
+    float scale = (float)(o.scale > 0 ? o.scale : 1.0 / sqrt((double)(e > 0 ? e : 1))); /* PyTorch's default */
     cg_tensor *kt = cg_transpose(k, -2, -1), *scores = kt ? cg_matmul(q, kt) : NULL; /* (..., L, S) */
-    cg_tensor *scaled = scores ? cg_mul_scalar(scores, scale) : NULL, *masked = NULL;
-    if (scaled && is_causal) {
+    cg_tensor *scaled = scores ? cg_mul_scalar(scores, scale) : NULL, *masked = NULL, *dropped = NULL;
+    if (scaled && o.is_causal) {
         cg_tensor *mask = causal_mask(l, s, qi->device);
         masked = mask ? cg_masked_fill(scaled, mask, -INFINITY) : NULL;
         cg_tensor_free(mask);
     }
-    const cg_tensor *logits = is_causal ? masked : scaled;
-    cg_tensor *p = logits ? cg_softmax(logits, -1) : NULL, *out = p ? cg_matmul(p, v) : NULL;
-    cg_tensor_free(p), cg_tensor_free(masked), cg_tensor_free(scaled), cg_tensor_free(scores), cg_tensor_free(kt);
+    const cg_tensor *logits = o.is_causal ? masked : scaled;
+    cg_tensor *p = logits ? cg_softmax(logits, -1) : NULL;
+    if (p && o.dropout_p > 0.0f) dropped = cg_dropout(p, o.dropout_p, true);
+    const cg_tensor *weights = o.dropout_p > 0.0f ? dropped : p;
+    cg_tensor *out = weights ? cg_matmul(weights, v) : NULL;
+    cg_tensor_free(dropped), cg_tensor_free(p), cg_tensor_free(masked), cg_tensor_free(scaled), cg_tensor_free(scores),
+        cg_tensor_free(kt);
     return out;
+}
+
+cg_tensor *cg_scaled_dot_product_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool is_causal) {
+    cg_attention_options o = {.is_causal = is_causal};
+    return cg_scaled_dot_product_attention_ex(q, k, v, &o);
 }
 
 /* ---- op-table entry (src/op_table.h): in[0..2] q, k, v; param[0] is_causal -------------------------------- */

@@ -1,8 +1,10 @@
 /* models/gpt.c against PyTorch (tests/make_gpt_fixtures.py: a 2-layer GPT with nanoGPT's names, its
  * state dict, logits and 10 AdamW steps): the PyTorch-written state dict loads (strict, the tied
  * lm_head.weight included), the logits match within 1e-5 relative (||a - ref|| / ||ref||), and 10 fp32
- * steps with nanoGPT's decay / no-decay groups give PyTorch's losses within 1e-4 relative. Bad configs,
- * a sequence longer than block_size and non-integer ids are errors. */
+ * steps with nanoGPT's decay / no-decay groups give PyTorch's losses within 1e-4 relative. Decoding with
+ * the KV cache (a prefill, then a token a call) gives the full forward's logits; dropout acts in training
+ * mode only. Bad configs, a sequence longer than block_size, non-integer ids and misuse of the cache are
+ * errors. */
 #include <math.h>
 #include <string.h>
 
@@ -101,9 +103,9 @@ static void test_bad_input(void **state) {
     c.n_head = 5; /* does not divide 32 */
     assert_null(cg_gpt_new(c, cg_test_device()));
     cg_test_assert_error(CG_ERR_INVALID_ARG, "cg_gpt_new", "n_head", "5");
-    c = kConfig, c.dropout = 0.1f;
+    c = kConfig, c.dropout = 1.0f;
     assert_null(cg_gpt_new(c, cg_test_device()));
-    cg_test_assert_error(CG_ERR_INVALID_ARG, "dropout 0.1");
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "dropout 1");
     cg_module *m = cg_gpt_new(kConfig, cg_test_device());
     if (!m) fail_msg("cg_gpt_new: %s", cg_last_error());
     int64_t ids[17] = {0};
@@ -119,8 +121,81 @@ static void test_bad_input(void **state) {
     cg_module_free(m);
 }
 
+/* logits (B, T, V) of the full forward against a prefill of 5 tokens and 11 single-token calls */
+static void test_kv_cache(void **state) {
+    (void)state;
+    cg_safetensors *st;
+    CG_TEST_STATUS_OK(cg_safetensors_read(CG_TEST_DATA_DIR "/gpt_io.safetensors", &st));
+    cg_module *m = loaded_model();
+    cg_scope *scope = cg_scope_begin(); /* the narrowed inputs */
+    cg_tensor *idx = fixture(st, "idx"); /* (4, 16) */
+    cg_tensor *full = CG_TEST_OK(cg_module_forward(m, idx));
+    int64_t t = cg_size(idx, 1), prefill = 5, v = kConfig.vocab_size;
+    cg_tensor *parts[16];
+    int n = 0;
+    CG_TEST_STATUS_OK(cg_gpt_decode_reset(m));
+    parts[n++] = CG_TEST_OK(cg_gpt_decode(m, CG_TEST_OK(cg_narrow(idx, 1, 0, prefill))));
+    for (int64_t i = prefill; i < t; i++) parts[n++] = CG_TEST_OK(cg_gpt_decode(m, CG_TEST_OK(cg_narrow(idx, 1, i, 1))));
+    cg_tensor *joined = CG_TEST_OK(cg_cat(n, (const cg_tensor *const *)parts, 1));
+    size_t count = (size_t)(cg_size(idx, 0) * t * v);
+    float *got = to_floats(joined), *want = to_floats(full);
+    double *w = cg_test_doubles(count);
+    for (size_t i = 0; i < count; i++) w[i] = want[i];
+    cg_test_context("decoding with the KV cache against the full forward");
+    cg_test_assert_rel_l2(got, w, count, 1e-5);
+    free(got), free(want), free(w);
+    /* the cache is full (16 = block_size): one more token is an error, and so are two at once */
+    cg_clear_error();
+    assert_null(cg_gpt_decode(m, CG_TEST_OK(cg_narrow(idx, 1, 0, 1))));
+    cg_test_assert_error(CG_ERR_SHAPE, "16 cached", "block_size 16");
+    CG_TEST_STATUS_OK(cg_gpt_decode_reset(m));
+    cg_tensor_free(CG_TEST_OK(cg_gpt_decode(m, CG_TEST_OK(cg_narrow(idx, 1, 0, 3)))));
+    assert_null(cg_gpt_decode(m, CG_TEST_OK(cg_narrow(idx, 1, 3, 2))));
+    cg_test_assert_error(CG_ERR_SHAPE, "one token a call");
+    cg_module *other = cg_mlp_new(2, (int64_t[]){2, 2}, CG_ACT_RELU, cg_test_device());
+    assert_int_equal(cg_gpt_decode_reset(other), CG_ERR_INVALID_ARG);
+    cg_test_assert_error(CG_ERR_INVALID_ARG, "not a GPT");
+    cg_module_free(other);
+    cg_scope_end(scope); /* the logits, idx and the rest */
+    cg_module_free(m);
+    cg_safetensors_free(st);
+}
+
+/* With dropout 0.1: in eval mode the PyTorch logits (dropout off), in training mode other values. */
+static void test_dropout(void **state) {
+    (void)state;
+    cg_gpt_config c = kConfig;
+    c.dropout = 0.1f;
+    cg_module *m = cg_gpt_new(c, cg_test_device());
+    if (!m) fail_msg("cg_gpt_new: %s", cg_last_error());
+    CG_TEST_STATUS_OK(cg_load_safetensors(m, CG_TEST_DATA_DIR "/gpt_state.safetensors"));
+    cg_safetensors *st;
+    CG_TEST_STATUS_OK(cg_safetensors_read(CG_TEST_DATA_DIR "/gpt_io.safetensors", &st));
+    cg_tensor *idx = fixture(st, "idx"), *ref = fixture(st, "logits");
+    size_t n = (size_t)cg_numel(ref);
+    float *want = to_floats(ref);
+    double *w = cg_test_doubles(n), diff = 0;
+    for (size_t i = 0; i < n; i++) w[i] = want[i];
+    cg_module_train(m, false);
+    cg_tensor *eval = CG_TEST_OK(cg_module_forward(m, idx));
+    float *got = to_floats(eval);
+    cg_test_context("eval mode: dropout off");
+    cg_test_assert_rel_l2(got, w, n, 1e-5);
+    free(got);
+    cg_module_train(m, true);
+    cg_tensor *train = CG_TEST_OK(cg_module_forward(m, idx));
+    got = to_floats(train);
+    for (size_t i = 0; i < n; i++) diff += fabs(got[i] - w[i]);
+    assert_true(diff / (double)n > 1e-3); /* dropped units change the logits */
+    free(got), free(want), free(w);
+    cg_tensor_free(train), cg_tensor_free(eval), cg_tensor_free(ref), cg_tensor_free(idx);
+    cg_safetensors_free(st);
+    cg_module_free(m);
+}
+
 int main(void) {
     cg_test_init();
-    const struct CMUnitTest tests[] = {CG_TEST(test_logits), CG_TEST(test_adamw_steps), CG_TEST(test_bad_input)};
+    const struct CMUnitTest tests[] = {CG_TEST(test_logits), CG_TEST(test_adamw_steps), CG_TEST(test_kv_cache),
+                                       CG_TEST(test_dropout), CG_TEST(test_bad_input)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -797,11 +797,21 @@ CG_API cg_tensor *cg_group_norm(const cg_tensor *x, int64_t num_groups, const cg
 CG_API cg_tensor *cg_embedding(const cg_tensor *indices, const cg_tensor *weight, int64_t padding_idx);
 
 /* ---- attention ------------------------------------------------------------------------------------- */
-/* F.scaled_dot_product_attention(q, k, v, is_causal=is_causal): q (..., L, E), k (..., S, E), v (..., S, Ev)
- * -> (..., L, Ev) = softmax(q k^T / sqrt(E), masked above the diagonal when is_causal (top-left aligned,
- * as PyTorch's)) v; the batch dims broadcast as cg_matmul's. Composed of recorded ops (gradients for
- * all three), the (L, S) scores materialised; bfloat16 and float16 computed in float32, rounded once.
- * Inside an autocast region it runs in the region's dtype. */
+/* F.scaled_dot_product_attention(q, k, v, dropout_p=, is_causal=, scale=): q (..., L, E), k (..., S, E),
+ * v (..., S, Ev) -> (..., L, Ev) = dropout(softmax(q k^T scale, masked above the diagonal when is_causal
+ * (top-left aligned, as PyTorch's)), dropout_p) v; scale 0 means 1 / sqrt(E); the batch dims broadcast as
+ * cg_matmul's. As PyTorch's, dropout applies whenever dropout_p > 0 (pass 0 in eval). Composed of
+ * recorded ops (gradients for all three), the (L, S) scores materialised; bfloat16 and float16 computed
+ * in float32, rounded once. Inside an autocast region it runs in the region's dtype. */
+typedef struct cg_attention_options {
+    bool is_causal;
+    float dropout_p; /* in [0, 1] */
+    double scale;    /* 0: 1 / sqrt(E) */
+} cg_attention_options;
+CG_API cg_attention_options cg_attention_defaults(void); /* not causal, no dropout, scale 1 / sqrt(E) */
+CG_API cg_tensor *cg_scaled_dot_product_attention_ex(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                                                     const cg_attention_options *options);
+/* The same with only is_causal (options NULL: the defaults). */
 CG_API cg_tensor *cg_scaled_dot_product_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                                                   bool is_causal);
 

@@ -72,13 +72,20 @@ CG_API cg_module *cg_resnet18_new(int64_t in_channels, int64_t num_classes, int6
  * a final LayerNorm and an output head tied to the token embedding. idx (B, T) int64, T <= block_size
  * -> logits (B, T, vocab_size). nanoGPT's names ("transformer.wte.weight", "transformer.h.0.attn.c_attn.
  * weight", ..., "lm_head.weight" tied), so its state dicts load; GPT-2's init (N(0, 0.02), residual
- * projections N(0, 0.02 / sqrt(2 n_layer)), biases 0). dropout must be 0 for now. */
+ * projections N(0, 0.02 / sqrt(2 n_layer)), biases 0); dropout (in training mode) after the embeddings,
+ * on the attention weights and after each residual branch's projection, as nanoGPT's. */
 typedef struct cg_gpt_config {
     int64_t n_layer, n_head, n_embd, block_size, vocab_size;
     float dropout;
     bool bias; /* Linear and LayerNorm biases (GPT-2: true) */
 } cg_gpt_config;
 CG_API cg_module *cg_gpt_new(cg_gpt_config config, cg_device d);
+/* Incremental decoding with a KV cache (generation): idx (B, T) int64, the tokens after those the model
+ * has cached since cg_gpt_decode_reset (the first call: any T, a causal prefill; later calls: T = 1) ->
+ * their logits (B, T, vocab_size), equal to a full forward's at those positions; their keys and values
+ * join the cache. Runs without autograd; cached + T <= block_size; a failed call empties the cache. */
+CG_API cg_tensor *cg_gpt_decode(cg_module *gpt, const cg_tensor *idx);
+CG_API cg_status cg_gpt_decode_reset(cg_module *gpt);
 
 #ifdef __cplusplus
 }
