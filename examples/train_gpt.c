@@ -193,21 +193,11 @@ int main(int argc, char **argv) {
     cg_manual_seed((uint64_t)s.seed);
     srand((unsigned)s.seed);
     cg_module *m = CHECK_PTR(cg_gpt_new(s.model, d));
-    int np = cg_module_num_parameters(m), nd = 0, nn = 0;
-    cg_tensor **decay = calloc((size_t)np, sizeof *decay), **no_decay = calloc((size_t)np, sizeof *no_decay);
-    eu_expect(decay && no_decay, "host memory for the parameter groups");
     int64_t nparams = 0;
-    for (int i = 0; i < np; i++) {
-        cg_tensor *p = cg_module_parameter(m, i, NULL);
-        nparams += cg_numel(p);
-        if (cg_ndim(p) >= 2) decay[nd++] = p;
-        else no_decay[nn++] = p;
-    }
+    for (int i = 0; i < cg_module_num_parameters(m); i++) nparams += cg_numel(cg_module_parameter(m, i, NULL));
     cg_adam_options o = cg_adamw_defaults();
     o.lr = s.lr, o.beta1 = s.beta1, o.beta2 = s.beta2, o.weight_decay = s.weight_decay;
-    cg_adam_options o0 = o;
-    o0.weight_decay = 0.0;
-    cg_optimizer *opt = CHECK_PTR(cg_adamw_new_groups(m, 2, (cg_adam_group[]){{nd, decay, o}, {nn, no_decay, o0}}));
+    cg_optimizer *opt = CHECK_PTR(cg_gpt_adamw_new(m, o)); /* decay on the 2-D parameters only */
     char desc[160];
     printf("GPT %lld layers, %lld heads, %lld wide, context %lld, vocab %d: %lld parameters on %s%s\n",
            (long long)s.model.n_layer, (long long)s.model.n_head, (long long)s.model.n_embd,
@@ -250,7 +240,6 @@ int main(int argc, char **argv) {
     printf("result work=gpt_char_l%lld_h%lld_e%lld_t%lld_b%lld_i%lld impl=cgrad seed=%d val_loss=%.4f tokens_per_s=%.0f\n",
            (long long)s.model.n_layer, (long long)s.model.n_head, (long long)s.model.n_embd,
            (long long)s.model.block_size, (long long)s.batch, (long long)s.max_iters, s.seed, best_val, tokens / seconds);
-    free(decay), free(no_decay);
     cg_optimizer_free(opt);
     cg_module_free(m);
     eu_corpus_free(&c);

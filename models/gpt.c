@@ -31,6 +31,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- attention ------------------------------------------------------------------------------------- */
@@ -268,6 +269,28 @@ cg_module *cg_gpt_new(cg_gpt_config c, cg_device d) {
         return NULL;
     }
     return m;
+}
+
+/* ---- nanoGPT's configure_optimizers --------------------------------------------------------------------- */
+cg_optimizer *cg_gpt_adamw_new(cg_module *m, cg_adam_options options) {
+    int np = cg_module_num_parameters(m), nd = 0, nn = 0;
+    if (np <= 0) return cg_set_error(CG_ERR_INVALID_ARG, "cg_gpt_adamw_new: a model with no parameters"), NULL;
+    cg_tensor **decay = calloc((size_t)np, sizeof *decay), **no_decay = calloc((size_t)np, sizeof *no_decay);
+    cg_optimizer *opt = NULL;
+    if (!decay || !no_decay) {
+        cg_set_error(CG_ERR_OOM, "cg_gpt_adamw_new: out of host memory for %d parameters", np);
+    } else {
+        for (int i = 0; i < np; i++) { /* the matrices and embeddings decay; biases and LayerNorm weights do not */
+            cg_tensor *p = cg_module_parameter(m, i, NULL);
+            if (cg_ndim(p) >= 2) decay[nd++] = p;
+            else no_decay[nn++] = p;
+        }
+        cg_adam_options none = options;
+        none.weight_decay = 0.0;
+        opt = cg_adamw_new_groups(m, nn ? 2 : 1, (cg_adam_group[]){{nd, decay, options}, {nn, no_decay, none}});
+    }
+    free(decay), free(no_decay);
+    return opt;
 }
 
 /* ---- decoding with the KV cache ---------------------------------------------------------------------- */

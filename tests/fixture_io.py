@@ -2,12 +2,28 @@
 only torch is needed: an 8-byte little-endian header size, the JSON header padded with spaces to a
 multiple of 8, then each tensor's raw little-endian bytes, in name order.
 
-Import it from a script in tests/ as `from fixture_io import save`."""
+Import it from a script in tests/ as `from fixture_io import save` (and `start` for the training-step
+fixtures' command line)."""
+import argparse
 import json
 import os
 import struct
 
 import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def start(doc):
+    """The command line of a script that records training steps (--device, --out, described by the first
+    paragraph of doc), with TF32 off and torch.manual_seed(0): (torch.device, output directory)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", default=os.path.join(HERE, "data"))
+    a = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(0)
+    return torch.device(a.device), a.out
 
 CODES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64",
          torch.int32: "I32", torch.uint8: "U8"}

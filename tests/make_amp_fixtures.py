@@ -13,7 +13,6 @@ reference the issue names). Reads Fashion-MNIST from $CGRAD_FASHION_MNIST_DIR (d
   tests/data/amp_mlp_state.safetensors   the initial state dict (0.weight, 0.bias, 2.weight, ...),
                                          from torch.manual_seed(0)
   tests/data/amp_mlp_losses.safetensors  loss_fp32, loss_bf16: float32 (200), each step's loss"""
-import argparse
 import os
 import sys
 
@@ -22,7 +21,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench"))
 import example_common as ec  # noqa: E402
-from fixture_io import save  # noqa: E402
+from fixture_io import save, start  # noqa: E402
 
 STEPS, BATCH, LR = 200, 64, 1e-3
 
@@ -50,13 +49,7 @@ def losses(init, x, y, device, amp):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", default=os.path.join(HERE, "data"))
-    a = ap.parse_args()
-    device = torch.device(a.device)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.manual_seed(0)
+    device, out = start(__doc__)
     init = {k: v.clone() for k, v in model().state_dict().items()}
     x, y = ec.fashion_mnist(ec.DEFAULT_DIR, True, device, flat=True, limit=STEPS * BATCH)
     ref = {"loss_fp32": losses(init, x, y, device, False), "loss_bf16": losses(init, x, y, device, True)}
@@ -64,8 +57,8 @@ def main():
     print(f"PyTorch {torch.__version__} on {device}: loss {float(ref['loss_fp32'][0]):.4f} -> "
           f"{float(ref['loss_fp32'][-1]):.4f} (fp32), {float(ref['loss_bf16'][-1]):.4f} (bf16); largest "
           f"bf16-vs-fp32 gap {float(gap):.4f}")
-    save(init, os.path.join(a.out, "amp_mlp_state.safetensors"))
-    save(ref, os.path.join(a.out, "amp_mlp_losses.safetensors"))
+    save(init, os.path.join(out, "amp_mlp_state.safetensors"))
+    save(ref, os.path.join(out, "amp_mlp_losses.safetensors"))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ transformer.wte.weight) and tests/data/gpt_io.safetensors:
   x, y    int64 (10, 4, 16)    each step's inputs and targets
   loss    float32 (10)         each step's cross-entropy, before its update
 Runs unchanged under PyTorch 1.13 and 2.x."""
-import argparse
 import math
 import os
 import sys
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fixture_io import save  # noqa: E402
+from fixture_io import save, start  # noqa: E402
 
 N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB, BATCH, STEPS = 2, 4, 32, 16, 65, 4, 10
 
@@ -83,13 +82,7 @@ class GPT(torch.nn.Module):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", default=os.path.join(HERE, "data"))
-    a = ap.parse_args()
-    device = torch.device(a.device)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.manual_seed(0)
+    device, out = start(__doc__)
     model = GPT().to(device)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     idx = torch.randint(0, VOCAB, (BATCH, BLOCK), device=device)
@@ -109,9 +102,9 @@ def main():
         opt.step()
         losses.append(loss.detach())
     print(f"PyTorch {torch.__version__} on {device}: loss {float(losses[0]):.5f} -> {float(losses[-1]):.5f}")
-    save(state, os.path.join(a.out, "gpt_state.safetensors"))
+    save(state, os.path.join(out, "gpt_state.safetensors"))
     save({"idx": idx, "logits": logits, "x": x, "y": y, "loss": torch.stack(losses)},
-         os.path.join(a.out, "gpt_io.safetensors"))
+         os.path.join(out, "gpt_io.safetensors"))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,17 @@ static cg_tensor *fixture(const cg_safetensors *st, const char *name) {
     return CG_TEST_OK(cg_safetensors_tensor(st, i, cg_test_device()));
 }
 
-static float *to_floats(const cg_tensor *t) { return cg_test_read(t); }
+/* got within 1e-5 of ref (||got - ref|| / ||ref||, the same shape), named what. */
+static void assert_matches(const cg_tensor *got, const cg_tensor *ref, const char *what) {
+    size_t n = (size_t)cg_numel(ref);
+    assert_int_equal(cg_numel(got), (int64_t)n);
+    float *r = cg_test_read(ref);
+    double *w = cg_test_doubles(n);
+    for (size_t i = 0; i < n; i++) w[i] = r[i];
+    cg_test_context("%s", what);
+    cg_test_assert_tensor_rel_l2(got, w, n, 1e-5);
+    free(r), free(w);
+}
 
 static cg_module *loaded_model(void) {
     cg_module *m = cg_gpt_new(kConfig, cg_test_device());
@@ -41,13 +51,7 @@ static void test_logits(void **state) {
     cg_tensor *logits = CG_TEST_OK(cg_module_forward(m, idx));
     assert_int_equal(cg_ndim(logits), 3);
     assert_int_equal(cg_size(logits, 2), kConfig.vocab_size);
-    size_t n = (size_t)cg_numel(ref);
-    float *got = to_floats(logits), *want = to_floats(ref);
-    double *w = cg_test_doubles(n);
-    for (size_t i = 0; i < n; i++) w[i] = want[i];
-    cg_test_context("GPT logits against PyTorch's");
-    cg_test_assert_rel_l2(got, w, n, 1e-5);
-    free(got), free(want), free(w);
+    assert_matches(logits, ref, "GPT logits against PyTorch's");
     cg_tensor_free(logits), cg_tensor_free(ref), cg_tensor_free(idx);
     cg_module_free(m);
     cg_safetensors_free(st);
@@ -58,21 +62,13 @@ static void test_adamw_steps(void **state) {
     cg_safetensors *st;
     CG_TEST_STATUS_OK(cg_safetensors_read(CG_TEST_DATA_DIR "/gpt_io.safetensors", &st));
     cg_module *m = loaded_model();
-    int np = cg_module_num_parameters(m), nd = 0, nn = 0;
-    cg_tensor **decay = calloc((size_t)np, sizeof *decay), **no_decay = calloc((size_t)np, sizeof *no_decay);
-    for (int i = 0; i < np; i++) {
-        cg_tensor *p = cg_module_parameter(m, i, NULL);
-        if (cg_ndim(p) >= 2) decay[nd++] = p;
-        else no_decay[nn++] = p;
-    }
     cg_adam_options o = cg_adamw_defaults();
     o.lr = 1e-3, o.beta2 = 0.99, o.weight_decay = 0.1;
-    cg_adam_options o0 = o;
-    o0.weight_decay = 0.0;
-    cg_optimizer *opt = cg_adamw_new_groups(m, 2, (cg_adam_group[]){{nd, decay, o}, {nn, no_decay, o0}});
-    if (!opt) fail_msg("cg_adamw_new_groups: %s", cg_last_error());
+    cg_optimizer *opt = cg_gpt_adamw_new(m, o); /* nanoGPT's decay / no-decay groups */
+    if (!opt) fail_msg("cg_gpt_adamw_new: %s", cg_last_error());
+    assert_int_equal(cg_optimizer_num_groups(opt), 2);
     cg_tensor *x = fixture(st, "x"), *y = fixture(st, "y"), *ref = fixture(st, "loss");
-    float *want = to_floats(ref);
+    float *want = cg_test_read(ref);
     int64_t steps = cg_size(x, 0);
     for (int64_t s = 0; s < steps; s++) {
         cg_scope *scope = cg_scope_begin();
@@ -90,7 +86,7 @@ static void test_adamw_steps(void **state) {
             fail_msg("step %lld: loss %.8g, PyTorch's %.8g", (long long)s, (double)got, (double)want[s]);
         cg_scope_end(scope);
     }
-    free(want), free(decay), free(no_decay);
+    free(want);
     cg_tensor_free(x), cg_tensor_free(y), cg_tensor_free(ref);
     cg_optimizer_free(opt);
     cg_module_free(m);
@@ -137,13 +133,8 @@ static void test_kv_cache(void **state) {
     parts[n++] = CG_TEST_OK(cg_gpt_decode(m, CG_TEST_OK(cg_narrow(idx, 1, 0, prefill))));
     for (int64_t i = prefill; i < t; i++) parts[n++] = CG_TEST_OK(cg_gpt_decode(m, CG_TEST_OK(cg_narrow(idx, 1, i, 1))));
     cg_tensor *joined = CG_TEST_OK(cg_cat(n, (const cg_tensor *const *)parts, 1));
-    size_t count = (size_t)(cg_size(idx, 0) * t * v);
-    float *got = to_floats(joined), *want = to_floats(full);
-    double *w = cg_test_doubles(count);
-    for (size_t i = 0; i < count; i++) w[i] = want[i];
-    cg_test_context("decoding with the KV cache against the full forward");
-    cg_test_assert_rel_l2(got, w, count, 1e-5);
-    free(got), free(want), free(w);
+    assert_int_equal(cg_size(joined, 2), v);
+    assert_matches(joined, full, "decoding with the KV cache against the full forward");
     /* the cache is full (16 = block_size): one more token is an error, and so are two at once */
     cg_clear_error();
     assert_null(cg_gpt_decode(m, CG_TEST_OK(cg_narrow(idx, 1, 0, 1))));
@@ -172,22 +163,17 @@ static void test_dropout(void **state) {
     cg_safetensors *st;
     CG_TEST_STATUS_OK(cg_safetensors_read(CG_TEST_DATA_DIR "/gpt_io.safetensors", &st));
     cg_tensor *idx = fixture(st, "idx"), *ref = fixture(st, "logits");
-    size_t n = (size_t)cg_numel(ref);
-    float *want = to_floats(ref);
-    double *w = cg_test_doubles(n), diff = 0;
-    for (size_t i = 0; i < n; i++) w[i] = want[i];
     cg_module_train(m, false);
     cg_tensor *eval = CG_TEST_OK(cg_module_forward(m, idx));
-    float *got = to_floats(eval);
-    cg_test_context("eval mode: dropout off");
-    cg_test_assert_rel_l2(got, w, n, 1e-5);
-    free(got);
+    assert_matches(eval, ref, "eval mode: dropout off");
     cg_module_train(m, true);
     cg_tensor *train = CG_TEST_OK(cg_module_forward(m, idx));
-    got = to_floats(train);
-    for (size_t i = 0; i < n; i++) diff += fabs(got[i] - w[i]);
+    size_t n = (size_t)cg_numel(ref);
+    float *got = cg_test_read(train), *want = cg_test_read(ref);
+    double diff = 0;
+    for (size_t i = 0; i < n; i++) diff += fabs(got[i] - want[i]);
     assert_true(diff / (double)n > 1e-3); /* dropped units change the logits */
-    free(got), free(want), free(w);
+    free(got), free(want);
     cg_tensor_free(train), cg_tensor_free(eval), cg_tensor_free(ref), cg_tensor_free(idx);
     cg_safetensors_free(st);
     cg_module_free(m);

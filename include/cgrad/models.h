@@ -80,6 +80,9 @@ typedef struct cg_gpt_config {
     bool bias; /* Linear and LayerNorm biases (GPT-2: true) */
 } cg_gpt_config;
 CG_API cg_module *cg_gpt_new(cg_gpt_config config, cg_device d);
+/* nanoGPT's configure_optimizers: AdamW over m's parameters in two groups, the 2-D ones (matrices and
+ * embeddings) with options.weight_decay and the rest (biases, LayerNorm weights) with none. */
+CG_API cg_optimizer *cg_gpt_adamw_new(cg_module *m, cg_adam_options options);
 /* Incremental decoding with a KV cache (generation): idx (B, T) int64, the tokens after those the model
  * has cached since cg_gpt_decode_reset (the first call: any T, a causal prefill; later calls: T = 1) ->
  * their logits (B, T, vocab_size), equal to a full forward's at those positions; their keys and values
