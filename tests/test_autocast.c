@@ -205,20 +205,29 @@ static void test_weight_cast_cache(void **state) {
     assert_int_equal(live(), base - 2);
 }
 
-/* Another thread sees no region of this one's, and its own region ends with it. */
+/* Another thread sees no region of this one's, and its own region ends with it. The other thread works on
+ * the CPU: a GPU is driven by one host thread (see Threads in cgrad.h), so on CUDA it also checks that the
+ * GPU refuses it with CG_ERR_DEVICE rather than running. */
 typedef struct thread_check {
-    cg_tensor *x, *w;
+    cg_tensor *x, *w;       /* on the CPU */
+    cg_tensor *gpu_x;       /* on the test's GPU, or NULL */
     bool enabled_seen;
+    cg_status gpu_status;
     cg_dtype inside, outside;
 } thread_check;
 
 static void *other_thread(void *arg) {
     thread_check *c = arg;
-    c->enabled_seen = cg_autocast_enabled(here());
+    c->enabled_seen = cg_autocast_enabled(CG_CPU) || cg_autocast_enabled(CG_CUDA);
     cg_tensor *y = cg_linear(c->x, c->w, NULL); /* this thread has no region: float32 */
     c->outside = y ? cg_dtype_of(y) : CG_BOOL;
     cg_tensor_free(y);
-    if (cg_autocast_enter(here(), true, CG_FLOAT16) == CG_OK) { /* left open: the thread's exit ends it */
+    if (c->gpu_x) {
+        cg_tensor *g = cg_relu(c->gpu_x);
+        c->gpu_status = g ? CG_OK : cg_last_status();
+        cg_tensor_free(g);
+    }
+    if (cg_autocast_enter(CG_CPU, true, CG_FLOAT16) == CG_OK) { /* left open: the thread's exit ends it */
         cg_tensor *z = cg_linear(c->x, c->w, NULL);
         c->inside = z ? cg_dtype_of(z) : CG_BOOL;
         cg_tensor_free(z);
@@ -226,22 +235,35 @@ static void *other_thread(void *arg) {
     return NULL;
 }
 
+static cg_tensor *on_cpu(cg_tensor *t) {
+    cg_tensor *c = CG_TEST_OK(cg_to(t, cg_cpu()));
+    cg_tensor_free(t);
+    return c;
+}
+
 static void test_per_thread(void **state) {
     (void)state;
-    thread_check c = {.x = uniform(4, 8), .w = uniform(3, 8), .inside = CG_BOOL, .outside = CG_BOOL};
+    cg_tensor *x = uniform(4, 8), *w = uniform(3, 8);
+    thread_check c = {.x = on_cpu(uniform(4, 8)), .w = on_cpu(uniform(3, 8)), .gpu_x = cg_test_is_cuda() ? x : NULL,
+                      .gpu_status = CG_OK, .inside = CG_BOOL, .outside = CG_BOOL};
     CG_TEST_STATUS_OK(cg_set_requires_grad(c.w, true)); /* the other thread caches its conversion */
-    CG_TEST_STATUS_OK(cg_autocast_enter(here(), true, CG_BFLOAT16));
+    CG_TEST_STATUS_OK(cg_autocast_enter(CG_CPU, true, CG_BFLOAT16));
+    if (here() != CG_CPU) CG_TEST_STATUS_OK(cg_autocast_enter(here(), true, CG_BFLOAT16));
+    cg_tensor_free(CG_TEST_OK(cg_relu(x))); /* this thread drives the GPU, if there is one */
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, other_thread, &c), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
-    assert_true(cg_autocast_enabled(here())); /* this thread's region is untouched */
-    cg_tensor *y = CG_TEST_OK(cg_linear(c.x, c.w, NULL));
-    CG_TEST_STATUS_OK(cg_autocast_exit(here()));
+    assert_true(cg_autocast_enabled(here()) && cg_autocast_enabled(CG_CPU)); /* this thread's regions are untouched */
+    cg_tensor *y = CG_TEST_OK(cg_linear(x, w, NULL));
+    if (here() != CG_CPU) CG_TEST_STATUS_OK(cg_autocast_exit(here()));
+    CG_TEST_STATUS_OK(cg_autocast_exit(CG_CPU));
     assert_false(c.enabled_seen);
     assert_int_equal(c.outside, CG_FLOAT32);
     assert_int_equal(c.inside, CG_FLOAT16);
+    assert_int_equal(c.gpu_status, cg_test_is_cuda() ? CG_ERR_DEVICE : CG_OK);
     assert_int_equal(cg_dtype_of(y), CG_BFLOAT16);
-    cg_tensor_free(y), cg_tensor_free(c.x), cg_tensor_free(c.w);
+    cg_tensor *made[] = {y, x, w, c.x, c.w};
+    for (int i = 0; i < 5; i++) cg_tensor_free(made[i]);
 }
 
 int main(void) {
