@@ -279,16 +279,22 @@ typedef struct cg_gemm_args {
     bool *fused;       /* GEMM_BIAS only */
 } cg_gemm_args;
 
-/* GEMM_16: batch GEMMs as cg_gemm_batched_args describes, on bfloat16 or float16 operands and result
- * (dtype's elements), accumulated in float32 (tensor cores on a GPU). A backend without it has the
- * front-end compute 16-bit products in float32. */
+/* GEMM_16: batch GEMMs as cg_gemm_batched_args describes, on bfloat16 or float16 operands (dtype's
+ * elements), accumulated in float32 (tensor cores on a GPU), the result in c_dtype: dtype, or float32 (a
+ * parameter's gradient straight into its float32 buffer). With batch 1, bias (n) to add to every row or
+ * bias_grad (m) to fill with the sums of op(a)'s rows, at most one, both of c_dtype: the backend may fuse
+ * that pass into the GEMM and says in *fused whether it did (if not, the pass is the caller's). A
+ * backend without GEMM_16 has the front-end compute 16-bit products in float32. */
 typedef struct cg_gemm16_args {
     bool trans_a, trans_b;
-    cg_dtype dtype;
+    cg_dtype dtype, c_dtype;
     int64_t m, n, k, lda, ldb, ldc;
     int64_t batch, stride_a, stride_b, stride_c;
     const void *a, *b;
     void *c;
+    const void *bias; /* or NULL */
+    void *bias_grad;  /* or NULL */
+    bool *fused;      /* set when bias or bias_grad is */
 } cg_gemm16_args;
 
 /* batch GEMMs as cg_gemm_args describes (bias fields unused), the i-th reading gemm.a + i stride_a and

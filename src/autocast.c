@@ -24,9 +24,11 @@ typedef struct region {
     cg_dtype dtype;
 } region;
 
+/* What every backward pass and optimizer step reads is initial-exec TLS (thread.h), so that a step
+ * without autocast pays no __tls_get_addr; the stack and the cache are read only when in use. */
 static _Thread_local region stack[NTYPES][MAX_DEPTH];
-static _Thread_local int depth[NTYPES];
-static _Thread_local int held; /* ops and backward passes running that hold autocast off */
+static CG_THREAD_FAST int depth[NTYPES];
+static CG_THREAD_FAST int held; /* ops and backward passes running that hold autocast off */
 CG_THREAD_FAST unsigned cg__autocast_active;
 
 typedef struct cached_cast {
@@ -39,7 +41,8 @@ typedef struct cached_cast {
 } cached_cast;
 
 static _Thread_local cached_cast *cache;
-static _Thread_local int ncache, cache_capacity;
+static _Thread_local int cache_capacity;
+static CG_THREAD_FAST int ncache;
 
 static bool enabled_for(int t) { return depth[t] > 0 && stack[t][depth[t] - 1].enabled; }
 

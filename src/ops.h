@@ -65,6 +65,12 @@ cg_status cg__check_reduction(cg_reduction reduction, bool batchmean_ok, const c
 /* A contiguous handle on t's data (a view when it already is), recorded on no tape (src/ops_copy.c). */
 cg_tensor *cg__raw_contiguous(const cg_tensor *t);
 
+/* For a backward that can write input k's gradient in place of sending it through a dtype conversion:
+ * when input k is cg_to_dtype of a leaf (a parameter's 16-bit copy under autocast), the leaf's gradient
+ * buffer as cg__leaf_grad_target gives it (empty, contiguous, the leaf's dtype), else NULL. After writing
+ * it, call cg__converted_leaf_grad_written and leave grad_in[k] NULL: the conversion gets no gradient. */
+cg_tensor *cg__converted_leaf_grad_target(cg_node *n, int k);
+void cg__converted_leaf_grad_written(cg_node *n, int k);
 /* bfloat16 and float16 through an op computed in float32 (src/ops_copy.c): the op runs on its
  * inputs converted to float32 and its result is converted back, rounded once, every conversion
  * recorded so that gradients flow back converted. Its inputs are live (the front-end checked them)

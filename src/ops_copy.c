@@ -144,9 +144,22 @@ static cg_status copy_between(cg_tensor *dst, const cg_tensor *src) {
     return s;
 }
 
+/* The gradient converted back to the input's dtype: straight into a leaf's empty buffer when it has one
+ * (a parameter's, under autocast), saving the engine's copy. */
 static cg_status to_dtype_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
-    return grad_or_fail(grad_in, cg_to_dtype(g, n->in_dtype[0]));
+    cg_tensor *dst = cg__leaf_grad_target(n, 0);
+    if (!dst) return grad_or_fail(grad_in, cg_to_dtype(g, n->in_dtype[0]));
+    CG_TRY(cg__cast_into(dst, g));
+    cg__leaf_grad_written(n, 0);
+    return CG_OK;
 }
+
+cg_tensor *cg__converted_leaf_grad_target(cg_node *n, int k) {
+    cg_node *p = n->next[k];
+    return p && p->backward == to_dtype_backward ? cg__leaf_grad_target(p, 0) : NULL;
+}
+
+void cg__converted_leaf_grad_written(cg_node *n, int k) { cg__leaf_grad_written(n->next[k], 0); }
 
 cg_tensor *cg_to_dtype(const cg_tensor *t, cg_dtype dt) {
     if (cg__check_tensor(t, "cg_to_dtype", "t") != CG_OK) return NULL;

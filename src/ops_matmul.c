@@ -48,19 +48,24 @@ static bool native_16(const cg_tensor *a, const cg_tensor *b, const cg_tensor *c
 }
 
 /* count GEMMs out (count, m, n) = a (count, m, k) @ b (count, k, n) in a's 16-bit dtype, as oa and ob
- * hand them over (count 1: one 2-D product). */
-static cg_status gemm_16(const gemm_operand *oa, const gemm_operand *ob, int64_t count, cg_tensor *out) {
+ * hand them over (count 1: one 2-D product), out in that dtype or float32. With count 1, bias or
+ * bias_grad (out's dtype) as GEMM_BIAS takes them (gemm_bias_into). */
+static cg_status gemm_16(const gemm_operand *oa, const gemm_operand *ob, int64_t count, const cg_tensor *bias,
+                         cg_tensor *bias_grad, cg_tensor *out, bool *fused) {
     const cg_tensor_impl *oi = cg__t(out);
     int64_t m = oi->shape[oi->ndim - 2], n = oi->shape[oi->ndim - 1];
-    cg_gemm16_args g = {.trans_a = oa->trans, .trans_b = ob->trans, .dtype = oi->dtype, .m = m, .n = n,
-                        .k = cg__t(oa->t)->shape[cg__t(oa->t)->ndim - 1], .lda = oa->ld, .ldb = ob->ld,
+    cg_gemm16_args g = {.trans_a = oa->trans, .trans_b = ob->trans, .dtype = cg__t(oa->t)->dtype, .c_dtype = oi->dtype,
+                        .m = m, .n = n, .k = cg__t(oa->t)->shape[cg__t(oa->t)->ndim - 1], .lda = oa->ld, .ldb = ob->ld,
                         .ldc = n, .batch = count, .stride_a = oa->stride, .stride_b = ob->stride, .stride_c = m * n,
-                        .a = cg__data(oa->t), .b = cg__data(ob->t), .c = cg__data(out)};
+                        .a = cg__data(oa->t), .b = cg__data(ob->t), .c = cg__data(out),
+                        .bias = bias ? cg__data(bias) : NULL, .bias_grad = bias_grad ? cg__data(bias_grad) : NULL,
+                        .fused = fused};
     return cg__run_gemm_16(oi->device, &g);
 }
 
-/* out (m, n) = a (m, k) @ b (k, n); a and b may be transposed views. With bias (n,) or bias_grad (m,)
- * (at most one, contiguous), the backend may fuse the bias pass into the GEMM (kernel GEMM_BIAS):
+/* out (m, n) = a (m, k) @ b (k, n); a and b may be transposed views; 16-bit a and b (the front-end chose
+ * GEMM_16, native_16) may give a float32 out. With bias (n,) or bias_grad (m,) (at most one, contiguous,
+ * out's dtype), the backend may fuse the bias pass into the GEMM (kernel GEMM_BIAS, or GEMM_16's):
  * out += bias on every row, or bias_grad = the sums of a's rows; *fused says whether it did, and
  * when it did not the caller runs that pass. Not recorded. */
 static cg_status gemm_bias_into(const cg_tensor *a, const cg_tensor *b, const cg_tensor *bias, cg_tensor *bias_grad,
@@ -73,8 +78,8 @@ static cg_status gemm_bias_into(const cg_tensor *a, const cg_tensor *b, const cg
     gemm_operand oa, ob = {0};
     cg_status s = operand_of(a, &oa);
     if (s == CG_OK) s = operand_of(b, &ob);
-    if (s == CG_OK && ai->dtype != CG_FLOAT32) { /* the front-end chose GEMM_16 (native_16); the bias pass is the caller's */
-        s = gemm_16(&oa, &ob, 1, out);
+    if (s == CG_OK && ai->dtype != CG_FLOAT32) {
+        s = gemm_16(&oa, &ob, 1, bias, bias_grad, out, fused);
         cg_tensor_free(oa.copy), cg_tensor_free(ob.copy);
         return s;
     }
@@ -168,7 +173,7 @@ static cg_status bmm_into(const cg_tensor *a, const cg_tensor *b, cg_tensor *out
     cg_status s = operand_of(a, &oa);
     if (s == CG_OK) s = operand_of(b, &ob);
     if (s == CG_OK && ai->dtype != CG_FLOAT32) {
-        s = gemm_16(&oa, &ob, oi->shape[0], out);
+        s = gemm_16(&oa, &ob, oi->shape[0], NULL, NULL, out, NULL);
     } else if (s == CG_OK) {
         cg_gemm_args g = {.trans_a = oa.trans, .trans_b = ob.trans, .m = oi->shape[1], .n = oi->shape[2], .k = ai->shape[2],
                           .a = cg__data(oa.t), .lda = oa.ld, .b = cg__data(ob.t), .ldb = ob.ld, .c = cg__data(out),
@@ -300,17 +305,38 @@ cg_tensor *cg_matmul(const cg_tensor *a, const cg_tensor *b) {
     return out;
 }
 
-/* dW = g^T x, into W's gradient buffer when it is empty (as after zero_grad), else into a new
- * grad_in[1]. fuse_bias: the backend may also reduce db = the sum of g over the batch in the same
- * GEMM, into b's empty buffer or a new grad_in[2]; *bias_done says whether it did. */
+/* Where input k's gradient of dtype dt may be written straight (saving a pass): its leaf's empty buffer
+ * when that is of dtype dt; or, for a 16-bit dt, the empty float32 buffer of the parameter input k was
+ * converted from under autocast (*through), which a GEMM fills in float32 in place of the conversion's
+ * backward. */
+static cg_tensor *grad_target(cg_node *n, int k, cg_dtype dt, bool *through) {
+    cg_tensor *t = cg__leaf_grad_target(n, k);
+    *through = false;
+    if (t || dt == CG_FLOAT32) return t && cg__t(t)->dtype == dt ? t : NULL;
+    t = cg__converted_leaf_grad_target(n, k);
+    *through = t && cg__t(t)->dtype == CG_FLOAT32;
+    return *through ? t : NULL;
+}
+
+static void grad_written(cg_node *n, int k, bool through) {
+    if (through) cg__converted_leaf_grad_written(n, k);
+    else cg__leaf_grad_written(n, k);
+}
+
+/* dW = g^T x, into W's gradient buffer when it is empty (as after zero_grad; grad_target), else into a new
+ * grad_in[1]. fuse_bias: the backend may also reduce db = the sum of g over the batch in the same GEMM,
+ * in dW's dtype, into b's empty buffer or a new grad_in[2]; *bias_done says whether it did. */
 static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x, bool fuse_bias, cg_tensor **grad_in,
                              bool *bias_done) {
     const cg_tensor_impl *gi = cg__t(g);
-    cg_tensor *dw = cg__leaf_grad_target(n, 1), *db = fuse_bias ? cg__leaf_grad_target(n, 2) : NULL;
-    if (dw && cg__t(dw)->dtype != gi->dtype) dw = NULL; /* only a buffer of the GEMM's dtype takes it */
+    bool dw_through = false, db_through = false;
+    cg_tensor *dw = grad_target(n, 1, gi->dtype, &dw_through), *db = NULL;
+    cg_dtype dw_dtype = dw ? cg__t(dw)->dtype : gi->dtype;
+    if (fuse_bias && (db = grad_target(n, 2, gi->dtype, &db_through)) && cg__t(db)->dtype != dw_dtype) db = NULL;
+    fuse_bias = fuse_bias && (db || n->in_dtype[2] == dw_dtype); /* a new db is input 2's gradient: its dtype */
     cg_tensor *new_dw = dw ? NULL : cg__tensor_new_dtype(2, (int64_t[]){gi->shape[1], cg__t(x)->shape[1]}, gi->dtype,
                                                          gi->device);
-    cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new(1, &gi->shape[1], gi->device) : NULL;
+    cg_tensor *new_db = fuse_bias && !db ? cg__tensor_new_dtype(1, &gi->shape[1], dw_dtype, gi->device) : NULL;
     cg_tensor *gt = transposed(g);
     *bias_done = false;
     cg_status s = gt && (dw || new_dw) && (!fuse_bias || db || new_db)
@@ -326,22 +352,24 @@ static cg_status weight_grad(cg_node *n, const cg_tensor *g, const cg_tensor *x,
         return s;
     }
     if (new_dw) grad_in[1] = new_dw;
-    else cg__leaf_grad_written(n, 1);
+    else grad_written(n, 1, dw_through);
     if (new_db) grad_in[2] = new_db;
-    else if (*bias_done) cg__leaf_grad_written(n, 2);
+    else if (*bias_done) grad_written(n, 2, db_through);
     return CG_OK;
 }
 
 /* y = x W^T + b: dx = g W, dW = g^T x, db = sum of g over the batch. dW and db go straight into the
- * parameters' gradient buffers when those are empty, as they are after zero_grad; on a GPU db comes
- * out of dW's GEMM (cuBLASLt's epilogue, or the skinny kernel's pass over g). */
+ * parameters' gradient buffers when those are empty, as they are after zero_grad, in float32 also from
+ * 16-bit GEMMs under autocast; on a GPU db comes out of dW's GEMM (cuBLASLt's epilogue, or the skinny
+ * kernel's pass over g). */
 static cg_status linear_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *x = n->saved[0], *w = n->saved[1];
     bool want_db = n->ninputs == 3 && n->needs_grad[2], db_done = false, f32 = cg__t(g)->dtype == CG_FLOAT32;
     if (n->needs_grad[0] && !(grad_in[0] = cg_matmul(g, w))) return cg_last_status();
     if (n->needs_grad[1])
-        CG_TRY(weight_grad(n, g, x, want_db && f32 && cg__supports(cg__t(g)->device, CG_KERNEL_GEMM_BIAS), grad_in,
-                           &db_done));
+        CG_TRY(weight_grad(n, g, x,
+                           want_db && cg__supports(cg__t(g)->device, f32 ? CG_KERNEL_GEMM_BIAS : CG_KERNEL_GEMM_16),
+                           grad_in, &db_done));
     if (want_db && !db_done) {
         cg_tensor *dst = f32 ? cg__leaf_grad_target(n, 2) : NULL; /* the sum_rows pass is float32's */
         if (dst) {

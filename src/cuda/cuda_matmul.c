@@ -29,14 +29,17 @@
  * every reduction scheme cuBLASLt has is ordered (INPLACE serialises the parts with counters, the others
  * add them in a pass of their own), and results are never reduced with atomics unless asked for
  * (CUBLASLT_MATMUL_DESC_ATOMIC_SYNC_*, unused). Math: CUBLAS_COMPUTE_32F (true fp32) unless
- * cg_set_allow_tf32 is on, then CUBLAS_COMPUTE_32F_FAST_TF32, as cg__cuda_gemm's math modes. Where the
- * heuristic has no algorithm the plan says so, and the caller falls back to cublasSgemm and its own pass. */
+ * cg_set_allow_tf32 is on, then CUBLAS_COMPUTE_32F_FAST_TF32, as cg__cuda_gemm's math modes; 16-bit
+ * operands (GEMM_16) always CUBLAS_COMPUTE_32F, their result and vector in bfloat16 / float16 or float32.
+ * Where the heuristic has no algorithm the plan says so, and the caller falls back to a plain GEMM and its
+ * own pass. */
 
 #define LT_PLANS 32 /* shapes cached per device (round robin): two per distinct Linear layer */
 
 /* All int32, so that memcmp compares keys (no padding). */
 typedef struct lt_key {
     int32_t trans_a, trans_b, grad, tf32; /* grad: BGRADB into the vector, else BIAS from it */
+    int32_t type_ab, type_cd;             /* cudaDataType_t of a and b, of c and the vector */
     int32_t m, n, k, lda, ldb, ldc;        /* row-major, as cg_backend.gemm_bias gets them */
     int32_t align_a, align_b, align_c, align_vec; /* pointer alignments in bytes, 4..256 */
 } lt_key;
@@ -57,9 +60,10 @@ struct cg_lt_cache {
 
 static cg_status lt_fail(cublasStatus_t e, const char *call, const lt_key *key, int line) {
     return cg__fail(e == CUBLAS_STATUS_ALLOC_FAILED ? CG_ERR_OOM : CG_ERR_BACKEND,
-                    "cg_linear: %s failed for the GEMM (%d, %d) x (%d, %d) with %s in its epilogue at %s:%d: %s", call,
-                    key->m, key->k, key->k, key->n, key->grad ? "the bias gradient" : "the bias", __FILE__, line,
-                    cublasGetStatusString(e));
+                    "cg_linear: %s failed for the GEMM (%d, %d) x (%d, %d) (cudaDataType %d, result %d) with %s in its "
+                    "epilogue at %s:%d: %s",
+                    call, key->m, key->k, key->k, key->n, key->type_ab, key->type_cd,
+                    key->grad ? "the bias gradient" : "the bias", __FILE__, line, cublasGetStatusString(e));
 }
 
 /* Like CG_CUBLAS_CHECK, naming the GEMM's shapes and epilogue too. */
@@ -110,17 +114,18 @@ static cg_status plan_make(cublasLtHandle_t h, lt_plan *p, const lt_key *key, co
     int32_t op_a = key->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = key->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint32_t epilogue = key->grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BIAS;
     LT_CHECK(cublasLtMatmulDescInit(&p->desc, key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
-             key);
+             key); /* the scale type: alpha and beta are floats */
     DESC_SET(p, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
     DESC_SET(p, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
     DESC_SET(p, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
     DESC_SET(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vec);
     /* stored shapes, before the op: cuBLAS's A is b, (n, k) after op_a; its B is a, (k, m) after op_b */
-    LT_CHECK(cublasLtMatrixLayoutInit(&p->a, CUDA_R_32F, (uint64_t)(key->trans_b ? key->k : key->n),
+    cudaDataType_t ab = (cudaDataType_t)key->type_ab, cd = (cudaDataType_t)key->type_cd; /* the vector's: cd's */
+    LT_CHECK(cublasLtMatrixLayoutInit(&p->a, ab, (uint64_t)(key->trans_b ? key->k : key->n),
                                       (uint64_t)(key->trans_b ? key->n : key->k), key->ldb), key);
-    LT_CHECK(cublasLtMatrixLayoutInit(&p->b, CUDA_R_32F, (uint64_t)(key->trans_a ? key->m : key->k),
+    LT_CHECK(cublasLtMatrixLayoutInit(&p->b, ab, (uint64_t)(key->trans_a ? key->m : key->k),
                                       (uint64_t)(key->trans_a ? key->k : key->m), key->lda), key);
-    LT_CHECK(cublasLtMatrixLayoutInit(&p->c, CUDA_R_32F, (uint64_t)key->n, (uint64_t)key->m, key->ldc), key);
+    LT_CHECK(cublasLtMatrixLayoutInit(&p->c, cd, (uint64_t)key->n, (uint64_t)key->m, key->ldc), key);
     CG_TRY(choose_algorithm(h, p));
     p->used = true;
     return CG_OK;
@@ -144,24 +149,35 @@ static cg_status plan_for(cg_cuda_context *ctx, const lt_key *key, const void *v
     return CG_OK;
 }
 
-/* The cuBLASLt GEMM with the bias in its epilogue, for the shapes cg__cuda_gemm would give cuBLAS; dims fit
- * in int. *fused false: cuBLASLt has no algorithm for it. */
-static cg_status gemm_lt(cg_cuda_context *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                         const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                         const float *bias, float *bias_grad, bool *fused) {
-    const void *vec = bias ? (const void *)bias : bias_grad;
-    lt_key key = {.trans_a = trans_a, .trans_b = trans_b, .grad = bias_grad != NULL, .tf32 = cg_get_allow_tf32(),
-                  .m = (int32_t)m, .n = (int32_t)n, .k = (int32_t)k,
-                  .lda = (int32_t)lda, .ldb = (int32_t)ldb, .ldc = (int32_t)ldc,
-                  .align_a = alignment(a), .align_b = alignment(b), .align_c = alignment(c), .align_vec = alignment(vec)};
+/* One GEMM for cuBLASLt: row-major c (m, n) = op(a) (m, k) op(b) (k, n), a and b of type ab, c of type cd,
+ * with bias (n) or bias_grad (m), of type cd, in the epilogue; dims fit in int. */
+typedef struct lt_gemm {
+    bool trans_a, trans_b;
+    int64_t m, n, k, lda, ldb, ldc;
+    cudaDataType_t ab, cd;
+    const void *a, *b;
+    void *c;
+    const void *bias;
+    void *bias_grad;
+} lt_gemm;
+
+/* Runs g with its vector in cuBLASLt's epilogue, for the shapes cg__cuda_gemm would give cuBLAS. *fused
+ * false: cuBLASLt has no algorithm for it. */
+static cg_status gemm_lt(cg_cuda_context *ctx, const lt_gemm *g, bool *fused) {
+    const void *vec = g->bias ? g->bias : g->bias_grad;
+    lt_key key = {.trans_a = g->trans_a, .trans_b = g->trans_b, .grad = g->bias_grad != NULL,
+                  .tf32 = g->ab == CUDA_R_32F && cg_get_allow_tf32(), .type_ab = (int32_t)g->ab, .type_cd = (int32_t)g->cd,
+                  .m = (int32_t)g->m, .n = (int32_t)g->n, .k = (int32_t)g->k,
+                  .lda = (int32_t)g->lda, .ldb = (int32_t)g->ldb, .ldc = (int32_t)g->ldc, .align_a = alignment(g->a),
+                  .align_b = alignment(g->b), .align_c = alignment(g->c), .align_vec = alignment(vec)};
     lt_plan *p = NULL;
     *fused = false;
     CG_TRY(plan_for(ctx, &key, vec, &p));
     if (!p->fusable) return CG_OK;
     DESC_SET(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vec);
     const float one = 1.0f, zero = 0.0f;
-    LT_CHECK(cublasLtMatmul(ctx->cublaslt, &p->desc, &one, b, &p->a, a, &p->b, &zero, c, &p->c, c, &p->c, &p->algo,
-                            ctx->cublas_workspace, CG_CUBLAS_WORKSPACE, ctx->stream),
+    LT_CHECK(cublasLtMatmul(ctx->cublaslt, &p->desc, &one, g->b, &p->a, g->a, &p->b, &zero, g->c, &p->c, g->c, &p->c,
+                            &p->algo, ctx->cublas_workspace, CG_CUBLAS_WORKSPACE, ctx->stream),
              &key);
     *fused = true;
     return CG_OK;
@@ -258,8 +274,9 @@ cg_status cg__cuda_gemm_bias(const void *raw, int index) {
         *g->fused = true;
         return CG_OK;
     }
-    return gemm_lt(ctx, g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc, g->bias,
-                   g->bias_grad, g->fused);
+    lt_gemm lt = {g->trans_a, g->trans_b, g->m, g->n, g->k, g->lda, g->ldb, g->ldc, CUDA_R_32F, CUDA_R_32F,
+                  g->a, g->b, g->c, g->bias, g->bias_grad};
+    return gemm_lt(ctx, &lt, g->fused);
 }
 
 /* One cuBLAS call for every batch, the operands swapped as in cg__cuda_gemm. */
@@ -280,24 +297,37 @@ cg_status cg__cuda_gemm_batched(const void *raw, int index) {
     return CG_OK;
 }
 
-/* bfloat16 or float16 operands and result, float32 accumulation (CUBLAS_COMPUTE_32F: tensor cores, the
- * products exact and summed in float32, as PyTorch's default for both), one call for every batch, the
- * operands swapped as in cg__cuda_gemm. */
+static cudaDataType_t cuda_type(cg_dtype dt) {
+    return dt == CG_BFLOAT16 ? CUDA_R_16BF : dt == CG_FLOAT16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* bfloat16 or float16 operands, float32 accumulation (CUBLAS_COMPUTE_32F: tensor cores, the products exact
+ * and summed in float32, as PyTorch's default for both), the result in their dtype or float32: a vector in
+ * cuBLASLt's epilogue when one is asked for and an algorithm exists, else one cuBLAS call for every batch,
+ * the operands swapped as in cg__cuda_gemm. */
 cg_status cg__cuda_gemm_16(const void *raw, int index) {
     const cg_gemm16_args *g = raw;
     cg_cuda_context *ctx;
+    if (g->fused) *g->fused = false;
     CG_TRY(cg__cuda_enter(index, &ctx));
     if (!dims_fit_int(g->m, g->n, g->k, g->lda, g->ldb, g->ldc) || g->batch > INT_MAX)
         return cg__fail(CG_ERR_SHAPE, "cuda gemm_16: %lld GEMMs of dims (%lld, %lld, %lld) exceed cuBLAS's 32-bit int",
                         (long long)g->batch, (long long)g->m, (long long)g->n, (long long)g->k);
-    if (g->dtype != CG_BFLOAT16 && g->dtype != CG_FLOAT16)
-        return cg__fail(CG_ERR_INVALID_ARG, "cuda gemm_16: operands of %s", cg_dtype_name(g->dtype));
-    cudaDataType_t type = g->dtype == CG_BFLOAT16 ? CUDA_R_16BF : CUDA_R_16F;
+    if ((g->dtype != CG_BFLOAT16 && g->dtype != CG_FLOAT16) || (g->c_dtype != g->dtype && g->c_dtype != CG_FLOAT32))
+        return cg__fail(CG_ERR_INVALID_ARG, "cuda gemm_16: operands of %s, result of %s", cg_dtype_name(g->dtype),
+                        cg_dtype_name(g->c_dtype));
+    cudaDataType_t ab = cuda_type(g->dtype), cd = cuda_type(g->c_dtype);
+    if (g->batch == 1 && (g->bias || g->bias_grad)) {
+        lt_gemm lt = {g->trans_a, g->trans_b, g->m, g->n, g->k, g->lda, g->ldb, g->ldc, ab, cd,
+                      g->a, g->b, g->c, g->bias, g->bias_grad};
+        CG_TRY(gemm_lt(ctx, &lt, g->fused));
+        if (*g->fused) return CG_OK;
+    }
     const float one = 1.0f, zero = 0.0f;
     CG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx->cublas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                                g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k,
-                                               &one, g->b, type, (int)g->ldb, g->stride_b, g->a, type, (int)g->lda,
-                                               g->stride_a, &zero, g->c, type, (int)g->ldc, g->stride_c, (int)g->batch,
+                                               &one, g->b, ab, (int)g->ldb, g->stride_b, g->a, ab, (int)g->lda,
+                                               g->stride_a, &zero, g->c, cd, (int)g->ldc, g->stride_c, (int)g->batch,
                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return CG_OK;
 }
