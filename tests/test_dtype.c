@@ -210,12 +210,13 @@ static void test_every_16_bit_pattern(void **state) {
     free(bits);
 }
 
-/* float32 values rounded to bfloat16 and float16: the edges (ties, the largest finite, subnormals,
- * overflow, NaN) and random values of every magnitude, against the definitions. */
+/* float32 values rounded to bfloat16 and float16, and the bfloat16 ones to float16: the edges (ties, the
+ * largest finite, subnormals, overflow, NaN) and random values of every magnitude, against the definitions.
+ * N is no multiple of 8: the GPU's vector loop and its tail. */
 static void test_rounding_to_16_bits(void **state) {
     (void)state;
     cg_device d = cg_test_device();
-    enum { N = 4096 };
+    enum { N = 4099 };
     float *v = cg_test_malloc(N * sizeof *v);
     const float edges[] = {0.0f, -0.0f, 1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
                            65504.0f, 65519.0f, 65520.0f, -65520.0f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-25f, 0x1p-26f,
@@ -230,7 +231,8 @@ static void test_rounding_to_16_bits(void **state) {
     }
     cg_tensor *f = CG_TEST_OK(cg_from_data(v, CG_SHAPE(N), d));
     cg_tensor *b = CG_TEST_OK(cg_to_dtype(f, CG_BFLOAT16)), *h = CG_TEST_OK(cg_to_dtype(f, CG_FLOAT16));
-    uint16_t *rb = read_bytes(b), *rh = read_bytes(h);
+    cg_tensor *bh = CG_TEST_OK(cg_to_dtype(b, CG_FLOAT16));
+    uint16_t *rb = read_bytes(b), *rh = read_bytes(h), *rbh = read_bytes(bh);
     for (int i = 0; i < N; i++) {
         uint32_t u;
         memcpy(&u, &v[i], sizeof u);
@@ -251,9 +253,16 @@ static void test_rounding_to_16_bits(void **state) {
         if (rb[i] != want_b) fail_msg("%.9g (0x%08x) to bfloat16: got 0x%04x, want 0x%04x", (double)v[i], u, rb[i], want_b);
         uint16_t want_h = f16_nearest(v[i]);
         if (rh[i] != want_h) fail_msg("%.9g (0x%08x) to float16: got 0x%04x, want 0x%04x", (double)v[i], u, rh[i], want_h);
+        uint32_t ub = (uint32_t)rb[i] << 16;
+        float fb;
+        memcpy(&fb, &ub, sizeof fb);
+        uint16_t want_bh = f16_nearest(fb);
+        if (!isnan(fb) && rbh[i] != want_bh)
+            fail_msg("bfloat16 0x%04x to float16: got 0x%04x, want 0x%04x", rb[i], rbh[i], want_bh);
+        if (isnan(fb)) assert_true((rbh[i] & 0x7c00) == 0x7c00 && (rbh[i] & 0x3ff));
     }
-    free(rb), free(rh), free(v);
-    cg_tensor_free(b), cg_tensor_free(h), cg_tensor_free(f);
+    free(rb), free(rh), free(rbh), free(v);
+    cg_tensor_free(bh), cg_tensor_free(b), cg_tensor_free(h), cg_tensor_free(f);
 }
 
 static void test_integer_and_bool_conversions(void **state) {
