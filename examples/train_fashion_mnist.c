@@ -146,108 +146,19 @@ static void write_csv(const char *path, const epoch_row *rows, int n) {
     }
 }
 
-/* A "nice" tick step (1, 2 or 5 times a power of ten) near range / target. */
-static double nice_step(double range, int target) {
-    double raw = range / target, p = pow(10.0, floor(log10(raw))), m = raw / p;
-    return (m < 1.5 ? 1.0 : m < 3.5 ? 2.0 : m < 7.5 ? 5.0 : 10.0) * p;
-}
-
-/* One line chart of v[0..n) (one value per epoch) in the box at (x0, y0) of size w x h. */
-static void svg_chart(FILE *f, double x0, double y0, double w, double h, const char *title,
-                      const char *ylabel, const double *v, int n, const char *color) {
-    const double ml = 64, mr = 16, mt = 34, mb = 46; /* margins around the plot area */
-    double px = x0 + ml, py = y0 + mt, pw = w - ml - mr, ph = h - mt - mb;
-    /* y range: the finite values, widened when flat, rounded out to ticks */
-    double lo = INFINITY, hi = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (isfinite(v[i])) lo = fmin(lo, v[i]), hi = fmax(hi, v[i]);
-    if (!(lo <= hi)) lo = 0, hi = 1;
-    if (hi - lo < 1e-9 * fmax(1.0, fabs(hi))) {
-        double pad = fmax(fabs(hi) * 0.05, 1e-3);
-        lo -= pad, hi += pad;
-    }
-    double ystep = nice_step(hi - lo, 5);
-    lo = floor(lo / ystep) * ystep, hi = ceil(hi / ystep) * ystep;
-    int decimals = ystep >= 1 ? 0 : (int)ceil(-log10(ystep) - 1e-9);
-    /* x range: epochs 1..n (a single epoch sits in the middle of [0, 2]) */
-    double xlo = n > 1 ? 1 : 0, xhi = n > 1 ? n : 2;
-    int xstep = (int)nice_step(xhi - xlo, 10);
-    if (xstep < 1) xstep = 1;
-#define SX(e) (px + ((e) - xlo) / (xhi - xlo) * pw)
-#define SY(val) (py + ph - ((val) - lo) / (hi - lo) * ph)
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"15\" "
-               "font-weight=\"bold\">%s</text>\n", px + pw / 2, y0 + 20, title);
-    /* grid and y ticks */
-    for (double t = lo; t <= hi + ystep * 1e-6; t += ystep) {
-        double y = SY(t);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n",
-                px, y, px + pw, y);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n",
-                px - 5, y, px, y);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.*f</text>\n",
-                px - 8, y + 4, decimals, fabs(t) < ystep * 1e-6 ? 0.0 : t);
-    }
-    /* x ticks */
-    for (int e = 1; e <= n; e = e == 1 && xstep > 1 ? xstep : e + xstep) { /* 1, then multiples of xstep */
-        double x = SX(e);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n",
-                x, py + ph, x, py + ph + 5);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%d</text>\n",
-                x, py + ph + 18, e);
-    }
-    /* axes and labels */
-    fprintf(f, "<polyline points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"none\" stroke=\"#000\"/>\n",
-            px, py, px, py + ph, px + pw, py + ph);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n",
-            px + pw / 2, py + ph + 36);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\" "
-               "transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
-            x0 + 16, py + ph / 2, x0 + 16, py + ph / 2, ylabel);
-    /* the curve and its points */
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
-    for (int i = 0; i < n; i++)
-        if (isfinite(v[i])) fprintf(f, "%.1f,%.1f ", SX(i + 1.0), SY(v[i]));
-    fprintf(f, "\"/>\n");
-    for (int i = 0; i < n; i++)
-        if (isfinite(v[i]))
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>epoch %d: %.*f"
-                       "</title></circle>\n", SX(i + 1.0), SY(v[i]), color, i + 1, decimals + 2, v[i]);
-#undef SX
-#undef SY
-}
-
+/* The loss and accuracy curves over epochs 1..n side by side, the run's settings as the caption. */
 static void write_svg(const char *path, const epoch_row *rows, int n, const char *caption) {
-    double *loss = malloc((size_t)n * sizeof *loss), *acc = malloc((size_t)n * sizeof *acc);
-    eu_expect(loss && acc, "host allocation for the plot");
-    for (int e = 0; e < n; e++) loss[e] = rows[e].train_loss, acc[e] = rows[e].test_accuracy;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "cannot write %s\n", path);
-        exit(1);
-    }
+    double *v = malloc((size_t)n * 3 * sizeof *v), *epoch = v, *loss = v + n, *acc = v + 2 * n;
+    eu_expect(v != NULL, "host allocation for the plot");
+    for (int e = 0; e < n; e++) epoch[e] = e + 1, loss[e] = rows[e].train_loss, acc[e] = rows[e].test_accuracy;
     const double W = 900, H = 380;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-               "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n", W, H, W, H);
-    svg_chart(f, 0, 0, W / 2, H - 24, "Training loss", "cross-entropy (mean over the epoch)", loss, n,
-              "#1f77b4");
-    svg_chart(f, W / 2, 0, W / 2, H - 24, "Test accuracy", "accuracy (%)", acc, n, "#d62728");
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\" fill=\"#555\">",
-            W / 2, H - 8);
-    for (const char *c = caption; *c; c++) { /* XML-escape the caption */
-        if (*c == '<') fputs("&lt;", f);
-        else if (*c == '>') fputs("&gt;", f);
-        else if (*c == '&') fputs("&amp;", f);
-        else fputc(*c, f);
-    }
-    fprintf(f, "</text>\n</svg>\n");
-    free(loss);
-    free(acc);
-    if (fclose(f) != 0) {
-        fprintf(stderr, "cannot write %s\n", path);
-        exit(1);
-    }
+    FILE *f = eu_svg_begin(path, W, H);
+    eu_svg_chart(f, 0, 0, W / 2, H - 24, "Training loss", "epoch", "cross-entropy (mean over the epoch)",
+                 &(eu_series){.x = epoch, .y = loss, .n = n, .color = "#1f77b4"}, 1);
+    eu_svg_chart(f, W / 2, 0, W / 2, H - 24, "Test accuracy", "epoch", "accuracy (%)",
+                 &(eu_series){.x = epoch, .y = acc, .n = n, .color = "#d62728"}, 1);
+    eu_svg_end(f, path, W, H, caption);
+    free(v);
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------------------ */

@@ -9,7 +9,6 @@
  * cuda on a machine without a GPU. */
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
-#include <sys/wait.h>
 
 #include "test_util.h"
 
@@ -61,24 +60,9 @@ static int group_setup(void **state) {
 /* Runs the example with the common flags and `flags`, its output into <tag>.log; returns its exit
  * status and the output (owned by the caller). */
 static int run(const char *tag, const char *flags, char **output) {
-    char log[512], cmd[4096];
-    cg_test_tmp_path(tag, log, sizeof log);
-    strncat(log, ".log", sizeof log - strlen(log) - 1);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' --data . --device %s --batch 32 --seed 7 --threads 2 %s > '%s' 2>&1",
-             cg_test_tmpdir(), program, device, flags, log);
-    int status = system(cmd);
-    FILE *f = fopen(log, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    size_t len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *output = cg_test_malloc(len + 1);
-    assert_int_equal(fread(*output, 1, len, f), len);
-    (*output)[len] = '\0';
-    fclose(f);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    printf("---- %s: exit %d\n%s", tag, code, *output);
-    return code;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' --data . --device %s --batch 32 --seed 7 --threads 2 %s", program, device, flags);
+    return cg_test_run(tag, cmd, output);
 }
 
 static void run_ok(const char *tag, const char *flags) {

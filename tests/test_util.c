@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- seed and generator (splitmix64) --------------------------------------------------------- */
@@ -484,6 +485,21 @@ const char *cg_test_tmpdir(void) { return g_tmpdir; }
 const char *cg_test_tmp_path(const char *name, char *buf, size_t len) {
     snprintf(buf, len, "%s/%s", g_tmpdir, name);
     return buf;
+}
+
+int cg_test_run(const char *tag, const char *cmd, char **output) {
+    char log[512];
+    cg_test_tmp_path(tag, log, sizeof log);
+    strncat(log, ".log", sizeof log - strlen(log) - 1);
+    size_t len = strlen(cmd) + 2 * strlen(log) + 64;
+    char *line = cg_test_malloc(len);
+    snprintf(line, len, "cd '%s' && %s > '%s' 2>&1", g_tmpdir, cmd, log);
+    int status = system(line);
+    free(line);
+    *output = cg_test_read_file(log);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    printf("---- %s: exit %d\n%s", tag, code, *output);
+    return code;
 }
 
 cg_status cg_test_mse_backward(void *ctx) {

@@ -244,6 +244,9 @@ int cg_test_tmpdir_setup(void **state);
 int cg_test_tmpdir_teardown(void **state);
 const char *cg_test_tmpdir(void);
 const char *cg_test_tmp_path(const char *name, char *buf, size_t len);
+/* Runs the shell command `cmd` in the scratch directory, its output into <tag>.log there; returns its
+ * exit status (-1 when it did not exit) and, in *output (malloc), what it printed, which is also echoed. */
+int cg_test_run(const char *tag, const char *cmd, char **output);
 
 /* Writes the training checkpoint src (cg_checkpoint_save's) again as dst, every tensor and every
  * metadata key cgrad writes copied as they are, except `key`, set to value (NULL: left out). */

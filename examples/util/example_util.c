@@ -410,3 +410,173 @@ void eu_corpus_free(eu_corpus *c) {
     free(c->text);
     c->text = NULL;
 }
+
+/* ---- plots ---------------------------------------------------------------------------------- */
+/* Writes text (NULL: nothing) with the characters XML reads as markup escaped. */
+static void svg_text(FILE *f, const char *s) {
+    for (; s && *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else fputc(*s, f);
+    }
+}
+
+/* A "nice" tick step (1, 2 or 5 times a power of ten) near range / target; range > 0. */
+static double nice_step(double range, int target) {
+    double raw = range / target, p = pow(10.0, floor(log10(raw))), m = raw / p;
+    return (m < 1.5 ? 1.0 : m < 3.5 ? 2.0 : m < 7.5 ? 5.0 : 10.0) * p;
+}
+
+/* Decimals that tell multiples of a nice step apart: 0 for steps of 1 and more. */
+static int step_decimals(double step) { return step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9); }
+
+/* Whether v prints exactly with that many decimals (a tick label that is not rounded). */
+static bool prints_exactly(double v, int decimals) {
+    double s = v * pow(10.0, decimals);
+    return fabs(s - nearbyint(s)) <= 1e-9 * fmax(1.0, fabs(s));
+}
+
+FILE *eu_svg_begin(const char *path, double w, double h) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+               "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n", w, h, w, h);
+    return f;
+}
+
+#define MAX_DOTS 500 /* a longer series (a loss per step) is a line alone: dots would blot it out */
+
+void eu_svg_chart(FILE *f, double x0, double y0, double w, double h, const char *title, const char *xlabel,
+                  const char *ylabel, const eu_series *series, int nseries) {
+    const double ml = 64, mr = 16, mt = 34, mb = 46; /* margins around the plot area */
+    double px = x0 + ml, py = y0 + mt, pw = w - ml - mr, ph = h - mt - mb;
+    /* the data: x over every point (a NaN loss still has its epoch), y over the points drawn */
+    double dlo = INFINITY, dhi = -INFINITY, lo = INFINITY, hi = -INFINITY;
+    bool whole = true; /* every x a whole number (epochs, steps): no fractional x ticks */
+    int named = 0;
+    for (int s = 0; s < nseries; s++) {
+        const eu_series *se = &series[s];
+        named += se->name != NULL;
+        for (int i = 0; i < se->n; i++) {
+            double x = se->x[i], y = se->y[i];
+            if (!isfinite(x)) continue;
+            dlo = fmin(dlo, x), dhi = fmax(dhi, x), whole = whole && x == floor(x);
+            if (isfinite(y)) lo = fmin(lo, y), hi = fmax(hi, y);
+        }
+    }
+    /* y range: the finite values, widened when flat, rounded out to ticks */
+    if (!(lo <= hi)) lo = 0, hi = 1;
+    if (hi - lo < 1e-9 * fmax(1.0, fabs(hi))) {
+        double pad = fmax(fabs(hi) * 0.05, 1e-3);
+        lo -= pad, hi += pad;
+    }
+    double ystep = nice_step(hi - lo, 5);
+    lo = floor(lo / ystep) * ystep, hi = ceil(hi / ystep) * ystep;
+    int decimals = step_decimals(ystep);
+    /* x range: the data's, a single x in the middle of [x - |x|, x + |x|] (epoch 1: [0, 2]) */
+    if (!(dlo <= dhi)) dlo = 0, dhi = 1;
+    double xlo = dlo, xhi = dhi;
+    if (xhi - xlo < 1e-9 * fmax(1.0, fabs(xhi))) {
+        double pad = xhi != 0 ? fabs(xhi) : 1;
+        xlo -= pad, xhi += pad;
+    }
+    double xstep = nice_step(xhi - xlo, 10);
+    if (whole && xstep < 1) xstep = 1;
+    int xdecimals = step_decimals(xstep);
+#define SX(v) (px + ((v) - xlo) / (xhi - xlo) * pw)
+#define SY(v) (py + ph - ((v) - lo) / (hi - lo) * ph)
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">",
+            px + pw / 2, y0 + 20);
+    svg_text(f, title);
+    fprintf(f, "</text>\n");
+    /* grid and y ticks */
+    for (double t = lo; t <= hi + ystep * 1e-6; t += ystep) {
+        double y = SY(t);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", px, y, px + pw, y);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", px - 5, y, px, y);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.*f</text>\n", px - 8, y + 4,
+                decimals, fabs(t) < ystep * 1e-6 ? 0.0 : t);
+    }
+    /* x ticks: the multiples of xstep within the data, led by its first x when that is round and half a
+     * step or more before the next multiple (epochs 1..n with a step of 5: 1, 5, 10, ...) */
+    double first = ceil(dlo / xstep - 1e-9), last = floor(dhi / xstep + 1e-9);
+    bool lead = first * xstep - dlo >= 0.5 * xstep * (1 - 1e-9) && prints_exactly(dlo, xdecimals);
+    for (double k = lead ? first - 1 : first; k <= last && k - first < 1000; k++) {
+        double t = k < first ? dlo : k * xstep, x = SX(t);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", x, py + ph, x,
+                py + ph + 5);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.*f</text>\n", x,
+                py + ph + 18, xdecimals, fabs(t) < xstep * 1e-6 ? 0.0 : t);
+    }
+    /* axes and labels */
+    fprintf(f, "<polyline points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"none\" stroke=\"#000\"/>\n", px, py, px,
+            py + ph, px + pw, py + ph);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">", px + pw / 2, py + ph + 36);
+    svg_text(f, xlabel);
+    fprintf(f, "</text>\n<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\" "
+               "transform=\"rotate(-90 %.1f %.1f)\">", x0 + 16, py + ph / 2, x0 + 16, py + ph / 2);
+    svg_text(f, ylabel);
+    fprintf(f, "</text>\n");
+    /* the curves and their points, each point's numbers in a tooltip */
+    for (int s = 0; s < nseries; s++) {
+        const eu_series *se = &series[s];
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", se->color);
+        for (int i = 0; i < se->n; i++)
+            if (isfinite(se->x[i]) && isfinite(se->y[i])) fprintf(f, "%.1f,%.1f ", SX(se->x[i]), SY(se->y[i]));
+        fprintf(f, "\"/>\n");
+        for (int i = 0; i < se->n && se->n <= MAX_DOTS; i++) {
+            double x = se->x[i], y = se->y[i];
+            if (!isfinite(x) || !isfinite(y)) continue;
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>", SX(x), SY(y), se->color);
+            if (se->name) svg_text(f, se->name), fputs(", ", f);
+            if (xlabel) svg_text(f, xlabel), fputc(' ', f);
+            fprintf(f, x == floor(x) && fabs(x) < 1e15 ? "%.0f" : "%g", x); /* steps in full, not 1e+06 */
+            fprintf(f, ": %.*f</title></circle>\n", decimals + 2, y);
+        }
+    }
+    /* the legend, top-right: names right-aligned before a short line of their colour, on a white box
+     * sized from an estimate of the text's width (the SVG is written without measuring text) */
+    if (named >= 2) {
+        int longest = 0;
+        for (int s = 0; s < nseries; s++) {
+            int chars = 0;
+            for (const char *c = series[s].name; c && *c; c++) chars += ((unsigned char)*c & 0xC0) != 0x80;
+            if (chars > longest) longest = chars;
+        }
+        double right = px + pw - 8, bw = 6.6 * longest + 36, y = py + 8;
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fff\" fill-opacity=\"0.85\" "
+                   "stroke=\"#ccc\"/>\n", right - bw, y, bw, 16.0 * named + 6);
+        for (int s = 0; s < nseries; s++) {
+            if (!series[s].name) continue;
+            y += 16;
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"/>\n",
+                    right - 24, y - 4, right - 6, y - 4, series[s].color);
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">", right - 30, y);
+            svg_text(f, series[s].name);
+            fprintf(f, "</text>\n");
+        }
+    }
+#undef SX
+#undef SY
+}
+
+void eu_svg_end(FILE *f, const char *path, double w, double h, const char *caption) {
+    if (caption) {
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\" fill=\"#555\">", w / 2,
+                h - 8);
+        svg_text(f, caption);
+        fprintf(f, "</text>\n");
+    }
+    fprintf(f, "</svg>\n");
+    bool failed = ferror(f) != 0;
+    if (fclose(f) != 0 || failed) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+}

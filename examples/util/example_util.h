@@ -1,10 +1,11 @@
-/* Helpers shared by the example and benchmark programs: flags, error checks, a clock, timing.
+/* Helpers shared by the example and benchmark programs: flags, error checks, a clock, timing, plots.
  * Not part of the library; kept small on purpose so each program still reads like its seed. */
 #ifndef CGRAD_EXAMPLE_UTIL_H
 #define CGRAD_EXAMPLE_UTIL_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h> /* FILE */
 
 #include "cgrad.h"
 
@@ -134,5 +135,33 @@ const char *eu_fmt_seconds(double s, char *buf, size_t len);
 
 /* "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu (AMD EPYC ...)"; buf of at least 160 bytes. */
 const char *eu_device_desc(cg_device d, char *buf, size_t len);
+
+/* ---- plots ---------------------------------------------------------------------------------- */
+/* SVG line charts of training curves, written by hand: a picture any browser opens, no plotting
+ * library to depend on. A picture is eu_svg_begin, one eu_svg_chart per box, then eu_svg_end. */
+
+/* One line of a chart: n points (x[i], y[i]); points with a non-finite x or y are left out. */
+typedef struct eu_series {
+    const char *name; /* its label in the legend (and tooltips), or NULL */
+    const double *x, *y;
+    int n;
+    const char *color; /* an SVG colour, e.g. "#1f77b4" */
+} eu_series;
+/* Starts an SVG picture of w x h pixels (white background) in path; exits 1 naming path if it cannot
+ * be written. */
+FILE *eu_svg_begin(const char *path, double w, double h);
+/* One line chart in the box at (x0, y0) of size w x h: title, axis labels, "nice" ticks (1, 2 or 5
+ * times a power of ten) on both axes with a light grid at the y ticks, every series as a polyline
+ * with a dot per point carrying a <title> tooltip (series of up to 500 points), and a legend when
+ * more than one series has a name. The x range covers all series' x (a single x value sits in the
+ * middle of a range around it); x ticks sit at multiples of the step within the data's x, plus its
+ * first x when that is a round number (epochs 1..n: 1, 2, 4, ...), and whole-number x (epochs,
+ * steps) never gets a fractional step. The y range covers the finite y values, widened when flat.
+ * Text is XML-escaped. */
+void eu_svg_chart(FILE *f, double x0, double y0, double w, double h, const char *title, const char *xlabel,
+                  const char *ylabel, const eu_series *series, int nseries);
+/* Writes caption (XML-escaped; NULL for none) centred at the bottom of a picture of w x h, closes
+ * it, and exits 1 naming path if writing failed. */
+void eu_svg_end(FILE *f, const char *path, double w, double h, const char *caption);
 
 #endif
