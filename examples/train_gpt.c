@@ -20,6 +20,8 @@
  * block_size + 1 tokens, drawn from cgrad's CPU generator, so a checkpoint resumes the same run.
  * --save FILE checkpoints model, optimizer, generators and history after each evaluation (atomically);
  * --resume FILE continues it, the model's shape taken from the file. --csv and --plot write the losses.
+ * --ddp runs it as one rank of an mpirun (DistributedDataParallel): every rank draws the windows of the
+ * whole batch (--batch per rank) and takes its slice, so 2 ranks train as 1 rank on the doubled batch.
  * --sample N generates N tokens after training (or from a checkpoint, with --max-iters at its iteration)
  * with the KV cache (cg_gpt_decode), after --prompt (text for character models; cropped to the context
  * as nanoGPT crops it) or a newline, with --temperature and --top-k; BPE models print token ids (no
@@ -27,6 +29,7 @@
  * size, a truncated shard, an llm.c shard of another magic or version, a checkpoint of another model.
  * --check-loss-falls exits 1 unless the logged training loss fell. Without the corpus the program exits
  * 77 (CTest's "skipped"). The last line: result work=gpt_... val_loss=... tokens_per_s=... */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +44,8 @@ typedef struct settings {
     float lr, min_lr, weight_decay, beta1, beta2, grad_clip, temperature;
     int top_k, seed;
     cg_dtype amp;
+    cg_dist *dist; /* --ddp: this process's rank of world; else NULL, rank 0 of 1 */
+    int rank, world;
 } settings;
 
 /* nanoGPT's get_lr: linear warm-up to lr, cosine down to min_lr at lr_decay_iters, min_lr after. */
@@ -133,24 +138,33 @@ static void read_shard(const char *path, const char *format, int vocab, uint16_t
 static void tokens_free(tokens *t) { free(t->ids[0]), free(t->ids[1]); }
 
 /* x, y (batch, block) int64 on d: random windows of the training or validation tokens and the same shifted
- * by one, their starts drawn from the CPU generator (which checkpoints save). */
+ * by one, their starts drawn from the CPU generator (which checkpoints save). Under --ddp every rank draws
+ * the starts of the whole batch of batch x world rows and takes its slice of them, as a sampler would. */
 static void get_batch(const tokens *tk, bool train, const settings *s, cg_device d, cg_tensor **x, cg_tensor **y) {
-    int64_t t = s->model.block_size, b = s->batch, n = tk->n[!train];
+    int64_t t = s->model.block_size, b = s->batch, all = b * s->world, n = tk->n[!train];
     const uint16_t *ids = tk->ids[!train];
-    int64_t *off = malloc((size_t)b * sizeof *off), *hx = malloc((size_t)(b * t) * sizeof *hx),
+    int64_t *off = malloc((size_t)all * sizeof *off), *hx = malloc((size_t)(b * t) * sizeof *hx),
             *hy = malloc((size_t)(b * t) * sizeof *hy);
     eu_expect(off && hx && hy, "host memory for a batch");
-    cg_tensor *starts = CHECK(cg_randint(0, n - t, 1, &b, cg_cpu()));
-    CHECK_OK(cg_to_host_bytes(starts, off, (size_t)b * sizeof *off));
+    cg_tensor *starts = CHECK(cg_randint(0, n - t, 1, &all, cg_cpu()));
+    CHECK_OK(cg_to_host_bytes(starts, off, (size_t)all * sizeof *off));
     cg_tensor_free(starts);
+    const int64_t *mine = off + s->rank * b;
     for (int64_t i = 0; i < b; i++)
-        for (int64_t j = 0; j < t; j++) hx[i * t + j] = ids[off[i] + j], hy[i * t + j] = ids[off[i] + j + 1];
+        for (int64_t j = 0; j < t; j++) hx[i * t + j] = ids[mine[i] + j], hy[i * t + j] = ids[mine[i] + j + 1];
     *x = CHECK(cg_from_data_dtype(hx, 2, (int64_t[]){b, t}, CG_INT64, d));
     *y = CHECK(cg_from_data_dtype(hy, 2, (int64_t[]){b, t}, CG_INT64, d));
     free(off), free(hx), free(hy);
 }
 
 /* ---- training ------------------------------------------------------------------------------------- */
+/* The mean over the ranks of a value each computed on its slice (the value itself without --ddp). */
+static double rank_mean(const settings *s, double v) {
+    if (!s->dist) return v;
+    CHECK_OK(cg_dist_allreduce_host(s->dist, &v, 1));
+    return v / s->world;
+}
+
 /* The mean cross-entropy of the model on x (B, T) against y; inside --amp's region when set. */
 static cg_tensor *loss_of(cg_module *m, const cg_tensor *x, const cg_tensor *y, const settings *s, cg_device d) {
     if (s->amp != CG_FLOAT32) CHECK_OK(cg_autocast_enter(d.type, true, s->amp));
@@ -177,7 +191,7 @@ static double estimate_loss(cg_module *m, const tokens *tk, bool train, const se
     }
     cg_module_train(m, true);
     cg_set_grad_enabled(was);
-    return sum / (double)s->eval_iters;
+    return rank_mean(s, sum / (double)s->eval_iters);
 }
 
 /* ---- history: the losses a run logged, kept in checkpoints, written by --csv and --plot ---------------- */
@@ -423,13 +437,14 @@ int main(int argc, char **argv) {
     eu_take_string(&argc, argv, "--plot", &plot_path);
     bool check_loss_falls = eu_take_switch(&argc, argv, "--check-loss-falls");
     bool no_bias = eu_take_switch(&argc, argv, "--no-bias");
+    bool ddp = eu_take_switch(&argc, argv, "--ddp");
     cg_device d = cg_default_device();
     int64_t limit = 0, vocab_size = 50304; /* GPT-2's 50257 padded to a multiple of 64, as nanoGPT's */
     /* nanoGPT's shakespeare_char config; the model's shape 0 until set by a flag, a checkpoint or the default */
     settings s = {.model = {.dropout = 0.2f}, .batch = 64, .max_iters = 5000, .warmup_iters = 100,
                   .lr_decay_iters = 5000, .eval_interval = 250, .eval_iters = 200, .accum = 1, .lr = 1e-3f, .min_lr = 1e-4f,
                   .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.99f, .grad_clip = 1.0f, .temperature = 0.8f,
-                  .top_k = 200, .seed = 1337, .amp = CG_FLOAT32};
+                  .top_k = 200, .seed = 1337, .amp = CG_FLOAT32, .world = 1};
     eu_flag flags[] = {
         {"--device", EU_DEVICE, &d, 0, "where the model lives (default: the best present)"},
         {"--n-layer", EU_SIZE, &s.model.n_layer, 1, "transformer blocks (6)"},
@@ -438,7 +453,7 @@ int main(int argc, char **argv) {
         {"--block-size", EU_SIZE, &s.model.block_size, 2, "context length (256)"},
         {"--dropout", EU_FLOAT, &s.model.dropout, 0, "dropout (0.2)"},
         {"--vocab-size", EU_SIZE, &vocab_size, 1, "with token shards: the model's vocabulary (50304)"},
-        {"--batch", EU_SIZE, &s.batch, 1, "sequences per micro-step (64)"},
+        {"--batch", EU_SIZE, &s.batch, 1, "sequences per micro-step (of each rank with --ddp) (64)"},
         {"--accum", EU_SIZE, &s.accum, 1, "gradient accumulation steps (1)"},
         {"--max-iters", EU_SIZE, &s.max_iters, 0, "optimizer steps (5000)"},
         {"--warmup-iters", EU_SIZE, &s.warmup_iters, 0, "linear warm-up steps (100)"},
@@ -470,6 +485,7 @@ int main(int argc, char **argv) {
                    "  --csv FILE           write iter,loss,lr,train_loss,val_loss\n"
                    "  --plot FILE.svg      draw the losses as an SVG picture\n"
                    "  --prompt TEXT        what --sample continues (character models)\n"
+                   "  --ddp                one rank of an mpirun (DistributedDataParallel): --device cpu or cuda\n"
                    "  --check-loss-falls   exit 1 unless the logged training loss fell",
                    flags, (int)(sizeof flags / sizeof flags[0]));
     if (amp_name && strcmp(amp_name, "bf16") == 0) s.amp = CG_BFLOAT16;
@@ -483,6 +499,13 @@ int main(int argc, char **argv) {
     if (prompt && train_bin) return fprintf(stderr, "%s: --prompt is text: character models only\n", argv[0]), 2;
     if (check_loss_falls && resume_path)
         return fprintf(stderr, "%s: --check-loss-falls needs the whole run: not with --resume\n", argv[0]), 2;
+    if (ddp) { /* dist.init_process_group: MPI, then this rank's device, as examples/ddp_train.c */
+        if (d.type == CG_CPU) setenv("CGRAD_DIST_DEVICE", "cpu", 1);
+        if (!(s.dist = cg_dist_init(&argc, &argv)))
+            return fprintf(stderr, "%s: cg_dist_init failed: %s\n", argv[0], cg_last_error()), 1;
+        s.rank = cg_dist_rank(s.dist), s.world = cg_dist_world_size(s.dist), d = cg_dist_device(s.dist);
+        if (s.rank != 0 && !freopen("/dev/null", "w", stdout)) return 1; /* rank 0 reports */
+    }
     tokens tk;
     if (train_bin) {
         tk = (tokens){.vocab = (int)vocab_size};
@@ -517,10 +540,11 @@ int main(int argc, char **argv) {
                 (long long)s.model.block_size);
         return 2;
     }
-    cg_manual_seed((uint64_t)s.seed);
-    cg_module *m = CHECK_PTR(cg_gpt_new(s.model, d));
+    cg_manual_seed((uint64_t)s.seed); /* the same on every rank: the batches' starts are drawn alike */
+    cg_module *gpt = CHECK_PTR(cg_gpt_new(s.model, d));
+    cg_module *m = s.dist ? CHECK_PTR(cg_ddp_new(gpt, s.dist, 0)) : gpt; /* DDP broadcasts rank 0's weights */
     int64_t nparams = 0;
-    for (int i = 0; i < cg_module_num_parameters(m); i++) nparams += cg_numel(cg_module_parameter(m, i, NULL));
+    for (int i = 0; i < cg_module_num_parameters(gpt); i++) nparams += cg_numel(cg_module_parameter(gpt, i, NULL));
     cg_adam_options o = cg_adamw_defaults();
     o.lr = s.lr, o.beta1 = s.beta1, o.beta2 = s.beta2, o.weight_decay = s.weight_decay;
     cg_optimizer *opt = CHECK_PTR(cg_gpt_adamw_new(m, o)); /* decay on the 2-D parameters only */
@@ -538,10 +562,11 @@ int main(int argc, char **argv) {
         printf("resuming from %s at iteration %lld (best val loss %.4f)\n", resume_path, (long long)start, best_val);
     }
     char desc[160];
-    printf("GPT %lld layers, %lld heads, %lld wide, context %lld, vocab %d (%s): %lld parameters on %s%s\n",
+    printf("GPT %lld layers, %lld heads, %lld wide, context %lld, vocab %d (%s): %lld parameters on %s%s",
            (long long)s.model.n_layer, (long long)s.model.n_head, (long long)s.model.n_embd,
            (long long)s.model.block_size, tk.vocab, tk.chars ? "characters" : "GPT-2 tokens", (long long)nparams,
            eu_device_desc(d, desc, sizeof desc), s.amp != CG_FLOAT32 ? ", bf16 autocast" : "");
+    printf(s.dist ? " x %d ranks (DDP)\n" : "\n", s.world);
     eu_losses logged = {0};
     double t0 = eu_now(), tokens_seen = 0;
     for (int64_t it = start; it <= s.max_iters; it++) {
@@ -553,8 +578,8 @@ int main(int argc, char **argv) {
             history_eval(&h, it, train, val);
             printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)it, train, val);
             fflush(stdout);
-            if (save_path) save_checkpoint(save_path, m, opt, &s, &tk, &h, it, best_val);
-            if (csv_path) write_csv(csv_path, &h); /* rewritten at each evaluation: a stopped run keeps its rows */
+            if (save_path && s.rank == 0) save_checkpoint(save_path, m, opt, &s, &tk, &h, it, best_val);
+            if (csv_path && s.rank == 0) write_csv(csv_path, &h); /* at each evaluation: a stopped run keeps its rows */
         }
         if (it == s.max_iters) break;
         cg_scope *scope = cg_scope_begin();
@@ -572,7 +597,8 @@ int main(int argc, char **argv) {
         CHECK_OK(cg_optimizer_step(opt));
         CHECK_OK(cg_optimizer_zero_grad(opt));
         cg_scope_end(scope);
-        tokens_seen += (double)(s.batch * s.accum * s.model.block_size);
+        tokens_seen += (double)(s.batch * s.accum * s.model.block_size * s.world);
+        step_loss = (float)rank_mean(&s, step_loss);
         eu_losses_add(&logged, step_loss);
         history_step(&h, step_loss, lr_at(&s, it));
         if (it % 10 == 0) printf("iter %lld: loss %.4f, lr %.2e\n", (long long)it, (double)step_loss, lr_at(&s, it));
@@ -582,9 +608,9 @@ int main(int argc, char **argv) {
     snprintf(caption, sizeof caption, "GPT %lld layers x %lld wide on %s, batch %lld x %lld, cgrad on %s",
              (long long)s.model.n_layer, (long long)s.model.n_embd, data_name, (long long)s.batch,
              (long long)s.model.block_size, desc);
-    if (csv_path) write_csv(csv_path, &h);
-    if (plot_path) write_plot(plot_path, &h, caption);
-    if (s.sample > 0) generate(m, &tk, &s, prompt, d);
+    if (csv_path && s.rank == 0) write_csv(csv_path, &h);
+    if (plot_path && s.rank == 0) write_plot(plot_path, &h, caption);
+    if (s.sample > 0 && s.rank == 0) generate(gpt, &tk, &s, prompt, d);
     if (check_loss_falls) eu_expect_loss_fell(&logged);
     else free(logged.v);
     printf("result work=gpt_%s_l%lld_h%lld_e%lld_t%lld_b%lld_i%lld impl=cgrad seed=%d val_loss=%.4f "
@@ -594,7 +620,8 @@ int main(int argc, char **argv) {
            seconds > 0 ? tokens_seen / seconds : 0.0);
     history_free(&h);
     cg_optimizer_free(opt);
-    cg_module_free(m);
+    cg_module_free(m); /* the DDP wrapper frees the GPT it owns */
     tokens_free(&tk);
+    if (s.dist) cg_dist_finalize(s.dist);
     return 0;
 }

@@ -6,9 +6,12 @@
  *     without llm.c's magic read as one, llm.c's version 2, and an odd-sized nanoGPT file each fail with
  *     exit status 2 and a message naming the file and the fault.
  *   - A prompt longer than the context is cropped, as the program says.
+ *   - With an MPI launcher: 2 CPU ranks under --ddp give the losses of 1 rank on the doubled batch.
  *
- * Usage (CTest): example_train_gpt <train_gpt executable> */
+ * Usage (CTest): example_train_gpt <train_gpt executable> [<launcher of 2 ranks, e.g. "mpiexec -n 2">] */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -16,7 +19,7 @@
 #define VOCAB 96 /* the shards' --vocab-size */
 #define TOKENS 3000
 
-static const char *program;
+static const char *program, *launcher;
 
 /* ---- the data ------------------------------------------------------------------------------------------ */
 static void write_bytes(const char *name, const void *data, size_t n) {
@@ -75,9 +78,9 @@ static int group_setup(void **state) {
 static int run(const char *tag, const char *flags, char **output) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "'%s' --device cpu --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch 4 --warmup-iters 2 "
+             "%s '%s' --device cpu --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch 4 --warmup-iters 2 "
              "--lr-decay-iters 20 --eval-interval 5 --eval-iters 2 %s",
-             program, flags);
+             strncmp(flags, "--ddp", 5) == 0 ? launcher : "", program, flags);
     return cg_test_run(tag, cmd, output);
 }
 
@@ -155,13 +158,47 @@ static void test_long_prompt(void **state) {
     free(out);
 }
 
+/* The CSV's numbers, row by row: each rank's loss is the mean over its slice, the logged one their mean. */
+static void test_ddp_matches_one_rank(void **state) {
+    (void)state;
+    const char *flags = "--data text.txt --dropout 0 --max-iters 10 --eval-interval 5";
+    char buf[512];
+    snprintf(buf, sizeof buf, "--ddp %s --batch 4 --csv ddp.csv", flags);
+    run_ok("ddp", buf);
+    snprintf(buf, sizeof buf, "%s --batch 8 --csv one.csv", flags);
+    run_ok("one_rank", buf);
+    char *a = tmp_file("ddp.csv"), *b = tmp_file("one.csv");
+    char *pa = strchr(a, '\n'), *pb = strchr(b, '\n'); /* past the header */
+    int numbers = 0;
+    while (pa && pb && *pa && *pb) {
+        char *ea, *eb;
+        double x = strtod(pa + 1, &ea), y = strtod(pb + 1, &eb);
+        if (ea == pa + 1 || eb == pb + 1) { /* an empty field: empty on both sides */
+            assert_int_equal(pa[1], pb[1]);
+            ea = pa + 1, eb = pb + 1;
+        } else {
+            cg_test_context("number %d of the CSV: %.9g with 2 ranks, %.9g with one", numbers, x, y);
+            assert_true(fabs(x - y) <= 1e-5 * fabs(y));
+            numbers++;
+        }
+        pa = strpbrk(ea, ",\n"), pb = strpbrk(eb, ",\n");
+    }
+    assert_true(numbers >= 3 * 10 + 4); /* iter, loss, lr of 10 steps, and the evaluations */
+    assert_true(!pa == !pb);
+    free(a), free(b);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s <train_gpt>\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s <train_gpt> [<launcher of 2 ranks>]\n", argv[0]);
         return 2;
     }
-    program = argv[1];
+    program = argv[1], launcher = argc == 3 ? argv[2] : NULL;
     cg_test_init_seed();
+    if (launcher) {
+        const struct CMUnitTest tests[] = {CG_TEST(test_ddp_matches_one_rank)};
+        return cmocka_run_group_tests(tests, group_setup, cg_test_tmpdir_teardown);
+    }
     const struct CMUnitTest tests[] = {CG_TEST(test_resume_matches_unbroken), CG_TEST(test_shards),
                                        CG_TEST(test_long_prompt)};
     return cmocka_run_group_tests(tests, group_setup, cg_test_tmpdir_teardown);
