@@ -47,11 +47,12 @@ except ImportError:
 import example_common as ec  # noqa: E402 (after the check that PyTorch is there)
 
 
-AMP = None  # --amp bf16: forward passes and losses under torch.autocast(device, torch.bfloat16)
+AMP = None  # --amp bf16 / fp16: forward passes and losses under torch.autocast(device, that dtype)
 
 
 def autocast(device):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=AMP is not None)
+    dtype = torch.float16 if AMP == "fp16" else torch.bfloat16
+    return torch.autocast(device.type, dtype=dtype, enabled=AMP is not None)
 
 
 def test_accuracy(model, x, y):
@@ -173,6 +174,7 @@ def run(seed, args, device, train, test):
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     nbatches = (n + args.batch - 1) // args.batch
+    scaler = torch.amp.GradScaler(device.type, enabled=AMP == "fp16")
     rates, acc = [], float("nan")
     for epoch in range(1, args.epochs + 1):
         start = ec.now(device)
@@ -184,8 +186,9 @@ def run(seed, args, device, train, test):
             optimizer.zero_grad()
             with autocast(xb.device):
                 loss = loss_fn(model(xb), yb)
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()  # fp16: GradScaler's defaults; otherwise it passes through
+            scaler.step(optimizer)
+            scaler.update()
             loss_sum += loss.detach() * len(idx)
         train_loss = float(loss_sum) / n  # waits for the epoch's work
         seconds = ec.now(device) - start
@@ -196,7 +199,7 @@ def run(seed, args, device, train, test):
     rate = statistics.median(rates)
     tag = "_dropout" if args.dropout > 0 else \
         f"_w{args.width}" if args.width not in (0, DEFAULT_WIDTH.get(args.model)) else ""
-    tag += "_bf16" if AMP else ""
+    tag += f"_{AMP}" if AMP else ""
     print(f"result work=fmnist_{args.model}{tag}_{args.optimizer}_e{args.epochs}_seed{seed} impl=pytorch "
           f"seed={seed} test_acc={acc:.2f} images_per_s={rate:.0f}", flush=True)
     return acc, rate
@@ -218,7 +221,8 @@ def main():
     p.add_argument("--tf32", action="store_true", help="PyTorch's default TF32 convolutions")
     p.add_argument("--deterministic", action="store_true",
                    help="cuDNN's deterministic convolution algorithms only (cgrad's default)")
-    p.add_argument("--amp", choices=["bf16"], help="forward passes and losses under bfloat16 autocast")
+    p.add_argument("--amp", choices=["bf16", "fp16"],
+                   help="forward passes and losses under bfloat16 autocast, or float16 with a GradScaler")
     p.add_argument("--nondeterministic", action="store_true",
                    help="PyTorch's default, accepted so both sides take the same flags")
     p.add_argument("--epochs", type=int, default=10)

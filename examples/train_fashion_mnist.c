@@ -65,8 +65,10 @@
 /* ---- evaluation ---------------------------------------------------------------------------------- */
 /* Test accuracy in percent: grad mode off, eval mode, batches of TEST_BATCH in order. */
 /* The forward passes and losses run inside an autocast region of this dtype on the model's device
- * (--amp bf16: torch.autocast(device_type, torch.bfloat16)); float32: none. */
+ * (--amp bf16 / fp16: torch.autocast(device_type, that dtype)); float32: none. float16 scales the loss
+ * with a gradient scaler (torch.amp.GradScaler's defaults), NULL otherwise. */
 static cg_dtype amp = CG_FLOAT32;
+static cg_grad_scaler *scaler;
 
 static void amp_begin(cg_device d) {
     if (amp != CG_FLOAT32) CHECK_OK(cg_autocast_enter(d.type, true, amp));
@@ -183,8 +185,9 @@ static void set_column(epoch_row *r, int c, double v) { *(double *)((char *)r + 
  * the per-epoch columns as comma-separated lists. */
 static void save_checkpoint(const char *path, const cg_module *model, const cg_optimizer *opt, const cg_loader *loader,
                             const epoch_row *rows, const progress *p) {
-    enum { N_SCALARS = 6, N_KEYS = N_SCALARS + N_COLUMNS };
-    const char *keys[N_KEYS] = {"epoch", "step", "epoch_steps", "epoch_seen", "epoch_loss_sum", "epoch_seconds"};
+    enum { N_SCALARS = 8, N_KEYS = N_SCALARS + N_COLUMNS };
+    const char *keys[N_KEYS] = {"epoch",          "step",          "epoch_steps", "epoch_seen",
+                                "epoch_loss_sum", "epoch_seconds", "amp_scale",   "amp_growth_tracker"};
     char scalars[N_SCALARS][32], *lists[N_COLUMNS];
     const char *values[N_KEYS];
     snprintf(scalars[0], 32, "%d", p->done);
@@ -193,6 +196,8 @@ static void save_checkpoint(const char *path, const cg_module *model, const cg_o
     snprintf(scalars[3], 32, "%lld", (long long)p->seen);
     snprintf(scalars[4], 32, "%.9g", (double)p->loss_sum);
     snprintf(scalars[5], 32, "%.17g", p->seconds);
+    snprintf(scalars[6], 32, "%.17g", scaler ? cg_grad_scaler_get_scale(scaler) : 1.0);
+    snprintf(scalars[7], 32, "%lld", scaler ? (long long)cg_grad_scaler_growth_tracker(scaler) : 0LL);
     for (int k = 0; k < N_SCALARS; k++) values[k] = scalars[k];
     for (int c = 0; c < N_COLUMNS; c++) {
         size_t len = (size_t)p->done * 26 + 1, at = 0;
@@ -235,6 +240,11 @@ static void resume(const char *path, cg_module *model, cg_optimizer *opt, cg_loa
     p->seen = (int64_t)meta_number(st, path, "epoch_seen");
     p->loss_sum = (float)meta_number(st, path, "epoch_loss_sum");
     p->seconds = meta_number(st, path, "epoch_seconds");
+    if (scaler && cg_grad_scaler_load_state(scaler, meta_number(st, path, "amp_scale"),
+                                            (int64_t)meta_number(st, path, "amp_growth_tracker")) != CG_OK) {
+        fprintf(stderr, "--resume %s: %s\n", path, cg_last_error());
+        exit(1);
+    }
     if (p->done < 0 || p->done > max_epochs) {
         fprintf(stderr, "--resume %s: the run has finished %d epochs; --epochs %d is fewer\n", path, p->done, max_epochs);
         exit(2);
@@ -340,8 +350,9 @@ int main(int argc, char **argv) {
                    "                            epoch's steps is below that over the first fifth\n"
                    "  --nondeterministic        let cuDNN pick convolution algorithms that sum with atomics\n"
                    "                            (PyTorch's default; cg_set_deterministic(false))\n"
-                   "  --amp bf16                forward passes and losses in a bfloat16 autocast region\n"
-                   "                            (float32 weights, gradients and optimizer state)",
+                   "  --amp bf16|fp16           forward passes and losses in a bfloat16 or float16 autocast region\n"
+                   "                            (float32 weights, gradients and optimizer state; fp16 scales the\n"
+                   "                            loss with a gradient scaler)",
                    flags, (int)(sizeof flags / sizeof flags[0]));
     bool cnn = strcmp(model_name, "cnn") == 0, residual = strcmp(model_name, "residual") == 0,
          resnet18 = strcmp(model_name, "resnet18") == 0;
@@ -395,9 +406,11 @@ int main(int argc, char **argv) {
     cg_set_deterministic(!nondeterministic);
     if (amp_name && strcmp(amp_name, "bf16") == 0) {
         amp = CG_BFLOAT16;
+    } else if (amp_name && strcmp(amp_name, "fp16") == 0) {
+        amp = CG_FLOAT16;
+        scaler = CHECK_PTR(cg_grad_scaler_new(cg_grad_scaler_defaults()));
     } else if (amp_name) {
-        fprintf(stderr, "%s: bad value '%s' for --amp: expected bf16 (fp16 needs the gradient scaler, not built yet)\n",
-                argv[0], amp_name);
+        fprintf(stderr, "%s: bad value '%s' for --amp: expected bf16 or fp16\n", argv[0], amp_name);
         return 2;
     }
     if (device.type == CG_CPU && !cg_cuda_is_available())
@@ -514,8 +527,14 @@ int main(int argc, char **argv) {
             cg_tensor *loss = CHECK(cg_cross_entropy(logits, y));   /* 0-dim, float32 */
             amp_end(device);
             if (stop_on_nonfinite) stop_if_nonfinite(loss, epoch, step + 1, tty);
-            CHECK_OK(cg_backward(loss));
-            CHECK_OK(cg_optimizer_step(optimizer));
+            if (scaler) { /* scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update() */
+                CHECK_OK(cg_backward(CHECK(cg_grad_scaler_scale(scaler, loss))));
+                CHECK_OK(cg_grad_scaler_step(scaler, optimizer, NULL));
+                CHECK_OK(cg_grad_scaler_update(scaler));
+            } else {
+                CHECK_OK(cg_backward(loss));
+                CHECK_OK(cg_optimizer_step(optimizer));
+            }
             bool previous = cg_set_grad_enabled(false);
             CHECK_OK(cg_copy_(loss_sum, CHECK(cg_add(loss_sum, CHECK(cg_mul_scalar(loss, (float)b))))));
             cg_set_grad_enabled(previous);
@@ -588,13 +607,14 @@ int main(int argc, char **argv) {
     char width_tag[32] = "";
     if (width != default_width) snprintf(width_tag, sizeof width_tag, "_w%lld", (long long)width);
     printf("result work=fmnist_%s%s%s_%s_e%d_seed%d impl=cgrad seed=%d test_acc=%.2f images_per_s=%.0f\n",
-           model_name, width_tag, amp != CG_FLOAT32 ? "_bf16" : "", optimizer_name, epochs, seed, seed, final_acc,
+           model_name, width_tag, amp == CG_BFLOAT16 ? "_bf16" : amp == CG_FLOAT16 ? "_fp16" : "", optimizer_name, epochs, seed, seed, final_acc,
            median_rate);
 
     free(rates);
     free(rows);
     cg_tensor_free(loss_sum);
     cg_optimizer_free(optimizer);
+    cg_grad_scaler_free(scaler);
     cg_module_free(model);
     cg_loader_free(test_loader);
     cg_loader_free(loader);

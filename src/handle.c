@@ -98,6 +98,7 @@ const char *cg__handle_noun(cg_handle_kind kind) {
     case CG_HANDLE_SAFETENSORS: return "safetensors file";
     case CG_HANDLE_DIST: return "distributed context";
     case CG_HANDLE_SCHEDULER: return "learning-rate scheduler";
+    case CG_HANDLE_SCALER: return "gradient scaler";
     }
     return "object";
 }

@@ -41,6 +41,7 @@ typedef enum cg_handle_kind {
     CG_HANDLE_SAFETENSORS = 0x5afe7e45,
     CG_HANDLE_DIST = 0xd157c0de,
     CG_HANDLE_SCHEDULER = 0x5c4ed01e,
+    CG_HANDLE_SCALER = 0x5ca1e125,
 } cg_handle_kind;
 
 /* A pool of slots for objects of one kind and size, defined where the kind is implemented:

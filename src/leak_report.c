@@ -288,7 +288,7 @@ static void print_object(FILE *f, const object *o) {
 static const cg_handle_kind kinds[] = {CG_HANDLE_TENSOR,   CG_HANDLE_MODULE, CG_HANDLE_OPTIMIZER,
                                        CG_HANDLE_DATASET,  CG_HANDLE_LOADER, CG_HANDLE_GRAPH,
                                        CG_HANDLE_SCOPE,    CG_HANDLE_SAFETENSORS, CG_HANDLE_DIST,
-                                       CG_HANDLE_SCHEDULER};
+                                       CG_HANDLE_SCHEDULER, CG_HANDLE_SCALER};
 
 /* "6002 live objects (6000 tensors, 2 modules); tensors hold 5.9 MiB of storage" */
 static void print_header(FILE *f, const object_list *list) {

@@ -153,6 +153,23 @@ static void test_resume_matches_unbroken(void **state) {
     assert_null(fopen(cg_test_tmp_path("other.ckpt", path, sizeof path), "rb"));
 }
 
+/* Under float16 autocast the gradient scaler's scale and growth count travel in the checkpoint: the
+ * resumed run again ends as the unbroken one. */
+static void test_resume_fp16(void **state) {
+    (void)state;
+    run_ok("fp16_unbroken", "--epochs 3 --amp fp16 --csv fp16_unbroken.csv");
+    run_ok("fp16_first", "--epochs 1 --amp fp16 --csv fp16_resumed.csv --save fp16_first.ckpt");
+    run_ok("fp16_resumed", "--epochs 3 --amp fp16 --csv fp16_resumed.csv --resume fp16_first.ckpt");
+    char *a = csv_numbers("fp16_unbroken.csv"), *b = csv_numbers("fp16_resumed.csv");
+    assert_string_equal(a, b);
+    free(a), free(b);
+    cg_safetensors *st = NULL;
+    char path[512];
+    CG_TEST_STATUS_OK(cg_safetensors_read(cg_test_tmp_path("fp16_first.ckpt", path, sizeof path), &st));
+    assert_string_equal(cg_safetensors_metadata(st, "amp_scale"), "65536");
+    cg_safetensors_free(st);
+}
+
 static void test_stop_on_nonfinite(void **state) {
     (void)state;
     char *out;
@@ -175,6 +192,7 @@ int main(int argc, char **argv) {
         return CG_TEST_SKIP;
     }
     cg_test_init_seed();
-    const struct CMUnitTest tests[] = {CG_TEST(test_resume_matches_unbroken), CG_TEST(test_stop_on_nonfinite)};
+    const struct CMUnitTest tests[] = {CG_TEST(test_resume_matches_unbroken), CG_TEST(test_stop_on_nonfinite),
+                                       CG_TEST(test_resume_fp16)};
     return cmocka_run_group_tests(tests, group_setup, cg_test_tmpdir_teardown);
 }

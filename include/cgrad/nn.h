@@ -457,6 +457,54 @@ CG_API cg_tensor *cg_clip_grad_norm_(cg_module *m, double max_norm, double norm_
 /* clip_grad_value_(m.parameters(), clip_value): every gradient clamped to [-clip_value, clip_value]. */
 CG_API cg_status cg_clip_grad_value_(cg_module *m, double clip_value);
 
+/* ---- gradient scaling for float16 (torch.amp.GradScaler) -------------------------------------------
+ * Float16 gradients underflow: the loss is multiplied by a large scale before backward, and the
+ * gradients divided by it before the step. A step whose gradients hold an inf or NaN (the scale was too
+ * large) is skipped and the scale multiplied by backoff_factor; after growth_interval steps in a row
+ * without one, the scale is multiplied by growth_factor. bfloat16 needs none of this. The loop:
+ *     cg_tensor *loss = ...;                          (forward in a float16 autocast region)
+ *     cg_backward(cg_grad_scaler_scale(s, loss));
+ *     cg_grad_scaler_unscale_(s, opt);                (optional: before clipping, as PyTorch's)
+ *     cg_clip_grad_norm_(m, 1.0, 2.0, false);
+ *     cg_grad_scaler_step(s, opt, NULL);              (unscales if not yet, steps unless inf/NaN)
+ *     cg_grad_scaler_update(s);
+ * The scale and the growth count live on the host, in double (PyTorch keeps them in float32 on the
+ * device; a power-of-two scale times 2 or 0.5 is exact either way). cg_grad_scaler_step reads back
+ * whether the gradients were finite, a synchronisation, as PyTorch's GradScaler.step does for an
+ * optimizer that is not fused. Disabled (options.enabled false), every call passes through: scale
+ * returns the loss, step steps. */
+typedef struct cg_grad_scaler cg_grad_scaler;
+typedef struct cg_grad_scaler_options {
+    double init_scale;       /* 65536 (2^16) */
+    double growth_factor;    /* 2 */
+    double backoff_factor;   /* 0.5 */
+    int64_t growth_interval; /* 2000 */
+    bool enabled;            /* true */
+} cg_grad_scaler_options;
+CG_API cg_grad_scaler_options cg_grad_scaler_defaults(void);
+/* NULL (CG_ERR_INVALID_ARG) unless init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and
+ * growth_interval >= 1, as PyTorch checks. */
+CG_API cg_grad_scaler *cg_grad_scaler_new(cg_grad_scaler_options options);
+CG_API void cg_grad_scaler_free(cg_grad_scaler *s); /* NULL is ignored */
+/* loss times the scale, recorded (a new tensor; backward through it scales every gradient). */
+CG_API cg_tensor *cg_grad_scaler_scale(cg_grad_scaler *s, const cg_tensor *loss);
+/* Divides the gradients of every parameter opt steps by the scale and notes whether any is inf or
+ * NaN (on the device: no synchronisation). Once per optimizer between updates: a second call is an
+ * error, as PyTorch's. */
+CG_API cg_status cg_grad_scaler_unscale_(cg_grad_scaler *s, cg_optimizer *opt);
+/* Unscales opt's gradients unless cg_grad_scaler_unscale_ did, then cg_optimizer_step(opt) unless
+ * any of them is inf or NaN; *stepped (may be NULL) says which. Once per optimizer between updates. */
+CG_API cg_status cg_grad_scaler_step(cg_grad_scaler *s, cg_optimizer *opt, bool *stepped);
+/* After the step(s) of an iteration: the scale backs off if any step was skipped, else grows every
+ * growth_interval good steps; the next iteration may unscale and step again. An error without a
+ * cg_grad_scaler_step since the last update (PyTorch: "No inf checks were recorded"). */
+CG_API cg_status cg_grad_scaler_update(cg_grad_scaler *s);
+/* The scale and PyTorch's _growth_tracker (good steps since the scale last changed), to save with a
+ * checkpoint (e.g. as its metadata) and restore with cg_grad_scaler_load_state (scale > 0, tracker >= 0). */
+CG_API double cg_grad_scaler_get_scale(const cg_grad_scaler *s); /* NaN for a bad handle */
+CG_API int64_t cg_grad_scaler_growth_tracker(const cg_grad_scaler *s); /* -1 for a bad handle */
+CG_API cg_status cg_grad_scaler_load_state(cg_grad_scaler *s, double scale, int64_t growth_tracker);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,7 +39,7 @@ static int root_count(const cg_module *m) { return cg__m(m)->replicas ? cg__m(m)
 static cg_module *root_at(const cg_module *m, int r) { return cg__m(m)->replicas ? cg__m(m)->replicas[r] : (cg_module *)m; }
 
 /* Scales (coef not NULL) or clamps every run of root's gradients. */
-static cg_status clip_runs(const cg_module *root, const float *coef, float clip_value) {
+cg_status cg__grad_clip_runs(const cg_module *root, const float *coef, float clip_value) {
     int64_t begin, count;
     for (int i = 0; next_run(root, &i, &begin, &count);) {
         cg_grad_clip_args a = {cg__f32(cg__m(root)->flat_grad) + begin, count, coef, clip_value};
@@ -53,8 +53,8 @@ static cg_status clip_runs(const cg_module *root, const float *coef, float clip_
 #define WORK_DOUBLES (CG_GRAD_NORM_CHUNKS + 1)
 #define WORK_FLOATS (2 * WORK_DOUBLES + 2)
 
-/* The norm of root's gradients into total (0-dim, made here), and their scaling when check does not
- * fail it. */
+/* The norm of root's gradients into total (0-dim, made here), and their scaling unless max_norm is NaN
+ * (the norm alone) or check fails it. */
 static cg_status clip_root(const cg_module *root, double max_norm, double p, bool check, cg_tensor **total,
                            const char *fn) {
     cg_device d = cg__m(root)->device;
@@ -81,9 +81,13 @@ static cg_status clip_root(const cg_module *root, double max_norm, double p, boo
             s = cg__fail(CG_ERR_INVALID_ARG, "%s: the total norm of order %g of the gradients is %g, so they cannot be "
                          "clipped (error_if_nonfinite is set; pass false to clip anyway)", fn, p, (double)norm);
     }
-    if (s == CG_OK && runs) s = clip_runs(root, coef, 0.0f);
+    if (s == CG_OK && runs && !isnan(max_norm)) s = cg__grad_clip_runs(root, coef, 0.0f);
     cg_tensor_free(work);
     return s;
+}
+
+cg_status cg__grad_max_abs(const cg_module *root, cg_tensor **total) {
+    return clip_root(root, NAN, INFINITY, false, total, "cg__grad_max_abs");
 }
 
 cg_tensor *cg_clip_grad_norm_(cg_module *m, double max_norm, double norm_type, bool error_if_nonfinite) {
@@ -112,6 +116,6 @@ cg_status cg_clip_grad_value_(cg_module *m, double clip_value) {
     const char *fn = "cg_clip_grad_value_";
     CG_TRY(check_module(m, fn));
     if (isnan(clip_value)) return cg__fail(CG_ERR_INVALID_ARG, "%s: clip_value is NaN", fn);
-    for (int r = 0; r < root_count(m); r++) CG_TRY(clip_runs(root_at(m, r), NULL, (float)clip_value));
+    for (int r = 0; r < root_count(m); r++) CG_TRY(cg__grad_clip_runs(root_at(m, r), NULL, (float)clip_value));
     return CG_OK;
 }

@@ -146,4 +146,11 @@ void cg__scheduler_set_state(cg_lr_scheduler *s, const double *values, const dou
 /* Called by cg_optimizer_free: the scheduler's calls fail from then on (it is still the caller's to free). */
 void cg__scheduler_unbind(cg_lr_scheduler *s);
 
+/* Over the runs of a root module's parameters that have a gradient (src/optim/clip.c): every gradient
+ * times *coef (device memory, not read on the host) or, with coef NULL, clamped to [-clip_value,
+ * clip_value]; and the largest magnitude of them all (NaN if any is NaN, 0 without gradients) into
+ * *total, a 0-dim tensor made here, without a synchronisation. */
+cg_status cg__grad_clip_runs(const cg_module *root, const float *coef, float clip_value);
+cg_status cg__grad_max_abs(const cg_module *root, cg_tensor **total);
+
 #endif
