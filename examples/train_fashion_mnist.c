@@ -102,28 +102,6 @@ static double test_accuracy(cg_module *model, cg_loader *test, cg_device d) {
     return seen > 0 ? 100.0 * (double)correct / (double)seen : NAN;
 }
 
-/* ---- progress -------------------------------------------------------------------------------------- */
-static const char *fmt_duration(double s, char *buf, size_t len) {
-    if (!(s >= 0.0) || s > 1e7) snprintf(buf, len, "--:--");
-    else if (s >= 3600.0)
-        snprintf(buf, len, "%d:%02d:%02d", (int)(s / 3600), (int)fmod(s / 60, 60), (int)fmod(s, 60));
-    else snprintf(buf, len, "%d:%02d", (int)(s / 60), (int)fmod(s, 60));
-    return buf;
-}
-
-/* One line, redrawn in place: epoch, a bar, batch/total, running loss, images/s, ETA. */
-static void draw_bar(int epoch, int epochs, int64_t batch, int64_t total, double loss, double rate,
-                     double eta) {
-    enum { WIDTH = 24 };
-    char bar[WIDTH + 1], eta_s[32];
-    int filled = total > 0 ? (int)(WIDTH * batch / total) : WIDTH;
-    for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
-    bar[WIDTH] = '\0';
-    printf("\r\033[Kepoch %d/%d [%s] %lld/%lld  loss %.4f  %.0f images/s  ETA %s", epoch, epochs, bar,
-           (long long)batch, (long long)total, loss, rate, fmt_duration(eta, eta_s, sizeof eta_s));
-    fflush(stdout);
-}
-
 /* ---- output files ----------------------------------------------------------------------------------- */
 typedef struct epoch_row {
     double train_loss;    /* mean cross-entropy over the epoch's training images */
@@ -558,13 +536,16 @@ int main(int argc, char **argv) {
                 double eta = elapsed / (double)step * (double)(nbatches - step) +
                              elapsed / (double)step * (double)nbatches * (double)(epochs - epoch);
                 if (tty) {
-                    draw_bar(epoch, epochs, step, nbatches, (double)sum / (double)seen, rate, eta);
+                    char what[32], stats[96];
+                    snprintf(what, sizeof what, "epoch %d/%d", epoch, epochs);
+                    snprintf(stats, sizeof stats, "loss %.4f  %.0f images/s", (double)sum / (double)seen, rate);
+                    eu_progress_bar(what, step, nbatches, stats, eta);
                     last_draw = now;
                 } else {
                     char eta_s[32];
                     printf("epoch %d batch %lld/%lld: loss %.4f, %.0f images/s, ETA %s\n", epoch,
                            (long long)step, (long long)nbatches, (double)sum / (double)seen, rate,
-                           fmt_duration(eta, eta_s, sizeof eta_s));
+                           eu_fmt_duration(eta, eta_s, sizeof eta_s));
                     fflush(stdout);
                 }
             }

@@ -27,13 +27,15 @@
  * as nanoGPT crops it) or a newline, with --temperature and --top-k; BPE models print token ids (no
  * GPT-2 vocabulary is at hand offline). Bad data is a clear error: a token id at or above the vocabulary
  * size, a truncated shard, an llm.c shard of another magic or version, a checkpoint of another model.
- * --check-loss-falls exits 1 unless the logged training loss fell. Without the corpus the program exits
- * 77 (CTest's "skipped"). The last line: result work=gpt_... val_loss=... tokens_per_s=... */
-#define _POSIX_C_SOURCE 200112L /* setenv */
+ * A progress bar on a terminal (a line every 10 iterations otherwise). --check-loss-falls exits 1 unless
+ * the logged training loss fell. Without the corpus the program exits 77 (CTest's "skipped"). The last
+ * line: result work=gpt_... val_loss=... tokens_per_s=... */
+#define _POSIX_C_SOURCE 200112L /* setenv, isatty, fileno */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* isatty */
 
 #include "cgrad.h"
 #include "example_util.h"
@@ -442,9 +444,9 @@ int main(int argc, char **argv) {
     int64_t limit = 0, vocab_size = 50304; /* GPT-2's 50257 padded to a multiple of 64, as nanoGPT's */
     /* nanoGPT's shakespeare_char config; the model's shape 0 until set by a flag, a checkpoint or the default */
     settings s = {.model = {.dropout = 0.2f}, .batch = 64, .max_iters = 5000, .warmup_iters = 100,
-                  .lr_decay_iters = 5000, .eval_interval = 250, .eval_iters = 200, .accum = 1, .lr = 1e-3f, .min_lr = 1e-4f,
-                  .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.99f, .grad_clip = 1.0f, .temperature = 0.8f,
-                  .top_k = 200, .seed = 1337, .amp = CG_FLOAT32, .world = 1};
+                  .lr_decay_iters = 5000, .eval_interval = 250, .eval_iters = 200, .accum = 1, .lr = 1e-3f,
+                  .min_lr = 1e-4f, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.99f, .grad_clip = 1.0f,
+                  .temperature = 0.8f, .top_k = 200, .seed = 1337, .amp = CG_FLOAT32, .world = 1};
     eu_flag flags[] = {
         {"--device", EU_DEVICE, &d, 0, "where the model lives (default: the best present)"},
         {"--n-layer", EU_SIZE, &s.model.n_layer, 1, "transformer blocks (6)"},
@@ -568,7 +570,8 @@ int main(int argc, char **argv) {
            eu_device_desc(d, desc, sizeof desc), s.amp != CG_FLOAT32 ? ", bf16 autocast" : "");
     printf(s.dist ? " x %d ranks (DDP)\n" : "\n", s.world);
     eu_losses logged = {0};
-    double t0 = eu_now(), tokens_seen = 0;
+    bool tty = isatty(fileno(stdout)); /* a progress bar, else a line every 10 iterations */
+    double t0 = eu_now(), tokens_seen = 0, last_draw = 0;
     for (int64_t it = start; it <= s.max_iters; it++) {
         CHECK_OK(cg_optimizer_set_lr(opt, lr_at(&s, it))); /* both groups */
         bool resumed_here = resume_path && it == start; /* its evaluation is in the checkpoint */
@@ -576,7 +579,7 @@ int main(int argc, char **argv) {
             double train = estimate_loss(m, &tk, true, &s, d), val = estimate_loss(m, &tk, false, &s, d);
             if (val < best_val) best_val = val;
             history_eval(&h, it, train, val);
-            printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)it, train, val);
+            printf("%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\r\033[K" : "", (long long)it, train, val);
             fflush(stdout);
             if (save_path && s.rank == 0) save_checkpoint(save_path, m, opt, &s, &tk, &h, it, best_val);
             if (csv_path && s.rank == 0) write_csv(csv_path, &h); /* at each evaluation: a stopped run keeps its rows */
@@ -601,9 +604,20 @@ int main(int argc, char **argv) {
         step_loss = (float)rank_mean(&s, step_loss);
         eu_losses_add(&logged, step_loss);
         history_step(&h, step_loss, lr_at(&s, it));
-        if (it % 10 == 0) printf("iter %lld: loss %.4f, lr %.2e\n", (long long)it, (double)step_loss, lr_at(&s, it));
+        double now = eu_now(), rate = tokens_seen / (now - t0);
+        if (tty && (now - last_draw >= 0.1 || it + 1 == s.max_iters)) {
+            char stats[96];
+            snprintf(stats, sizeof stats, "loss %.4f  lr %.2e  %.0f tokens/s", (double)step_loss, lr_at(&s, it), rate);
+            eu_progress_bar("iter", it + 1, s.max_iters, stats, (now - t0) / (double)(it + 1 - start) *
+                                                                  (double)(s.max_iters - it - 1));
+            last_draw = now;
+        } else if (!tty && it % 10 == 0) {
+            printf("iter %lld: loss %.4f, lr %.2e, %.0f tokens/s\n", (long long)it, (double)step_loss, lr_at(&s, it),
+                   rate);
+        }
     }
     double seconds = eu_now() - t0;
+    if (tty) printf("\r\033[K");
     char caption[256];
     snprintf(caption, sizeof caption, "GPT %lld layers x %lld wide on %s, batch %lld x %lld, cgrad on %s",
              (long long)s.model.n_layer, (long long)s.model.n_embd, data_name, (long long)s.batch,

@@ -411,6 +411,26 @@ void eu_corpus_free(eu_corpus *c) {
     c->text = NULL;
 }
 
+/* ---- progress ------------------------------------------------------------------------------- */
+const char *eu_fmt_duration(double s, char *buf, size_t len) {
+    if (!(s >= 0.0) || s > 1e7) snprintf(buf, len, "--:--");
+    else if (s >= 3600.0)
+        snprintf(buf, len, "%d:%02d:%02d", (int)(s / 3600), (int)fmod(s / 60, 60), (int)fmod(s, 60));
+    else snprintf(buf, len, "%d:%02d", (int)(s / 60), (int)fmod(s, 60));
+    return buf;
+}
+
+void eu_progress_bar(const char *what, int64_t done, int64_t total, const char *stats, double eta) {
+    enum { WIDTH = 24 };
+    char bar[WIDTH + 1], eta_s[32];
+    int filled = total > 0 ? (int)(WIDTH * done / total) : WIDTH;
+    for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+    bar[WIDTH] = '\0';
+    printf("\r\033[K%s [%s] %lld/%lld  %s  ETA %s", what, bar, (long long)done, (long long)total, stats,
+           eu_fmt_duration(eta, eta_s, sizeof eta_s));
+    fflush(stdout);
+}
+
 /* ---- plots ---------------------------------------------------------------------------------- */
 /* Writes text (NULL: nothing) with the characters XML reads as markup escaped. */
 static void svg_text(FILE *f, const char *s) {

@@ -136,6 +136,12 @@ const char *eu_fmt_seconds(double s, char *buf, size_t len);
 /* "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu (AMD EPYC ...)"; buf of at least 160 bytes. */
 const char *eu_device_desc(cg_device d, char *buf, size_t len);
 
+/* ---- progress ------------------------------------------------------------------------------- */
+/* "1:02:03", "4:05", or "--:--" when unknown; buf of at least 16 bytes. */
+const char *eu_fmt_duration(double s, char *buf, size_t len);
+/* One line redrawn in place on a terminal: "<what> [=====>    ] done/total  <stats>  ETA m:ss". */
+void eu_progress_bar(const char *what, int64_t done, int64_t total, const char *stats, double eta);
+
 /* ---- plots ---------------------------------------------------------------------------------- */
 /* SVG line charts of training curves, written by hand: a picture any browser opens, no plotting
  * library to depend on. A picture is eu_svg_begin, one eu_svg_chart per box, then eu_svg_end. */
