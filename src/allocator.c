@@ -58,11 +58,21 @@ static size_t round_size(size_t bytes) {
     return (bytes + unit - 1) / unit * unit;
 }
 
+/* The bookkeeping of a block of `size` taken from (+1) or given back to (-1) the system. Caller holds the lock. */
+static void count_raw(device_pool *pool, size_t size, int sign) {
+    if (sign > 0) {
+        pool->stats.raw_allocs++, pool->stats.bytes_reserved += size;
+        if (pool->stats.bytes_reserved > pool->stats.peak_reserved) pool->stats.peak_reserved = pool->stats.bytes_reserved;
+    } else {
+        pool->stats.raw_frees++, pool->stats.bytes_reserved -= size;
+    }
+}
+
 /* Returns every cached block of the pool to the system. Caller holds the lock. */
 static void release_cache(device_pool *pool, const cg_backend *be, int index) {
     for (size_t i = 0; i < pool->cache.count; i++) {
         be->raw_free(index, pool->cache.blocks[i].ptr);
-        pool->stats.raw_frees++;
+        count_raw(pool, pool->cache.blocks[i].size, -1);
     }
     pool->cache.count = 0;
     pool->stats.bytes_cached = 0;
@@ -127,7 +137,7 @@ void *cg__alloc(cg_device d, size_t bytes) {
             release_cache(pool, be, d.index);
             ptr = be->raw_alloc(d.index, size);
         }
-        if (ptr) pool->stats.raw_allocs++;
+        if (ptr) count_raw(pool, size, +1);
     }
     if (ptr && pool->capturing && !list_push(&pool->capturing->made, ptr, size)) {
         pool->stats.bytes_in_use += size; /* the free below takes it off again */
@@ -157,7 +167,7 @@ void cg__free(cg_device d, void *ptr, size_t bytes) {
         return;
     }
     if (!list_push(&pool->cache, ptr, size)) { /* cannot cache it: give it back to the system instead */
-        pool->stats.raw_frees++;
+        count_raw(pool, size, -1);
         cg__spin_unlock(&pool->lock);
         cg__backend_for(d)->raw_free(d.index, ptr);
         return;
@@ -215,6 +225,15 @@ cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out) {
     device_pool *pool = pool_for(d);
     cg__spin_lock(&pool->lock);
     *out = pool->stats;
+    cg__spin_unlock(&pool->lock);
+    return CG_OK;
+}
+
+cg_status cg_memory_reset_peak(cg_device d) {
+    if (!cg__backend_for(d)) return cg__fail_context("cg_memory_reset_peak");
+    device_pool *pool = pool_for(d);
+    cg__spin_lock(&pool->lock);
+    pool->stats.peak_reserved = pool->stats.bytes_reserved;
     cg__spin_unlock(&pool->lock);
     return CG_OK;
 }

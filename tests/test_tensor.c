@@ -673,6 +673,33 @@ static void test_free_returns_to_cache(void **state) {
     cg_tensor_free(t);
 }
 
+/* Reserved bytes are those taken from the system: they rise with a new block, stay when it is cached, fall when
+ * the cache is emptied; the peak keeps the highest until reset. */
+static void test_reserved_and_peak(void **state) {
+    (void)state;
+    cg_device d = cg_test_device();
+    CG_TEST_STATUS_OK(cg_empty_cache(d));
+    CG_TEST_STATUS_OK(cg_memory_reset_peak(d));
+    cg_memory_stats s0, s1, s2, s3, s4;
+    CG_TEST_STATUS_OK(cg_memory_stats_get(d, &s0));
+    assert_int_equal(s0.peak_reserved, s0.bytes_reserved);
+    assert_int_equal(s0.bytes_reserved, s0.bytes_in_use + s0.bytes_cached); /* no graph holds blocks here */
+    cg_tensor *t = CG_TEST_OK(cg_empty(CG_SHAPE(1500, 1000), d)); /* a size no other test caches */
+    CG_TEST_STATUS_OK(cg_memory_stats_get(d, &s1));
+    assert_true(s1.bytes_reserved >= s0.bytes_reserved + 6000000);
+    assert_int_equal(s1.peak_reserved, s1.bytes_reserved);
+    cg_tensor_free(t);
+    CG_TEST_STATUS_OK(cg_memory_stats_get(d, &s2));
+    assert_int_equal(s2.bytes_reserved, s1.bytes_reserved); /* cached, still held */
+    CG_TEST_STATUS_OK(cg_empty_cache(d));
+    CG_TEST_STATUS_OK(cg_memory_stats_get(d, &s3));
+    assert_int_equal(s3.bytes_reserved, s3.bytes_in_use);
+    assert_int_equal(s3.peak_reserved, s1.peak_reserved);
+    CG_TEST_STATUS_OK(cg_memory_reset_peak(d));
+    CG_TEST_STATUS_OK(cg_memory_stats_get(d, &s4));
+    assert_int_equal(s4.peak_reserved, s3.bytes_reserved);
+}
+
 /* ---- threads -------------------------------------------------------------------------------------- */
 static void test_num_threads(void **state) {
     (void)state;
@@ -721,6 +748,7 @@ int main(void) {
         CG_TEST(test_scopes),
         CG_TEST(test_caching_allocator_steady_state),
         CG_TEST(test_free_returns_to_cache),
+        CG_TEST(test_reserved_and_peak),
         CG_TEST(test_num_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -104,8 +104,11 @@ typedef struct cg_memory_stats {
     uint64_t cache_hits;     /* requests served from the cache */
     size_t bytes_in_use;     /* handed out to tensors */
     size_t bytes_cached;     /* held by the cache, free for reuse */
+    size_t bytes_reserved;   /* taken from the system and not given back: in use, cached, or kept for graphs */
+    size_t peak_reserved;    /* the most bytes_reserved has been (torch.cuda.max_memory_reserved) */
 } cg_memory_stats;
 CG_API cg_status cg_memory_stats_get(cg_device d, cg_memory_stats *out);
+CG_API cg_status cg_memory_reset_peak(cg_device d); /* peak_reserved = bytes_reserved, as reset_peak_memory_stats */
 CG_API cg_status cg_empty_cache(cg_device d); /* returns cached blocks to the system */
 
 /* ---- dtypes (the enum cg_dtype: cgrad/dtype.h) ------------------------------------------- */
