@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The fixtures of tests/test_gpt.c (issue #33's fidelity check): a 2-layer GPT with nanoGPT's module
-names (written here: the same architecture and names, not nanoGPT's code), its initial state dict,
+names (bench/gpt.py, attention composed of matmul, mask and softmax), its initial state dict,
 the logits of a batch, and 10 fp32 training steps with AdamW on fixed batches.
 
     /usr/bin/python3 tests/make_gpt_fixtures.py [--device cpu|cuda]
@@ -16,7 +16,6 @@ transformer.wte.weight) and tests/data/gpt_io.safetensors:
   x, y    int64 (10, 4, 16)    each step's inputs and targets
   loss    float32 (10)         each step's cross-entropy, before its update
 Runs unchanged under PyTorch 1.13 and 2.x."""
-import math
 import os
 import sys
 
@@ -27,73 +26,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from fixture_io import save, start  # noqa: E402
 
+sys.path.insert(0, os.path.join(HERE, "..", "bench"))
+from gpt import GPT, Config, adamw  # noqa: E402
+
 N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB, BATCH, STEPS = 2, 4, 32, 16, 65, 4, 10
-
-
-class Attention(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c_attn = torch.nn.Linear(N_EMBD, 3 * N_EMBD)
-        self.c_proj = torch.nn.Linear(N_EMBD, N_EMBD)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = (z.view(b, t, N_HEAD, c // N_HEAD).transpose(1, 2) for z in self.c_attn(x).split(c, dim=2))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // N_HEAD)
-        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-        y = att.softmax(-1) @ v
-        return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1, self.attn, self.ln_2 = torch.nn.LayerNorm(N_EMBD), Attention(), torch.nn.LayerNorm(N_EMBD)
-        self.mlp = torch.nn.Module()
-        self.mlp.c_fc, self.mlp.c_proj = torch.nn.Linear(N_EMBD, 4 * N_EMBD), torch.nn.Linear(4 * N_EMBD, N_EMBD)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x))))
-
-
-class GPT(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.transformer = torch.nn.ModuleDict(dict(
-            wte=torch.nn.Embedding(VOCAB, N_EMBD), wpe=torch.nn.Embedding(BLOCK, N_EMBD),
-            h=torch.nn.ModuleList(Block() for _ in range(N_LAYER)), ln_f=torch.nn.LayerNorm(N_EMBD)))
-        self.lm_head = torch.nn.Linear(N_EMBD, VOCAB, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                torch.nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * N_LAYER))
-            elif p.dim() == 2:
-                torch.nn.init.normal_(p, 0.0, 0.02)
-            elif name.endswith("bias"):
-                torch.nn.init.zeros_(p)
-
-    def forward(self, idx):
-        t = self.transformer
-        x = t.wte(idx) + t.wpe(torch.arange(idx.shape[1], device=idx.device))
-        for block in t.h:
-            x = block(x)
-        return self.lm_head(t.ln_f(x))
 
 
 def main():
     device, out = start(__doc__)
-    model = GPT().to(device)
+    model = GPT(Config(N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB)).to(device)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     idx = torch.randint(0, VOCAB, (BATCH, BLOCK), device=device)
     with torch.no_grad():
         logits = model(idx)
     x = torch.randint(0, VOCAB, (STEPS, BATCH, BLOCK), device=device)
     y = torch.randint(0, VOCAB, (STEPS, BATCH, BLOCK), device=device)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.99), eps=1e-8)
+    opt = adamw(model, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, eps=1e-8)
     losses = []
     for s in range(STEPS):
         opt.zero_grad()
