@@ -1,9 +1,11 @@
 """GPT-2 in PyTorch with nanoGPT's architecture and parameter names (written here, not nanoGPT's code):
 pre-LayerNorm blocks, GELU, an output head tied to the token embedding, GPT-2's initialisation (N(0, 0.02),
-residual projections N(0, 0.02 / sqrt(2 n_layer)), zero biases). Shared by tests/make_gpt_fixtures.py
-(the fixtures of tests/test_gpt.c, cgrad's models/gpt.c held to it) and bench/bench_gpt.py (the training
-step of issue #34). Attention is F.scaled_dot_product_attention (causal) with sdpa, else composed of
-matmul, mask and softmax, which PyTorch 1.13 also runs."""
+residual projections N(0, 0.02 / sqrt(2 n_layer)), zero biases), nanoGPT's dropout (after the embeddings,
+on the attention weights, after each residual projection; none at all for dropout 0). Shared by
+tests/make_gpt_fixtures.py (the fixtures of tests/test_gpt.c, cgrad's models/gpt.c held to it),
+bench/bench_gpt.py (the training step of issue #34) and bench/train_gpt.py (nanoGPT's loop). Attention is
+F.scaled_dot_product_attention (causal) with sdpa, else composed of matmul, mask and softmax, which
+PyTorch 1.13 also runs."""
 import math
 from dataclasses import dataclass
 
@@ -20,11 +22,17 @@ class Config:
     vocab_size: int = 50304
     bias: bool = True
     sdpa: bool = False
+    dropout: float = 0.0
 
 
 def layer_norm(c):
     """nn.LayerNorm of the embedding width, without its bias when c.bias is off (PyTorch 2.1 and later)."""
     return torch.nn.LayerNorm(c.n_embd) if c.bias else torch.nn.LayerNorm(c.n_embd, bias=False)
+
+
+def dropped(c, x, training):
+    """x after nanoGPT's dropout of c.dropout (x itself for 0, or outside training)."""
+    return F.dropout(x, c.dropout) if training and c.dropout > 0 else x
 
 
 class Attention(torch.nn.Module):
@@ -36,20 +44,22 @@ class Attention(torch.nn.Module):
 
     def forward(self, x):
         b, t, e = x.shape
-        h = self.c.n_head
+        h, p = self.c.n_head, self.c.dropout if self.training else 0.0
         q, k, v = (z.view(b, t, h, e // h).transpose(1, 2) for z in self.c_attn(x).split(e, dim=2))
         if self.c.sdpa:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         else:
             att = (q @ k.transpose(-2, -1)) / math.sqrt(e // h)
             att = att.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-            y = att.softmax(-1) @ v
-        return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, e))
+            att = att.softmax(-1)
+            y = (F.dropout(att, p) if p > 0 else att) @ v
+        return dropped(self.c, self.c_proj(y.transpose(1, 2).contiguous().view(b, t, e)), self.training)
 
 
 class Block(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
+        self.c = c
         self.ln_1, self.attn, self.ln_2 = layer_norm(c), Attention(c), layer_norm(c)
         self.mlp = torch.nn.Module()
         self.mlp.c_fc = torch.nn.Linear(c.n_embd, 4 * c.n_embd, bias=c.bias)
@@ -57,12 +67,13 @@ class Block(torch.nn.Module):
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x))))
+        return x + dropped(self.c, self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)))), self.training)
 
 
 class GPT(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
+        self.c = c
         self.transformer = torch.nn.ModuleDict(dict(
             wte=torch.nn.Embedding(c.vocab_size, c.n_embd), wpe=torch.nn.Embedding(c.block_size, c.n_embd),
             h=torch.nn.ModuleList(Block(c) for _ in range(c.n_layer)),
@@ -79,7 +90,7 @@ class GPT(torch.nn.Module):
 
     def forward(self, idx):
         t = self.transformer
-        x = t.wte(idx) + t.wpe(torch.arange(idx.shape[1], device=idx.device))
+        x = dropped(self.c, t.wte(idx) + t.wpe(torch.arange(idx.shape[1], device=idx.device)), self.training)
         for block in t.h:
             x = block(x)
         return self.lm_head(t.ln_f(x))
