@@ -9,20 +9,21 @@
 #include "optim/optimizer.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 #include "error.h"
 #include "handle.h"
 #include "tensor_impl.h"
 
 #define MAX_OPTIMIZERS 8 /* optimizers one scaler serves between two updates */
+#define MAX_ROOTS 64      /* an optimizer's parameter sets: a module, or one replica a GPU */
 
 /* What one optimizer went through since the last update. */
 typedef struct per_optimizer {
     const cg_optimizer *opt;
+    bool unscaled;       /* cg_grad_scaler_unscale_ ran (or step did it) */
     bool stepped;        /* cg_grad_scaler_step ran */
-    int ntotals;         /* unscaled: one largest magnitude per root (0 before unscale_) */
-    cg_tensor **totals;
+    int ntotals;         /* the largest magnitude of each root's gradients, made by unscaling */
+    cg_tensor *totals[MAX_ROOTS];
     bool found_inf;      /* step read them back: not all finite */
 } per_optimizer;
 
@@ -64,7 +65,6 @@ cg_grad_scaler *cg_grad_scaler_new(cg_grad_scaler_options o) {
 static void forget(scaler *sc) {
     for (int k = 0; k < sc->nopt; k++) {
         for (int r = 0; r < sc->seen[k].ntotals; r++) cg_tensor_free(sc->seen[k].totals[r]);
-        free(sc->seen[k].totals);
     }
     sc->nopt = 0;
 }
@@ -96,8 +96,10 @@ static per_optimizer *record_of(scaler *sc, const cg_optimizer *opt, const char 
 /* Unscales every root of opt into rec: the division, then the largest magnitude of the results (PyTorch
  * checks after multiplying too: a scale below 1 can overflow them). */
 static cg_status unscale_roots(scaler *sc, const cg_optimizer_impl *o, per_optimizer *rec) {
-    if (!(rec->totals = calloc((size_t)o->nroots, sizeof *rec->totals)))
-        return cg__fail(CG_ERR_OOM, "cg_grad_scaler_unscale_: out of host memory");
+    rec->unscaled = true;
+    if (o->nroots > MAX_ROOTS)
+        return cg__fail(CG_ERR_INVALID_ARG, "cg_grad_scaler_unscale_: an optimizer over %d parameter sets (at most %d)",
+                        o->nroots, MAX_ROOTS);
     for (int r = 0; r < o->nroots; r++) {
         const cg_module *root = o->roots[r];
         cg_tensor *inv = cg_full(1, (int64_t[]){1}, (float)(1.0 / sc->scale), cg__m(root)->device);
@@ -120,7 +122,7 @@ static cg_status unscale(cg_grad_scaler *s, cg_optimizer *opt, const char *fn) {
     if (rec->stepped)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: the step of this optimizer has run since the last update; call "
                         "cg_grad_scaler_update first", fn);
-    if (rec->totals)
+    if (rec->unscaled)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: this optimizer's gradients were already unscaled since the last "
                         "update (cg_grad_scaler_unscale_ once per optimizer and iteration)", fn);
     return unscale_roots(sc, cg__opt(opt), rec);
@@ -146,7 +148,7 @@ cg_status cg_grad_scaler_step(cg_grad_scaler *s, cg_optimizer *opt, bool *steppe
     if (!rec) return cg_last_status();
     if (rec->stepped)
         return cg__fail(CG_ERR_INVALID_ARG, "%s: this optimizer has already stepped since the last update", fn);
-    if (!rec->totals) CG_TRY(unscale(s, opt, fn));
+    if (!rec->unscaled) CG_TRY(unscale(s, opt, fn));
     rec->stepped = true;
     for (int r = 0; r < rec->ntotals; r++) {
         float m;
