@@ -46,7 +46,7 @@ template <int Step>
 __global__ void cross_entropy_backward_kernel(cg_ce_backward_args a, cg_index_error *err) {
     for_rows<Step>(a, a.outer * a.inner, [err](const cg_ce_backward_args *p, int64_t r, int lane) {
         if (!cg_ce_backward_row(p, r, lane, Step) && lane == 0)
-            cg_index_error_raise(err, p->logp ? CG_INDEX_OP_CROSS_ENTROPY : CG_INDEX_OP_NLL_LOSS, r, p->targets[r], p->c);
+            cg_index_error_raise(err, p->stats ? CG_INDEX_OP_CROSS_ENTROPY : CG_INDEX_OP_NLL_LOSS, r, p->targets[r], p->c);
     });
 }
 

@@ -73,12 +73,12 @@ typedef struct cg_row_stats {
     float m, sum, log_sum;
 } cg_row_stats;
 
-CG_ROW_FN cg_row_stats cg_row_stats_of(const float *x, cg_row r) {
+CG_ROW_FN cg_row_stats cg_row_stats_of(cg_dtype dt, const void *x, cg_row r) {
     cg_row_stats st;
     float m = -INFINITY, rest = 0.0f, ties = 0.0f;
-    CG_ROW_FOR(k, r) m = fmaxf(m, x[CG_ROW_AT(r, k)]);
+    CG_ROW_FOR(k, r) m = fmaxf(m, cg_load_float(dt, x, CG_ROW_AT(r, k)));
     st.m = m = cg_row_max(m, r);
-    CG_ROW_FOR(k, r) cg_log_sum_add(x[CG_ROW_AT(r, k)], m, &rest, &ties);
+    CG_ROW_FOR(k, r) cg_log_sum_add(cg_load_float(dt, x, CG_ROW_AT(r, k)), m, &rest, &ties);
     rest = cg_row_sum(rest, r), ties = cg_row_sum(ties, r);
     st.sum = rest + ties, st.log_sum = cg_log_sum(m, rest, ties);
     return st;
@@ -89,7 +89,7 @@ CG_ROW_FN cg_row_stats cg_row_stats_of(const float *x, cg_row r) {
  * torch.logsumexp: +inf with an infinite element, -inf when all are -inf or there are none. */
 CG_ROW_FN void cg_softmax_row(const cg_softmax_args *a, int64_t r, int lane, int step) {
     cg_row row = cg_row_at(r, a->n, a->inner, lane, step);
-    cg_row_stats st = cg_row_stats_of(a->x, row);
+    cg_row_stats st = cg_row_stats_of(CG_FLOAT32, a->x, row);
     if (a->kind == CG_SOFTMAX_LSE) {
         float lse = st.m + st.log_sum;
         if (!isfinite(st.m)) {
@@ -132,11 +132,11 @@ CG_ROW_FN bool cg_ce_forward_row(const cg_ce_forward_args *a, int64_t r, int lan
     cg_row row = cg_row_at(r, a->c, a->inner, lane, step);
     cg_row_stats st = {0.0f, 1.0f, 0.0f}; /* log_softmax false: x is already log-probabilities */
     if (a->log_softmax) {
-        st = cg_row_stats_of(a->x, row);
-        CG_ROW_FOR(k, row) a->logp[CG_ROW_AT(row, k)] = cg_log_softmax_of(a->x[CG_ROW_AT(row, k)], st.m, st.log_sum);
+        st = cg_row_stats_of(a->dtype, a->x, row);
+        if (lane == 0) a->stats[2 * r] = st.m, a->stats[2 * r + 1] = st.log_sum;
     }
-    /* lp(k): this row's log-probability of class k, recomputed from x (another lane may have written it) */
-#define CG_LP(k) cg_log_softmax_of(a->x[CG_ROW_AT(row, k)], st.m, st.log_sum)
+    /* lp(k): this row's log-probability of class k */
+#define CG_LP(k) cg_log_softmax_of(cg_load_float(a->dtype, a->x, CG_ROW_AT(row, k)), st.m, st.log_sum)
     float loss = 0.0f, weight = 0.0f, s = a->smoothing, cf = (float)a->c;
     bool ok = true;
     if (a->probs) {
@@ -174,10 +174,14 @@ CG_HD float cg_cross_entropy_grad(float logp, bool is_target, float wt, float wk
     return s > 0.0f ? g + s / c * (wsum * expf(logp) - wk) : g;
 }
 
-/* CROSS_ENTROPY_BACKWARD's row r; false for a bad target (its row's gradient then NaN). */
+/* CROSS_ENTROPY_BACKWARD's row r; false for a bad target (its row's gradient then NaN). The
+ * log-probabilities are the forward's, recomputed from x and the row's stats (the same float operations,
+ * so the same values). */
 CG_ROW_FN bool cg_ce_backward_row(const cg_ce_backward_args *a, int64_t r, int lane, int step) {
     cg_row row = cg_row_at(r, a->c, a->inner, lane, step);
     float gr = (a->g_rows ? a->g[r] : a->g[0]) * a->scale, s = a->smoothing, cf = (float)a->c;
+    float m = a->stats ? a->stats[2 * r] : 0.0f, log_sum = a->stats ? a->stats[2 * r + 1] : 0.0f;
+#define CG_LP(e) cg_log_softmax_of(cg_load_float(a->dtype, a->x, e), m, log_sum)
     if (a->divisor) gr /= *a->divisor;
     if (a->probs) {
         float qsum = 0.0f; /* sum_j w[j] q[j] */
@@ -185,28 +189,30 @@ CG_ROW_FN bool cg_ce_backward_row(const cg_ce_backward_args *a, int64_t r, int l
         qsum = cg_row_sum(qsum, row);
         CG_ROW_FOR(k, row) {
             int64_t e = CG_ROW_AT(row, k);
-            float w = cg_class_weight(a->weight, k), q = (1.0f - s) * a->probs[e] + s / cf;
-            a->grad[e] = (expf(a->logp[e]) * qsum - w * q) * gr;
-            if (a->grad_probs) a->grad_probs[e] = -(1.0f - s) * w * a->logp[e] * gr;
+            float w = cg_class_weight(a->weight, k), q = (1.0f - s) * a->probs[e] + s / cf, lp = CG_LP(e);
+            cg_store_float(a->dtype, a->grad, e, (expf(lp) * qsum - w * q) * gr);
+            if (a->grad_probs) a->grad_probs[e] = -(1.0f - s) * w * lp * gr;
         }
         return true;
     }
     int64_t t = a->targets[r];
     bool bad = cg_bad_target(t, a->c, a->ignore_index);
     float wt = bad || t == a->ignore_index ? 0.0f : cg_class_weight(a->weight, t), wsum = cf;
-    if (a->logp && s > 0.0f && a->weight) {
+    if (a->stats && s > 0.0f && a->weight) {
         wsum = 0.0f;
         CG_ROW_FOR(k, row) wsum += a->weight[k];
         wsum = cg_row_sum(wsum, row);
     }
     CG_ROW_FOR(k, row) {
+        int64_t e = CG_ROW_AT(row, k);
         float v = 0.0f; /* an ignored row's gradient is 0, whatever gr is (1 / 0 when every row is ignored) */
         if (bad) v = NAN;
-        else if (t != a->ignore_index && a->logp)
-            v = cg_cross_entropy_grad(a->logp[CG_ROW_AT(row, k)], k == t, wt, cg_class_weight(a->weight, k), wsum, s, cf) * gr;
+        else if (t != a->ignore_index && a->stats)
+            v = cg_cross_entropy_grad(CG_LP(e), k == t, wt, cg_class_weight(a->weight, k), wsum, s, cf) * gr;
         else if (t != a->ignore_index) v = k == t ? -wt * gr : 0.0f; /* nll_loss */
-        a->grad[CG_ROW_AT(row, k)] = v;
+        cg_store_float(a->dtype, a->grad, e, v);
     }
+#undef CG_LP
     return !bad;
 }
 

@@ -413,9 +413,12 @@ typedef struct cg_softmax_backward_args {
     float *gx;
 } cg_softmax_backward_args;
 
-/* nn.CrossEntropyLoss and nn.NLLLoss per row, over rows of c classes: x (outer, c, inner) holds logits
- * (log_softmax true: cross-entropy; logp (outer, c, inner) = their log_softmax is written) or
- * log-probabilities (log_softmax false: nll_loss; logp unused). Targets of one of two kinds:
+/* nn.CrossEntropyLoss and nn.NLLLoss per row, over rows of c classes: x (outer, c, inner) of dtype holds
+ * logits (log_softmax true: cross-entropy; stats (outer, inner, 2) = each row's maximum m and log_sum
+ * are written, from which lp = (x - m) - log_sum, cg_log_softmax_of) or log-probabilities (log_softmax
+ * false: nll_loss; lp = x, stats unused). x is float32, or bfloat16 / float16 for cross-entropy over
+ * class indices without weights (autocast's float32 rule, computed in float32 without a float32 copy of
+ * the logits). Targets of one of two kinds:
  *   class indices targets (outer, inner): a target equal to ignore_index gives loss 0 and weight 0;
  *     another outside [0, c) is a bad index (the CPU's front-end refuses it first; a GPU records it,
  *     kernels/index_error.h, with the flat position of the row, and gives the row NaN). With w the
@@ -425,7 +428,8 @@ typedef struct cg_softmax_backward_args {
  *     + s / c, row_loss = -sum_j w[j] q[j] lp[j].
  * row_loss, row_weight: (outer, inner). */
 typedef struct cg_ce_forward_args {
-    const float *x;
+    const void *x;
+    cg_dtype dtype;          /* x's */
     const int64_t *targets;  /* or NULL with probs */
     const float *probs;      /* or NULL with targets */
     const float *weight;     /* (c) or NULL */
@@ -433,16 +437,19 @@ typedef struct cg_ce_forward_args {
     int64_t ignore_index;
     float smoothing;
     bool log_softmax;
-    float *logp, *row_loss, *row_weight;
+    float *stats, *row_loss, *row_weight;
 } cg_ce_forward_args;
 
-/* Their gradients: grad (outer, c, inner) = d loss / d x times gr, the row's output gradient times scale
- * (g_rows: g (outer, inner), one per row; else g one float, the reduced loss's), 0 on ignored rows:
+/* Their gradients: grad (outer, c, inner, x's dtype) = d loss / d x times gr, the row's output gradient
+ * times scale (g_rows: g (outer, inner), one per row; else g one float, the reduced loss's), 0 on ignored
+ * rows, computed in float32 from x and the forward's stats:
  *   class indices, cross-entropy: gr ((1 - s) w[t] (softmax - onehot(t)) + (s / c) (W softmax - w)),
- *     W = sum_j w[j]; nll_loss (logp NULL): -gr w[t] onehot(t);
+ *     W = sum_j w[j]; nll_loss (stats NULL, x unused): -gr w[t] onehot(t);
  *   class probabilities: gr (softmax sum_j w[j] q[j] - w q), and grad_probs (or NULL) = -gr (1 - s) w lp. */
 typedef struct cg_ce_backward_args {
-    const float *logp;              /* (outer, c, inner); NULL for nll_loss */
+    const void *x;                  /* the forward's x (outer, c, inner), or NULL for nll_loss */
+    cg_dtype dtype;                 /* x's, and grad's */
+    const float *stats;             /* the forward's (outer, inner, 2); NULL for nll_loss */
     const int64_t *targets;         /* or NULL */
     const float *probs, *weight;    /* or NULL */
     const float *g;
@@ -451,7 +458,7 @@ typedef struct cg_ce_backward_args {
     const float *divisor;           /* or NULL: the mean's denominator, on the device (gr /= *divisor) */
     int64_t outer, c, inner;
     int64_t ignore_index;
-    float *grad;
+    void *grad;
     float *grad_probs;              /* or NULL */
 } cg_ce_backward_args;
 

@@ -180,34 +180,37 @@ static cg_status check_class_indices(const cg_tensor *targets, int64_t c, int64_
     return CG_OK;
 }
 
-/* The node of either loss: inputs x and targets; saved logp (cross-entropy; NULL for nll_loss), the
- * targets, the weight (or NULL) and, for a mean over class indices, the two sums (the rows' losses and
- * their weights: the mean's divisor, which the backward reads on the device). Its output is the
- * per-row losses (reduction none: g_rows), their sum times scale (1, or 1 / rows for the mean over
- * class probabilities), or that weighted mean. */
+/* The node of either loss: inputs x and targets; saved x (cross-entropy, whose backward recomputes the
+ * log-probabilities from it; NULL for nll_loss), the targets, the weight (or NULL) and aux: each row's
+ * (max, log_sum) then, for a mean over class indices, the two sums (the rows' losses and their weights:
+ * the mean's divisor, which the backward reads on the device). Its output is the per-row losses
+ * (reduction none: g_rows), their sum times scale (1, or 1 / rows for the mean over class probabilities),
+ * or that weighted mean. */
 typedef struct cg_class_loss_params {
     int64_t ignore_index;
     float scale, smoothing;
-    bool g_rows;
+    bool g_rows, divisor;
 } cg_class_loss_params;
 
 static cg_status class_loss_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_class_loss_params *p = CG_NODE_PARAMS(node, cg_class_loss_params);
-    const cg_tensor *logp = node->saved[0], *targets = node->saved[1], *weight = node->saved[2];
+    const cg_tensor *x = node->saved[0], *targets = node->saved[1], *weight = node->saved[2], *aux = node->saved[3];
     cg_class_shape sh = class_shape_of(node->in_ndim[0], node->in_shape[0]);
+    int64_t rows = sh.outer * sh.inner;
     bool probs = cg_dtype_floating(cg__t(targets)->dtype);
+    cg_dtype dt = x ? cg__t(x)->dtype : CG_FLOAT32;
     cg_device d = node->in_device[0];
     cg_tensor *gc = cg__raw_contiguous(g);
-    cg_tensor *grad = gc ? cg__tensor_new(node->in_ndim[0], node->in_shape[0], d) : NULL;
+    cg_tensor *grad = gc ? cg__tensor_new_dtype(node->in_ndim[0], node->in_shape[0], dt, d) : NULL;
     cg_tensor *grad_t = grad && probs && node->needs_grad[1] ? cg__tensor_new(node->in_ndim[0], node->in_shape[0], d) : NULL;
     cg_status s = grad && (grad_t || !(probs && node->needs_grad[1])) ? CG_OK : cg_last_status();
     if (s == CG_OK && sh.outer * sh.c * sh.inner > 0)
         s = cg__run_cross_entropy_backward(d, &(cg_ce_backward_args){
-            .logp = logp ? cg__data(logp) : NULL, .targets = probs ? NULL : cg__data(targets),
-            .probs = probs ? cg__data(targets) : NULL, .weight = weight ? cg__data(weight) : NULL, .g = cg__data(gc),
-            .g_rows = p->g_rows, .scale = p->scale, .smoothing = p->smoothing,
-            .divisor = node->saved[3] ? cg__f32(node->saved[3]) + 1 : NULL, .outer = sh.outer, .c = sh.c,
-            .inner = sh.inner, .ignore_index = p->ignore_index, .grad = cg__data(grad),
+            .x = x ? cg__data(x) : NULL, .dtype = dt, .stats = x ? cg__f32(aux) : NULL,
+            .targets = probs ? NULL : cg__data(targets), .probs = probs ? cg__data(targets) : NULL,
+            .weight = weight ? cg__data(weight) : NULL, .g = cg__data(gc), .g_rows = p->g_rows, .scale = p->scale,
+            .smoothing = p->smoothing, .divisor = p->divisor ? cg__f32(aux) + 2 * rows + 1 : NULL, .outer = sh.outer,
+            .c = sh.c, .inner = sh.inner, .ignore_index = p->ignore_index, .grad = cg__data(grad),
             .grad_probs = grad_t ? cg__data(grad_t) : NULL});
     cg_tensor_free(gc);
     if (s != CG_OK) {
@@ -226,8 +229,9 @@ static cg_status sum_into(const cg_tensor *x, float scale, cg_tensor *out) {
         .inner = 1, .scale = scale, .out = cg__data(out)});
 }
 
-/* Cross-entropy (log_softmax: x holds logits) or nll_loss (x holds log-probabilities) of checked float32
- * arguments: the rows' kernel, then the reduction. */
+/* Cross-entropy (log_softmax: x holds logits) or nll_loss (x holds log-probabilities) of checked
+ * arguments, float32 or (cross-entropy over class indices without weights) 16-bit logits: the rows'
+ * kernel, then the reduction. */
 static cg_tensor *class_loss(const cg_op_info *op, const cg_tensor *x, const cg_tensor *targets, const cg_tensor *weight,
                              cg_class_shape sh, int64_t ignore_index, cg_reduction reduction, float smoothing,
                              bool log_softmax) {
@@ -241,31 +245,30 @@ static cg_tensor *class_loss(const cg_op_info *op, const cg_tensor *x, const cg_
     bool weighted_mean = reduction == CG_REDUCTION_MEAN && !sh.probs;
     cg_tensor *xc = cg__raw_contiguous(x), *tc = xc ? cg__raw_contiguous(targets) : NULL;
     cg_tensor *wc = tc && weight ? cg__raw_contiguous(weight) : NULL;
-    cg_tensor *logp = tc && (wc || !weight) && log_softmax ? cg__tensor_new(xi->ndim, xi->shape, d) : NULL;
-    cg_tensor *pair = tc && (wc || !weight) && (logp || !log_softmax)
-                          ? cg__tensor_new(1, (int64_t[]){sh.probs ? rows : 2 * rows}, d) : NULL;
+    /* aux: the rows' (max, log_sum), then the weighted mean's two sums */
+    cg_tensor *aux = tc && (wc || !weight) ? cg__tensor_new(1, (int64_t[]){2 * rows + 2}, d) : NULL;
+    cg_tensor *pair = aux ? cg__tensor_new(1, (int64_t[]){sh.probs ? rows : 2 * rows}, d) : NULL;
     cg_tensor *row_loss = pair ? cg__view_new(pair, rdim, rshape, NULL, 0) : NULL;
     cg_status s = row_loss ? CG_OK : cg_last_status();
     if (s == CG_OK && !sh.probs) s = check_class_indices(tc, sh.c, ignore_index, op->name);
     if (s == CG_OK && rows > 0)
         s = cg__run_cross_entropy_forward(d, &(cg_ce_forward_args){
-            .x = cg__data(xc), .targets = sh.probs ? NULL : cg__data(tc), .probs = sh.probs ? cg__data(tc) : NULL,
-            .weight = wc ? cg__data(wc) : NULL, .outer = sh.outer, .c = sh.c, .inner = sh.inner,
-            .ignore_index = ignore_index, .smoothing = smoothing, .log_softmax = log_softmax,
-            .logp = logp ? cg__data(logp) : NULL, .row_loss = cg__data(row_loss),
-            .row_weight = sh.probs ? NULL : cg__f32(pair) + rows});
+            .x = cg__data(xc), .dtype = xi->dtype, .targets = sh.probs ? NULL : cg__data(tc),
+            .probs = sh.probs ? cg__data(tc) : NULL, .weight = wc ? cg__data(wc) : NULL, .outer = sh.outer, .c = sh.c,
+            .inner = sh.inner, .ignore_index = ignore_index, .smoothing = smoothing, .log_softmax = log_softmax,
+            .stats = cg__f32(aux), .row_loss = cg__data(row_loss), .row_weight = sh.probs ? NULL : cg__f32(pair) + rows});
     /* the node's output: the rows, their sum (times 1 / rows for a mean over class probabilities), or the
      * sum of the losses over the sum of the weights (NaN when every row is ignored, as PyTorch) */
     float scale = sh.probs && reduction == CG_REDUCTION_MEAN ? (rows ? 1.0f / (float)rows : NAN) : 1.0f;
-    cg_tensor *out = row_loss, *sums = NULL;
+    cg_tensor *out = row_loss;
     if (s == CG_OK && weighted_mean) {
-        sums = cg__tensor_new(1, (int64_t[]){2}, d);
-        out = sums ? cg__tensor_new(0, NULL, d) : NULL;
+        float *sums = cg__f32(aux) + 2 * rows;
+        out = cg__tensor_new(0, NULL, d);
         if (!out) s = cg_last_status();
         else if (rows > 0) /* one pass sums both and divides */
             s = cg__run_reduce_sum(d, &(cg_reduce_sum_args){.x = cg__data(pair), .outer = 2, .n = rows, .inner = 1,
-                .scale = 1.0f, .out = cg__data(sums), .ratio = cg__data(out)});
-        else if ((s = cg__fill(sums, 0.0)) == CG_OK) s = cg__fill(out, NAN);
+                .scale = 1.0f, .out = sums, .ratio = cg__data(out)});
+        else s = cg__fill(out, NAN); /* the backward reads no divisor: there are no rows */
         cg_tensor_free(row_loss);
     } else if (s == CG_OK && reduction != CG_REDUCTION_NONE) {
         out = cg__tensor_new(0, NULL, d);
@@ -274,15 +277,24 @@ static cg_tensor *class_loss(const cg_op_info *op, const cg_tensor *x, const cg_
     }
     const cg_tensor *inputs[2] = {x, targets};
     if (s == CG_OK && cg__should_record(2, inputs)) {
-        const cg_tensor *saved[4] = {logp, tc, wc, sums};
+        const cg_tensor *saved[4] = {log_softmax ? xc : NULL, tc, wc, aux};
         cg_node *node = cg__record_op(out, op, 2, inputs, 4, saved);
         if (node)
-            *CG_NODE_PARAMS(node, cg_class_loss_params) = (cg_class_loss_params){ignore_index, rows ? scale : 0.0f,
-                                                                                 smoothing, reduction == CG_REDUCTION_NONE};
+            *CG_NODE_PARAMS(node, cg_class_loss_params) = (cg_class_loss_params){
+                ignore_index, rows ? scale : 0.0f, smoothing, reduction == CG_REDUCTION_NONE, weighted_mean};
         else s = cg_last_status();
     }
-    cg_tensor_free(sums), cg_tensor_free(pair), cg_tensor_free(logp), cg_tensor_free(wc), cg_tensor_free(tc), cg_tensor_free(xc);
+    cg_tensor_free(aux), cg_tensor_free(pair), cg_tensor_free(wc), cg_tensor_free(tc), cg_tensor_free(xc);
     return cg__finish(out, s);
+}
+
+/* Whether cross-entropy reads 16-bit logits as they are: inside an autocast region, whose float32 rule
+ * would convert them, over class indices without class weights. The loss is computed in float32 either
+ * way, to the same values, but without a float32 copy of the (rows, classes) logits, which a language
+ * model's vocabulary makes gigabytes; their gradient comes back in their dtype. */
+static bool reads_16bit(const cg_tensor *logits, cg_class_shape sh, const cg_tensor *weight) {
+    return cg__op_cross_entropy.autocast == CG_AUTOCAST_FP32 && (cg__autocast_active >> cg__t(logits)->device.type & 1u) &&
+           cg__t(logits)->dtype != CG_FLOAT32 && !sh.probs && !weight;
 }
 
 cg_cross_entropy_options cg_cross_entropy_defaults(void) {
@@ -304,6 +316,9 @@ cg_tensor *cg_cross_entropy_ex(const cg_tensor *logits, const cg_tensor *targets
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: ignore_index %lld is not supported for class-probability targets "
                             "(as PyTorch: pass a negative one, e.g. the default CG_IGNORE_INDEX)", fn,
                             (long long)o.ignore_index);
+    if (reads_16bit(logits, sh, o.weight))
+        return class_loss(&cg__op_cross_entropy, logits, targets, NULL, sh, o.ignore_index, o.reduction,
+                          o.label_smoothing, true);
     CG_AUTOCAST(cg__op_cross_entropy.autocast, fn,
                 cg_cross_entropy_ex(ac[0], ac[1], &(cg_cross_entropy_options){ac[2], o.ignore_index, o.reduction,
                                                                               o.label_smoothing}),
