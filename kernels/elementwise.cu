@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "kernels/compare_math.h"
 #include "kernels/dtype_math.h"
+#include "kernels/float_kinds.cuh"
 
 namespace {
 
@@ -48,24 +49,6 @@ struct Pass<CG_EW_BINARY_GRAD, OP, WHICH> {
     __device__ static float apply(float v0, float v1, float v2, float) {
         return cg_binary_bwd_f((cg_binary_op)OP, WHICH, v0, v1, v2);
     }
-};
-
-// How a float dtype is stored: float32 as float, the 16-bit formats as their bit patterns, converted
-// to and from float around the op's formula (which always computes in float: rounded once).
-struct F32 {
-    using bits = float;
-    __device__ static float load(float v) { return v; }
-    __device__ static float store(float v) { return v; }
-};
-struct BF16 {
-    using bits = uint16_t;
-    __device__ static float load(uint16_t v) { return cg_f32_from_bf16(v); }
-    __device__ static uint16_t store(float v) { return cg_bf16_from_f32(v); }
-};
-struct F16 {
-    using bits = uint16_t;
-    __device__ static float load(uint16_t v) { return cg_f32_from_f16(v); }
-    __device__ static uint16_t store(float v) { return cg_f16_from_f32(v); }
 };
 
 // 16 bytes of elements: 4 floats or 8 16-bit values.
@@ -131,12 +114,7 @@ cudaError_t launch_typed(const cg_ew_call *c, cudaStream_t stream) {
 
 template <class P>
 cudaError_t launch_pass(const cg_ew_call *c, cudaStream_t stream) {
-    switch (c->dtype) {
-    case CG_FLOAT32: return launch_typed<P, F32>(c, stream);
-    case CG_BFLOAT16: return launch_typed<P, BF16>(c, stream);
-    case CG_FLOAT16: return launch_typed<P, F16>(c, stream);
-    default: return cudaErrorInvalidValue;
-    }
+    return cg_with_float_kind(c->dtype, [&](auto e) { return launch_typed<P, decltype(e)>(c, stream); });
 }
 
 __global__ void cast_kernel(const void *__restrict__ in, cg_dtype from, void *__restrict__ out, cg_dtype to,
@@ -174,13 +152,10 @@ __global__ void cast_contiguous(const void *__restrict__ in, void *__restrict__ 
 template <class From>
 cudaError_t launch_cast_from(const cg_cast_args *c, cudaStream_t stream) {
     unsigned grid = cg_launch_grid((c->lay.numel + 7) / 8, kThreads);
-    switch (c->out_dtype) {
-    case CG_FLOAT32: cast_contiguous<From, F32><<<grid, kThreads, 0, stream>>>(c->in, c->out, c->lay.numel); break;
-    case CG_BFLOAT16: cast_contiguous<From, BF16><<<grid, kThreads, 0, stream>>>(c->in, c->out, c->lay.numel); break;
-    case CG_FLOAT16: cast_contiguous<From, F16><<<grid, kThreads, 0, stream>>>(c->in, c->out, c->lay.numel); break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return cg_with_float_kind(c->out_dtype, [&](auto to) {
+        cast_contiguous<From, decltype(to)><<<grid, kThreads, 0, stream>>>(c->in, c->out, c->lay.numel);
+        return cudaGetLastError();
+    });
 }
 
 __global__ void compare_kernel(cg_compare_op op, cg_dtype dt, const void *__restrict__ a, const void *__restrict__ b,
@@ -245,11 +220,7 @@ extern "C" cudaError_t cg_launch_elementwise(const cg_ew_call *c, cudaStream_t s
 extern "C" cudaError_t cg_launch_cast(const cg_cast_args *c, cudaStream_t stream) {
     if (c->lay.numel > 0 && c->lay.contiguous[0] && cg_dtype_floating(c->in_dtype) && cg_dtype_floating(c->out_dtype) &&
         aligned16(c->in) && aligned16(c->out)) {
-        switch (c->in_dtype) {
-        case CG_FLOAT32: return launch_cast_from<F32>(c, stream);
-        case CG_BFLOAT16: return launch_cast_from<BF16>(c, stream);
-        default: return launch_cast_from<F16>(c, stream);
-        }
+        return cg_with_float_kind(c->in_dtype, [&](auto from) { return launch_cast_from<decltype(from)>(c, stream); });
     }
     if (c->lay.numel > 0)
         cast_kernel<<<cg_launch_grid(c->lay.numel, kThreads), kThreads, 0, stream>>>(c->in, c->in_dtype, c->out,

@@ -209,19 +209,23 @@ typedef struct cg_reduce_sum_int64_args {
     int64_t *out;
 } cg_reduce_sum_int64_args;
 
+/* MSE over a (input) and b (target), each float32, or bfloat16 / float16 (autocast's float32 rule, read
+ * as they are), computed in float32. */
 typedef struct cg_mse_forward_args {
-    const float *a, *b; /* (n) each */
+    const void *a, *b;  /* (n) each */
+    cg_dtype adt, bdt;
     int64_t n;
     float scale;
     float *out;         /* one float: scale * sum (a - b)^2 */
 } cg_mse_forward_args;
 
 typedef struct cg_mse_backward_args {
-    const float *a, *b; /* (n) each */
+    const void *a, *b;  /* (n) each */
+    cg_dtype adt, bdt;
     const float *g;     /* one float on the device: the gradient of the loss */
     float factor;
     int64_t n;
-    float *grad;        /* (n) = (a - b) * (factor * g[0]) */
+    void *grad;         /* (n), a's dtype: (a - b) * (factor * g[0]) */
 } cg_mse_backward_args;
 
 /* torch.cumsum: out (outer, n, inner) = the running sums of x (outer, n, inner) along n, from the

@@ -82,14 +82,11 @@ cudaError_t cg_launch_scatter_add(const cg_scatter_add_args *args, cg_index_erro
  * between launches (each launch puts back those it used); CG_TICKETS of them per device. */
 #define CG_TICKETS 4096
 
-/* reduce.cu, for MSE: out (one float) = scale * the sum of (a - b)^2, in one launch; partial holds
- * cg_sum_sqdiff_blocks(n) floats and tickets are the device's (its first one counts); and
- * out = (a - b) * (factor * g[0]) with g one float on the device. */
+/* reduce.cu, for MSE (kernel_args.h): the forward's sum in one launch, partial holding
+ * cg_sum_sqdiff_blocks(n) floats and tickets the device's (its first one counts); and the gradient. */
 int64_t cg_sum_sqdiff_blocks(int64_t n);
-cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *partial,
-                                 unsigned *tickets, float *out, cudaStream_t stream);
-cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n, float *out,
-                                  cudaStream_t stream);
+cudaError_t cg_launch_sum_sqdiff(const cg_mse_forward_args *m, float *partial, unsigned *tickets, cudaStream_t stream);
+cudaError_t cg_launch_scaled_diff(const cg_mse_backward_args *m, cudaStream_t stream);
 
 /* matmul.cu: GEMMs with a side of o <= 16 that read the large operand once.
  * nt: y (n, o; ldy) = x (n, k; ldx) w^T + bias, w (o, k; ldw), bias (o) or NULL; scratch holds

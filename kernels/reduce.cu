@@ -3,6 +3,7 @@
 // (outer, n, inner), in chunks, and MSE's one-launch sum and its gradient: every output is summed
 // in a fixed order that depends only on the shapes (no float atomics), so a run repeats bit for bit.
 #include "kernels.h"
+#include "kernels/float_kinds.cuh"
 
 namespace {
 
@@ -46,12 +47,15 @@ __global__ void sum_pair_ratio(const float *__restrict__ x, int64_t n, float sca
     if (threadIdx.x == 0) out[0] = num, out[1] = den, ratio[0] = num / den;
 }
 
-// MSE's sum in one launch: out = scale * the sum of (a - b)^2. Each block adds its grid-stride share,
-// four elements a thread at a time with all their loads in flight (a loss's inputs are small, so
-// latency, not bandwidth, bounds this), and leaves it in partial[block]; the last block to finish,
-// counted in *ticket, adds the blocks' sums in a fixed order and puts the ticket back to 0.
-__global__ void sum_sqdiff_onepass(const float *__restrict__ a, const float *__restrict__ b, int64_t n, float scale,
-                                   float *__restrict__ partial, unsigned *__restrict__ ticket, float *__restrict__ out) {
+// MSE's sum in one launch: out = scale * the sum of (a - b)^2, a and b of float kinds A and B (A 16-bit
+// under autocast, read as it is). Each block adds its grid-stride share, four elements a thread at a time
+// with all their loads in flight (a loss's inputs are small, so latency, not bandwidth, bounds this), and
+// leaves it in partial[block]; the last block to finish, counted in *ticket, adds the blocks' sums in a
+// fixed order and puts the ticket back to 0.
+template <class A, class B>
+__global__ void sum_sqdiff_onepass(const typename A::bits *__restrict__ a, const typename B::bits *__restrict__ b,
+                                   int64_t n, float scale, float *__restrict__ partial, unsigned *__restrict__ ticket,
+                                   float *__restrict__ out) {
     __shared__ float shared[kThreads];
     __shared__ bool last;
     const int64_t stride = (int64_t)gridDim.x * kThreads;
@@ -60,7 +64,8 @@ __global__ void sum_sqdiff_onepass(const float *__restrict__ a, const float *__r
     for (; i < n; i += 4 * stride)
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const float d = i + u * stride < n ? a[i + u * stride] - b[i + u * stride] : 0.0f;
+            const int64_t j = i + u * stride;
+            const float d = j < n ? A::load(a[j]) - B::load(b[j]) : 0.0f;
             acc[u] += d * d;
         }
     const float block_total = block_sum((acc[0] + acc[1]) + (acc[2] + acc[3]), shared);
@@ -78,12 +83,19 @@ __global__ void sum_sqdiff_onepass(const float *__restrict__ a, const float *__r
     if (threadIdx.x == 0) *out = total * scale, *ticket = 0;
 }
 
-// MSE's gradient: out = (a - b) * (factor * g[0]), g read on the device (no host round trip).
-__global__ void scaled_diff(const float *__restrict__ a, const float *__restrict__ b, const float *__restrict__ g,
-                            float factor, int64_t n, float *__restrict__ out) {
+// MSE's gradient: grad = (a - b) * (factor * g[0]) in a's kind, g read on the device (no host round trip).
+template <class A, class B>
+__global__ void scaled_diff(const typename A::bits *__restrict__ a, const typename B::bits *__restrict__ b,
+                            const float *__restrict__ g, float factor, int64_t n, typename A::bits *__restrict__ out) {
     float s = factor * g[0];
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = (a[i] - b[i]) * s;
+        out[i] = A::store((A::load(a[i]) - B::load(b[i])) * s);
+}
+
+// fn(A{}, B{}) for the kinds of dtypes a and b.
+template <class Fn>
+cudaError_t with_kinds(cg_dtype a, cg_dtype b, Fn fn) {
+    return cg_with_float_kind(a, [&](auto ka) { return cg_with_float_kind(b, [&](auto kb) { return fn(ka, kb); }); });
 }
 
 // inner > 1: one thread per (row, chunk, column); neighbouring threads read neighbouring columns.
@@ -152,16 +164,27 @@ extern "C" cudaError_t cg_launch_cumsum(const cg_cumsum_args *a, cudaStream_t st
 // Four elements per thread (one round of loads), at most 8 blocks per SM.
 extern "C" int64_t cg_sum_sqdiff_blocks(int64_t n) { return cg_launch_blocks((n + 4 * kThreads - 1) / (4 * kThreads), 8); }
 
-extern "C" cudaError_t cg_launch_sum_sqdiff(const float *a, const float *b, int64_t n, float scale, float *partial,
-                                            unsigned *tickets, float *out, cudaStream_t stream) {
-    sum_sqdiff_onepass<<<(unsigned)cg_sum_sqdiff_blocks(n), kThreads, 0, stream>>>(a, b, n, scale, partial, tickets, out);
-    return cudaGetLastError();
+extern "C" cudaError_t cg_launch_sum_sqdiff(const cg_mse_forward_args *m, float *partial, unsigned *tickets,
+                                            cudaStream_t stream) {
+    return with_kinds(m->adt, m->bdt, [&](auto ka, auto kb) {
+        using A = decltype(ka);
+        using B = decltype(kb);
+        sum_sqdiff_onepass<A, B><<<(unsigned)cg_sum_sqdiff_blocks(m->n), kThreads, 0, stream>>>(
+            static_cast<const typename A::bits *>(m->a), static_cast<const typename B::bits *>(m->b), m->n, m->scale,
+            partial, tickets, m->out);
+        return cudaGetLastError();
+    });
 }
 
-extern "C" cudaError_t cg_launch_scaled_diff(const float *a, const float *b, const float *g, float factor, int64_t n,
-                                            float *out, cudaStream_t stream) {
-    scaled_diff<<<(unsigned)cg_launch_blocks((n + kThreads - 1) / kThreads, 16), kThreads, 0, stream>>>(a, b, g, factor, n, out);
-    return cudaGetLastError();
+extern "C" cudaError_t cg_launch_scaled_diff(const cg_mse_backward_args *m, cudaStream_t stream) {
+    return with_kinds(m->adt, m->bdt, [&](auto ka, auto kb) {
+        using A = decltype(ka);
+        using B = decltype(kb);
+        scaled_diff<A, B><<<(unsigned)cg_launch_blocks((m->n + kThreads - 1) / kThreads, 16), kThreads, 0, stream>>>(
+            static_cast<const typename A::bits *>(m->a), static_cast<const typename B::bits *>(m->b), m->g, m->factor,
+            m->n, static_cast<typename A::bits *>(m->grad));
+        return cudaGetLastError();
+    });
 }
 
 extern "C" cudaError_t cg_launch_sum_chunks(const float *x, int64_t outer, int64_t n, int64_t inner, int64_t chunks,

@@ -203,6 +203,11 @@ int cg__autocast_inputs(cg_autocast_rule rule, int n, const cg_tensor *const *in
     return 1;
 }
 
+bool cg__autocast_reads_16bit(cg_autocast_rule rule, const cg_tensor *t) {
+    return rule == CG_AUTOCAST_FP32 && (cg__autocast_active >> cg__t(t)->device.type & 1u) &&
+           (cg__t(t)->dtype == CG_BFLOAT16 || cg__t(t)->dtype == CG_FLOAT16);
+}
+
 void cg__autocast_done(int n, cg_tensor **ac, unsigned made) {
     release(n, ac, made);
     cg__autocast_hold(-1);

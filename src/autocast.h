@@ -30,6 +30,11 @@ extern CG_THREAD_FAST unsigned cg__autocast_active;
  * region closes. */
 int cg__autocast_inputs(cg_autocast_rule rule, int n, const cg_tensor *const *in, cg_tensor **ac, unsigned *made,
                         const char *fn);
+/* Whether an op under rule, which computes in float32 itself, reads its 16-bit input t as it is rather
+ * than through a float32 copy: the rule is CG_AUTOCAST_FP32, autocast is on for t's device type, and t is
+ * bfloat16 or float16. The results are those of converting t first (every 16-bit value is a float32),
+ * without the copy; t's gradient comes back in t's dtype. */
+bool cg__autocast_reads_16bit(cg_autocast_rule rule, const cg_tensor *t);
 /* After the op ran on ac: frees the conversions that *made marks (bit k: ac[k] is the caller's to free;
  * the cache owns the rest), and lets autocast act again (it is held off while the op runs, so that the
  * op's own inner calls keep the dtypes it chose). */

@@ -288,15 +288,6 @@ static cg_tensor *class_loss(const cg_op_info *op, const cg_tensor *x, const cg_
     return cg__finish(out, s);
 }
 
-/* Whether cross-entropy reads 16-bit logits as they are: inside an autocast region, whose float32 rule
- * would convert them, over class indices without class weights. The loss is computed in float32 either
- * way, to the same values, but without a float32 copy of the (rows, classes) logits, which a language
- * model's vocabulary makes gigabytes; their gradient comes back in their dtype. */
-static bool reads_16bit(const cg_tensor *logits, cg_class_shape sh, const cg_tensor *weight) {
-    return cg__op_cross_entropy.autocast == CG_AUTOCAST_FP32 && (cg__autocast_active >> cg__t(logits)->device.type & 1u) &&
-           cg__t(logits)->dtype != CG_FLOAT32 && !sh.probs && !weight;
-}
-
 cg_cross_entropy_options cg_cross_entropy_defaults(void) {
     return (cg_cross_entropy_options){.weight = NULL, .ignore_index = CG_IGNORE_INDEX, .reduction = CG_REDUCTION_MEAN,
                                       .label_smoothing = 0.0f};
@@ -316,7 +307,10 @@ cg_tensor *cg_cross_entropy_ex(const cg_tensor *logits, const cg_tensor *targets
         return CG_FAIL_NULL(CG_ERR_INVALID_ARG, "%s: ignore_index %lld is not supported for class-probability targets "
                             "(as PyTorch: pass a negative one, e.g. the default CG_IGNORE_INDEX)", fn,
                             (long long)o.ignore_index);
-    if (reads_16bit(logits, sh, o.weight))
+    /* 16-bit logits over class indices are read as they are (no float32 copy of the (rows, classes) logits,
+     * which a language model's vocabulary makes gigabytes); class weights and probabilities go through
+     * float32 */
+    if (cg__autocast_reads_16bit(cg__op_cross_entropy.autocast, logits) && !sh.probs && !o.weight)
         return class_loss(&cg__op_cross_entropy, logits, targets, NULL, sh, o.ignore_index, o.reduction,
                           o.label_smoothing, true);
     CG_AUTOCAST(cg__op_cross_entropy.autocast, fn,

@@ -13,7 +13,8 @@
 #include "tensor_impl.h"
 
 /* loss = scale * sum (input - target)^2 (scale = 1/numel for the mean), one fused pass each way:
- * d loss / d input = 2 scale (input - target) g, read straight from input and target (saved). */
+ * d loss / d input = 2 scale (input - target) g, read straight from input and target (saved), in
+ * float32 whatever their dtypes (16-bit ones inside an autocast region), the gradient in input's. */
 typedef struct cg_mse_params {
     float scale;
 } cg_mse_params;
@@ -21,10 +22,11 @@ typedef struct cg_mse_params {
 static cg_status mse_backward(cg_node *n, const cg_tensor *g, cg_tensor **grad_in) {
     const cg_tensor *input = n->saved[0], *target = n->saved[1];
     const cg_tensor_impl *inputi = cg__t(input);
-    cg_tensor *gi = cg__tensor_new(inputi->ndim, inputi->shape, inputi->device);
+    cg_tensor *gi = cg__tensor_like(input);
     if (!gi) return cg_last_status();
     cg_status s = cg__run_mse_backward(inputi->device, &(cg_mse_backward_args){
-        cg__data(input), cg__data(target), cg__data(g), 2.0f * CG_NODE_PARAMS(n, cg_mse_params)->scale, inputi->numel, cg__data(gi)});
+        cg__data(input), cg__data(target), inputi->dtype, cg__t(target)->dtype, cg__data(g),
+        2.0f * CG_NODE_PARAMS(n, cg_mse_params)->scale, inputi->numel, cg__data(gi)});
     if (s == CG_OK && n->needs_grad[1] && !(grad_in[1] = cg_neg(gi))) s = cg_last_status();
     if (s == CG_OK && n->needs_grad[0]) grad_in[0] = gi;
     else cg_tensor_free(gi);
@@ -37,8 +39,14 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
         cg__check_same_device(input, target, "cg_mse_loss") != CG_OK || cg__check_floating(input, "cg_mse_loss", "input") != CG_OK ||
         cg__check_floating(target, "cg_mse_loss", "target") != CG_OK)
         return NULL;
-    CG_AUTOCAST(cg__op_mse_loss.autocast, "cg_mse_loss", cg_mse_loss(ac[0], ac[1], reduction), input, target);
-    CG_VIA_FLOAT32("cg_mse_loss", cg_mse_loss(f32[0], f32[1], reduction), input, target);
+    /* 16-bit inputs are read as they are, unless the target needs its gradient (a float32 one) */
+    cg_autocast_rule rule = cg__op_mse_loss.autocast;
+    bool as_they_are = (cg__autocast_reads_16bit(rule, input) || cg__autocast_reads_16bit(rule, target)) &&
+                       !(cg_requires_grad(target) && cg_is_grad_enabled());
+    if (!as_they_are) {
+        CG_AUTOCAST(rule, "cg_mse_loss", cg_mse_loss(ac[0], ac[1], reduction), input, target);
+        CG_VIA_FLOAT32("cg_mse_loss", cg_mse_loss(f32[0], f32[1], reduction), input, target);
+    }
     const cg_tensor_impl *inputi = cg__t(input), *targeti = cg__t(target);
     if (inputi->ndim != targeti->ndim || memcmp(inputi->shape, targeti->shape, (size_t)inputi->ndim * sizeof(int64_t)))
         return CG_FAIL_NULL(CG_ERR_SHAPE, "cg_mse_loss: input shape %s and target shape %s differ",
@@ -56,8 +64,8 @@ cg_tensor *cg_mse_loss(const cg_tensor *input, const cg_tensor *target, cg_reduc
     cg_status s = loss ? CG_OK : cg_last_status();
     if (s == CG_OK && inputi->numel == 0) s = cg__fill(loss, reduction == CG_REDUCTION_MEAN ? NAN : 0.0f);
     else if (s == CG_OK)
-        s = cg__run_mse_forward(inputi->device,
-                                &(cg_mse_forward_args){cg__data(a), cg__data(b), inputi->numel, scale, cg__data(loss)});
+        s = cg__run_mse_forward(inputi->device, &(cg_mse_forward_args){cg__data(a), cg__data(b), inputi->dtype,
+                                                                       targeti->dtype, inputi->numel, scale, cg__data(loss)});
     const cg_tensor *inputs[2] = {input, target};
     if (s == CG_OK && cg__should_record(2, inputs)) {
         const cg_tensor *saved[2] = {a, b};

@@ -5,7 +5,8 @@
  * float32 gradients close to the float32 step's. Each parameter is converted once per region however
  * often it is used, converted again once written (by an optimizer step or cg_copy_) or after a backward
  * pass, and the conversions are released when the outermost region closes: counted by the live
- * handles cg_leak_report sees. Regions belong to the thread that opened them. */
+ * handles cg_leak_report sees. Regions belong to the thread that opened them. Cross-entropy and MSE read
+ * 16-bit inputs as they are, to the converted inputs' results, without a float32 copy. */
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -297,70 +298,89 @@ static void test_per_thread(void **state) {
     for (int i = 0; i < 5; i++) cg_tensor_free(made[i]);
 }
 
-/* Cross-entropy over 16-bit logits inside a region reads them as they are: the float32 loss and the
- * bfloat16 gradient equal, bit for bit, those of the logits converted to float32 first (outside a region),
- * with and without label smoothing, an ignored row included; and no float32 copy of the (rows, classes)
- * logits is made: the memory the forward reserves beyond what it started with stays below half that copy
- * (it keeps two floats a row), where the converting forward needs the copy. */
-static void ce_pass(cg_tensor *logits16, const cg_tensor *y, float smoothing, bool amp, float *loss,
-                    float **grad, size_t *extra) {
+/* The float32-rule losses that read 16-bit inputs as they are inside a region (cross-entropy over class
+ * indices, MSE): the float32 loss and the bfloat16 gradient equal, bit for bit, those of the input
+ * converted to float32 first (outside a region); and no float32 copy of the input is made: the memory the
+ * forward reserves beyond what it started with stays below half that copy, where the converting forward
+ * needs it. */
+typedef cg_tensor *(*loss_fn)(const cg_tensor *x, const cg_tensor *y, float smoothing);
+
+static cg_tensor *ce_loss(const cg_tensor *x, const cg_tensor *y, float smoothing) {
+    cg_cross_entropy_options o = cg_cross_entropy_defaults();
+    o.label_smoothing = smoothing;
+    return cg_cross_entropy_ex(x, y, &o);
+}
+
+static cg_tensor *mse_loss(const cg_tensor *x, const cg_tensor *y, float smoothing) {
+    (void)smoothing;
+    return cg_mse_loss(x, y, CG_REDUCTION_MEAN);
+}
+
+/* One forward and backward pass of loss on x16 (a bfloat16 leaf), in a region (amp) or on x16 converted to
+ * float32: the loss, x16's gradient as floats, and the bytes the forward reserved beyond the start. */
+static void loss_pass(loss_fn loss, cg_tensor *x16, const cg_tensor *y, float smoothing, bool amp, float *value,
+                      float **grad, size_t *extra) {
     cg_device d = dev();
     CG_TEST_STATUS_OK(cg_empty_cache(d));
     cg_memory_stats before, after;
     CG_TEST_STATUS_OK(cg_memory_stats_get(d, &before));
     CG_TEST_STATUS_OK(cg_memory_reset_peak(d));
-    cg_cross_entropy_options o = cg_cross_entropy_defaults();
-    o.label_smoothing = smoothing;
     if (amp) CG_TEST_STATUS_OK(cg_autocast_enter(here(), true, CG_BFLOAT16));
-    cg_tensor *x = amp ? (cg_tensor *)logits16 : CG_TEST_OK(cg_to_dtype(logits16, CG_FLOAT32));
-    cg_tensor *l = CG_TEST_OK(cg_cross_entropy_ex(x, y, &o));
+    cg_tensor *x = amp ? x16 : CG_TEST_OK(cg_to_dtype(x16, CG_FLOAT32));
+    cg_tensor *l = CG_TEST_OK(loss(x, y, smoothing));
     if (amp) CG_TEST_STATUS_OK(cg_autocast_exit(here()));
     assert_int_equal(cg_dtype_of(l), CG_FLOAT32);
     CG_TEST_STATUS_OK(cg_memory_stats_get(d, &after));
     *extra = after.peak_reserved - before.bytes_reserved;
     CG_TEST_STATUS_OK(cg_backward(l));
-    CG_TEST_STATUS_OK(cg_item(l, loss));
-    const cg_tensor *g = cg_grad(logits16);
+    CG_TEST_STATUS_OK(cg_item(l, value));
+    const cg_tensor *g = cg_grad(x16);
     assert_int_equal(cg_dtype_of(g), CG_BFLOAT16);
     cg_tensor *g32 = CG_TEST_OK(cg_to_dtype(g, CG_FLOAT32));
     *grad = cg_test_read(g32);
     cg_tensor_free(g32), cg_tensor_free(l);
     if (!amp) cg_tensor_free(x);
-    CG_TEST_STATUS_OK(cg_zero_grad(logits16));
+    CG_TEST_STATUS_OK(cg_zero_grad(x16));
 }
 
-static void test_cross_entropy_16bit(void **state) {
+static void check_reads_16bit(const char *name, loss_fn loss, const cg_tensor *x, const cg_tensor *y, float smoothing) {
+    cg_tensor *x16 = CG_TEST_OK(cg_to_dtype(x, CG_BFLOAT16));
+    CG_TEST_STATUS_OK(cg_set_requires_grad(x16, true));
+    float v16, v32, *g16, *g32;
+    size_t extra16, extra32, numel = (size_t)cg_numel(x);
+    loss_pass(loss, x16, y, smoothing, true, &v16, &g16, &extra16);
+    loss_pass(loss, x16, y, smoothing, false, &v32, &g32, &extra32);
+    if (memcmp(&v16, &v32, sizeof v16) != 0)
+        fail_msg("%s (smoothing %g): loss %.9g in the region, %.9g converted first", name, (double)smoothing, (double)v16,
+                 (double)v32);
+    assert_memory_equal(g16, g32, numel * sizeof *g16);
+    const size_t copy = numel * sizeof(float);
+    if (extra16 >= copy / 2 || extra32 < copy)
+        fail_msg("%s (smoothing %g): the 16-bit forward reserved %zu bytes more than it started with, a float32 copy of "
+                 "the input being %zu (the converting forward: %zu)", name, (double)smoothing, extra16, copy, extra32);
+    free(g16), free(g32);
+    cg_tensor_free(x16);
+}
+
+static void test_losses_read_16bit(void **state) {
     (void)state;
     enum { ROWS = 512, C = 8192 };
-    cg_tensor *x = uniform(ROWS, C), *x3 = CG_TEST_OK(cg_mul_scalar(x, 8.0f));
-    cg_tensor *logits16 = CG_TEST_OK(cg_to_dtype(x3, CG_BFLOAT16));
-    CG_TEST_STATUS_OK(cg_set_requires_grad(logits16, true));
+    cg_tensor *u = uniform(ROWS, C), *x = CG_TEST_OK(cg_mul_scalar(u, 8.0f)), *target = uniform(ROWS, C);
     int64_t *t = malloc(ROWS * sizeof *t);
     assert_non_null(t);
     for (int i = 0; i < ROWS; i++) t[i] = i == 7 ? CG_IGNORE_INDEX : (i * 7919) % C;
-    cg_tensor *y = cg_test_int64_tensor(t, 1, (int64_t[]){ROWS});
+    cg_tensor *classes = cg_test_int64_tensor(t, 1, (int64_t[]){ROWS});
     free(t);
-    const float smoothing[] = {0.0f, 0.1f};
-    for (int k = 0; k < 2; k++) {
-        float loss16, loss32, *g16, *g32;
-        size_t extra16, extra32;
-        ce_pass(logits16, y, smoothing[k], true, &loss16, &g16, &extra16);
-        ce_pass(logits16, y, smoothing[k], false, &loss32, &g32, &extra32);
-        assert_memory_equal(&loss16, &loss32, sizeof loss16);
-        assert_memory_equal(g16, g32, (size_t)ROWS * C * sizeof *g16);
-        const size_t copy = (size_t)ROWS * C * sizeof(float);
-        if (extra16 >= copy / 2 || extra32 < copy)
-            fail_msg("smoothing %g: the 16-bit forward reserved %zu bytes more than it started with, a float32 copy of the "
-                     "logits being %zu (the converting forward: %zu)", (double)smoothing[k], extra16, copy, extra32);
-        free(g16), free(g32);
-    }
-    cg_tensor_free(y), cg_tensor_free(logits16), cg_tensor_free(x3), cg_tensor_free(x);
+    check_reads_16bit("cross-entropy", ce_loss, x, classes, 0.0f);
+    check_reads_16bit("cross-entropy", ce_loss, x, classes, 0.1f);
+    check_reads_16bit("mse", mse_loss, x, target, 0.0f);
+    cg_tensor_free(classes), cg_tensor_free(target), cg_tensor_free(x), cg_tensor_free(u);
 }
 
 int main(void) {
     cg_test_init();
     const struct CMUnitTest tests[] = {CG_TEST(test_regions_nest), CG_TEST(test_misuse), CG_TEST(test_losses_mixed),
                                        CG_TEST(test_mlp_step), CG_TEST(test_weight_cast_cache), CG_TEST(test_per_thread),
-                                       CG_TEST(test_cross_entropy_16bit)};
+                                       CG_TEST(test_losses_read_16bit)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,54 +5,49 @@
 #include "cpu/cpu.h"
 #include "backend.h"
 #include "error.h"
+#include "kernels/dtype_math.h"
 
 #define SUM_BLOCKS 64
 #define INNER_TILE 256
 #define SMALL_SUM 4096 /* sums this short run in one block (the choice depends on n alone) */
 
 /* MSE: the same fixed blocking as sum_contiguous, over (a - b)^2. */
+static double sqdiff(const cg_mse_forward_args *k, int64_t i) {
+    double d = (double)cg_load_float(k->adt, k->a, i) - (double)cg_load_float(k->bdt, k->b, i);
+    return d * d;
+}
+
 cg_status cg__cpu_mse_forward(const void *raw, int index) {
-    const cg_mse_forward_args *kargs = raw;
-    const float *a = kargs->a;
-    const float *b = kargs->b;
-    int64_t n = kargs->n;
-    float scale = kargs->scale;
-    float *out = kargs->out;
+    const cg_mse_forward_args *k = raw;
+    int64_t n = k->n;
     CG_TRY(cg__cpu_enter());
     if (n <= SMALL_SUM) { /* one block: the split below only pays on long sums */
         double acc = 0;
-        for (int64_t i = 0; i < n; i++) acc += ((double)a[i] - (double)b[i]) * ((double)a[i] - (double)b[i]);
-        out[0] = (float)(acc * scale);
+        for (int64_t i = 0; i < n; i++) acc += sqdiff(k, i);
+        k->out[0] = (float)(acc * k->scale);
         return CG_OK;
     }
     double partial[SUM_BLOCKS] = {0};
     int64_t block = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
-    CG_CPU_FOR(k, SUM_BLOCKS, n, {
-        int64_t lo = k * block, hi = lo + block < n ? lo + block : n;
+    CG_CPU_FOR(b, SUM_BLOCKS, n, {
+        int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
         double acc = 0;
-        for (int64_t i = lo; i < hi; i++) {
-            double d = (double)a[i] - (double)b[i];
-            acc += d * d;
-        }
-        partial[k] = acc;
+        for (int64_t i = lo; i < hi; i++) acc += sqdiff(k, i);
+        partial[b] = acc;
     });
     double total = 0;
-    for (int k = 0; k < SUM_BLOCKS; k++) total += partial[k];
-    out[0] = (float)(total * scale);
+    for (int b = 0; b < SUM_BLOCKS; b++) total += partial[b];
+    k->out[0] = (float)(total * k->scale);
     return CG_OK;
 }
 
 cg_status cg__cpu_mse_backward(const void *raw, int index) {
-    const cg_mse_backward_args *kargs = raw;
-    const float *a = kargs->a;
-    const float *b = kargs->b;
-    const float *g = kargs->g;
-    float factor = kargs->factor;
-    int64_t n = kargs->n;
-    float *grad = kargs->grad;
+    const cg_mse_backward_args *k = raw;
     CG_TRY(cg__cpu_enter());
-    float s = factor * g[0];
-    CG_CPU_FOR(i, n, n, { grad[i] = (a[i] - b[i]) * s; });
+    float s = k->factor * k->g[0];
+    CG_CPU_FOR(i, k->n, k->n, {
+        cg_store_float(k->adt, k->grad, i, (cg_load_float(k->adt, k->a, i) - cg_load_float(k->bdt, k->b, i)) * s);
+    });
     return CG_OK;
 }
 

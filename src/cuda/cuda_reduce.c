@@ -71,35 +71,23 @@ cg_status cg__cuda_reduce_sum(const void *raw, int index) {
 
 /* MSE's sum: one launch, its blocks' sums in a scratch buffer. */
 cg_status cg__cuda_mse_forward(const void *raw, int index) {
-    const cg_mse_forward_args *kargs = raw;
-    const float *a = kargs->a;
-    const float *b = kargs->b;
-    int64_t n = kargs->n;
-    float scale = kargs->scale;
-    float *out = kargs->out;
+    const cg_mse_forward_args *m = raw;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
     cg_device d = cg_cuda(index);
-    size_t bytes = (size_t)cg_sum_sqdiff_blocks(n) * sizeof(float);
+    size_t bytes = (size_t)cg_sum_sqdiff_blocks(m->n) * sizeof(float);
     float *partial = cg__alloc(d, bytes);
     if (!partial) return cg_last_status();
-    cudaError_t e = cg_launch_sum_sqdiff(a, b, n, scale, partial, ctx->tickets, out, ctx->stream);
+    cudaError_t e = cg_launch_sum_sqdiff(m, partial, ctx->tickets, ctx->stream);
     cg__free(d, partial, bytes); /* stream order makes the reuse safe */
     if (e != cudaSuccess) return cg__cuda_error(e, "cg_launch_sum_sqdiff", __FILE__, __LINE__);
     return CG_OK;
 }
 
 cg_status cg__cuda_mse_backward(const void *raw, int index) {
-    const cg_mse_backward_args *kargs = raw;
-    const float *a = kargs->a;
-    const float *b = kargs->b;
-    const float *g = kargs->g;
-    float factor = kargs->factor;
-    int64_t n = kargs->n;
-    float *grad = kargs->grad;
     cg_cuda_context *ctx;
     CG_TRY(cg__cuda_enter(index, &ctx));
-    CG_CUDA_CHECK(cg_launch_scaled_diff(a, b, g, factor, n, grad, ctx->stream));
+    CG_CUDA_CHECK(cg_launch_scaled_diff(raw, ctx->stream));
     return CG_OK;
 }
 
