@@ -1,6 +1,6 @@
 # The CUDA backend's build (included by CMakeLists.txt when CGRAD_CUDA is ON): the architectures to
-# compile for, the toolkit, and the optional libraries cuDNN and NCCL. Each choice is printed as one
-# "cgrad: ..." line at configure time, saying what was found and how to change it.
+# compile for, the toolkit, and the optional libraries cuDNN (with its C++ frontend) and NCCL. Each choice
+# is printed as one "cgrad: ..." line at configure time, saying what was found and how to change it.
 
 # ---- architectures -------------------------------------------------------------------------------------
 # Given (-DCMAKE_CUDA_ARCHITECTURES=..., scripts/setup.sh's CGRAD_CUDA_ARCH, or the CUDAARCHS environment
@@ -109,3 +109,46 @@ cgrad_optional_library(CUDNN cuDNN cudnn.h cudnn "GPU convolutions (cg_conv2d)"
 cgrad_optional_library(NCCL NCCL nccl.h nccl "multi-GPU data parallelism (cg_data_parallel_new, cg_ddp_new on GPUs)"
   "data parallelism over several GPUs fails with an error saying so"
   "NCCL 2 (it ships with some CUDA toolkits; Debian/Ubuntu: NVIDIA's libnccl-dev)")
+
+# cudnn-frontend: NVIDIA's header-only C++ API over cuDNN's graphs, which src/cuda/cuda_attention.cpp builds
+# the fused attention with. scripts/fetch_cudnn_frontend.sh puts its headers in .deps/cudnn-frontend, searched
+# first, so a frontend installed elsewhere (e.g. a pip one of another version) is used only without them. It
+# also links the toolkit's NVRTC (some of its engines compile kernels at run time). Needs cuDNN: off without
+# it, whatever was asked or cached. The option is ON by default when found.
+find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h PATHS ${PROJECT_SOURCE_DIR}/.deps/cudnn-frontend/include
+  NO_DEFAULT_PATH)
+find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h)
+if(NOT CUDNN_FRONTEND_INCLUDE_DIR)
+  set(cgrad_frontend_missing "no cudnn_frontend.h: scripts/fetch_cudnn_frontend.sh fetches it")
+elseif(NOT TARGET CUDA::nvrtc)
+  set(cgrad_frontend_missing "no libnvrtc in the CUDA toolkit, which the frontend links")
+else()
+  set(cgrad_frontend_missing "")
+endif()
+if(cgrad_frontend_missing)
+  set(cgrad_frontend_found OFF)
+else()
+  set(cgrad_frontend_found ON)
+endif()
+option(CGRAD_CUDNN_FRONTEND "Fused attention through cuDNN's C++ frontend (default: ON when found)"
+  ${cgrad_frontend_found})
+set(cgrad_frontend_without "attention composes its (L, S) scores")
+if(NOT CGRAD_CUDNN)
+  set(CGRAD_CUDNN_FRONTEND OFF)
+  message(STATUS "cgrad: cuDNN frontend: off (needs cuDNN): ${cgrad_frontend_without}")
+elseif(CGRAD_CUDNN_FRONTEND AND cgrad_frontend_found)
+  message(STATUS "cgrad: cuDNN frontend: on (${CUDNN_FRONTEND_INCLUDE_DIR}): fused attention "
+    "(cg_scaled_dot_product_attention, 16-bit on the GPU)")
+elseif(CGRAD_CUDNN_FRONTEND)
+  message(FATAL_ERROR "CGRAD_CUDNN_FRONTEND is ON but the frontend cannot be built (${cgrad_frontend_missing}). "
+    "CUDNN_FRONTEND_INCLUDE_DIR may name the headers' directory; or configure with -DCGRAD_CUDNN_FRONTEND=OFF "
+    "(then ${cgrad_frontend_without}).")
+elseif(cgrad_frontend_found)
+  message(STATUS "cgrad: cuDNN frontend: off (CGRAD_CUDNN_FRONTEND=OFF; found at ${CUDNN_FRONTEND_INCLUDE_DIR}): "
+    "${cgrad_frontend_without}; -DCGRAD_CUDNN_FRONTEND=ON enables it")
+else()
+  message(STATUS "cgrad: cuDNN frontend: off (${cgrad_frontend_missing}): ${cgrad_frontend_without}")
+endif()
+if(CGRAD_CUDNN_FRONTEND)
+  enable_language(CXX)
+endif()

@@ -66,7 +66,9 @@
     X(NORM_AFFINE_GRAD, norm_affine_grad, cg_norm_affine_grad_args)   \
     X(RNN_SPACE, rnn_space, cg_rnn_args)                              \
     X(RNN_FORWARD, rnn_forward, cg_rnn_args)                          \
-    X(RNN_BACKWARD, rnn_backward, cg_rnn_args)
+    X(RNN_BACKWARD, rnn_backward, cg_rnn_args)                        \
+    X(SDPA_FORWARD, sdpa_forward, cg_sdpa_args)                       \
+    X(SDPA_BACKWARD, sdpa_backward, cg_sdpa_args)
 
 #define CG_KERNEL_ENUM(ID, NAME, ARGS) CG_KERNEL_##ID,
 typedef enum cg_kernel_id { CG_KERNELS(CG_KERNEL_ENUM) CG_KERNEL_COUNT } cg_kernel_id;
@@ -307,6 +309,28 @@ typedef struct cg_gemm_batched_args {
     cg_gemm_args gemm;
     int64_t batch, stride_a, stride_b, stride_c;
 } cg_gemm_batched_args;
+
+/* SDPA_FORWARD, SDPA_BACKWARD: fused scaled dot-product attention that never builds the (l, s) scores
+ * (a GPU with cuDNN's frontend only: src/cuda/cuda_attention.cpp). q (b, h, l, e), k and v (b, h, s, e)
+ * of dtype (bfloat16 or float16) at the given element strides (the last dim's 1); softmax(q k^T scale)
+ * v, masked above the diagonal when causal (l == s). Forward: o (b, h, l, e) contiguous and stats
+ * (b, h, l) float32, the rows' log-sum-exp of the scaled scores, which the backward reads. Backward,
+ * from q, k, v, o, stats and d_o (contiguous like o): dq, dk, dv contiguous; deterministic unless
+ * cg_get_deterministic() is false. A geometry the library cannot run sets *unsupported and does nothing
+ * else (the caller composes the attention instead). */
+typedef struct cg_sdpa_args {
+    cg_dtype dtype;
+    int64_t b, h, l, s, e;
+    int64_t q_stride[4], k_stride[4], v_stride[4];
+    bool causal;
+    float scale;
+    const void *q, *k, *v;
+    void *o;          /* forward's output; the backward's input */
+    float *stats;
+    const void *d_o;  /* backward only, with dq, dk, dv */
+    void *dq, *dk, *dv;
+    bool *unsupported;
+} cg_sdpa_args;
 
 /* ---- optimizers -------------------------------------------------------------------------------------------- */
 /* One SGD step's settings. first: the momentum buffer is uninitialised (PyTorch: buf = g). */

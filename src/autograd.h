@@ -14,7 +14,7 @@
  * the gradient of each input (NULL where that input needs none); the engine sums gradients that
  * meet at a tensor and reduces broadcast gradients to the input's shape. */
 #define CG_NODE_MAX_INPUTS 16 /* a data-parallel gather takes one input per GPU */
-#define CG_NODE_MAX_SAVED 4
+#define CG_NODE_MAX_SAVED 5
 
 typedef struct cg_node cg_node;
 typedef cg_status (*cg_backward_fn)(cg_node *node, const cg_tensor *grad_out, cg_tensor **grad_in);

@@ -1,12 +1,16 @@
-/* Attention front-end: F.scaled_dot_product_attention. This is the reference path, composed of
- * recorded ops (so its gradient is theirs): the (L, S) score matrix is materialised, which float32
- * needs anyway (cuDNN has no float32 fused attention); a fused 16-bit path that never builds it is
- * issue #33's next step. */
+/* Attention front-end: F.scaled_dot_product_attention. Two paths:
+ *   fused (SDPA_FORWARD / SDPA_BACKWARD: a GPU with cuDNN's frontend): 16-bit q, k, v without dropout or
+ *     broadcasting, one node whose backward is the fused kernel's; the (L, S) scores are never built;
+ *   composed of recorded ops (so its gradient is theirs), the (L, S) score matrix materialised: float32
+ *     (cuDNN has no float32 fused attention), the CPU, dropout, and what the fused kernel cannot run. */
 #include "cgrad/core.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "autograd.h"
+#include "backend.h"
 #include "error.h"
 #include "op_table.h"
 #include "ops.h"
@@ -45,6 +49,113 @@ static cg_status check_qkv(const cg_tensor *q, const cg_tensor *k, const cg_tens
 
 cg_attention_options cg_attention_defaults(void) { return (cg_attention_options){0}; }
 
+/* ---- the fused path ---------------------------------------------------------------------------------- */
+typedef struct cg_sdpa_params {
+    bool causal;
+    float scale;
+} cg_sdpa_params;
+
+/* Whether the fused kernels may take q, k, v (live, checked): a device that has them, one 16-bit dtype,
+ * three or four dims alike (b [, h], n, e) without broadcasting, e == ev, no dropout, l == s when causal. */
+static bool fused_applies(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, const cg_attention_options *o) {
+    const cg_tensor_impl *qi = cg__t(q), *ki = cg__t(k), *vi = cg__t(v);
+    if (!cg__supports(qi->device, CG_KERNEL_SDPA_FORWARD) || o->dropout_p > 0.0f || qi->numel == 0 || ki->numel == 0 ||
+        (qi->dtype != CG_BFLOAT16 && qi->dtype != CG_FLOAT16) || ki->dtype != qi->dtype || vi->dtype != qi->dtype ||
+        (qi->ndim != 3 && qi->ndim != 4) || ki->ndim != qi->ndim || vi->ndim != qi->ndim)
+        return false;
+    for (int i = 0; i < qi->ndim - 2; i++)
+        if (ki->shape[i] != qi->shape[i] || vi->shape[i] != qi->shape[i]) return false;
+    int n = qi->ndim;
+    return vi->shape[n - 1] == qi->shape[n - 1] && (!o->is_causal || qi->shape[n - 2] == ki->shape[n - 2]);
+}
+
+/* t (b [, h], n, e) as the kernels' (b, h, n, e) strides (elements), the last one 1 (else false). */
+static bool bhne_strides(const cg_tensor *t, int64_t *stride) {
+    const cg_tensor_impl *ti = cg__t(t);
+    int n = ti->ndim;
+    stride[0] = ti->strides[0], stride[2] = ti->strides[n - 2], stride[3] = ti->strides[n - 1];
+    stride[1] = n == 4 ? ti->strides[1] : ti->shape[n - 2] * ti->shape[n - 1]; /* one head: any */
+    return stride[3] == 1;
+}
+
+/* The kernels' arguments for q, k, v (fused_applies, last dims contiguous). */
+static cg_sdpa_args sdpa_args(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal, float scale,
+                              bool *unsupported) {
+    const cg_tensor_impl *qi = cg__t(q), *ki = cg__t(k);
+    int n = qi->ndim;
+    cg_sdpa_args a = {.dtype = qi->dtype, .b = qi->shape[0], .h = n == 4 ? qi->shape[1] : 1, .l = qi->shape[n - 2],
+                      .s = ki->shape[n - 2], .e = qi->shape[n - 1], .causal = causal, .scale = scale,
+                      .q = cg__data(q), .k = cg__data(k), .v = cg__data(v), .unsupported = unsupported};
+    bhne_strides(q, a.q_stride), bhne_strides(k, a.k_stride), bhne_strides(v, a.v_stride);
+    return a;
+}
+
+/* x itself when its last dim is contiguous, else a contiguous copy (NULL on failure). */
+static cg_tensor *rows_contiguous(const cg_tensor *x) {
+    int64_t st[4];
+    return bhne_strides(x, st) ? cg__alias(x) : cg__raw_contiguous(x);
+}
+
+/* d q, d k, d v from the saved q, k, v, o and stats, and g (o's gradient). */
+static cg_status sdpa_backward(cg_node *node, const cg_tensor *g, cg_tensor **grad_in) {
+    const cg_sdpa_params *p = CG_NODE_PARAMS(node, cg_sdpa_params);
+    const cg_tensor *q = node->saved[0], *k = node->saved[1], *v = node->saved[2], *o = node->saved[3];
+    bool unsupported = false;
+    cg_sdpa_args a = sdpa_args(q, k, v, p->causal, p->scale, &unsupported);
+    cg_tensor *gc = cg__raw_contiguous(g), *dq = gc ? cg__tensor_like(q) : NULL, *dk = dq ? cg__tensor_like(k) : NULL;
+    cg_tensor *dv = dk ? cg__tensor_like(v) : NULL;
+    cg_status s = dv ? CG_OK : cg_last_status();
+    if (s == CG_OK) {
+        a.o = cg__data(o), a.stats = cg__f32(node->saved[4]), a.d_o = cg__data(gc);
+        a.dq = cg__data(dq), a.dk = cg__data(dk), a.dv = cg__data(dv);
+        s = cg__run_sdpa_backward(cg__t(q)->device, &a);
+    }
+    if (s == CG_OK && unsupported) /* the forward checked that the backward can run */
+        s = cg__fail(CG_ERR_BACKEND, "cg_scaled_dot_product_attention: the fused backward became unavailable");
+    cg_tensor_free(gc);
+    if (s != CG_OK) {
+        cg_tensor_free(dq), cg_tensor_free(dk), cg_tensor_free(dv);
+        return s;
+    }
+    grad_in[0] = dq, grad_in[1] = dk, grad_in[2] = dv;
+    return CG_OK;
+}
+
+/* The fused forward of q, k, v (fused_applies), recording its node when a gradient is wanted; NULL with
+ * *done false when the kernels cannot run this geometry (in either direction it needs), NULL with *done
+ * true on failure. */
+static cg_tensor *sdpa_fused(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal, float scale,
+                             bool *done) {
+    const cg_tensor_impl *qi = cg__t(q);
+    const cg_tensor *inputs[3] = {q, k, v};
+    bool record = cg__should_record(3, inputs), unsupported = false;
+    cg_tensor *qc = rows_contiguous(q), *kc = qc ? rows_contiguous(k) : NULL, *vc = kc ? rows_contiguous(v) : NULL;
+    cg_tensor *o = vc ? cg__tensor_like(q) : NULL;
+    cg_tensor *stats = o ? cg__tensor_new(1, (int64_t[]){cg__numel_of(qi->ndim - 1, qi->shape)}, qi->device) : NULL;
+    cg_status s = stats ? CG_OK : cg_last_status();
+    cg_sdpa_args a = s == CG_OK ? sdpa_args(qc, kc, vc, causal, scale, &unsupported) : (cg_sdpa_args){0};
+    a.o = o ? cg__data(o) : NULL, a.stats = stats ? cg__f32(stats) : NULL;
+    if (s == CG_OK && record) { /* the backward's plan first: without it, no fused forward either */
+        cg_sdpa_args plan = a;
+        plan.d_o = a.o, plan.dq = plan.dk = plan.dv = NULL; /* not run: only planned */
+        s = cg__run_sdpa_backward(qi->device, &plan);
+    }
+    if (s == CG_OK && !unsupported) s = cg__run_sdpa_forward(qi->device, &a);
+    *done = s != CG_OK || !unsupported;
+    if (s == CG_OK && !unsupported && record) {
+        const cg_tensor *saved[5] = {qc, kc, vc, o, stats};
+        cg_node *node = cg__record_op(o, &cg__op_scaled_dot_product_attention, 3, inputs, 5, saved);
+        if (node) *CG_NODE_PARAMS(node, cg_sdpa_params) = (cg_sdpa_params){causal, scale};
+        else s = cg_last_status();
+    }
+    cg_tensor_free(stats), cg_tensor_free(vc), cg_tensor_free(kc), cg_tensor_free(qc);
+    if (s != CG_OK || unsupported) {
+        cg_tensor_free(o);
+        return s != CG_OK ? (cg__fail_context("cg_scaled_dot_product_attention"), NULL) : NULL;
+    }
+    return o;
+}
+
 cg_tensor *cg_scaled_dot_product_attention_ex(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                                               const cg_attention_options *options) {
     const char *fn = "cg_scaled_dot_product_attention";
@@ -55,10 +166,15 @@ cg_tensor *cg_scaled_dot_product_attention_ex(const cg_tensor *q, const cg_tenso
                             "sqrt(E)); got dropout_p %g, scale %g", fn, (double)o.dropout_p, o.scale);
     CG_AUTOCAST(cg__op_scaled_dot_product_attention.autocast, fn, cg_scaled_dot_product_attention_ex(ac[0], ac[1], ac[2], &o),
                 q, k, v);
-    CG_VIA_FLOAT32(fn, cg_scaled_dot_product_attention_ex(f32[0], f32[1], f32[2], &o), q, k, v); /* rounded once */
     const cg_tensor_impl *qi = cg__t(q), *ki = cg__t(k);
     int64_t l = qi->shape[qi->ndim - 2], s = ki->shape[ki->ndim - 2], e = qi->shape[qi->ndim - 1];
     float scale = (float)(o.scale > 0 ? o.scale : 1.0 / sqrt((double)(e > 0 ? e : 1))); /* PyTorch's default */
+    if (fused_applies(q, k, v, &o)) {
+        bool done;
+        cg_tensor *out = sdpa_fused(q, k, v, o.is_causal, scale, &done);
+        if (done) return out;
+    }
+    CG_VIA_FLOAT32(fn, cg_scaled_dot_product_attention_ex(f32[0], f32[1], f32[2], &o), q, k, v); /* rounded once */
     cg_tensor *kt = cg_transpose(k, -2, -1), *scores = kt ? cg_matmul(q, kt) : NULL; /* (..., L, S) */
     cg_tensor *scaled = scores ? cg_mul_scalar(scores, scale) : NULL, *masked = NULL, *dropped = NULL;
     if (scaled && o.is_causal) {
@@ -136,4 +252,5 @@ static const cg_op_domain sdpa_domain = {
 
 CG_OP_DEFINE(scaled_dot_product_attention) = {.name = "cg_scaled_dot_product_attention", .autocast = CG_AUTOCAST_LOWER,
                                               .ninputs = 3, .dtypes = CG_OP_FLOATS, .grad_inputs = 7u,
-                                              .domain = &sdpa_domain, .call = sdpa_call, .reference = sdpa_reference};
+                                              .domain = &sdpa_domain, .call = sdpa_call, .reference = sdpa_reference,
+                                              .backward = sdpa_backward}; /* the fused path's node */

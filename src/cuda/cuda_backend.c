@@ -111,6 +111,10 @@ static const cg_backend cuda_backend = {
             [CG_KERNEL_RNN_SPACE] = cg__cuda_rnn_space,
             [CG_KERNEL_RNN_FORWARD] = cg__cuda_rnn_forward,
             [CG_KERNEL_RNN_BACKWARD] = cg__cuda_rnn_backward,
+#ifdef CGRAD_HAVE_CUDNN_FRONTEND
+            [CG_KERNEL_SDPA_FORWARD] = cg__cuda_sdpa_forward,
+            [CG_KERNEL_SDPA_BACKWARD] = cg__cuda_sdpa_backward,
+#endif
         },
 };
 

@@ -190,5 +190,9 @@ cg_status cg__cuda_norm_affine_grad(const void *args, int index);
 cg_status cg__cuda_rnn_space(const void *args, int index);
 cg_status cg__cuda_rnn_forward(const void *args, int index);
 cg_status cg__cuda_rnn_backward(const void *args, int index);
+/* attention: cuDNN's fused scaled dot-product attention (cuda_attention.c; only with its frontend,
+ * CGRAD_HAVE_CUDNN_FRONTEND: without it the kernels are absent and the front-end composes attention) */
+cg_status cg__cuda_sdpa_forward(const void *args, int index);
+cg_status cg__cuda_sdpa_backward(const void *args, int index);
 
 #endif
