@@ -94,6 +94,8 @@ extern "C" cg_fe_status cg_fe_sdpa_plan(cudnnHandle_t handle, int device, const 
         return found->graph ? CG_FE_OK : CG_FE_UNSUPPORTED;
     } catch (const std::bad_alloc &) {
         return CG_FE_OOM;
+    } catch (const std::exception &e) { // the frontend's own, e.g. from its JSON
+        return say(why, why_len, e.what()), CG_FE_UNSUPPORTED;
     }
 }
 
@@ -109,5 +111,7 @@ extern "C" cg_fe_status cg_fe_sdpa_execute(cudnnHandle_t handle, const void *pla
         return CG_FE_OK;
     } catch (const std::bad_alloc &) {
         return CG_FE_OOM;
+    } catch (const std::exception &e) {
+        return say(why, why_len, e.what()), CG_FE_FAILED;
     }
 }
