@@ -313,7 +313,9 @@ typedef struct cg_gemm_batched_args {
 /* SDPA_FORWARD, SDPA_BACKWARD: fused scaled dot-product attention that never builds the (l, s) scores
  * (a GPU with cuDNN's frontend only: src/cuda/cuda_attention.cpp). q (b, h, l, e), k and v (b, h, s, e)
  * of dtype (bfloat16 or float16) at the given element strides (the last dim's 1); softmax(q k^T scale)
- * v, masked above the diagonal when causal (l == s). Forward: o (b, h, l, e) contiguous and stats
+ * v, masked above the diagonal when causal (l == s), with dropout of probability dropout (< 1) applied to
+ * the softmax by cuDNN's generator at (seed, offset), which the backward repeats. Forward: o (b, h, l, e)
+ * contiguous and stats
  * (b, h, l) float32, the rows' log-sum-exp of the scaled scores, which the backward reads. Backward,
  * from q, k, v, o, stats and d_o (contiguous like o): dq, dk, dv contiguous; deterministic unless
  * cg_get_deterministic() is false. A geometry the library cannot run sets *unsupported and does nothing
@@ -323,7 +325,8 @@ typedef struct cg_sdpa_args {
     int64_t b, h, l, s, e;
     int64_t q_stride[4], k_stride[4], v_stride[4];
     bool causal;
-    float scale;
+    float scale, dropout;
+    int64_t seed, offset; /* dropout's: drawn by the front-end from the device's generator */
     const void *q, *k, *v;
     void *o;          /* forward's output; the backward's input */
     float *stats;

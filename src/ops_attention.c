@@ -1,8 +1,9 @@
 /* Attention front-end: F.scaled_dot_product_attention. Two paths:
- *   fused (SDPA_FORWARD / SDPA_BACKWARD: a GPU with cuDNN's frontend): 16-bit q, k, v without dropout or
- *     broadcasting, one node whose backward is the fused kernel's; the (L, S) scores are never built;
+ *   fused (SDPA_FORWARD / SDPA_BACKWARD: a GPU with cuDNN's frontend): 16-bit q, k, v without
+ *     broadcasting, one node whose backward is the fused kernel's; the (L, S) scores are never built, and
+ *     dropout is cuDNN's, drawn at a position of the device's generator;
  *   composed of recorded ops (so its gradient is theirs), the (L, S) score matrix materialised: float32
- *     (cuDNN has no float32 fused attention), the CPU, dropout, and what the fused kernel cannot run. */
+ *     (cuDNN has no float32 fused attention), the CPU, and what the fused kernel cannot run. */
 #include "cgrad/core.h"
 
 #include <math.h>
@@ -14,6 +15,7 @@
 #include "error.h"
 #include "op_table.h"
 #include "ops.h"
+#include "rng.h"
 #include "tensor_impl.h"
 
 /* (L, S) bool, true above the diagonal (j > i): the positions a causal query may not see, top-left
@@ -52,14 +54,16 @@ cg_attention_options cg_attention_defaults(void) { return (cg_attention_options)
 /* ---- the fused path ---------------------------------------------------------------------------------- */
 typedef struct cg_sdpa_params {
     bool causal;
-    float scale;
+    float scale, dropout;
+    int64_t seed, offset; /* dropout's draw, which the backward repeats */
 } cg_sdpa_params;
 
 /* Whether the fused kernels may take q, k, v (live, checked): a device that has them, one 16-bit dtype,
- * three or four dims alike (b [, h], n, e) without broadcasting, e == ev, no dropout, l == s when causal. */
+ * three or four dims alike (b [, h], n, e) without broadcasting, e == ev, dropout below 1, l == s when
+ * causal. */
 static bool fused_applies(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, const cg_attention_options *o) {
     const cg_tensor_impl *qi = cg__t(q), *ki = cg__t(k), *vi = cg__t(v);
-    if (!cg__supports(qi->device, CG_KERNEL_SDPA_FORWARD) || o->dropout_p > 0.0f || qi->numel == 0 || ki->numel == 0 ||
+    if (!cg__supports(qi->device, CG_KERNEL_SDPA_FORWARD) || o->dropout_p >= 1.0f || qi->numel == 0 || ki->numel == 0 ||
         (qi->dtype != CG_BFLOAT16 && qi->dtype != CG_FLOAT16) || ki->dtype != qi->dtype || vi->dtype != qi->dtype ||
         (qi->ndim != 3 && qi->ndim != 4) || ki->ndim != qi->ndim || vi->ndim != qi->ndim)
         return false;
@@ -78,14 +82,15 @@ static bool bhne_strides(const cg_tensor *t, int64_t *stride) {
     return stride[3] == 1;
 }
 
-/* The kernels' arguments for q, k, v (fused_applies, last dims contiguous). */
-static cg_sdpa_args sdpa_args(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal, float scale,
+/* The kernels' arguments for q, k, v (fused_applies, last dims contiguous) and the node's settings. */
+static cg_sdpa_args sdpa_args(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, const cg_sdpa_params *p,
                               bool *unsupported) {
     const cg_tensor_impl *qi = cg__t(q), *ki = cg__t(k);
     int n = qi->ndim;
     cg_sdpa_args a = {.dtype = qi->dtype, .b = qi->shape[0], .h = n == 4 ? qi->shape[1] : 1, .l = qi->shape[n - 2],
-                      .s = ki->shape[n - 2], .e = qi->shape[n - 1], .causal = causal, .scale = scale,
-                      .q = cg__data(q), .k = cg__data(k), .v = cg__data(v), .unsupported = unsupported};
+                      .s = ki->shape[n - 2], .e = qi->shape[n - 1], .causal = p->causal, .scale = p->scale,
+                      .dropout = p->dropout, .seed = p->seed, .offset = p->offset, .q = cg__data(q), .k = cg__data(k),
+                      .v = cg__data(v), .unsupported = unsupported};
     bhne_strides(q, a.q_stride), bhne_strides(k, a.k_stride), bhne_strides(v, a.v_stride);
     return a;
 }
@@ -101,7 +106,7 @@ static cg_status sdpa_backward(cg_node *node, const cg_tensor *g, cg_tensor **gr
     const cg_sdpa_params *p = CG_NODE_PARAMS(node, cg_sdpa_params);
     const cg_tensor *q = node->saved[0], *k = node->saved[1], *v = node->saved[2], *o = node->saved[3];
     bool unsupported = false;
-    cg_sdpa_args a = sdpa_args(q, k, v, p->causal, p->scale, &unsupported);
+    cg_sdpa_args a = sdpa_args(q, k, v, p, &unsupported);
     cg_tensor *gc = cg__raw_contiguous(g), *dq = gc ? cg__tensor_like(q) : NULL, *dk = dq ? cg__tensor_like(k) : NULL;
     cg_tensor *dv = dk ? cg__tensor_like(v) : NULL;
     cg_status s = dv ? CG_OK : cg_last_status();
@@ -125,15 +130,20 @@ static cg_status sdpa_backward(cg_node *node, const cg_tensor *g, cg_tensor **gr
  * *done false when the kernels cannot run this geometry (in either direction it needs), NULL with *done
  * true on failure. */
 static cg_tensor *sdpa_fused(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal, float scale,
-                             bool *done) {
+                             float dropout, bool *done) {
     const cg_tensor_impl *qi = cg__t(q);
+    cg_sdpa_params p = {causal, scale, dropout, 0, 0};
+    if (dropout > 0.0f) /* a draw per score, as the composed dropout would take */
+        p.seed = (int64_t)cg__seed(), p.offset = (int64_t)cg__cuda_rng_reserve(qi->device.index,
+                                                                            (uint64_t)(qi->numel / qi->shape[qi->ndim - 1]) *
+                                                                                (uint64_t)cg__t(k)->shape[qi->ndim - 2]);
     const cg_tensor *inputs[3] = {q, k, v};
     bool record = cg__should_record(3, inputs), unsupported = false;
     cg_tensor *qc = rows_contiguous(q), *kc = qc ? rows_contiguous(k) : NULL, *vc = kc ? rows_contiguous(v) : NULL;
     cg_tensor *o = vc ? cg__tensor_like(q) : NULL;
     cg_tensor *stats = o ? cg__tensor_new(1, (int64_t[]){cg__numel_of(qi->ndim - 1, qi->shape)}, qi->device) : NULL;
     cg_status s = stats ? CG_OK : cg_last_status();
-    cg_sdpa_args a = s == CG_OK ? sdpa_args(qc, kc, vc, causal, scale, &unsupported) : (cg_sdpa_args){0};
+    cg_sdpa_args a = s == CG_OK ? sdpa_args(qc, kc, vc, &p, &unsupported) : (cg_sdpa_args){0};
     a.o = o ? cg__data(o) : NULL, a.stats = stats ? cg__f32(stats) : NULL;
     if (s == CG_OK && record) { /* the backward's plan first: without it, no fused forward either */
         cg_sdpa_args plan = a;
@@ -145,7 +155,7 @@ static cg_tensor *sdpa_fused(const cg_tensor *q, const cg_tensor *k, const cg_te
     if (s == CG_OK && !unsupported && record) {
         const cg_tensor *saved[5] = {qc, kc, vc, o, stats};
         cg_node *node = cg__record_op(o, &cg__op_scaled_dot_product_attention, 3, inputs, 5, saved);
-        if (node) *CG_NODE_PARAMS(node, cg_sdpa_params) = (cg_sdpa_params){causal, scale};
+        if (node) *CG_NODE_PARAMS(node, cg_sdpa_params) = p;
         else s = cg_last_status();
     }
     cg_tensor_free(stats), cg_tensor_free(vc), cg_tensor_free(kc), cg_tensor_free(qc);
@@ -171,7 +181,7 @@ cg_tensor *cg_scaled_dot_product_attention_ex(const cg_tensor *q, const cg_tenso
     float scale = (float)(o.scale > 0 ? o.scale : 1.0 / sqrt((double)(e > 0 ? e : 1))); /* PyTorch's default */
     if (fused_applies(q, k, v, &o)) {
         bool done;
-        cg_tensor *out = sdpa_fused(q, k, v, o.is_causal, scale, &done);
+        cg_tensor *out = sdpa_fused(q, k, v, o.is_causal, scale, o.dropout_p, &done);
         if (done) return out;
     }
     CG_VIA_FLOAT32(fn, cg_scaled_dot_product_attention_ex(f32[0], f32[1], f32[2], &o), q, k, v); /* rounded once */

@@ -3,7 +3,8 @@
  * contiguous inputs and for the strided (b, h, l, e) view a GPT's (b, l, h * e) projections give, and for a
  * head size the fused kernels do not take (composed instead). On a GPU built with cuDNN's frontend the
  * fused kernels run: the forward reserves far less memory than the (l, s) float32 scores it never
- * builds, and the backward repeats bit for bit (deterministic by default). */
+ * builds, and the backward repeats bit for bit (deterministic by default); its dropout drops the same
+ * scores in the backward as in the forward, and repeats with the seed. */
 #include <math.h>
 #include <string.h>
 
@@ -129,8 +130,54 @@ static void test_fused(void **state) {
     for (int i = 0; i < 3; i++) cg_tensor_free(q[i]), cg_tensor_free(x[i]);
 }
 
+/* Fused dropout: keys all alike and values all 1, so each output row is the sum of its row's kept
+ * probabilities over 1 - p (mean 1, far from it in the first rows) and, when the backward drops exactly
+ * what the forward dropped, the gradient of sum(out) with respect to q is 0 (far from it otherwise); the
+ * same seed gives the same output. */
+static void test_fused_dropout(void **state) {
+    (void)state;
+#ifdef CGRAD_HAVE_CUDNN_FRONTEND
+    const bool fused = cg_test_is_cuda();
+#else
+    const bool fused = false;
+#endif
+    if (!fused) return; /* the composed dropout: tests/test_dropout.c */
+    enum { B = 4, H = 4, L = 64, E = 64 };
+    const size_t n = (size_t)B * H * L * E;
+    cg_device d = cg_test_device();
+    cg_tensor *x = uniform4(B, H, L, E), *q = leaf16(x);
+    cg_tensor *kf = CG_TEST_OK(cg_full(4, (int64_t[]){B, H, L, E}, 0.5f, d)), *vf = CG_TEST_OK(cg_ones(4, (int64_t[]){B, H, L, E}, d));
+    cg_tensor *k = CG_TEST_OK(cg_to_dtype(kf, CG_BFLOAT16)), *v = CG_TEST_OK(cg_to_dtype(vf, CG_BFLOAT16));
+    cg_attention_options o = {.is_causal = true, .dropout_p = 0.2f};
+    float *outs[2];
+    for (int run = 0; run < 2; run++) {
+        cg_manual_seed(7);
+        cg_tensor *out = CG_TEST_OK(cg_scaled_dot_product_attention_ex(q, k, v, &o)), *loss = CG_TEST_OK(cg_sum(out));
+        outs[run] = floats_of(out);
+        if (run == 0) {
+            CG_TEST_STATUS_OK(cg_backward(loss));
+            float *dq = floats_of(cg_grad(q));
+            double worst = 0;
+            for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(dq[i]));
+            if (!(worst < 0.5))
+                fail_msg("d query reaches %g: the backward did not drop what the forward dropped (0 up to rounding)", worst);
+            free(dq);
+        }
+        cg_tensor_free(loss), cg_tensor_free(out);
+    }
+    double mean = 0, far = 0;
+    for (size_t i = 0; i < n; i++) mean += outs[0][i] / (double)n, far = fmax(far, fabs(outs[0][i] - 1.0));
+    if (!(fabs(mean - 1.0) < 0.05 && far > 0.2))
+        fail_msg("outputs average %g (expected 1 within 0.05) and stray at most %g from 1 (expected more than 0.2: "
+                 "dropped)", mean, far);
+    assert_memory_equal(outs[0], outs[1], n * sizeof(float));
+    free(outs[0]), free(outs[1]);
+    cg_tensor_free(v), cg_tensor_free(k), cg_tensor_free(vf), cg_tensor_free(kf), cg_tensor_free(q), cg_tensor_free(x);
+}
+
 int main(void) {
     cg_test_init();
-    const struct CMUnitTest tests[] = {CG_TEST(test_matches_float32), CG_TEST(test_fused)};
+    const struct CMUnitTest tests[] = {CG_TEST(test_matches_float32), CG_TEST(test_fused),
+                                       CG_TEST(test_fused_dropout)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

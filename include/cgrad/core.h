@@ -804,9 +804,10 @@ CG_API cg_tensor *cg_embedding(const cg_tensor *indices, const cg_tensor *weight
  * v (..., S, Ev) -> (..., L, Ev) = dropout(softmax(q k^T scale, masked above the diagonal when is_causal
  * (top-left aligned, as PyTorch's)), dropout_p) v; scale 0 means 1 / sqrt(E); the batch dims broadcast as
  * cg_matmul's. As PyTorch's, dropout applies whenever dropout_p > 0 (pass 0 in eval). Gradients for all
- * three. On a GPU built with cuDNN's frontend, bfloat16 / float16 q, k, v without dropout and without
- * broadcasting run cuDNN's fused attention, which never builds the (L, S) scores (float32 statistics;
- * its backward deterministic unless cg_set_deterministic(false)). Otherwise it is composed of recorded
+ * three. On a GPU built with cuDNN's frontend, bfloat16 / float16 q, k, v without broadcasting run cuDNN's
+ * fused attention, which never builds the (L, S) scores (float32 statistics; dropout from cuDNN's own
+ * generator, at a position drawn from the device's, so a seed repeats it; the backward deterministic
+ * unless cg_set_deterministic(false)). Otherwise it is composed of recorded
  * ops, the scores materialised, 16-bit inputs computed in float32 and rounded once. Inside an autocast
  * region it runs in the region's dtype. */
 typedef struct cg_attention_options {

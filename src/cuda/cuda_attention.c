@@ -14,6 +14,7 @@ static cg_fe_sdpa_key key_of(const cg_sdpa_args *a, bool backward) {
     memset(&k, 0, sizeof k); /* compared bytewise, padding included */
     k.backward = backward, k.causal = a->causal, k.deterministic = backward && cg_get_deterministic();
     k.bf16 = a->dtype == CG_BFLOAT16, k.b = a->b, k.h = a->h, k.l = a->l, k.s = a->s, k.e = a->e, k.scale = a->scale;
+    k.dropout = a->dropout;
     memcpy(k.q_stride, a->q_stride, sizeof k.q_stride);
     memcpy(k.k_stride, a->k_stride, sizeof k.k_stride);
     memcpy(k.v_stride, a->v_stride, sizeof k.v_stride);
@@ -42,8 +43,10 @@ static cg_status run(const cg_sdpa_args *a, int index, bool backward) {
     cg_device d = cg_cuda(index);
     void *workspace = bytes > 0 ? cg__alloc(d, (size_t)bytes) : NULL;
     if (bytes > 0 && !workspace) return cg_last_status();
+    bool dropout = a->dropout > 0.0f;
     void *const tensors[CG_FE_SDPA_TENSORS] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->stats,
-                                               (void *)a->d_o, a->dq, a->dk, a->dv};
+                                               backward ? (void *)a->d_o : NULL, a->dq, a->dk, a->dv,
+                                               dropout ? (void *)&a->seed : NULL, dropout ? (void *)&a->offset : NULL};
     st = cg_fe_sdpa_execute(ctx->cudnn, plan, tensors, workspace, why, sizeof why);
     if (workspace) cg__free(d, workspace, (size_t)bytes); /* stream order makes the reuse safe */
     if (st == CG_FE_OOM) return cg__fail(CG_ERR_OOM, "cuDNN's fused attention %s: out of host memory", pass);

@@ -17,7 +17,7 @@ namespace fe = cudnn_frontend;
 
 namespace {
 
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeed, kOffset };
 
 struct Plan {
     cg_fe_sdpa_key key;
@@ -41,26 +41,36 @@ std::vector<int64_t> strides(const int64_t *s) { return {s[0], s[1], s[2], s[3]}
 // A contiguous (b, h, n, e) tensor's strides.
 std::vector<int64_t> packed(const cg_fe_sdpa_key &k, int64_t n) { return {k.h * n * k.e, n * k.e, k.e, 1}; }
 
-// The graph of k on handle: forward o and stats from q, k, v; backward dq, dk, dv from those, o, d_o and stats.
+// The graph of k on handle: forward o and stats from q, k, v; backward dq, dk, dv from those, o, d_o and stats;
+// with dropout, both from the seed and offset given at each run.
 fe::error_t build(cudnnHandle_t handle, const cg_fe_sdpa_key &k, fe::graph::Graph &g) {
     const fe::DataType_t io = k.bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF, f32 = fe::DataType_t::FLOAT;
     g.set_io_data_type(io).set_intermediate_data_type(f32).set_compute_data_type(f32);
     const std::vector<int64_t> qdim{k.b, k.h, k.l, k.e}, kvdim{k.b, k.h, k.s, k.e}, sdim{k.b, k.h, k.l, 1},
         sstride{k.h * k.l, k.l, 1, 1};
     TensorPtr q = tensor(g, "q", kQ, qdim, strides(k.q_stride), io), kt = tensor(g, "k", kK, kvdim, strides(k.k_stride), io),
-              v = tensor(g, "v", kV, kvdim, strides(k.v_stride), io);
+              v = tensor(g, "v", kV, kvdim, strides(k.v_stride), io), seed, offset;
+    if (k.dropout > 0.0f) { // the generator's position, read from the host at each run
+        const std::vector<int64_t> one{1, 1, 1, 1};
+        seed = g.tensor(fe::graph::Tensor_attributes().set_name("seed").set_uid(kSeed).set_dim(one).set_stride(one)
+                            .set_data_type(fe::DataType_t::INT64).set_is_pass_by_value(true));
+        offset = g.tensor(fe::graph::Tensor_attributes().set_name("offset").set_uid(kOffset).set_dim(one).set_stride(one)
+                              .set_data_type(fe::DataType_t::INT64).set_is_pass_by_value(true));
+    }
     if (!k.backward) {
-        auto [o, stats] = g.sdpa(q, kt, v, fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true)
-                                               .set_causal_mask(k.causal).set_attn_scale(k.scale));
+        auto options = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_causal_mask(k.causal)
+                           .set_attn_scale(k.scale);
+        if (seed) options.set_dropout(k.dropout, seed, offset);
+        auto [o, stats] = g.sdpa(q, kt, v, options);
         o->set_output(true).set_uid(kO).set_dim(qdim).set_stride(packed(k, k.l)).set_data_type(io);
         stats->set_output(true).set_uid(kStats).set_dim(sdim).set_stride(sstride).set_data_type(f32);
     } else {
         TensorPtr o = tensor(g, "o", kO, qdim, packed(k, k.l), io), d_o = tensor(g, "d_o", kDO, qdim, packed(k, k.l), io),
                   stats = tensor(g, "stats", kStats, sdim, sstride, f32);
-        auto [dq, dk, dv] =
-            g.sdpa_backward(q, kt, v, o, d_o, stats, fe::graph::SDPA_backward_attributes().set_name("sdpa_backward")
-                                                         .set_causal_mask(k.causal).set_attn_scale(k.scale)
-                                                         .set_deterministic_algorithm(k.deterministic));
+        auto options = fe::graph::SDPA_backward_attributes().set_name("sdpa_backward").set_causal_mask(k.causal)
+                           .set_attn_scale(k.scale).set_deterministic_algorithm(k.deterministic);
+        if (seed) options.set_dropout(k.dropout, seed, offset);
+        auto [dq, dk, dv] = g.sdpa_backward(q, kt, v, o, d_o, stats, options);
         dq->set_output(true).set_uid(kDQ).set_dim(qdim).set_stride(packed(k, k.l)).set_data_type(io);
         dk->set_output(true).set_uid(kDK).set_dim(kvdim).set_stride(packed(k, k.s)).set_data_type(io);
         dv->set_output(true).set_uid(kDV).set_dim(kvdim).set_stride(packed(k, k.s)).set_data_type(io);
@@ -104,8 +114,8 @@ extern "C" cg_fe_status cg_fe_sdpa_execute(cudnnHandle_t handle, const void *pla
     try {
         const Plan *p = static_cast<const Plan *>(plan);
         std::unordered_map<int64_t, void *> pack;
-        const int n = p->key.backward ? CG_FE_SDPA_TENSORS : 5;
-        for (int i = 0; i < n; i++) pack[kQ + i] = tensors[i];
+        for (int i = 0; i < CG_FE_SDPA_TENSORS; i++)
+            if (tensors[i]) pack[kQ + i] = tensors[i];
         fe::error_t st = p->graph->execute(handle, pack, workspace);
         if (st.is_bad()) return say(why, why_len, st.get_message()), CG_FE_FAILED;
         return CG_FE_OK;

@@ -20,11 +20,12 @@ typedef struct cg_fe_sdpa_key {
     bool backward, causal, deterministic, bf16; /* bf16: bfloat16, else float16 */
     int64_t b, h, l, s, e;
     int64_t q_stride[4], k_stride[4], v_stride[4];
-    float scale;
+    float scale, dropout;
 } cg_fe_sdpa_key;
 
-/* The tensors of a run, by position: q, k, v, o, stats, then (backward) d_o, dq, dk, dv. */
-enum { CG_FE_SDPA_TENSORS = 9 };
+/* The tensors of a run, by position: q, k, v, o, stats, then (backward) d_o, dq, dk, dv, then (with
+ * dropout) the host addresses of the int64 seed and offset; NULL for those the run does not take. */
+enum { CG_FE_SDPA_TENSORS = 11 };
 
 typedef enum cg_fe_status {
     CG_FE_OK,
