@@ -59,14 +59,14 @@ int main(int argc, char **argv) {
     bench b = {.d = cg_default_device(), .attention = strcmp(op, "attention") == 0};
     eu_flag flags[] = {
         {"--device", EU_DEVICE, &b.d, 0, "where it runs (default: the best present)"},
-        {"--batch", EU_SIZE, &batch, 1, "attention: B (16)"},
-        {"--heads", EU_SIZE, &heads, 1, "attention: H (12)"},
-        {"--seq", EU_SIZE, &seq, 1, "attention: T (1024)"},
-        {"--head-dim", EU_SIZE, &head_dim, 1, "attention: d (64)"},
-        {"--rows", EU_SIZE, &rows, 1, "layernorm: rows (16384)"},
-        {"--width", EU_SIZE, &width, 1, "layernorm: normalised width (768)"},
-        {"--steps", EU_INT, &steps, 1, "timed passes (20)"},
-        {"--warmup", EU_INT, &warmup, 1, "untimed passes first (10)"},
+        {"--batch", EU_SIZE, &batch, 1, "attention: B"},
+        {"--heads", EU_SIZE, &heads, 1, "attention: H"},
+        {"--seq", EU_SIZE, &seq, 1, "attention: T"},
+        {"--head-dim", EU_SIZE, &head_dim, 1, "attention: d"},
+        {"--rows", EU_SIZE, &rows, 1, "layernorm: rows"},
+        {"--width", EU_SIZE, &width, 1, "layernorm: normalised width"},
+        {"--steps", EU_INT, &steps, 1, "timed passes"},
+        {"--warmup", EU_INT, &warmup, 1, "untimed passes first"},
     };
     eu_parse_flags(argc, argv,
                    "times issue #34's attention or LayerNorm alone, forward + backward (bench/bench_attention.py is "

@@ -65,14 +65,14 @@ int main(int argc, char **argv) {
     eu_flag flags[] = {
         {"--device", EU_DEVICE, &b.d, 0, "where the step runs (default: the best present)"},
         {"--n-layer", EU_SIZE, &c.n_layer, 1, "transformer blocks (12: GPT-2 124M)"},
-        {"--n-head", EU_SIZE, &c.n_head, 1, "attention heads (12)"},
-        {"--n-embd", EU_SIZE, &c.n_embd, 1, "embedding width (768)"},
-        {"--block-size", EU_SIZE, &c.block_size, 2, "sequence length T (1024)"},
+        {"--n-head", EU_SIZE, &c.n_head, 1, "attention heads"},
+        {"--n-embd", EU_SIZE, &c.n_embd, 1, "embedding width"},
+        {"--block-size", EU_SIZE, &c.block_size, 2, "sequence length T"},
         {"--vocab-size", EU_SIZE, &c.vocab_size, 2, "vocabulary (50304: GPT-2's padded)"},
-        {"--batch", EU_SIZE, &batch, 1, "sequences a step (16)"},
-        {"--steps", EU_INT, &steps, 1, "timed steps (20)"},
-        {"--warmup", EU_INT, &warmup, 1, "untimed steps first (10)"},
-        {"--tf32", EU_INT, &tf32, 0, "1: float32 GEMMs and convolutions may use TF32 (0)"},
+        {"--batch", EU_SIZE, &batch, 1, "sequences a step"},
+        {"--steps", EU_INT, &steps, 1, "timed steps"},
+        {"--warmup", EU_INT, &warmup, 1, "untimed steps first"},
+        {"--tf32", EU_INT, &tf32, 0, "1: float32 GEMMs and convolutions may use TF32"},
     };
     eu_parse_flags(argc, argv,
                    "times issue #34's GPT training step (bench/bench_gpt.py is PyTorch's)\n"

@@ -10,27 +10,22 @@
 #include <unistd.h>
 
 /* ---- flags ---------------------------------------------------------------------------------- */
+/* Each flag with its help and, unless the help says what the default is, the value it starts with. */
 static void usage(FILE *f, const char *prog, const char *about, const eu_flag *flags, int nflags) {
-    char dev[32];
     fprintf(f, "usage: %s [flags]\n%s\n\nflags:\n", prog, about);
     for (int i = 0; i < nflags; i++) {
         const eu_flag *fl = &flags[i];
+        static const char *const arg[] = {[EU_INT] = "N", [EU_SIZE] = "N", [EU_DEVICE] = "cpu|cuda|cuda:N", [EU_FLOAT] = "X"};
+        char value[32];
         switch (fl->kind) {
-        case EU_INT:
-            fprintf(f, "  %s N\n      %s (default %d)\n", fl->name, fl->help, *(int *)fl->value);
-            break;
-        case EU_SIZE:
-            fprintf(f, "  %s N\n      %s (default %lld)\n", fl->name, fl->help,
-                    (long long)*(int64_t *)fl->value);
-            break;
-        case EU_DEVICE:
-            fprintf(f, "  %s cpu|cuda|cuda:N\n      %s (default %s)\n", fl->name, fl->help,
-                    cg_device_str(*(cg_device *)fl->value, dev, sizeof dev));
-            break;
-        case EU_FLOAT:
-            fprintf(f, "  %s X\n      %s (default %g)\n", fl->name, fl->help, (double)*(float *)fl->value);
-            break;
+        case EU_INT: snprintf(value, sizeof value, "%d", *(int *)fl->value); break;
+        case EU_SIZE: snprintf(value, sizeof value, "%lld", (long long)*(int64_t *)fl->value); break;
+        case EU_DEVICE: cg_device_str(*(cg_device *)fl->value, value, sizeof value); break;
+        case EU_FLOAT: snprintf(value, sizeof value, "%g", (double)*(float *)fl->value); break;
         }
+        fprintf(f, "  %s %s\n      %s", fl->name, arg[fl->kind], fl->help);
+        if (!strstr(fl->help, "default")) fprintf(f, " (default %s)", value);
+        fprintf(f, "\n");
     }
     fprintf(f, "  --help\n      print this message\n");
 }
