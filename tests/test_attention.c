@@ -90,15 +90,19 @@ static void test_matches_float32(void **state) {
     check_against_float32(1, 2, 40, 12, false, true); /* a head size the fused kernels do not take */
 }
 
+/* Whether the fused kernels exist where this test runs: a GPU of a build with cuDNN's frontend. */
+static bool fused_here(void) {
+#ifdef CGRAD_HAVE_CUDNN_FRONTEND
+    return cg_test_is_cuda();
+#else
+    return false;
+#endif
+}
+
 /* The fused kernels run where they exist: little memory, and a repeatable backward. */
 static void test_fused(void **state) {
     (void)state;
-#ifdef CGRAD_HAVE_CUDNN_FRONTEND
-    const bool fused = cg_test_is_cuda();
-#else
-    const bool fused = false;
-#endif
-    if (!fused) return; /* the composed path: test_matches_float32 */
+    if (!fused_here()) return; /* the composed path: test_matches_float32 */
     enum { B = 2, H = 4, L = 2048, E = 64 };
     cg_device d = cg_test_device();
     cg_tensor *x[3], *q[3];
@@ -136,12 +140,7 @@ static void test_fused(void **state) {
  * same seed gives the same output. */
 static void test_fused_dropout(void **state) {
     (void)state;
-#ifdef CGRAD_HAVE_CUDNN_FRONTEND
-    const bool fused = cg_test_is_cuda();
-#else
-    const bool fused = false;
-#endif
-    if (!fused) return; /* the composed dropout: tests/test_dropout.c */
+    if (!fused_here()) return; /* the composed dropout: tests/test_dropout.c */
     enum { B = 4, H = 4, L = 64, E = 64 };
     const size_t n = (size_t)B * H * L * E;
     cg_device d = cg_test_device();
