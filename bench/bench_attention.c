@@ -9,6 +9,7 @@
  * scores it would otherwise build, else "composed".
  *
  *   result work=attention_b16_h12_t1024_d64_bf16 impl=cgrad median_ms=<t> runs=<k> path=fused|composed
+ *          first_pass_mib=<MiB the first pass reserved>
  *   result work=layernorm_n16384_c768_bf16 impl=cgrad median_ms=<t> runs=<k> */
 #include <stdio.h>
 #include <string.h>
@@ -104,7 +105,8 @@ int main(int argc, char **argv) {
     printf("result work=%s impl=cgrad median_ms=%.4f runs=%d", work, 1e3 * seconds, steps);
     if (b.attention) {
         double scores = (double)batch * (double)heads * (double)seq * (double)seq * 4.0;
-        printf(" path=%s", (double)(after.peak_reserved - before.bytes_reserved) < scores / 2 ? "fused" : "composed");
+        double extra = (double)(after.peak_reserved - before.bytes_reserved);
+        printf(" path=%s first_pass_mib=%.0f", extra < scores / 2 ? "fused" : "composed", extra / (1 << 20));
     }
     printf("\n");
     cg_tensor_free(b.grad);

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
 namespace fe = cudnn_frontend;
@@ -113,10 +112,11 @@ extern "C" cg_fe_status cg_fe_sdpa_execute(cudnnHandle_t handle, const void *pla
                                            void *workspace, char *why, size_t why_len) {
     try {
         const Plan *p = static_cast<const Plan *>(plan);
-        std::unordered_map<int64_t, void *> pack;
+        void *pack[CG_FE_SDPA_TENSORS]; // the graph's tensors in uid order, as the frontend takes them without a map
+        int n = 0;
         for (int i = 0; i < CG_FE_SDPA_TENSORS; i++)
-            if (tensors[i]) pack[kQ + i] = tensors[i];
-        fe::error_t st = p->graph->execute(handle, pack, workspace);
+            if (tensors[i]) pack[n++] = tensors[i];
+        fe::error_t st = p->graph->execute(handle, pack, n, workspace);
         if (st.is_bad()) return say(why, why_len, st.get_message()), CG_FE_FAILED;
         return CG_FE_OK;
     } catch (const std::bad_alloc &) {
