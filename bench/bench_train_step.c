@@ -22,7 +22,9 @@
  *   cpu_seed  the seed's step on the CPU at --cpu-seed-threads threads [seed_cpu_t2_..]
  *   mlp       (only when listed) issue 32's MLP: --mlp-layers Linear(w, w) with ReLU between, w =
  *             --mlp-width, n = --mlp-n, on the GPU in true fp32, TF32, and under a bfloat16 autocast
- *             region around forward and loss [mlp_gpu_<fp32|tf32|bf16>_w.._l.._n..]
+ *             region around forward and loss [mlp_gpu_<fp32|tf32|bf16>_w.._l.._n..]; and the step's
+ *             GEMMs timed alone in its dtype, summed over the step [mlp_gemms_gpu_<mode>_..: the sum;
+ *             gemm_fwd_ms, gemm_dgrad_ms, gemm_wgrad_ms fields: each shape once]
  *   first_step  (alone, in a fresh process: --first-step) the seed's model built on the CPU and
  *             moved to the GPU, data drawn on the GPU, a synchronisation, then the clock runs to
  *             the end of the first step (synchronised) [first_step_gpu_..]. Lazy initialisation
@@ -241,6 +243,25 @@ static void time_gemms(const trainer *t, int64_t in, int64_t out, int64_t n, int
     cg_set_grad_enabled(grad_mode);
 }
 
+/* The MLP step's GEMMs alone, in dtype dt (w = width, n examples): forward x W^T, input gradient g W and
+ * weight gradient g^T x, each timed once; the step runs `layers` forward and weight-gradient GEMMs and
+ * layers - 1 input-gradient ones (the data needs none). Returns that weighted sum in seconds; the three
+ * medians go into extra. */
+static double time_mlp_gemms(const trainer *t, cg_dtype dt, int layers, int warmup, int steps, char *extra,
+                             size_t len) {
+    bool grad_mode = cg_set_grad_enabled(false);
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *x = CHECK(cg_to_dtype(t->x, dt)), *w = CHECK(cg_to_dtype(cg_module_parameter(t->model, 0, NULL), dt));
+    cg_tensor *g = CHECK(cg_to_dtype(CHECK(cg_randn(CG_SHAPE(cg_size(x, 0), cg_size(w, 0)), t->device)), dt));
+    gemm shapes[3] = {{x, CHECK(cg_transpose(w, 0, 1))}, {g, w}, {CHECK(cg_transpose(g, 0, 1)), x}};
+    double ms[3];
+    for (int i = 0; i < 3; i++) ms[i] = 1e3 * eu_time_median(t->device, warmup, steps, run_gemm, &shapes[i]);
+    cg_scope_end(scope);
+    cg_set_grad_enabled(grad_mode);
+    snprintf(extra, len, "gemm_fwd_ms=%.5f gemm_dgrad_ms=%.5f gemm_wgrad_ms=%.5f", ms[0], ms[1], ms[2]);
+    return 1e-3 * (layers * (ms[0] + ms[2]) + (layers - 1) * ms[1]);
+}
+
 /* ---- workloads -------------------------------------------------------------------------------- */
 typedef struct {
     cg_device gpu;
@@ -395,6 +416,11 @@ static void work_mlp(const config *c) {
         cg_set_allow_tf32(modes[i].tf32);
         trainer t = trainer_mlp_new(c->gpu, c->mlp_width, c->mlp_layers, c->mlp_n, modes[i].amp);
         print_result(key, time_steps(&t, key, c->warmup, c->mlp_steps), c->mlp_steps, "");
+        char extra[128];
+        double gemms = time_mlp_gemms(&t, modes[i].amp, c->mlp_layers, c->warmup, c->mlp_steps, extra, sizeof extra);
+        snprintf(key, sizeof key, "mlp_gemms_gpu_%s_w%lld_l%d_n%lld", modes[i].name, (long long)c->mlp_width,
+                 c->mlp_layers, (long long)c->mlp_n);
+        print_result(key, gemms, c->mlp_steps, extra);
         trainer_free(&t);
     }
     cg_set_allow_tf32(tf32);

@@ -22,7 +22,8 @@ Workloads (--work, comma-separated; keys as in the C bench):
   cpu_seed  the seed step on the CPU at --cpu-seed-threads threads
   mlp       (only when listed) issue 32's MLP: --mlp-layers nn.Linear(w, w) with nn.ReLU between,
             w = --mlp-width, n = --mlp-n, in true fp32, TF32, and with forward and loss under
-            torch.autocast("cuda", torch.bfloat16) [mlp_gpu_<fp32|tf32|bf16>_w.._l.._n..]
+            torch.autocast("cuda", torch.bfloat16) [mlp_gpu_<fp32|tf32|bf16>_w.._l.._n..]; and the
+            step's GEMMs alone in its dtype, summed over the step [mlp_gemms_gpu_<mode>_..]
   first_step  (alone, fresh process: --first-step) model built on the CPU and moved to the GPU,
             data drawn on the GPU, synchronise, then time the first step (synchronised)."""
 import argparse
@@ -203,6 +204,20 @@ def work_wide(a, gpu):
            gemm_fwd_ms=f"{1e3 * fwd:.5f}", gemm_wgrad_ms=f"{1e3 * wgrad:.5f}")
 
 
+def time_mlp_gemms(t, dtype, layers, warmup, steps):
+    """The MLP step's GEMMs alone in dtype: forward x @ W.T, input gradient g @ W, weight gradient g.T @ x,
+    each timed once; the step runs `layers` of the first and last, layers - 1 of the second. Returns the
+    weighted sum in seconds and the three medians as result fields."""
+    with torch.no_grad():
+        x, w = t.x.to(dtype), t.model[0].weight.to(dtype)
+        g = torch.randn(x.shape[0], w.shape[0], device=x.device).to(dtype)
+        ms = []
+        for a, b in ((x, w.t()), (g, w), (g.t(), x)):
+            ms.append(1e3 * median_seconds(lambda: a @ b, t.device, steps, warmup=warmup))
+    fields = {f"gemm_{k}_ms": f"{v:.5f}" for k, v in zip(("fwd", "dgrad", "wgrad"), ms)}
+    return 1e-3 * (layers * (ms[0] + ms[2]) + (layers - 1) * ms[1]), fields
+
+
 def work_mlp(a, gpu):
     for name, tf32, amp in (("fp32", False, None), ("tf32", True, None), ("bf16", False, torch.bfloat16)):
         if name not in a.mlp_modes.split(","):
@@ -215,6 +230,8 @@ def work_mlp(a, gpu):
         t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.01)
         t.amp = amp
         result(key, time_steps(t, key, a.warmup, a.mlp_steps), a.mlp_steps)
+        gemms, fields = time_mlp_gemms(t, amp or torch.float32, a.mlp_layers, a.warmup, a.mlp_steps)
+        result(f"mlp_gemms_gpu_{name}_w{a.mlp_width}_l{a.mlp_layers}_n{a.mlp_n}", gemms, a.mlp_steps, **fields)
         del t
     torch.backends.cuda.matmul.allow_tf32 = False
 

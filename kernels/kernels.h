@@ -105,6 +105,9 @@ cudaError_t cg_launch_skinny_tn(int o, const float *g, int64_t ldg, const float 
 /* copy.cu: bytes from src to dst (both addresses and bytes multiples of 4), on stream's device; dst
  * may be another GPU's memory that this one has peer access to. */
 cudaError_t cg_launch_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream);
+/* copy.cu: dst (cols, rows), contiguous, = the (rows, cols) matrix src with leading dimension ld, transposed. */
+cudaError_t cg_launch_transpose(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld,
+                                cudaStream_t stream);
 
 /* allreduce_peer.cu: every participant's bufs[q] (count floats, as this device addresses them) becomes
  * scale * the sum over q, on all n participants at once; each launches it with its own rank, and the

@@ -12,6 +12,7 @@
 #include "test_util.h"
 
 #define RTOL 1e-4
+#define RTOL_TF32 5e-3 /* inputs cut to 10 mantissa bits: at most ~3e-3 here even if they are truncated */
 #define LO (-0.5)
 #define HI 1.5
 #define SAMPLE 4096
@@ -67,7 +68,7 @@ static void matmul_reference(const float *a, const float *b, int64_t m, int64_t 
 }
 
 static void check_matmul(int64_t m, int64_t k, int64_t n, bool ta, bool tb, const float *ha,
-                         const float *hb, const double *ref, const int64_t *sample, size_t nsample) {
+                         const float *hb, const double *ref, const int64_t *sample, size_t nsample, double rtol) {
     cg_test_context("cg_matmul (%lld,%lld,%lld) trans_a=%d trans_b=%d on %s", (long long)m,
                     (long long)k, (long long)n, ta, tb, cg_test_device_str());
     cg_tensor *abase, *bbase;
@@ -78,12 +79,12 @@ static void check_matmul(int64_t m, int64_t k, int64_t n, bool ta, bool tb, cons
     CG_TEST_ASSERT_SHAPE(c, m, n);
     assert_true(cg_device_equal(cg_device_of(c), cg_test_device()));
     if (!sample) {
-        cg_test_assert_tensor_close(c, ref, (size_t)(m * n), RTOL);
+        cg_test_assert_tensor_close(c, ref, (size_t)(m * n), rtol);
     } else {
         float *out = cg_test_read(c);
         float *picked = cg_test_malloc(nsample * sizeof(float));
         for (size_t s = 0; s < nsample; s++) picked[s] = out[sample[s]];
-        cg_test_assert_close(picked, ref, nsample, RTOL);
+        cg_test_assert_close(picked, ref, nsample, rtol);
         /* every element was written (the output was poisoned with NaN) and is finite */
         for (int64_t i = 0; i < m * n; i++) {
             if (!isfinite(out[i]))
@@ -109,15 +110,15 @@ static void test_matmul_shapes(void **state) {
         float *hb = cg_test_uniform_buf((size_t)(k * n), LO, HI);
         double *ref = cg_test_doubles((size_t)(m * n));
         matmul_reference(ha, hb, m, k, n, ref);
-        for (int t = 0; t < 4; t++) check_matmul(m, k, n, t & 1, (t >> 1) & 1, ha, hb, ref, NULL, 0);
+        for (int t = 0; t < 4; t++) check_matmul(m, k, n, t & 1, (t >> 1) & 1, ha, hb, ref, NULL, 0, RTOL);
         free(ha);
         free(hb);
         free(ref);
     }
 }
 
-static void test_matmul_2048(void **state) {
-    (void)state;
+/* 2048^3 in the four transpose combinations, a sample of the outputs checked to rtol. */
+static void check_2048(double rtol) {
     const int64_t m = 2048, k = 2048, n = 2048;
     float *ha = cg_test_uniform_buf((size_t)(m * k), LO, HI);
     float *hb = cg_test_uniform_buf((size_t)(k * n), LO, HI);
@@ -135,11 +136,27 @@ static void test_matmul_2048(void **state) {
         for (int64_t p = 0; p < k; p++) acc += (double)ha[i * k + p] * (double)hb[p * n + j];
         ref[s] = acc;
     }
-    for (int t = 0; t < 4; t++) check_matmul(m, k, n, t & 1, (t >> 1) & 1, ha, hb, ref, sample, SAMPLE);
+    for (int t = 0; t < 4; t++) check_matmul(m, k, n, t & 1, (t >> 1) & 1, ha, hb, ref, sample, SAMPLE, rtol);
     free(ha);
     free(hb);
     free(sample);
     free(ref);
+}
+
+static void test_matmul_2048(void **state) {
+    (void)state;
+    check_2048(RTOL);
+}
+
+/* Under TF32 a GEMM of at least 2048 in every dimension reads K-major copies of the operands that cuBLAS would
+ * read the other way (src/cuda/cuda_matmul.c): all four layouts give the product to TF32's accuracy (10-bit
+ * mantissas in, float32 sums). The CPU has no TF32. */
+static void test_matmul_2048_tf32(void **state) {
+    (void)state;
+    if (!cg_test_is_cuda()) skip();
+    cg_set_allow_tf32(true);
+    check_2048(RTOL_TF32);
+    cg_set_allow_tf32(false);
 }
 
 /* True fp32 by default (PyTorch: allow_tf32 is False for matmul). */
@@ -228,6 +245,7 @@ int main(void) {
         CG_TEST(test_matmul_deterministic),
         CG_TEST(test_matmul_shape_mismatch),
         CG_TEST(test_matmul_2048),
+        CG_TEST(test_matmul_2048_tf32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
