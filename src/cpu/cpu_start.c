@@ -138,18 +138,23 @@ static cg_status probe_buffers(int count, int team) {
 }
 
 /* One parallel region of `team` threads (which libgomp keeps) holding `count` BLAS buffers at once,
- * each thread at least one, so that OpenBLAS maps that many (and keeps them). */
+ * each thread at least one, so that OpenBLAS maps that many (and keeps them). Past the buffers it was
+ * built for OpenBLAS adds an overflow table, and threads reaching that point together can miss a buffer
+ * (seen on a 16-core machine: 1 of 319, once in several runs); a second round, the table in place, counts. */
 static cg_status hold_buffers(int count, int team) {
     void **held = calloc((size_t)count, sizeof *held);
     if (!held) return cg__fail(CG_ERR_OOM, "cpu start-up (threads: %d): out of host memory", team);
     int missing = 0;
+    for (int round = 0; round < 2 && (round == 0 || missing > 0); round++) {
+        missing = 0;
 #pragma omp parallel num_threads(team) reduction(+ : missing)
-    {
-        int t = omp_get_thread_num(), threads = omp_get_num_threads();
-        for (int i = t; i < count; i += threads) missing += (held[i] = blas_memory_alloc(0)) == NULL;
+        {
+            int t = omp_get_thread_num(), threads = omp_get_num_threads();
+            for (int i = t; i < count; i += threads) missing += (held[i] = blas_memory_alloc(0)) == NULL;
 #pragma omp barrier
-        for (int i = t; i < count; i += threads)
-            if (held[i]) blas_memory_free(held[i]);
+            for (int i = t; i < count; i += threads)
+                if (held[i]) blas_memory_free(held[i]), held[i] = NULL;
+        }
     }
     free(held);
     if (missing > 0)
