@@ -11,10 +11,21 @@
 #define INNER_TILE 256
 #define SMALL_SUM 4096 /* sums this short run in one block (the choice depends on n alone) */
 
-/* MSE: the same fixed blocking as sum_contiguous, over (a - b)^2. */
-static double sqdiff(const cg_mse_forward_args *k, int64_t i) {
-    double d = (double)cg_load_float(k->adt, k->a, i) - (double)cg_load_float(k->bdt, k->b, i);
-    return d * d;
+/* MSE: the same fixed blocking as sum_contiguous, over (a - b)^2, each difference in double. Inlined into
+ * each call, so float32 inputs (the dtypes constant there) read without the per-element dtype switch. */
+static inline __attribute__((always_inline)) double sqdiff_sum(cg_dtype adt, const void *a, cg_dtype bdt, const void *b,
+                                                               int64_t lo, int64_t hi) {
+    double acc = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        double d = (double)cg_load_float(adt, a, i) - (double)cg_load_float(bdt, b, i);
+        acc += d * d;
+    }
+    return acc;
+}
+
+static double sqdiff_range(const cg_mse_forward_args *k, int64_t lo, int64_t hi) {
+    if (k->adt == CG_FLOAT32 && k->bdt == CG_FLOAT32) return sqdiff_sum(CG_FLOAT32, k->a, CG_FLOAT32, k->b, lo, hi);
+    return sqdiff_sum(k->adt, k->a, k->bdt, k->b, lo, hi);
 }
 
 cg_status cg__cpu_mse_forward(const void *raw, int index) {
@@ -22,18 +33,14 @@ cg_status cg__cpu_mse_forward(const void *raw, int index) {
     int64_t n = k->n;
     CG_TRY(cg__cpu_enter());
     if (n <= SMALL_SUM) { /* one block: the split below only pays on long sums */
-        double acc = 0;
-        for (int64_t i = 0; i < n; i++) acc += sqdiff(k, i);
-        k->out[0] = (float)(acc * k->scale);
+        k->out[0] = (float)(sqdiff_range(k, 0, n) * k->scale);
         return CG_OK;
     }
     double partial[SUM_BLOCKS] = {0};
     int64_t block = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
     CG_CPU_FOR(b, SUM_BLOCKS, n, {
         int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
-        double acc = 0;
-        for (int64_t i = lo; i < hi; i++) acc += sqdiff(k, i);
-        partial[b] = acc;
+        partial[b] = sqdiff_range(k, lo, hi);
     });
     double total = 0;
     for (int b = 0; b < SUM_BLOCKS; b++) total += partial[b];
@@ -41,13 +48,20 @@ cg_status cg__cpu_mse_forward(const void *raw, int index) {
     return CG_OK;
 }
 
+/* Element i of grad = (a - b) s, in a's dtype; inlined as sqdiff_sum. */
+static inline __attribute__((always_inline)) void scaled_diff(cg_dtype adt, const void *a, cg_dtype bdt, const void *b,
+                                                              float s, void *grad, int64_t i) {
+    cg_store_float(adt, grad, i, (cg_load_float(adt, a, i) - cg_load_float(bdt, b, i)) * s);
+}
+
 cg_status cg__cpu_mse_backward(const void *raw, int index) {
     const cg_mse_backward_args *k = raw;
     CG_TRY(cg__cpu_enter());
     float s = k->factor * k->g[0];
-    CG_CPU_FOR(i, k->n, k->n, {
-        cg_store_float(k->adt, k->grad, i, (cg_load_float(k->adt, k->a, i) - cg_load_float(k->bdt, k->b, i)) * s);
-    });
+    if (k->adt == CG_FLOAT32 && k->bdt == CG_FLOAT32)
+        CG_CPU_FOR(i, k->n, k->n, { scaled_diff(CG_FLOAT32, k->a, CG_FLOAT32, k->b, s, k->grad, i); });
+    else
+        CG_CPU_FOR(i, k->n, k->n, { scaled_diff(k->adt, k->a, k->bdt, k->b, s, k->grad, i); });
     return CG_OK;
 }
 
