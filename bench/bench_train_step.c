@@ -243,10 +243,24 @@ static void time_gemms(const trainer *t, int64_t in, int64_t out, int64_t n, int
     cg_set_grad_enabled(grad_mode);
 }
 
+/* The forward with its bias, cg_linear (the bias in cuBLASLt's epilogue on a GPU). */
+typedef struct {
+    const cg_tensor *x, *w, *b;
+} linear_call;
+
+static cg_status run_linear(void *ctx) {
+    linear_call *l = ctx;
+    cg_scope *scope = cg_scope_begin();
+    CHECK(cg_linear(l->x, l->w, l->b));
+    cg_scope_end(scope);
+    return CG_OK;
+}
+
 /* The MLP step's GEMMs alone, in dtype dt (w = width, n examples): forward x W^T, input gradient g W and
  * weight gradient g^T x, each timed once; the step runs `layers` forward and weight-gradient GEMMs and
  * layers - 1 input-gradient ones (the data needs none). Returns that weighted sum in seconds; the three
- * medians go into extra. */
+ * medians go into extra, and a fourth not summed: the forward with its bias (gemm_fwd_bias_ms), to see
+ * what the bias epilogue costs. */
 static double time_mlp_gemms(const trainer *t, cg_dtype dt, int layers, int warmup, int steps, char *extra,
                              size_t len) {
     bool grad_mode = cg_set_grad_enabled(false);
@@ -254,11 +268,14 @@ static double time_mlp_gemms(const trainer *t, cg_dtype dt, int layers, int warm
     cg_tensor *x = CHECK(cg_to_dtype(t->x, dt)), *w = CHECK(cg_to_dtype(cg_module_parameter(t->model, 0, NULL), dt));
     cg_tensor *g = CHECK(cg_to_dtype(CHECK(cg_randn(CG_SHAPE(cg_size(x, 0), cg_size(w, 0)), t->device)), dt));
     gemm shapes[3] = {{x, CHECK(cg_transpose(w, 0, 1))}, {g, w}, {CHECK(cg_transpose(g, 0, 1)), x}};
-    double ms[3];
+    double ms[4];
     for (int i = 0; i < 3; i++) ms[i] = 1e3 * eu_time_median(t->device, warmup, steps, run_gemm, &shapes[i]);
+    linear_call fwd = {x, w, CHECK(cg_to_dtype(cg_module_parameter(t->model, 1, NULL), dt))};
+    ms[3] = 1e3 * eu_time_median(t->device, warmup, steps, run_linear, &fwd);
     cg_scope_end(scope);
     cg_set_grad_enabled(grad_mode);
-    snprintf(extra, len, "gemm_fwd_ms=%.5f gemm_dgrad_ms=%.5f gemm_wgrad_ms=%.5f", ms[0], ms[1], ms[2]);
+    snprintf(extra, len, "gemm_fwd_ms=%.5f gemm_dgrad_ms=%.5f gemm_wgrad_ms=%.5f gemm_fwd_bias_ms=%.5f", ms[0], ms[1],
+             ms[2], ms[3]);
     return 1e-3 * (layers * (ms[0] + ms[2]) + (layers - 1) * ms[1]);
 }
 
@@ -416,7 +433,7 @@ static void work_mlp(const config *c) {
         cg_set_allow_tf32(modes[i].tf32);
         trainer t = trainer_mlp_new(c->gpu, c->mlp_width, c->mlp_layers, c->mlp_n, modes[i].amp);
         print_result(key, time_steps(&t, key, c->warmup, c->mlp_steps), c->mlp_steps, "");
-        char extra[128];
+        char extra[160];
         double gemms = time_mlp_gemms(&t, modes[i].amp, c->mlp_layers, c->warmup, c->mlp_steps, extra, sizeof extra);
         snprintf(key, sizeof key, "mlp_gemms_gpu_%s_w%lld_l%d_n%lld", modes[i].name, (long long)c->mlp_width,
                  c->mlp_layers, (long long)c->mlp_n);

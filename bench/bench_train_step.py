@@ -207,14 +207,16 @@ def work_wide(a, gpu):
 def time_mlp_gemms(t, dtype, layers, warmup, steps):
     """The MLP step's GEMMs alone in dtype: forward x @ W.T, input gradient g @ W, weight gradient g.T @ x,
     each timed once; the step runs `layers` of the first and last, layers - 1 of the second. Returns the
-    weighted sum in seconds and the three medians as result fields."""
+    weighted sum in seconds and the three medians as result fields, with a fourth not summed: the forward
+    with its bias (F.linear), to see what the bias costs."""
     with torch.no_grad():
-        x, w = t.x.to(dtype), t.model[0].weight.to(dtype)
+        x, w, bias = t.x.to(dtype), t.model[0].weight.to(dtype), t.model[0].bias.to(dtype)
         g = torch.randn(x.shape[0], w.shape[0], device=x.device).to(dtype)
         ms = []
         for a, b in ((x, w.t()), (g, w), (g.t(), x)):
             ms.append(1e3 * median_seconds(lambda: a @ b, t.device, steps, warmup=warmup))
-    fields = {f"gemm_{k}_ms": f"{v:.5f}" for k, v in zip(("fwd", "dgrad", "wgrad"), ms)}
+        ms.append(1e3 * median_seconds(lambda: torch.nn.functional.linear(x, w, bias), t.device, steps, warmup=warmup))
+    fields = {f"gemm_{k}_ms": f"{v:.5f}" for k, v in zip(("fwd", "dgrad", "wgrad", "fwd_bias"), ms)}
     return 1e-3 * (layers * (ms[0] + ms[2]) + (layers - 1) * ms[1]), fields
 
 
