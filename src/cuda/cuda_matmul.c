@@ -186,9 +186,10 @@ static cg_status gemm_lt(cg_cuda_context *ctx, const lt_gemm *g, bool *fused) {
 
 /* TF32 tensor cores read both operands K-major (Hopper's wgmma transposes 16-bit operands only), and cuBLAS runs
  * a TF32 GEMM with an operand the other way markedly slower: on an H200 at (8192, 4096) x (4096, 4096), 0.75 ms
- * with both K-major, 0.95 with one the other way, 1.27 with both (PyTorch's GEMMs alike). A transposing copy of
- * an operand costs about 400 / (the GEMM's other dimension) of the GEMM's time at those rates, so where every
- * dimension is at least KMAJOR_MIN the GEMM reads K-major copies instead. */
+ * with both K-major, 0.95 with one the other way, 1.27 with both (PyTorch's GEMMs alike); with the copies below,
+ * 0.84 and 1.05. A transposing copy of an operand costs about 400 / (the GEMM's other dimension) of the GEMM's
+ * time (~400 TFLOP/s of TF32 against ~4 TB/s of memory), so only where every dimension is at least KMAJOR_MIN
+ * does the GEMM read K-major copies. */
 #define KMAJOR_MIN 2048
 
 typedef struct kmajor_copies {
